@@ -1,0 +1,28 @@
+# The two commands of the README: `make demo` and `make test`.
+# Each first runs the idempotent set-up (apt-get installs what is missing).
+BUILD ?= build
+JOBS ?= $(shell nproc)
+
+.PHONY: all setup build test demo bench clean
+all: build
+
+setup:
+	@scripts/setup.sh
+
+$(BUILD)/CMakeCache.txt:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo
+
+build: setup $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS)
+
+test: build
+	ctest --test-dir $(BUILD) --output-on-failure --no-tests=error
+
+demo: build
+	@scripts/demo.sh $(BUILD)
+
+bench: build
+	$(BUILD)/bench/bench_span_cost
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,208 @@
+// SPDX-License-Identifier: GPL-2.0
+/* The span engine: one uprobe/uretprobe pair serves every traced C/C++
+ * function. The attach cookie is an index into probe_specs, which says which
+ * layer the function belongs to and which arguments to keep. Entry pushes the
+ * start time and arguments on a bounded per-thread stack; the matching exit
+ * pops it and emits one record with the duration and return value. */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include "eacgm/abi/events.h"
+#include "traced.bpf.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, EACGM_MAX_SPECS);
+	__type(key, __u32);
+	__type(value, struct eacgm_probe_spec);
+} probe_specs SEC(".maps");
+
+/* Sized by the agent before load (--ring-buffer-kb). */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4 * 1024 * 1024);
+} span_events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, EACGM_CNT_COUNT);
+	__type(key, __u32);
+	__type(value, __u64);
+} counters SEC(".maps");
+
+struct open_call {
+	__u64 start_ns;
+	__u64 sp; /* stack pointer at entry: identifies the frame at return */
+	__u32 spec_id;
+	__u32 pad;
+	__u64 args[EACGM_MAX_ARGS];
+};
+
+struct thread_calls {
+	__u32 depth;
+	__u32 pad;
+	struct open_call calls[EACGM_MAX_DEPTH];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32); /* tid */
+	__type(value, struct thread_calls);
+} open_calls SEC(".maps");
+
+/* A zeroed value to insert new threads from (too big for the BPF stack). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct thread_calls);
+} empty_thread SEC(".maps");
+
+static __always_inline void count(__u32 which, __u64 n)
+{
+	__u64 *c = bpf_map_lookup_elem(&counters, &which);
+	if (c)
+		*c += n;
+}
+
+static __always_inline __u64 read_slot(struct pt_regs *ctx, __u32 slot)
+{
+	switch (slot) {
+	case 0: return PT_REGS_PARM1(ctx);
+	case 1: return PT_REGS_PARM2(ctx);
+	case 2: return PT_REGS_PARM3(ctx);
+	case 3: return PT_REGS_PARM4(ctx);
+	case 4: return PT_REGS_PARM5(ctx);
+	case 5: return ctx->r9; /* libbpf 1.1 has no PT_REGS_PARM6 */
+	}
+	/* Stack arguments sit above the return address at entry. */
+	__u64 v = 0;
+	__u64 addr = PT_REGS_SP(ctx) + 8 + 8 * (__u64)(slot - 6);
+	bpf_probe_read_user(&v, sizeof(v), (void *)addr);
+	return v;
+}
+
+static __always_inline __u64 deref(__u64 ptr, __u32 offset)
+{
+	__u64 v = 0;
+	if (ptr)
+		bpf_probe_read_user(&v, sizeof(v), (void *)(ptr + offset));
+	return v;
+}
+
+SEC("uprobe")
+int BPF_KPROBE(span_entry)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	if (!eacgm_is_traced(id >> 32))
+		return 0;
+	__u32 spec_id = (__u32)bpf_get_attach_cookie(ctx);
+	struct eacgm_probe_spec *spec = bpf_map_lookup_elem(&probe_specs, &spec_id);
+	if (!spec)
+		return 0;
+	__u32 tid = (__u32)id;
+	struct thread_calls *tc = bpf_map_lookup_elem(&open_calls, &tid);
+	if (!tc) {
+		__u32 zero = 0;
+		struct thread_calls *empty = bpf_map_lookup_elem(&empty_thread, &zero);
+		if (!empty)
+			return 0;
+		if (bpf_map_update_elem(&open_calls, &tid, empty, BPF_NOEXIST) &&
+		    !bpf_map_lookup_elem(&open_calls, &tid)) {
+			count(EACGM_CNT_NO_STATE, 1);
+			return 0;
+		}
+		tc = bpf_map_lookup_elem(&open_calls, &tid);
+		if (!tc)
+			return 0;
+	}
+	__u32 d = tc->depth;
+	if (d >= EACGM_MAX_DEPTH) {
+		/* Still counted as open so the exit of this call finds no frame
+		 * with its sp and leaves the stack alone. */
+		count(EACGM_CNT_DEPTH_OVERFLOW, 1);
+		return 0;
+	}
+	struct open_call *c = &tc->calls[d];
+	c->sp = PT_REGS_SP(ctx);
+	c->spec_id = spec_id;
+	for (int i = 0; i < EACGM_MAX_ARGS; i++) {
+		struct eacgm_arg_spec *a = &spec->args[i];
+		__u64 v = 0;
+		if (i >= spec->nargs)
+			break;
+		if (a->source != EACGM_ARG_NONE)
+			v = read_slot(ctx, a->slot);
+		if (a->source == EACGM_ARG_DEREF_ENTRY)
+			v = deref(v, a->offset);
+		c->args[i] = v; /* DEREF_EXIT keeps the pointer until return */
+	}
+	tc->depth = d + 1;
+	/* Last, so argument reads are not part of the measured time. */
+	c->start_ns = bpf_ktime_get_ns();
+	return 0;
+}
+
+SEC("uretprobe")
+int BPF_KRETPROBE(span_exit)
+{
+	__u64 now = bpf_ktime_get_ns();
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)id;
+	struct thread_calls *tc = bpf_map_lookup_elem(&open_calls, &tid);
+	if (!tc)
+		return 0;
+	/* At return the return address has been popped: sp = entry sp + 8.
+	 * Frames above the match were left by longjmp or an exception and
+	 * will never return: drop them. A miss means this call's entry was
+	 * not recorded (depth overflow, or tracing began inside it). */
+	__u64 want_sp = PT_REGS_SP(ctx) - 8;
+	__u32 depth = tc->depth;
+	__u32 found = EACGM_MAX_DEPTH;
+	for (int i = EACGM_MAX_DEPTH - 1; i >= 0; i--) {
+		if ((__u32)i >= depth)
+			continue;
+		if (tc->calls[i].sp == want_sp) {
+			found = i;
+			break;
+		}
+		if (tc->calls[i].sp > want_sp)
+			break; /* older frames sit higher on the stack */
+	}
+	if (found >= EACGM_MAX_DEPTH)
+		return 0;
+	if (depth > found + 1)
+		count(EACGM_CNT_UNPAIRED, depth - found - 1);
+	tc->depth = found;
+	struct open_call *c = &tc->calls[found];
+	__u32 spec_id = c->spec_id;
+	struct eacgm_probe_spec *spec = bpf_map_lookup_elem(&probe_specs, &spec_id);
+	if (!spec)
+		return 0;
+
+	struct eacgm_span_event *e = bpf_ringbuf_reserve(&span_events, sizeof(*e), 0);
+	if (!e) {
+		count(EACGM_CNT_RINGBUF_FULL, 1);
+		return 0;
+	}
+	e->start_ns = c->start_ns;
+	e->dur_ns = now - c->start_ns;
+	e->tgid = id >> 32;
+	e->tid = tid;
+	e->spec_id = spec_id;
+	e->depth = found;
+	e->flags = 0;
+	e->ret = PT_REGS_RC(ctx);
+	for (int i = 0; i < EACGM_MAX_ARGS; i++) {
+		__u64 v = c->args[i];
+		if (i < spec->nargs && spec->args[i].source == EACGM_ARG_DEREF_EXIT)
+			v = deref(v, spec->args[i].offset);
+		e->args[i] = v;
+	}
+	bpf_ringbuf_submit(e, 0);
+	count(EACGM_CNT_SPANS, 1);
+	return 0;
+}

@@ -1,0 +1,27 @@
+/* The set of processes being traced, shared by every eacgm BPF object.
+ * proc.bpf.c owns and maintains it (follows forks, forgets exits); the other
+ * objects declare the same map and the agent hands them proc's fd before load
+ * (bpf_map__reuse_fd), so there is one set for all layers. */
+#ifndef EACGM_TRACED_BPF_H
+#define EACGM_TRACED_BPF_H
+
+#define EACGM_MAX_TRACED 65536
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, EACGM_MAX_TRACED);
+	__type(key, __u32);  /* tgid */
+	__type(value, __u32); /* tgid of the traced ancestor it came from */
+} traced_tgids SEC(".maps");
+
+/* Set through the skeleton's rodata: trace every process on the host. */
+const volatile bool trace_all = false;
+
+static __always_inline bool eacgm_is_traced(__u32 tgid)
+{
+	if (trace_all)
+		return true;
+	return bpf_map_lookup_elem(&traced_tgids, &tgid) != NULL;
+}
+
+#endif

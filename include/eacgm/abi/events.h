@@ -1,0 +1,96 @@
+/* The only header shared by the BPF programs and the C++ agent.
+ * Plain C, fixed-size fields, no padding surprises: both sides compile it. */
+#ifndef EACGM_ABI_EVENTS_H
+#define EACGM_ABI_EVENTS_H
+
+#ifdef __bpf__
+/* vmlinux.h provides __u64 and friends. */
+#else
+#include <linux/types.h>
+#endif
+
+/* Arguments kept per span. A spec may name fewer. */
+#define EACGM_MAX_ARGS 8
+/* Nested calls remembered per thread (torch ops nest about 10 deep). */
+#define EACGM_MAX_DEPTH 32
+/* Probe specs loadable at once (cookies index this table). */
+#define EACGM_MAX_SPECS 4096
+
+/* Where an argument comes from. Slots follow the x86-64 SysV convention:
+ * 0..5 are rdi, rsi, rdx, rcx, r8, r9; 6 and up are the stack words above
+ * the return address. A struct passed by value (dim3) spans two slots. */
+enum eacgm_arg_source {
+	EACGM_ARG_NONE = 0,
+	EACGM_ARG_ENTRY = 1,       /* the slot's value at entry */
+	EACGM_ARG_DEREF_ENTRY = 2, /* 8 bytes at (slot value + offset), read at entry */
+	EACGM_ARG_DEREF_EXIT = 3,  /* 8 bytes at (slot value + offset), read at exit:
+				      out-pointers such as cudaMalloc's devPtr */
+};
+
+struct eacgm_arg_spec {
+	__u8 source; /* enum eacgm_arg_source */
+	__u8 slot;
+	__u16 offset;
+	__u32 pad;
+};
+
+/* What the BPF side needs to know of a probe spec; the rest (names, types,
+ * how to print) stays in user space. Indexed by the attach cookie. */
+struct eacgm_probe_spec {
+	__u32 layer; /* enum eacgm_layer */
+	__u32 nargs;
+	struct eacgm_arg_spec args[EACGM_MAX_ARGS];
+};
+
+enum eacgm_layer {
+	EACGM_LAYER_CUDA = 0,
+	EACGM_LAYER_NCCL = 1,
+	EACGM_LAYER_TORCH = 2,
+	EACGM_LAYER_PYTHON = 3,
+	EACGM_LAYER_GPU = 4,
+	EACGM_LAYER_HOST = 5,
+	EACGM_LAYER_USER = 6, /* --spec files that name no known layer */
+	EACGM_LAYER_COUNT = 7,
+};
+
+/* One finished call, emitted at its return. */
+struct eacgm_span_event {
+	__u64 start_ns; /* CLOCK_MONOTONIC (bpf_ktime_get_ns) */
+	__u64 dur_ns;
+	__u32 tgid;
+	__u32 tid;
+	__u32 spec_id;
+	__u16 depth; /* open spans below this one on the thread at entry */
+	__u16 flags;
+	__u64 ret; /* rax at return */
+	__u64 args[EACGM_MAX_ARGS];
+};
+
+/* Counters kept per CPU in the span program; user space sums them. */
+enum eacgm_counter {
+	EACGM_CNT_SPANS = 0,        /* records written to the ring buffer */
+	EACGM_CNT_RINGBUF_FULL = 1, /* records lost: ring buffer full */
+	EACGM_CNT_DEPTH_OVERFLOW = 2, /* entries deeper than EACGM_MAX_DEPTH, not recorded */
+	EACGM_CNT_UNPAIRED = 3,     /* entries that never returned (longjmp, exceptions) */
+	EACGM_CNT_NO_STATE = 4,     /* per-thread state map full */
+	EACGM_CNT_COUNT = 5,
+};
+
+/* Process-tree events from proc.bpf.c. */
+enum eacgm_proc_kind {
+	EACGM_PROC_FORK = 1, /* a traced process made a child (tgid = child, ppid = parent) */
+	EACGM_PROC_EXIT = 2, /* a traced process's last thread left */
+	EACGM_PROC_EXEC = 3, /* a traced process exec'd a new program */
+	EACGM_PROC_DLOPEN = 4, /* the dynamic linker changed a traced process's link map */
+};
+
+struct eacgm_proc_event {
+	__u64 ts_ns;
+	__u32 kind;
+	__u32 tgid;
+	__u32 ppid;
+	__s32 exit_code;
+	char comm[16];
+};
+
+#endif

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs the Debian packages eacgm needs to build and test. Idempotent: when
+# everything is present it only checks, and apt is not touched.
+# The README's dependency table says why each package is here.
+set -euo pipefail
+packages=(
+  build-essential cmake pkg-config
+  clang llvm            # clang -target bpf, llvm-strip
+  bpftool               # skeleton generation, vmlinux.h
+  libbpf-dev libelf-dev zlib1g-dev
+  nlohmann-json3-dev libcli11-dev libsqlite3-dev
+  libgtest-dev libbenchmark-dev
+  python3 sqlite3       # e2e tests read the outputs with the standard library
+)
+missing=()
+for p in "${packages[@]}"; do
+  [[ $p == \#* ]] && continue
+  status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+  [[ $status == "install ok installed" ]] || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "setup: missing Debian packages: ${missing[*]}; run 'sudo make setup' (apt-get needs root)" >&2
+    exit 1
+  fi
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+if [[ ! -e /usr/local/cuda/lib64/libcudart.so.13 && ! -e /usr/local/cuda/lib64/libcudart.so.12 ]]; then
+  echo "setup: note: no CUDA toolkit at /usr/local/cuda; the CUDA tests and demo need libcudart from it" >&2
+fi

@@ -1,0 +1,56 @@
+#include "common/fs.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <unistd.h>
+
+namespace eacgm {
+
+static std::string dir_of(const std::string &path)
+{
+	auto slash = path.rfind('/');
+	if (slash == std::string::npos)
+		return ".";
+	return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+Result<void> check_writable(const std::string &path)
+{
+	if (path.empty())
+		return make_error("empty output path: give a file name");
+	std::string dir = dir_of(path);
+	if (access(dir.c_str(), W_OK) != 0)
+		return make_error("cannot write " + path + ": directory " + dir + " " +
+				  std::strerror(errno) + "; choose another output path");
+	if (access(path.c_str(), F_OK) == 0 && access(path.c_str(), W_OK) != 0)
+		return make_error("cannot write " + path + ": " + std::strerror(errno) +
+				  "; choose another output path");
+	return {};
+}
+
+Result<void> write_file_atomic(const std::string &path, const std::string &content)
+{
+	std::string tmp = path + ".tmp." + std::to_string(getpid());
+	{
+		std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+		if (!out)
+			return make_error("cannot write " + path + ": " + std::strerror(errno) +
+					  "; choose another output path");
+		out << content;
+		out.flush();
+		if (!out) {
+			std::remove(tmp.c_str());
+			return make_error("writing " + path + " failed: " + std::strerror(errno));
+		}
+	}
+	if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+		std::string err = std::strerror(errno);
+		std::remove(tmp.c_str());
+		return make_error("cannot write " + path + ": " + err);
+	}
+	return {};
+}
+
+} // namespace eacgm

@@ -1,0 +1,16 @@
+// Small file helpers shared by every writer: outputs appear whole or not at all.
+#pragma once
+#include <string>
+
+#include "common/result.h"
+
+namespace eacgm {
+
+// Checks early that `path` can be created (its directory exists and is
+// writable), so a recording does not run for an hour and then fail to save.
+Result<void> check_writable(const std::string &path);
+
+// Writes `content` to path.tmp.<pid> and renames it over `path`.
+Result<void> write_file_atomic(const std::string &path, const std::string &content);
+
+} // namespace eacgm

@@ -1,0 +1,60 @@
+// The decoded event model shared by ingest, store, export and summary.
+// Times are CLOCK_MONOTONIC nanoseconds; Recording::wall_offset_ns converts
+// them to Unix time at the edges (trace metadata, summaries).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace eacgm {
+
+struct Span {
+	uint64_t start_ns = 0;
+	uint64_t dur_ns = 0;
+	uint32_t pid = 0;
+	uint32_t tid = 0;
+	uint32_t depth = 0;    // open spans below it on its thread when it began
+	std::string layer;     // "cuda", "nccl", "torch", ...
+	std::string name;      // function name as users know it: "cudaMalloc"
+	int64_t ret = 0;       // raw return value
+	std::string ret_name;  // decoded return ("cudaErrorInsufficientDriver"), may be empty
+	uint64_t bytes = 0;    // bytes moved or allocated, 0 when not applicable
+	nlohmann::json args = nlohmann::json::object(); // captured arguments, by name
+};
+
+struct Process {
+	uint32_t pid = 0;
+	uint32_t ppid = 0;
+	std::string comm;
+	std::string cmdline;
+	uint64_t start_ns = 0;
+	uint64_t end_ns = 0;    // 0 while running or unknown
+	int exit_code = -1;     // -1 unknown
+};
+
+struct Thread {
+	uint32_t pid = 0;
+	uint32_t tid = 0;
+	std::string name;
+};
+
+// Records lost or not recorded, by layer and reason ("ringbuf_full", ...).
+struct Drop {
+	std::string layer;
+	std::string reason;
+	uint64_t count = 0;
+};
+
+struct Recording {
+	std::map<std::string, std::string> meta; // command, version, start time ...
+	int64_t wall_offset_ns = 0;               // unix_ns = mono_ns + wall_offset_ns
+	std::vector<Process> processes;
+	std::vector<Thread> threads;
+	std::vector<Span> spans;
+	std::vector<Drop> drops;
+};
+
+} // namespace eacgm

@@ -1,0 +1,48 @@
+/* A library for tests and benchmarks to probe: functions with known call
+ * patterns (nesting, recursion, stack arguments, out-pointers, longjmp). */
+#include <setjmp.h>
+#include <stdint.h>
+
+#define NOINLINE __attribute__((noinline, visibility("default")))
+
+/* Keeps calls from being folded away. */
+static volatile long sink;
+
+NOINLINE long tl_noop(long x) { __asm__ volatile("" ::: "memory"); return x; }
+
+NOINLINE long tl_inner(long x) { sink += x; return x + 1; }
+
+NOINLINE long tl_outer(long x) { return tl_inner(x) + tl_inner(x + 1); }
+
+/* Recurses depth times; each level is a separate traced call. */
+NOINLINE long tl_recurse(long depth)
+{
+	if (depth <= 0)
+		return 0;
+	long r = tl_recurse(depth - 1) + 1;
+	sink += r; /* not a tail call */
+	return r;
+}
+
+/* Eight integer arguments: the last two travel on the stack. */
+NOINLINE long tl_eight(long a, long b, long c, long d, long e, long f, long g, long h)
+{
+	return a + b + c + d + e + f + g + h;
+}
+
+/* Writes through an out-pointer, like cudaMalloc. */
+NOINLINE int tl_out(uint64_t *out, uint64_t value)
+{
+	*out = value;
+	return 7;
+}
+
+static jmp_buf escape;
+NOINLINE void tl_jump_deep(long n) { sink += n; longjmp(escape, 1); }
+/* Enters tl_jump_deep, which never returns normally: its span is unpaired. */
+NOINLINE long tl_escape(long n)
+{
+	if (setjmp(escape) == 0)
+		tl_jump_deep(n);
+	return n;
+}

@@ -1,0 +1,70 @@
+/* Calls the test library in known patterns. Usage: testlib_calls PATTERN N
+ *   noop N      N calls of tl_noop(i)
+ *   nest N      N calls of tl_outer (each with two tl_inner inside)
+ *   recurse N   one tl_recurse(N): N+1 nested calls
+ *   eight N     N calls of tl_eight(1..8)
+ *   out N       N calls of tl_out(&v, 1000+i)
+ *   escape N    N calls of tl_escape (longjmp out of tl_jump_deep)
+ * With WAIT_FILE set, it first waits until that file exists (for -p tests).
+ * With DLOPEN set to a library path, it loads the library then, and calls
+ * through dlsym after a pause, as a program that imports late would. */
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+long tl_noop(long);
+long tl_outer(long);
+long tl_recurse(long);
+long tl_eight(long, long, long, long, long, long, long, long);
+int tl_out(uint64_t *, uint64_t);
+long tl_escape(long);
+
+int main(int argc, char **argv)
+{
+	if (argc < 3) {
+		fprintf(stderr, "usage: testlib_calls noop|nest|recurse|eight|out|escape N\n");
+		return 2;
+	}
+	const char *wait_file = getenv("WAIT_FILE");
+	if (wait_file) {
+		printf("waiting %d\n", getpid());
+		fflush(stdout);
+		while (access(wait_file, F_OK) != 0)
+			usleep(10000);
+	}
+	long n = atol(argv[2]);
+	const char *p = argv[1];
+	long (*noop)(long) = tl_noop;
+	const char *lib = getenv("DLOPEN");
+	if (lib) {
+		void *h = dlopen(lib, RTLD_NOW);
+		if (!h) {
+			fprintf(stderr, "dlopen: %s\n", dlerror());
+			return 3;
+		}
+		noop = (long (*)(long))dlsym(h, "tl_noop");
+		usleep(300000); /* the agent attaches asynchronously */
+	}
+	long acc = 0;
+	if (!strcmp(p, "noop"))
+		for (long i = 0; i < n; i++) acc += noop(i);
+	else if (!strcmp(p, "nest"))
+		for (long i = 0; i < n; i++) acc += tl_outer(i);
+	else if (!strcmp(p, "recurse"))
+		acc = tl_recurse(n);
+	else if (!strcmp(p, "eight"))
+		for (long i = 0; i < n; i++) acc += tl_eight(1, 2, 3, 4, 5, 6, 7, 8);
+	else if (!strcmp(p, "out"))
+		for (long i = 0; i < n; i++) { uint64_t v = 0; acc += tl_out(&v, 1000 + i); }
+	else if (!strcmp(p, "escape"))
+		for (long i = 0; i < n; i++) acc += tl_escape(i);
+	else {
+		fprintf(stderr, "unknown pattern %s\n", p);
+		return 2;
+	}
+	printf("done %ld\n", acc);
+	return 0;
+}
