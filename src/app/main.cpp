@@ -1,1 +1,80 @@
-int main() { return 0; }
+// eacgm: traces ML workloads from the outside with eBPF.
+#include <CLI/CLI.hpp>
+#include <cstring>
+#include <iostream>
+
+#include "app/commands.h"
+
+using namespace eacgm;
+
+static std::string join(const std::vector<std::string> &v)
+{
+	std::string s;
+	for (auto &x : v)
+		s += (s.empty() ? "" : ",") + x;
+	return s;
+}
+
+int main(int argc, char **argv)
+{
+	// Everything after "--" is the traced command, untouched by our parser.
+	RecordArgs rec;
+	int split = argc;
+	for (int i = 1; i < argc; i++)
+		if (!std::strcmp(argv[i], "--")) {
+			split = i;
+			break;
+		}
+	for (int i = split + 1; i < argc; i++)
+		rec.command.push_back(argv[i]);
+
+	CLI::App app{"eacgm: traces CUDA, NCCL, PyTorch, Python, GPU and host activity of ML jobs with eBPF, "
+		     "without changing them"};
+	app.set_version_flag("--version", EACGM_VERSION);
+	app.require_subcommand(1);
+
+	auto *record = app.add_subcommand("record", "Record a command (after --) or a running process (-p)");
+	record->add_option("--layers", rec.layers, "Layers to trace, comma separated (built: " + join(kBuiltLayers) +
+						   "; known: " + join(kAllLayers) + "). Default: every built layer")
+		->delimiter(',');
+	record->add_option("--spec", rec.specs, "Extra probe spec file (JSON); repeatable")->check(CLI::ExistingFile);
+	record->add_option("-o,--output", rec.output, "SQLite recording to write (default: eacgm-<time>.db)");
+	record->add_option("--perfetto", rec.perfetto,
+			   "Perfetto/Chrome trace JSON to write (default: the recording's name with .trace.json)");
+	record->add_option("-p,--pid", rec.pid, "Attach to this running process and its descendants");
+	record->add_option("--ring-buffer-kb", rec.ring_buffer_kb,
+			   "Span ring buffer size in KiB, a power of two (records beyond it are counted as lost)")
+		->capture_default_str();
+	record->footer("Ends when the command exits (eacgm then exits with its exit code), when every attached "
+		       "process has exited, or on Ctrl-C (a second Ctrl-C discards the recording).\nNeeds root "
+		       "(CAP_BPF, CAP_PERFMON).");
+
+	std::string db, perfetto;
+	auto *exp = app.add_subcommand("export", "Write a recording as a Perfetto trace");
+	exp->add_option("recording", db, "Recording (.db) written by 'eacgm record'")->required();
+	exp->add_option("--perfetto", perfetto, "Trace JSON to write")->required();
+
+	auto *sum = app.add_subcommand("summary", "Print per-layer, per-function statistics of a recording");
+	sum->add_option("recording", db, "Recording (.db) written by 'eacgm record'")->required();
+
+	auto *doc = app.add_subcommand("doctor", "Check kernel features, privileges, libraries and Pythons");
+
+	try {
+		app.parse(split, argv);
+	} catch (const CLI::ParseError &e) {
+		return app.exit(e);
+	}
+	if (!rec.command.empty() && !record->parsed()) {
+		std::cerr << "eacgm: only 'record' takes a command after --\n";
+		return 2;
+	}
+	if (record->parsed())
+		return run_record(rec);
+	if (exp->parsed())
+		return run_export(db, perfetto);
+	if (sum->parsed())
+		return run_summary(db);
+	if (doc->parsed())
+		return run_doctor();
+	return 2;
+}

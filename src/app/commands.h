@@ -1,0 +1,31 @@
+// One function per subcommand; each returns the process exit code.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace CLI {
+class App;
+}
+
+namespace eacgm {
+
+// Registers the subcommand on the app; the returned callback runs it.
+struct RecordArgs {
+	std::vector<std::string> layers;
+	std::vector<std::string> specs;
+	std::string output;
+	std::string perfetto;
+	int pid = 0;
+	unsigned ring_buffer_kb = 8192;
+	std::vector<std::string> command; // after "--"
+};
+int run_record(const RecordArgs &args);
+int run_export(const std::string &db, const std::string &perfetto);
+int run_summary(const std::string &db);
+int run_doctor();
+
+// Layers this build can trace, and all layer names the CLI knows.
+extern const std::vector<std::string> kAllLayers;
+extern const std::vector<std::string> kBuiltLayers;
+
+} // namespace eacgm

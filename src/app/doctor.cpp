@@ -1,0 +1,172 @@
+// eacgm doctor: can this machine trace, and what would be traced?
+#include <bpf/libbpf.h>
+#include <dirent.h>
+#include <dlfcn.h>
+#include <glob.h>
+#include <iostream>
+#include <map>
+#include <sys/stat.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include "app/commands.h"
+#include "app/target.h"
+#include "ingest/recorder.h"
+#include "probe/attacher.h"
+#include "probe/elf_symbols.h"
+
+// A function in eacgm itself for the self-test: probed, called, recorded.
+extern "C" __attribute__((noinline, used)) long eacgm_doctor_probe_target(long x)
+{
+	__asm__ volatile("" ::: "memory");
+	return x + 1;
+}
+
+namespace eacgm {
+
+namespace {
+
+struct Check {
+	int failures = 0;
+	void line(bool ok, const std::string &what, const std::string &detail, bool required = true)
+	{
+		const char *mark = ok ? "ok  " : required ? "FAIL" : "--  ";
+		std::cout << "  [" << mark << "] " << what << (detail.empty() ? "" : ": " + detail) << "\n";
+		if (!ok && required)
+			failures++;
+	}
+};
+
+bool exists(const std::string &p)
+{
+	struct stat st;
+	return stat(p.c_str(), &st) == 0;
+}
+
+// Loads the real programs, probes a function of this binary, calls it and
+// checks that exactly the expected span comes back.
+Result<std::string> self_test()
+{
+	auto tracker = ProcTracker::open(false);
+	if (!tracker)
+		return tracker.error();
+	auto engine = SpanEngine::open({}, (*tracker)->traced_map_fd());
+	if (!engine)
+		return engine.error();
+	auto exe = ElfFile::open("/proc/self/exe");
+	if (!exe)
+		return exe.error();
+	const ElfSymbol *sym = exe->find("eacgm_doctor_probe_target");
+	if (!sym)
+		return make_error("eacgm's own self-test symbol is missing (stripped binary?)");
+	auto off = exe->vaddr_to_offset(sym->addr);
+	if (!off)
+		return off.error();
+	eacgm_probe_spec spec{};
+	if (auto r = (*engine)->set_spec(0, spec); !r)
+		return r.error();
+	char self[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n <= 0)
+		return make_error("cannot read /proc/self/exe");
+	self[n] = 0;
+	if (auto r = (*engine)->attach(self, off.value(), 0); !r)
+		return r.error();
+	if (auto r = (*tracker)->track(getpid()); !r)
+		return r.error();
+	for (int i = 0; i < 3; i++)
+		eacgm_doctor_probe_target(i);
+	int spans = 0;
+	auto cb = [](void *ctx, void *, size_t) {
+		++*static_cast<int *>(ctx);
+		return 0;
+	};
+	struct ring_buffer *rb = ring_buffer__new(bpf_map__fd((*engine)->events_map()), cb, &spans, nullptr);
+	if (!rb)
+		return make_error("cannot open the span ring buffer");
+	ring_buffer__consume(rb);
+	ring_buffer__free(rb);
+	if (spans != 3)
+		return make_error("3 probed calls gave " + std::to_string(spans) + " spans");
+	return std::string("uprobe + uretprobe on a function of eacgm: 3 calls, 3 spans");
+}
+
+} // namespace
+
+int run_doctor()
+{
+	Check c;
+	utsname u;
+	uname(&u);
+	std::cout << "kernel\n";
+	c.line(true, "Linux", std::string(u.release) + " " + u.machine);
+	c.line(exists("/sys/kernel/btf/vmlinux"), "BTF", "/sys/kernel/btf/vmlinux (needed for CO-RE)");
+	c.line(exists("/sys/kernel/tracing/events") || exists("/sys/kernel/debug/tracing/events"), "tracefs",
+	       "mounted (not needed: uprobes attach through perf events)", false);
+	auto priv = check_bpf_privileges();
+	c.line(priv.ok(), "privileges", priv.ok() ? "CAP_BPF and CAP_PERFMON" : priv.error().message);
+	if (priv.ok()) {
+		auto st = self_test();
+		c.line(st.ok(), "span engine self-test", st.ok() ? st.value() : st.error().message);
+	}
+
+	std::cout << "libraries\n";
+	auto installed = installed_libraries();
+	for (auto &layer : kBuiltLayers) {
+		auto specs = load_builtin_spec(layer);
+		if (!specs) {
+			c.line(false, layer + " spec", specs.error().message);
+			continue;
+		}
+		std::map<std::string, std::vector<std::string>> found; // library glob -> files
+		std::set<std::string> seen;
+		for (auto &p : specs->probes)
+			for (auto &lib : installed) {
+				char real[PATH_MAX];
+				if (library_matches(p, lib) && realpath(lib.c_str(), real) && seen.insert(real).second)
+					found[p.library].push_back(real);
+			}
+		std::set<std::string> globs;
+		for (auto &p : specs->probes)
+			globs.insert(p.library);
+		for (auto &g : globs) {
+			std::string files;
+			for (auto &f : found[g]) {
+				auto elf = ElfFile::open(f);
+				int hit = 0, total = 0;
+				for (auto &p : specs->probes) {
+					if (p.library != g)
+						continue;
+					total++;
+					for (auto &s : p.symbols)
+						if (elf && elf->find(s)) {
+							hit++;
+							break;
+						}
+				}
+				files += (files.empty() ? "" : "; ") + f + " (" + std::to_string(hit) + "/" +
+					 std::to_string(total) + " functions)";
+			}
+			c.line(!found[g].empty(), layer + " " + g,
+			       files.empty() ? "not installed here (found later if a process maps it)" : files, false);
+		}
+	}
+	void *nvml = dlopen("libnvidia-ml.so.1", RTLD_LAZY);
+	c.line(nvml != nullptr, "NVML", nvml ? "libnvidia-ml.so.1 loads" : "libnvidia-ml.so.1 not found (no GPU driver)",
+	       false);
+	if (nvml)
+		dlclose(nvml);
+
+	std::cout << "pythons\n";
+	glob_t g{};
+	glob("/root/.pyenv/versions/*/bin/python[23].*[0-9]", 0, nullptr, &g);
+	glob("/usr/bin/python3.*[0-9]", GLOB_APPEND, nullptr, &g);
+	for (size_t i = 0; i < g.gl_pathc; i++)
+		c.line(true, "python", g.gl_pathv[i], false);
+	globfree(&g);
+
+	std::cout << (c.failures ? std::to_string(c.failures) + " problem(s) found\n" : "all required checks passed\n");
+	return c.failures ? 1 : 0;
+}
+
+} // namespace eacgm

@@ -1,0 +1,181 @@
+#include "app/target.h"
+
+#include <cerrno>
+#include <cstring>
+#include <dirent.h>
+#include <fcntl.h>
+#include <fstream>
+#include <linux/capability.h>
+#include <map>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace eacgm {
+
+static bool executable_file(const std::string &p)
+{
+	struct stat st;
+	return stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(p.c_str(), X_OK) == 0;
+}
+
+Result<std::string> resolve_command(const std::string &name)
+{
+	if (name.empty())
+		return make_error("empty command after --");
+	if (name.find('/') != std::string::npos) {
+		if (!executable_file(name))
+			return make_error("cannot run " + name + ": " +
+					  (access(name.c_str(), F_OK) ? "no such file" : "not an executable file") +
+					  "; check the path");
+		return name;
+	}
+	const char *path = getenv("PATH");
+	std::string dirs = path ? path : "/usr/local/bin:/usr/bin:/bin";
+	size_t pos = 0;
+	while (pos <= dirs.size()) {
+		size_t colon = dirs.find(':', pos);
+		std::string d = dirs.substr(pos, colon == std::string::npos ? std::string::npos : colon - pos);
+		std::string cand = (d.empty() ? "." : d) + "/" + name;
+		if (executable_file(cand))
+			return cand;
+		if (colon == std::string::npos)
+			break;
+		pos = colon + 1;
+	}
+	return make_error("command not found: " + name + " (not in PATH); check the name or give its path");
+}
+
+Result<LaunchedCommand> LaunchedCommand::start(const std::vector<std::string> &argv, const std::string &exe)
+{
+	int fds[2];
+	if (pipe2(fds, O_CLOEXEC) != 0)
+		return make_error(std::string("pipe: ") + std::strerror(errno));
+	pid_t pid = fork();
+	if (pid < 0)
+		return make_error(std::string("fork: ") + std::strerror(errno));
+	if (pid == 0) {
+		close(fds[1]);
+		char go = 0;
+		// Closed without a byte: eacgm failed to set up, do not run.
+		if (read(fds[0], &go, 1) != 1)
+			_exit(127);
+		close(fds[0]);
+		std::vector<char *> args;
+		for (auto &a : argv)
+			args.push_back(const_cast<char *>(a.c_str()));
+		args.push_back(nullptr);
+		execv(exe.c_str(), args.data());
+		fprintf(stderr, "eacgm: cannot run %s: %s\n", exe.c_str(), strerror(errno));
+		_exit(127);
+	}
+	close(fds[0]);
+	LaunchedCommand c;
+	c.pid_ = pid;
+	c.gate_ = fds[1];
+	return c;
+}
+
+LaunchedCommand::LaunchedCommand(LaunchedCommand &&o) noexcept
+	: pid_(o.pid_), gate_(o.gate_), reaped_(o.reaped_)
+{
+	o.pid_ = -1;
+	o.gate_ = -1;
+}
+
+LaunchedCommand::~LaunchedCommand()
+{
+	if (gate_ >= 0)
+		close(gate_); // never released: the child exits 127 without running
+	if (pid_ > 0 && !reaped_) {
+		int st;
+		if (waitpid(pid_, &st, WNOHANG) == 0 && gate_ >= 0)
+			waitpid(pid_, &st, 0);
+	}
+}
+
+void LaunchedCommand::release()
+{
+	if (gate_ < 0)
+		return;
+	char go = 1;
+	if (write(gate_, &go, 1) != 1) { /* child gone: poll_exit reports it */
+	}
+	close(gate_);
+	gate_ = -1;
+}
+
+bool LaunchedCommand::poll_exit(int &status)
+{
+	if (reaped_)
+		return true;
+	int st;
+	pid_t r = waitpid(pid_, &st, WNOHANG);
+	if (r != pid_)
+		return false;
+	reaped_ = true;
+	status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+	return true;
+}
+
+bool process_exists(uint32_t pid)
+{
+	struct stat st;
+	return stat(("/proc/" + std::to_string(pid)).c_str(), &st) == 0;
+}
+
+std::vector<uint32_t> process_tree(uint32_t root)
+{
+	std::multimap<uint32_t, uint32_t> children;
+	if (DIR *d = opendir("/proc")) {
+		while (auto *e = readdir(d)) {
+			char *end;
+			unsigned long pid = strtoul(e->d_name, &end, 10);
+			if (*end || !pid)
+				continue;
+			std::ifstream in(std::string("/proc/") + e->d_name + "/stat");
+			std::string line;
+			std::getline(in, line);
+			// "pid (comm) state ppid ...": comm may hold spaces and parens.
+			auto close_paren = line.rfind(')');
+			if (close_paren == std::string::npos)
+				continue;
+			char state;
+			unsigned ppid;
+			if (sscanf(line.c_str() + close_paren + 1, " %c %u", &state, &ppid) == 2)
+				children.emplace(ppid, pid);
+		}
+		closedir(d);
+	}
+	std::vector<uint32_t> out = {root};
+	for (size_t i = 0; i < out.size(); i++) {
+		auto [b, e] = children.equal_range(out[i]);
+		for (auto it = b; it != e; ++it)
+			out.push_back(it->second);
+	}
+	return out;
+}
+
+Result<void> check_bpf_privileges()
+{
+	__user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+	__user_cap_data_struct data[2] = {};
+	if (syscall(SYS_capget, &hdr, data) != 0)
+		return make_error(std::string("cannot read capabilities: ") + std::strerror(errno));
+	auto has = [&](int cap) { return (data[cap / 32].effective >> (cap % 32)) & 1; };
+#ifndef CAP_BPF
+#define CAP_BPF 39
+#define CAP_PERFMON 38
+#endif
+	bool bpf = has(CAP_BPF) || has(CAP_SYS_ADMIN);
+	bool perfmon = has(CAP_PERFMON) || has(CAP_SYS_ADMIN);
+	if (bpf && perfmon)
+		return {};
+	std::string missing = !bpf && !perfmon ? "CAP_BPF and CAP_PERFMON" : !bpf ? "CAP_BPF" : "CAP_PERFMON";
+	return make_error("eBPF tracing needs root or " + missing +
+			  "; run eacgm with sudo (or grant them: setcap cap_bpf,cap_perfmon,cap_sys_resource+ep eacgm)");
+}
+
+} // namespace eacgm

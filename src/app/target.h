@@ -1,0 +1,42 @@
+// The processes a recording watches: a command eacgm starts, held at a gate
+// until the probes are in place, or a running process and its descendants.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <sys/types.h>
+#include <vector>
+
+#include "common/result.h"
+
+namespace eacgm {
+
+// The executable a command name runs (PATH lookup like execvp).
+Result<std::string> resolve_command(const std::string &name);
+
+// A child forked and waiting at a gate; release() lets it exec the command.
+class LaunchedCommand {
+public:
+	static Result<LaunchedCommand> start(const std::vector<std::string> &argv, const std::string &exe);
+	LaunchedCommand(LaunchedCommand &&o) noexcept;
+	~LaunchedCommand();
+	pid_t pid() const { return pid_; }
+	void release();
+	// Non-blocking: true once the child has exited; status is then the
+	// shell-style exit code (128+signal for a signal).
+	bool poll_exit(int &status);
+
+private:
+	LaunchedCommand() = default;
+	pid_t pid_ = -1;
+	int gate_ = -1; // write end: one byte releases, closing aborts
+	bool reaped_ = false;
+};
+
+// pid and every process below it now.
+std::vector<uint32_t> process_tree(uint32_t pid);
+bool process_exists(uint32_t pid);
+
+// True with root, or with CAP_BPF and CAP_PERFMON; message says what is missing.
+Result<void> check_bpf_privileges();
+
+} // namespace eacgm

@@ -1,0 +1,229 @@
+#include "export/summary.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <tuple>
+#include <utility>
+
+namespace eacgm {
+
+namespace {
+
+// Nearest-rank percentile of sorted values: the smallest value with at
+// least p% of the values at or below it.
+uint64_t percentile(const std::vector<uint64_t> &sorted, unsigned p)
+{
+	size_t rank = (p * sorted.size() + 99) / 100;
+	return sorted[std::max<size_t>(rank, 1) - 1];
+}
+
+// Three significant digits without switching to exponents: 1.23, 12.3, 123.
+std::string sig3(double v, const char *unit)
+{
+	int decimals = v < 9.995 ? 2 : v < 99.95 ? 1 : 0;
+	char buf[64];
+	std::snprintf(buf, sizeof buf, "%.*f %s", decimals, v, unit);
+	return buf;
+}
+
+// Columns are counted in characters, not bytes ("µs" is two bytes).
+size_t width(const std::string &s)
+{
+	return static_cast<size_t>(std::count_if(
+		s.begin(), s.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
+}
+
+std::string pad_right(std::string s, size_t w) { return s + std::string(w - std::min(w, width(s)), ' '); }
+std::string pad_left(const std::string &s, size_t w) { return std::string(w - std::min(w, width(s)), ' ') + s; }
+
+// Long demangled C++ names would push the numbers off the screen.
+std::string truncate(const std::string &s, size_t w)
+{
+	if (width(s) <= w)
+		return s;
+	size_t chars = 0, i = 0;
+	for (; i < s.size(); i++)
+		if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80 && chars++ == w - 1)
+			break;
+	return s.substr(0, i) + "…";
+}
+
+std::string reason_text(const std::string &reason)
+{
+	if (reason == "ringbuf_full")
+		return "ring buffer full";
+	std::string r = reason;
+	std::replace(r.begin(), r.end(), '_', ' ');
+	return r;
+}
+
+std::string drops_line(const std::vector<Drop> &drops)
+{
+	std::map<std::string, uint64_t> by_reason;
+	uint64_t total = 0;
+	for (const Drop &d : drops) {
+		if (d.count == 0)
+			continue;
+		by_reason[reason_text(d.reason)] += d.count;
+		total += d.count;
+	}
+	std::string line = "lost records: " + std::to_string(total);
+	if (total == 0)
+		return line;
+	std::vector<std::pair<std::string, uint64_t>> reasons(by_reason.begin(), by_reason.end());
+	std::stable_sort(reasons.begin(), reasons.end(),
+			 [](const auto &a, const auto &b) { return a.second > b.second; });
+	std::string sep = " (";
+	for (const auto &[reason, count] : reasons) {
+		line += sep + reason + ": " + std::to_string(count);
+		sep = ", ";
+	}
+	return line + ")";
+}
+
+} // namespace
+
+bool is_error_span(const Span &s)
+{
+	static const std::string ok = "success";
+	const std::string &r = s.ret_name;
+	if (r.size() < ok.size())
+		return !r.empty();
+	return !std::equal(ok.begin(), ok.end(), r.end() - static_cast<long>(ok.size()),
+			   [](char a, char b) { return a == std::tolower(static_cast<unsigned char>(b)); });
+}
+
+std::string format_duration(double ns)
+{
+	if (ns < 999.5) {
+		char buf[32];
+		std::snprintf(buf, sizeof buf, "%.0f ns", ns);
+		return buf;
+	}
+	if (ns < 999.5e3)
+		return sig3(ns / 1e3, "µs");
+	if (ns < 999.5e6)
+		return sig3(ns / 1e6, "ms");
+	return sig3(ns / 1e9, "s");
+}
+
+std::string format_bytes(uint64_t bytes)
+{
+	if (bytes < 1024)
+		return std::to_string(bytes) + " B";
+	static const char *units[] = {"KiB", "MiB", "GiB", "TiB"};
+	double v = static_cast<double>(bytes) / 1024;
+	size_t u = 0;
+	for (; v >= 1023.5 && u + 1 < std::size(units); u++)
+		v /= 1024;
+	return sig3(v, units[u]);
+}
+
+std::vector<FunctionStats> compute_stats(const Recording &rec)
+{
+	std::map<std::pair<std::string, std::string>, std::pair<FunctionStats, std::vector<uint64_t>>> acc;
+	for (const Span &s : rec.spans) {
+		auto &[st, durs] = acc[{s.layer, s.name}];
+		st.calls++;
+		st.errors += is_error_span(s);
+		st.total_ns += s.dur_ns;
+		st.bytes += s.bytes;
+		durs.push_back(s.dur_ns);
+	}
+	std::vector<FunctionStats> out;
+	out.reserve(acc.size());
+	for (auto &[key, entry] : acc) {
+		auto &[st, durs] = entry;
+		std::sort(durs.begin(), durs.end());
+		st.layer = key.first;
+		st.name = key.second;
+		st.p50_ns = percentile(durs, 50);
+		st.p99_ns = percentile(durs, 99);
+		out.push_back(std::move(st));
+	}
+	std::sort(out.begin(), out.end(), [](const FunctionStats &a, const FunctionStats &b) {
+		return std::tie(a.layer, b.total_ns, a.name) < std::tie(b.layer, a.total_ns, b.name);
+	});
+	return out;
+}
+
+std::string format_summary(const Recording &rec, size_t max_rows_per_layer)
+{
+	// Counts include processes and threads only seen in spans, so a missed
+	// exec or thread-name event does not make the header disagree with the table.
+	std::set<uint32_t> pids;
+	std::set<std::pair<uint32_t, uint32_t>> tids;
+	for (const Process &p : rec.processes)
+		pids.insert(p.pid);
+	for (const Thread &t : rec.threads)
+		tids.insert({t.pid, t.tid});
+	uint64_t first = UINT64_MAX, last = 0;
+	for (const Span &s : rec.spans) {
+		pids.insert(s.pid);
+		tids.insert({s.pid, s.tid});
+		first = std::min(first, s.start_ns);
+		last = std::max(last, s.start_ns + s.dur_ns);
+	}
+	// Duration is the extent of the spans: process start times may predate
+	// the recording (eacgm record -p).
+	double span_ns = rec.spans.empty() ? 0 : static_cast<double>(last - first);
+	auto count = [](size_t n, const char *one, const char *many) {
+		return std::to_string(n) + " " + (n == 1 ? one : many);
+	};
+	std::string out = count(pids.size(), "process", "processes") + ", " +
+			  count(tids.size(), "thread", "threads") + ", " +
+			  count(rec.spans.size(), "span", "spans") + " over " +
+			  format_duration(span_ns) + "\n";
+
+	auto stats = compute_stats(rec);
+	size_t name_w = 8;
+	for (const FunctionStats &f : stats)
+		name_w = std::max(name_w, std::min<size_t>(width(f.name), 40));
+	for (const FunctionStats &f : stats)
+		name_w = std::max(name_w, width(f.layer) - std::min<size_t>(width(f.layer), 2));
+
+	const size_t cols[] = {9, 8, 10, 10, 10, 10, 10};
+	auto row = [&](const std::string &first_col, const std::vector<std::string> &cells) {
+		std::string line = pad_right(first_col, name_w + 2);
+		for (size_t i = 0; i < cells.size(); i++)
+			line += pad_left(cells[i], cols[i]);
+		while (!line.empty() && line.back() == ' ')
+			line.pop_back();
+		return line + "\n";
+	};
+
+	for (size_t i = 0; i < stats.size();) {
+		const std::string &layer = stats[i].layer;
+		out += "\n" + row(layer, {"calls", "errors", "total", "mean", "p50", "p99", "bytes"});
+		size_t shown = 0, hidden = 0;
+		uint64_t hidden_ns = 0;
+		for (; i < stats.size() && stats[i].layer == layer; i++) {
+			const FunctionStats &f = stats[i];
+			if (max_rows_per_layer != 0 && shown == max_rows_per_layer) {
+				hidden++;
+				hidden_ns += f.total_ns;
+				continue;
+			}
+			shown++;
+			out += row("  " + truncate(f.name, name_w),
+				   {std::to_string(f.calls), std::to_string(f.errors),
+				    format_duration(static_cast<double>(f.total_ns)),
+				    format_duration(static_cast<double>(f.total_ns) / static_cast<double>(f.calls)),
+				    format_duration(static_cast<double>(f.p50_ns)),
+				    format_duration(static_cast<double>(f.p99_ns)),
+				    f.bytes ? format_bytes(f.bytes) : ""});
+		}
+		if (hidden)
+			out += "  ... " + std::to_string(hidden) + " more functions, " +
+			       format_duration(static_cast<double>(hidden_ns)) + " in total\n";
+	}
+	if (stats.empty())
+		out += "\nno spans recorded\n";
+	out += "\n" + drops_line(rec.drops) + "\n";
+	return out;
+}
+
+} // namespace eacgm

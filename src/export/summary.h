@@ -1,0 +1,43 @@
+// The one-screen text summary printed after a recording and by `eacgm summary`.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/model.h"
+
+namespace eacgm {
+
+struct FunctionStats {
+	std::string layer;
+	std::string name;
+	uint64_t calls = 0;
+	uint64_t errors = 0;   // see is_error_span()
+	uint64_t total_ns = 0;
+	uint64_t p50_ns = 0;   // nearest-rank percentiles of dur_ns
+	uint64_t p99_ns = 0;
+	uint64_t bytes = 0;    // sum over calls
+};
+
+// A span failed when its decoded return names something other than success:
+// ret_name is non-empty and does not end in "success", case-insensitively
+// (cudaSuccess, ncclSuccess, CUDA_SUCCESS). Spans without a decoded return
+// (ret_name empty) count as successes whatever their raw ret.
+bool is_error_span(const Span &s);
+
+// One entry per (layer, function), sorted by layer, then total time
+// descending, then name.
+std::vector<FunctionStats> compute_stats(const Recording &rec);
+
+// Header (processes, threads, spans, duration), a table per layer with calls,
+// errors, total, mean, p50, p99 and bytes, and a "lost records" line. Shows
+// the max_rows_per_layer functions with the most total time per layer
+// (0: all) and says how many were left out.
+std::string format_summary(const Recording &rec, size_t max_rows_per_layer = 20);
+
+// Human units with three significant digits: "850 ns", "12.3 µs", "1.50 ms",
+// "2.00 s"; "512 B", "1.50 KiB", "3.00 GiB".
+std::string format_duration(double ns);
+std::string format_bytes(uint64_t bytes);
+
+} // namespace eacgm

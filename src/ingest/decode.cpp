@@ -1,0 +1,86 @@
+#include "ingest/decode.h"
+
+#include <cstdio>
+
+#include "probe/symbolizer.h"
+
+namespace eacgm {
+
+std::string hex(uint64_t v)
+{
+	char buf[24];
+	snprintf(buf, sizeof(buf), "0x%llx", (unsigned long long)v);
+	return buf;
+}
+
+static std::string enum_name(const std::map<std::string, EnumTable> &enums, const std::string &name, int64_t v)
+{
+	auto t = enums.find(name);
+	if (t != enums.end()) {
+		auto it = t->second.find(v);
+		if (it != t->second.end())
+			return it->second;
+	}
+	return name + "(" + std::to_string(v) + ")";
+}
+
+Span decode_span(const eacgm_span_event &e, const ProbeSpec &spec,
+		 const std::map<std::string, EnumTable> &enums, Symbolizer *sym)
+{
+	Span s;
+	s.start_ns = e.start_ns;
+	s.dur_ns = e.dur_ns;
+	s.pid = e.tgid;
+	s.tid = e.tid;
+	s.depth = e.depth;
+	s.layer = spec.layer;
+	s.name = spec.function;
+	bool have_bytes = false;
+	size_t slot = 0;
+	for (auto &a : spec.args) {
+		uint64_t v = slot < EACGM_MAX_ARGS ? e.args[slot] : 0;
+		switch (a.type) {
+		case ArgType::U64: s.args[a.name] = v; break;
+		case ArgType::I64: s.args[a.name] = (int64_t)v; break;
+		case ArgType::U32: s.args[a.name] = (uint32_t)v; break;
+		case ArgType::I32: s.args[a.name] = (int32_t)v; break;
+		case ArgType::Ptr: s.args[a.name] = hex(v); break;
+		case ArgType::Bytes:
+			s.args[a.name] = v;
+			if (!have_bytes) { // the first bytes argument is what the call moved
+				s.bytes = v;
+				have_bytes = true;
+			}
+			break;
+		case ArgType::Dim3: {
+			// dim3 {x, y, z} by value: x and y share the first slot.
+			uint64_t zw = slot + 1 < EACGM_MAX_ARGS ? e.args[slot + 1] : 0;
+			s.args[a.name] = {(uint32_t)v, (uint32_t)(v >> 32), (uint32_t)zw};
+			break;
+		}
+		case ArgType::Enum: s.args[a.name] = enum_name(enums, a.enum_name, (int32_t)v); break;
+		case ArgType::Symbol: {
+			std::optional<std::string> name;
+			if (sym)
+				name = sym->resolve(e.tgid, v);
+			s.args[a.name] = name ? *name : hex(v);
+			break;
+		}
+		}
+		slot += arg_width(a);
+	}
+	const std::string &r = spec.returns;
+	if (r == "void")
+		s.ret = 0;
+	else if (r == "i32")
+		s.ret = (int32_t)e.ret;
+	else if (r == "i64" || r == "u64" || r == "ptr")
+		s.ret = (int64_t)e.ret;
+	else { // an enum: C enums are ints, the upper half of rax is undefined
+		s.ret = (int32_t)e.ret;
+		s.ret_name = enum_name(enums, r, s.ret);
+	}
+	return s;
+}
+
+} // namespace eacgm

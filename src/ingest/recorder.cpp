@@ -1,0 +1,222 @@
+#include "ingest/recorder.h"
+
+#include <bpf/libbpf.h>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "eacgm/abi/events.h"
+#include "ingest/decode.h"
+
+namespace eacgm {
+
+static constexpr size_t kBatch = 4096;
+
+std::string read_proc_text(const std::string &path)
+{
+	std::ifstream in(path, std::ios::binary);
+	if (!in)
+		return "";
+	std::stringstream ss;
+	ss << in.rdbuf();
+	std::string s = ss.str();
+	while (!s.empty() && (s.back() == '\n' || s.back() == '\0'))
+		s.pop_back();
+	for (auto &c : s)
+		if (c == '\0')
+			c = ' ';
+	return s;
+}
+
+Recorder::Recorder(Attacher &attacher, SpanEngine &engine, ProcTracker &tracker, StoreWriter &store)
+	: attacher_(attacher), engine_(engine), tracker_(tracker), store_(store)
+{
+}
+
+Recorder::~Recorder()
+{
+	if (rb_)
+		ring_buffer__free(rb_);
+}
+
+Result<void> Recorder::open()
+{
+	rb_ = ring_buffer__new(bpf_map__fd(engine_.events_map()), on_span, this, nullptr);
+	if (!rb_)
+		return make_error(std::string("cannot open the span ring buffer: ") + std::strerror(errno));
+	if (ring_buffer__add(rb_, bpf_map__fd(tracker_.events_map()), on_proc, this))
+		return make_error(std::string("cannot open the process ring buffer: ") + std::strerror(errno));
+	return {};
+}
+
+Process &Recorder::process(uint32_t pid)
+{
+	auto it = processes_.find(pid);
+	if (it != processes_.end())
+		return it->second;
+	Process &p = processes_[pid];
+	p.pid = pid;
+	std::string dir = "/proc/" + std::to_string(pid);
+	p.comm = read_proc_text(dir + "/comm");
+	p.cmdline = read_proc_text(dir + "/cmdline");
+	live_.insert(pid);
+	symbolizer_.snapshot(pid);
+	return p;
+}
+
+void Recorder::add_root(uint32_t pid, uint32_t ppid, uint64_t start_ns)
+{
+	Process &p = process(pid);
+	p.ppid = ppid;
+	p.start_ns = start_ns;
+}
+
+void Recorder::set_exit(uint32_t pid, int exit_code, uint64_t end_ns)
+{
+	Process &p = process(pid);
+	p.exit_code = exit_code;
+	if (!p.end_ns)
+		p.end_ns = end_ns;
+	live_.erase(pid);
+}
+
+void Recorder::note_thread(uint32_t pid, uint32_t tid)
+{
+	auto key = std::make_pair(pid, tid);
+	if (threads_.count(key))
+		return;
+	std::string name =
+		read_proc_text("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/comm");
+	if (name.empty())
+		name = process(pid).comm;
+	threads_[key] = name;
+}
+
+int Recorder::on_span(void *ctx, void *data, size_t size)
+{
+	auto *self = static_cast<Recorder *>(ctx);
+	if (size < sizeof(eacgm_span_event))
+		return 0;
+	const auto &e = *static_cast<const eacgm_span_event *>(data);
+	const auto &specs = self->attacher_.specs();
+	if (e.spec_id >= specs.probes.size())
+		return 0;
+	self->process(e.tgid);
+	self->note_thread(e.tgid, e.tid);
+	self->batch_.push_back(decode_span(e, specs.probes[e.spec_id], specs.enums, &self->symbolizer_));
+	self->spans_seen_++;
+	if (self->batch_.size() >= kBatch) {
+		if (auto r = self->flush(); !r) {
+			self->store_error_ = r.error().message;
+			return -1; // stops ring_buffer__poll; reported by poll()
+		}
+	}
+	return 0;
+}
+
+int Recorder::on_proc(void *ctx, void *data, size_t size)
+{
+	if (size >= sizeof(eacgm_proc_event))
+		static_cast<Recorder *>(ctx)->handle_proc(*static_cast<const eacgm_proc_event *>(data));
+	return 0;
+}
+
+// The kernel's exit_code is a wait status: the shell's number for it.
+static int exit_status(int32_t code)
+{
+	if ((code & 0x7f) == 0)
+		return (code >> 8) & 0xff;
+	return 128 + (code & 0x7f);
+}
+
+void Recorder::handle_proc(const eacgm_proc_event &e)
+{
+	auto warn = [this](const std::string &m) {
+		if (warned_.insert(m).second)
+			warnings_.push_back(m);
+	};
+	switch (e.kind) {
+	case EACGM_PROC_FORK: {
+		symbolizer_.inherit(e.tgid, e.ppid);
+		Process &p = process(e.tgid);
+		p.ppid = e.ppid;
+		p.start_ns = e.ts_ns;
+		if (p.comm.empty())
+			p.comm = std::string(e.comm, strnlen(e.comm, sizeof(e.comm)));
+		break;
+	}
+	case EACGM_PROC_EXEC:
+	case EACGM_PROC_DLOPEN: {
+		Process &p = process(e.tgid);
+		if (e.kind == EACGM_PROC_EXEC) {
+			p.comm = std::string(e.comm, strnlen(e.comm, sizeof(e.comm)));
+			p.cmdline = read_proc_text("/proc/" + std::to_string(e.tgid) + "/cmdline");
+		}
+		if (auto r = attacher_.scan_process(e.tgid); !r)
+			warn(r.error().message);
+		symbolizer_.snapshot(e.tgid);
+		break;
+	}
+	case EACGM_PROC_EXIT:
+		set_exit(e.tgid, exit_status(e.exit_code), e.ts_ns);
+		break;
+	}
+	for (auto &w : attacher_.take_warnings())
+		warn(w);
+}
+
+Result<int> Recorder::poll(int timeout_ms)
+{
+	int n = ring_buffer__poll(rb_, timeout_ms);
+	if (!store_error_.empty())
+		return make_error(store_error_);
+	if (n < 0 && n != -EINTR)
+		return make_error(std::string("reading the ring buffers failed: ") + std::strerror(-n));
+	if (auto r = flush(); !r)
+		return r.error();
+	return n < 0 ? 0 : n;
+}
+
+Result<void> Recorder::drain()
+{
+	int n = ring_buffer__consume(rb_);
+	if (!store_error_.empty())
+		return make_error(store_error_);
+	if (n < 0)
+		return make_error(std::string("reading the ring buffers failed: ") + std::strerror(-n));
+	return flush();
+}
+
+Result<void> Recorder::flush()
+{
+	if (batch_.empty())
+		return {};
+	auto r = store_.add_spans(batch_);
+	batch_.clear();
+	return r;
+}
+
+Result<void> Recorder::finish()
+{
+	if (auto r = drain(); !r)
+		return r;
+	for (auto &[pid, p] : processes_)
+		if (auto r = store_.upsert_process(p); !r)
+			return r;
+	for (auto &[key, name] : threads_)
+		if (auto r = store_.upsert_thread({key.first, key.second, name}); !r)
+			return r;
+	auto c = engine_.counters();
+	std::vector<Drop> drops = {
+		{"uprobe", "ring_buffer_full", c[EACGM_CNT_RINGBUF_FULL]},
+		{"uprobe", "depth_overflow", c[EACGM_CNT_DEPTH_OVERFLOW]},
+		{"uprobe", "unpaired_entry", c[EACGM_CNT_UNPAIRED]},
+		{"uprobe", "thread_table_full", c[EACGM_CNT_NO_STATE]},
+	};
+	return store_.set_drops(drops);
+}
+
+std::vector<std::string> Recorder::take_warnings() { return std::exchange(warnings_, {}); }
+
+} // namespace eacgm

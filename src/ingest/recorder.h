@@ -1,0 +1,74 @@
+// The ingest loop of a recording: drains the BPF ring buffers, decodes
+// spans, keeps the process and thread tables, reacts to forks, execs, exits
+// and dlopen, and streams everything into the store.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/model.h"
+#include "common/result.h"
+#include "probe/attacher.h"
+#include "probe/symbolizer.h"
+#include "store/store.h"
+
+struct ring_buffer;
+
+namespace eacgm {
+
+class Recorder {
+public:
+	Recorder(Attacher &attacher, SpanEngine &engine, ProcTracker &tracker, StoreWriter &store);
+	~Recorder();
+	Recorder(const Recorder &) = delete;
+	Recorder &operator=(const Recorder &) = delete;
+
+	Result<void> open();
+	// A process traced from the start (launched or attached with -p).
+	void add_root(uint32_t pid, uint32_t ppid, uint64_t start_ns);
+	// Waits up to timeout_ms for events and handles them. Returns the
+	// number of records consumed, or an error (a store write failed).
+	Result<int> poll(int timeout_ms);
+	// Consumes whatever is left in the buffers.
+	Result<void> drain();
+	// Traced processes that have not exited yet.
+	size_t live_processes() const { return live_.size(); }
+	bool exited(uint32_t pid) const { return processes_.count(pid) && !live_.count(pid); }
+	void set_exit(uint32_t pid, int exit_code, uint64_t end_ns);
+	// Writes the process and thread tables and the loss counters.
+	Result<void> finish();
+	uint64_t spans_seen() const { return spans_seen_; }
+	// Messages for the user (rescans that failed, ...), at most once each.
+	std::vector<std::string> take_warnings();
+
+private:
+	static int on_span(void *ctx, void *data, size_t size);
+	static int on_proc(void *ctx, void *data, size_t size);
+	void handle_proc(const struct eacgm_proc_event &e);
+	Process &process(uint32_t pid);
+	void note_thread(uint32_t pid, uint32_t tid);
+	Result<void> flush();
+
+	Attacher &attacher_;
+	SpanEngine &engine_;
+	ProcTracker &tracker_;
+	StoreWriter &store_;
+	Symbolizer symbolizer_;
+	struct ring_buffer *rb_ = nullptr;
+	std::map<uint32_t, Process> processes_;
+	std::set<uint32_t> live_;
+	std::map<std::pair<uint32_t, uint32_t>, std::string> threads_;
+	std::vector<Span> batch_;
+	std::vector<std::string> warnings_;
+	std::set<std::string> warned_;
+	std::string store_error_;
+	uint64_t spans_seen_ = 0;
+};
+
+// Reads a file under /proc into a string without the trailing newline;
+// cmdline's NUL separators become spaces.
+std::string read_proc_text(const std::string &path);
+
+} // namespace eacgm

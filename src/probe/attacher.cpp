@@ -1,0 +1,235 @@
+#include "probe/attacher.h"
+
+#include <cstdio>
+#include <dirent.h>
+#include <fcntl.h>
+#include <fstream>
+#include <map>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "probe/elf_symbols.h"
+#include "probe/proc_maps.h"
+
+namespace eacgm {
+
+Attacher::Attacher(SpanEngine &engine, ProcTracker &tracker, SpecSet specs)
+	: engine_(engine), tracker_(tracker), specs_(std::move(specs))
+{
+}
+
+Result<void> Attacher::load_specs()
+{
+	for (uint32_t id = 0; id < specs_.probes.size(); id++) {
+		auto c = compile_probe(specs_.probes[id], 0);
+		if (!c)
+			return c.error();
+		if (auto r = engine_.set_spec(id, c.value()); !r)
+			return r;
+	}
+	return {};
+}
+
+bool Attacher::wanted(const std::string &path) const
+{
+	for (auto &p : specs_.probes)
+		if (library_matches(p, path))
+			return true;
+	return false;
+}
+
+static bool is_dynamic_linker(const std::string &path)
+{
+	std::string base = path.substr(path.rfind('/') + 1);
+	return base.rfind("ld-linux", 0) == 0 || base.rfind("ld-2.", 0) == 0 || base == "ld.so";
+}
+
+Result<void> Attacher::attach_library(const std::string &path)
+{
+	char real[PATH_MAX];
+	if (!realpath(path.c_str(), real))
+		return {}; // gone, or a path inside another mount namespace we cannot see
+	struct stat st;
+	if (stat(real, &st) != 0 || !S_ISREG(st.st_mode))
+		return {};
+	// Specs match the name a library is known by (libcudart.so.13), which is
+	// often a symlink to a longer versioned name: test both.
+	std::vector<const ProbeSpec *> matching;
+	for (auto &p : specs_.probes)
+		if (library_matches(p, path) || library_matches(p, real))
+			matching.push_back(&p);
+	if (matching.empty())
+		return {};
+	if (!done_files_.insert({st.st_dev, st.st_ino}).second)
+		return {};
+	auto elf = ElfFile::open(real);
+	if (!elf) {
+		for (auto *p : matching)
+			if (p->user)
+				return elf.error();
+		warnings_.push_back(elf.error().message);
+		return {};
+	}
+	std::set<uint64_t> done_addrs; // aliases share an address: attach once
+	for (auto *p : matching) {
+		uint32_t id = p - specs_.probes.data();
+		bool any = false;
+		for (auto &name : p->symbols) {
+			const ElfSymbol *sym = elf->find(name);
+			if (!sym)
+				continue;
+			any = true;
+			if (!done_addrs.insert(sym->addr).second)
+				continue;
+			auto off = elf->vaddr_to_offset(sym->addr);
+			if (!off)
+				return off.error();
+			if (auto r = engine_.attach(real, off.value(), id); !r)
+				return r;
+			attached_.push_back({id, real, name, off.value()});
+		}
+		if (!any && p->user)
+			return make_error(p->origin + ": symbol " + p->symbols.front() + " of probe '" + p->function +
+					  "' not found in " + std::string(real) +
+					  " (searched its .symtab and .dynsym); check the name with 'nm -D'");
+	}
+	return {};
+}
+
+Result<void> Attacher::scan_process(uint32_t pid)
+{
+	auto maps = read_maps(pid);
+	if (!maps)
+		return maps.error();
+	for (auto &file : mapped_files(maps.value())) {
+		std::string p = host_path(pid, file);
+		if (is_dynamic_linker(file)) {
+			if (auto r = tracker_.watch_dynamic_linker(p); !r)
+				warnings_.push_back(r.error().message);
+			continue;
+		}
+		if (wanted(file) || wanted(p))
+			if (auto r = attach_library(p); !r)
+				return r;
+	}
+	return {};
+}
+
+Result<void> Attacher::attach_installed(const std::vector<std::string> &extra_libraries)
+{
+	for (auto &p : specs_.probes)
+		if (!p.library.empty() && p.library[0] == '/') {
+			if (access(p.library.c_str(), R_OK) != 0)
+				return make_error(p.origin + ": library " + p.library + " does not exist");
+			if (auto r = attach_library(p.library); !r)
+				return r;
+		}
+	auto libs = installed_libraries();
+	libs.insert(libs.end(), extra_libraries.begin(), extra_libraries.end());
+	for (auto &lib : libs)
+		if (wanted(lib))
+			if (auto r = attach_library(lib); !r)
+				return r;
+	return {};
+}
+
+static std::string run_capture(const std::vector<std::string> &argv)
+{
+	int fds[2];
+	if (pipe(fds) != 0)
+		return "";
+	pid_t pid = fork();
+	if (pid == 0) {
+		dup2(fds[1], 1);
+		int null = ::open("/dev/null", O_WRONLY);
+		if (null >= 0)
+			dup2(null, 2);
+		close(fds[0]);
+		close(fds[1]);
+		std::vector<char *> args;
+		for (auto &a : argv)
+			args.push_back(const_cast<char *>(a.c_str()));
+		args.push_back(nullptr);
+		execv(args[0], args.data());
+		_exit(127);
+	}
+	close(fds[1]);
+	std::string out;
+	char buf[4096];
+	ssize_t n;
+	while ((n = read(fds[0], buf, sizeof(buf))) > 0)
+		out.append(buf, n);
+	close(fds[0]);
+	int status;
+	waitpid(pid, &status, 0);
+	return out;
+}
+
+static bool is_elf(const std::string &path)
+{
+	std::ifstream in(path, std::ios::binary);
+	char magic[4] = {};
+	in.read(magic, 4);
+	return in && magic[0] == 0x7f && magic[1] == 'E' && magic[2] == 'L' && magic[3] == 'F';
+}
+
+std::vector<std::string> linked_libraries(const std::string &program)
+{
+	std::vector<std::string> libs;
+	if (!is_elf(program))
+		return libs;
+	// The dynamic linker in list mode resolves RPATH, RUNPATH and $ORIGIN
+	// exactly as at run time, without running the program.
+	for (const char *ld : {"/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1"}) {
+		if (access(ld, X_OK) != 0)
+			continue;
+		std::string out = run_capture({ld, "--list", program});
+		size_t pos = 0;
+		while (pos < out.size()) {
+			size_t eol = out.find('\n', pos);
+			std::string line = out.substr(pos, eol == std::string::npos ? std::string::npos : eol - pos);
+			pos = eol == std::string::npos ? out.size() : eol + 1;
+			auto arrow = line.find("=> /");
+			if (arrow == std::string::npos)
+				continue;
+			std::string path = line.substr(arrow + 3);
+			path = path.substr(0, path.find(" ("));
+			libs.push_back(path);
+		}
+		break;
+	}
+	return libs;
+}
+
+std::vector<std::string> installed_libraries()
+{
+	std::vector<std::string> libs;
+	// The loader cache: what a program finds by soname.
+	std::string out = run_capture({"/sbin/ldconfig", "-p"});
+	size_t pos = 0;
+	while ((pos = out.find("=> ", pos)) != std::string::npos) {
+		size_t eol = out.find('\n', pos);
+		libs.push_back(out.substr(pos + 3, eol - pos - 3));
+		pos = eol == std::string::npos ? out.size() : eol;
+	}
+	// CUDA toolkits are often outside the cache.
+	std::vector<std::string> dirs = {"/usr/local/cuda/lib64", "/usr/local/cuda/lib",
+					 "/usr/local/cuda/targets/x86_64-linux/lib"};
+	if (const char *home = getenv("CUDA_HOME"))
+		dirs.push_back(std::string(home) + "/lib64");
+	for (auto &d : dirs) {
+		DIR *dir = opendir(d.c_str());
+		if (!dir)
+			continue;
+		while (auto *ent = readdir(dir)) {
+			std::string name = ent->d_name;
+			if (name.find(".so") != std::string::npos)
+				libs.push_back(d + "/" + name);
+		}
+		closedir(dir);
+	}
+	return libs;
+}
+
+} // namespace eacgm

@@ -1,0 +1,72 @@
+// Symbols and address translation for one ELF file (executable or shared
+// library): what a uprobe needs (name -> file offset) and what a symbolizer
+// needs (address -> name). The file is read once with libelf and closed, so an
+// ElfFile is a plain value: cheap to move, safe to cache.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/result.h"
+
+namespace eacgm {
+
+struct ElfSymbol {
+	std::string name;      // raw, without any @VERSION / @@VERSION suffix
+	std::string demangled; // demangle(name); equal to name when not mangled
+	uint64_t addr = 0;     // st_value: a virtual address in the file's layout
+	uint64_t size = 0;
+	bool weak = false;
+	bool func = false; // STT_FUNC or STT_GNU_IFUNC
+};
+
+// Returns the demangled C++ name, or `name` itself when it is not mangled.
+std::string demangle(std::string_view name);
+
+class ElfFile {
+public:
+	// Reads symbols (.symtab and .dynsym), PT_LOAD headers and DT_SONAME.
+	// With require_symbols, a file with no defined symbols (fully stripped) is an
+	// error; without it, such a file loads with an empty symbol list.
+	static Result<ElfFile> open(const std::string &path, bool require_symbols = false);
+
+	// Defined symbols only (no imports, no SHN_ABS, no TLS, no section/file
+	// symbols), deduplicated by (name, addr) across .symtab and .dynsym.
+	const std::vector<ElfSymbol> &symbols() const { return symbols_; }
+
+	// Exact raw name. When several definitions share it, prefers global over
+	// weak over local, and the default version (@@) over hidden ones (@).
+	const ElfSymbol *find(std::string_view name) const;
+	// The function containing vaddr ([addr, addr+size), or addr == vaddr for
+	// size 0); among aliases, global before weak before local.
+	const ElfSymbol *symbol_at(uint64_t vaddr) const;
+	// Every function symbol at exactly addr, best first (same order as above).
+	std::vector<const ElfSymbol *> aliases(uint64_t addr) const;
+
+	// Through the PT_LOAD headers; fails for addresses outside the file's bytes.
+	Result<uint64_t> vaddr_to_offset(uint64_t vaddr) const;
+	Result<uint64_t> offset_to_vaddr(uint64_t off) const;
+
+	std::string soname() const { return soname_; } // DT_SONAME, may be empty
+	std::string path() const { return path_; }
+
+private:
+	struct Segment {
+		uint64_t vaddr, offset, filesz;
+	};
+	struct Func { // sorted view for address lookups
+		uint64_t addr;
+		uint8_t rank;
+		uint32_t idx;
+	};
+	ElfFile() = default;
+
+	std::string path_, soname_;
+	std::vector<ElfSymbol> symbols_;
+	std::vector<uint8_t> rank_; // parallel to symbols_: lower is preferred
+	std::vector<Func> funcs_;   // by (addr, rank)
+	std::vector<Segment> loads_;
+};
+
+} // namespace eacgm

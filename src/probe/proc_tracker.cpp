@@ -1,0 +1,78 @@
+#include "probe/proc_tracker.h"
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <cerrno>
+#include <cstring>
+
+#include "probe/elf_symbols.h"
+#include "proc.skel.h"
+
+namespace eacgm {
+
+Result<std::unique_ptr<ProcTracker>> ProcTracker::open(bool trace_all)
+{
+	std::unique_ptr<ProcTracker> t(new ProcTracker());
+	t->skel_ = proc_bpf__open();
+	if (!t->skel_)
+		return make_error(std::string("cannot open the process-tracking BPF object: ") + std::strerror(errno));
+	t->skel_->rodata->trace_all = trace_all;
+	if (int err = proc_bpf__load(t->skel_))
+		return make_error(std::string("cannot load the process-tracking BPF programs: ") + std::strerror(-err) +
+				  " (run 'eacgm doctor' to check kernel support)");
+	// The tp_btf programs attach through the skeleton; the uprobe is
+	// attached per dynamic linker, later.
+	for (auto *prog : {t->skel_->progs.on_fork, t->skel_->progs.on_exec, t->skel_->progs.on_exit}) {
+		struct bpf_link *l = bpf_program__attach(prog);
+		if (!l)
+			return make_error(std::string("cannot attach scheduler tracepoint ") + bpf_program__name(prog) +
+					  ": " + std::strerror(errno));
+		t->links_.push_back(l);
+	}
+	return t;
+}
+
+ProcTracker::~ProcTracker()
+{
+	for (auto *l : links_)
+		bpf_link__destroy(l);
+	if (skel_)
+		proc_bpf__destroy(skel_);
+}
+
+int ProcTracker::traced_map_fd() const { return bpf_map__fd(skel_->maps.traced_tgids); }
+
+Result<void> ProcTracker::track(uint32_t pid)
+{
+	if (bpf_map__update_elem(skel_->maps.traced_tgids, &pid, sizeof(pid), &pid, sizeof(pid), BPF_ANY))
+		return make_error("cannot add process " + std::to_string(pid) + " to the traced set: " +
+				  std::strerror(errno));
+	return {};
+}
+
+Result<void> ProcTracker::watch_dynamic_linker(const std::string &path)
+{
+	if (!linkers_.insert(path).second)
+		return {};
+	auto elf = ElfFile::open(path);
+	if (!elf)
+		return elf.error();
+	const ElfSymbol *sym = elf->find("_dl_debug_state");
+	if (!sym)
+		return make_error(path + " has no _dl_debug_state symbol: libraries loaded later with dlopen are "
+					 "only found by the periodic rescan");
+	auto off = elf->vaddr_to_offset(sym->addr);
+	if (!off)
+		return off.error();
+	LIBBPF_OPTS(bpf_uprobe_opts, o);
+	struct bpf_link *l = bpf_program__attach_uprobe_opts(skel_->progs.on_link_map_change, -1, path.c_str(),
+							     off.value(), &o);
+	if (!l)
+		return make_error("cannot attach to " + path + " _dl_debug_state: " + std::strerror(errno));
+	links_.push_back(l);
+	return {};
+}
+
+struct bpf_map *ProcTracker::events_map() const { return skel_->maps.proc_events; }
+
+} // namespace eacgm

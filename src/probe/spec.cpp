@@ -1,0 +1,233 @@
+#include "probe/spec.h"
+
+#include <fnmatch.h>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+namespace eacgm {
+
+using nlohmann::json;
+
+void SpecSet::merge(SpecSet other)
+{
+	for (auto &p : other.probes)
+		probes.push_back(std::move(p));
+	for (auto &[name, table] : other.enums)
+		enums[name].insert(table.begin(), table.end());
+}
+
+static std::string line_col(const std::string &text, size_t byte)
+{
+	size_t line = 1, col = 1;
+	for (size_t i = 0; i < byte && i < text.size(); i++) {
+		if (text[i] == '\n') {
+			line++;
+			col = 1;
+		} else {
+			col++;
+		}
+	}
+	// nlohmann reports the byte after the offending token.
+	return "line " + std::to_string(line) + ", column " + std::to_string(col > 1 ? col - 1 : col);
+}
+
+static const std::map<std::string, ArgType> kArgTypes = {
+	{"u64", ArgType::U64}, {"i64", ArgType::I64}, {"u32", ArgType::U32},
+	{"i32", ArgType::I32}, {"ptr", ArgType::Ptr}, {"bytes", ArgType::Bytes},
+	{"dim3", ArgType::Dim3}, {"enum", ArgType::Enum}, {"symbol", ArgType::Symbol},
+};
+
+int arg_width(const ArgSpec &a) { return a.type == ArgType::Dim3 ? 2 : 1; }
+
+static Result<ArgSpec> parse_arg(const json &j, const std::string &where,
+				 const std::map<std::string, EnumTable> &enums)
+{
+	if (!j.is_object())
+		return make_error(where + ": an argument must be an object like {\"name\": \"size\", \"slot\": 1, \"type\": \"bytes\"}");
+	ArgSpec a;
+	if (!j.contains("name") || !j["name"].is_string())
+		return make_error(where + ": argument needs a \"name\" string");
+	a.name = j["name"];
+	std::string at = where + " argument '" + a.name + "'";
+	if (!j.contains("slot") || !j["slot"].is_number_unsigned() || j["slot"].get<unsigned>() > 31)
+		return make_error(at + ": \"slot\" must be a number 0..31 (0-5 are rdi,rsi,rdx,rcx,r8,r9; 6+ stack words)");
+	a.slot = j["slot"].get<uint8_t>();
+	std::string type = j.value("type", "u64");
+	auto t = kArgTypes.find(type);
+	if (t == kArgTypes.end())
+		return make_error(at + ": unknown type \"" + type + "\"; use u64, i64, u32, i32, ptr, bytes, dim3, enum or symbol");
+	a.type = t->second;
+	if (a.type == ArgType::Enum) {
+		a.enum_name = j.value("enum", "");
+		if (!enums.count(a.enum_name))
+			return make_error(at + ": enum \"" + a.enum_name + "\" is not defined in \"enums\"");
+	}
+	std::string deref = j.value("deref", "");
+	if (deref.empty())
+		a.source = EACGM_ARG_ENTRY;
+	else if (deref == "entry")
+		a.source = EACGM_ARG_DEREF_ENTRY;
+	else if (deref == "exit")
+		a.source = EACGM_ARG_DEREF_EXIT;
+	else
+		return make_error(at + ": \"deref\" must be \"entry\" or \"exit\"");
+	if (deref.empty() && j.contains("offset"))
+		return make_error(at + ": \"offset\" needs \"deref\"");
+	a.offset = j.value("offset", 0);
+	if (a.type == ArgType::Dim3 && a.source != EACGM_ARG_ENTRY)
+		return make_error(at + ": a dim3 is passed by value and cannot be dereferenced");
+	return a;
+}
+
+static bool valid_layer_name(const std::string &s)
+{
+	static const std::regex re("[a-z][a-z0-9_]{0,31}");
+	return std::regex_match(s, re);
+}
+
+Result<SpecSet> parse_spec(const std::string &text, const std::string &origin, bool user)
+{
+	json doc;
+	try {
+		doc = json::parse(text);
+	} catch (const json::parse_error &e) {
+		std::string what = e.what();
+		auto colon = what.rfind(": ");
+		std::string detail = colon == std::string::npos ? what : what.substr(colon + 2);
+		return make_error(origin + ": JSON syntax error at " + line_col(text, e.byte) + ": " + detail);
+	}
+	if (!doc.is_object())
+		return make_error(origin + ": a spec is a JSON object with \"layer\", \"library\" and \"probes\"");
+	SpecSet set;
+	if (doc.contains("enums")) {
+		if (!doc["enums"].is_object())
+			return make_error(origin + ": \"enums\" must map enum names to {\"value\": \"name\"} objects");
+		for (auto &[name, table] : doc["enums"].items()) {
+			if (!table.is_object())
+				return make_error(origin + ": enum \"" + name + "\" must be an object of \"value\": \"name\"");
+			EnumTable t;
+			for (auto &[k, v] : table.items()) {
+				char *end = nullptr;
+				long long n = std::strtoll(k.c_str(), &end, 0);
+				if (k.empty() || *end || !v.is_string())
+					return make_error(origin + ": enum \"" + name + "\": entry \"" + k + "\" must be a number mapped to a name");
+				t[n] = v.get<std::string>();
+			}
+			set.enums[name] = std::move(t);
+		}
+	}
+	std::string layer = doc.value("layer", user ? "user" : "");
+	if (!valid_layer_name(layer))
+		return make_error(origin + ": \"layer\" must be a short lower-case name such as \"cuda\" or \"mylib\"");
+	std::string library = doc.value("library", "");
+	if (!doc.contains("probes") || !doc["probes"].is_array() || doc["probes"].empty())
+		return make_error(origin + ": \"probes\" must be a non-empty array");
+	for (auto &pj : doc["probes"]) {
+		ProbeSpec p;
+		p.layer = layer;
+		p.origin = origin;
+		p.user = user;
+		if (!pj.is_object() || !pj.contains("function") || !pj["function"].is_string())
+			return make_error(origin + ": every probe needs a \"function\" name");
+		p.function = pj["function"];
+		std::string where = origin + ": probe '" + p.function + "'";
+		p.library = pj.value("library", library);
+		if (p.library.empty())
+			return make_error(where + ": no \"library\" (give one per file or per probe, e.g. \"libcudart.so*\")");
+		if (pj.contains("symbols")) {
+			if (!pj["symbols"].is_array())
+				return make_error(where + ": \"symbols\" must be an array of names");
+			for (auto &s : pj["symbols"])
+				p.symbols.push_back(s.get<std::string>());
+		} else {
+			p.symbols.push_back(p.function);
+		}
+		if (pj.contains("args")) {
+			if (!pj["args"].is_array())
+				return make_error(where + ": \"args\" must be an array");
+			for (auto &aj : pj["args"]) {
+				auto a = parse_arg(aj, where, set.enums);
+				if (!a)
+					return a.error();
+				p.args.push_back(std::move(a.value()));
+			}
+		}
+		p.returns = pj.value("returns", "i64");
+		static const std::vector<std::string> plain = {"void", "i32", "i64", "u64", "ptr"};
+		if (std::find(plain.begin(), plain.end(), p.returns) == plain.end() && !set.enums.count(p.returns))
+			return make_error(where + ": \"returns\" must be void, i32, i64, u64, ptr or a defined enum, not \"" + p.returns + "\"");
+		auto compiled = compile_probe(p, 0);
+		if (!compiled)
+			return compiled.error();
+		set.probes.push_back(std::move(p));
+	}
+	return set;
+}
+
+Result<SpecSet> load_spec_file(const std::string &path, bool user)
+{
+	std::ifstream in(path);
+	if (!in)
+		return make_error("cannot read spec file " + path + ": no such file or not readable");
+	std::stringstream ss;
+	ss << in.rdbuf();
+	return parse_spec(ss.str(), path, user);
+}
+
+static std::string self_dir()
+{
+	char buf[4096];
+	ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+	if (n <= 0)
+		return ".";
+	std::string p(buf, n);
+	return p.substr(0, p.rfind('/'));
+}
+
+Result<SpecSet> load_builtin_spec(const std::string &layer)
+{
+	// Installed layout (bin/../share/eacgm/specs), then the source tree the
+	// binary was built from.
+	std::vector<std::string> dirs = {self_dir() + "/../share/eacgm/specs", EACGM_SPEC_DIR};
+	for (auto &d : dirs) {
+		std::string path = d + "/" + layer + ".json";
+		if (access(path.c_str(), R_OK) == 0)
+			return load_spec_file(path, false);
+	}
+	return make_error("built-in spec for layer '" + layer + "' not found (looked in " + dirs[0] + " and " +
+			  dirs[1] + "); reinstall eacgm");
+}
+
+Result<eacgm_probe_spec> compile_probe(const ProbeSpec &p, uint32_t layer_id)
+{
+	eacgm_probe_spec s{};
+	s.layer = layer_id;
+	uint32_t n = 0;
+	for (auto &a : p.args) {
+		for (int k = 0; k < arg_width(a); k++) {
+			if (n >= EACGM_MAX_ARGS)
+				return make_error(p.origin + ": probe '" + p.function + "' keeps more than " +
+						  std::to_string(EACGM_MAX_ARGS) + " argument slots (a dim3 takes two); keep fewer");
+			s.args[n].source = a.source;
+			s.args[n].slot = a.slot + k;
+			s.args[n].offset = a.offset;
+			n++;
+		}
+	}
+	s.nargs = n;
+	return s;
+}
+
+bool library_matches(const ProbeSpec &p, const std::string &path)
+{
+	if (!p.library.empty() && p.library[0] == '/')
+		return p.library == path;
+	std::string base = path.substr(path.rfind('/') + 1);
+	return fnmatch(p.library.c_str(), base.c_str(), 0) == 0;
+}
+
+} // namespace eacgm

@@ -1,0 +1,66 @@
+// Probe specs: which functions of which library to trace, and which of their
+// arguments to keep and how to print them. Adding a probe is data, not code:
+// the generic span program in bpf/span.bpf.c reads a compiled spec per call.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "eacgm/abi/events.h"
+
+namespace eacgm {
+
+enum class ArgType { U64, I64, U32, I32, Ptr, Bytes, Dim3, Enum, Symbol };
+
+struct ArgSpec {
+	std::string name;
+	ArgType type = ArgType::U64;
+	uint8_t slot = 0;     // SysV slot: 0..5 registers, 6+ stack words
+	uint8_t source = EACGM_ARG_ENTRY; // enum eacgm_arg_source
+	uint16_t offset = 0;  // for deref sources
+	std::string enum_name; // ArgType::Enum
+};
+
+struct ProbeSpec {
+	std::string layer;                 // "cuda", "nccl", "torch", or a user layer
+	std::string library;               // glob on the file name, or an absolute path
+	std::string function;              // name shown in traces
+	std::vector<std::string> symbols;  // raw ELF names to attach (first found per address)
+	std::vector<ArgSpec> args;
+	std::string returns = "i64";       // "void", "i32", "i64", "u64", "ptr" or an enum name
+	std::string origin;                // file the spec came from, for messages
+	bool user = false;                 // from --spec: a missing symbol is an error
+};
+
+using EnumTable = std::map<int64_t, std::string>;
+
+struct SpecSet {
+	std::vector<ProbeSpec> probes;
+	std::map<std::string, EnumTable> enums;
+
+	void merge(SpecSet other);
+};
+
+// Parses a spec document (JSON). `origin` names it in messages. Syntax errors
+// report line and column.
+Result<SpecSet> parse_spec(const std::string &text, const std::string &origin, bool user);
+Result<SpecSet> load_spec_file(const std::string &path, bool user);
+
+// The built-in spec file for a layer ("cuda" -> specs/cuda.json), searched
+// next to the binary's install and in the source tree.
+Result<SpecSet> load_builtin_spec(const std::string &layer);
+
+// Lowers one probe to what the BPF side reads: a dim3 becomes two slots.
+// Fails when it needs more than EACGM_MAX_ARGS slots.
+Result<eacgm_probe_spec> compile_probe(const ProbeSpec &p, uint32_t layer_id);
+
+// The number of BPF argument slots an argument occupies.
+int arg_width(const ArgSpec &a);
+
+// True when `file_name` (a base name) matches the spec's library glob.
+bool library_matches(const ProbeSpec &p, const std::string &path);
+
+} // namespace eacgm

@@ -1,0 +1,78 @@
+#include "probe/symbolizer.h"
+
+#include <cstdio>
+
+namespace eacgm {
+
+bool Symbolizer::read(uint32_t pid, Proc &p) {
+	auto maps = read_maps(pid, proc_root_);
+	if (!maps) return false;
+	p.maps = std::make_shared<const std::vector<Mapping>>(std::move(maps).value());
+	p.own = true;
+	return true;
+}
+
+const ElfFile *Symbolizer::elf(const std::string &path) {
+	auto it = elfs_.find(path);
+	if (it == elfs_.end()) {
+		auto f = ElfFile::open(path);
+		it = elfs_.emplace(path, f ? std::optional<ElfFile>(std::move(f).value()) : std::nullopt).first;
+	}
+	return it->second ? &*it->second : nullptr;
+}
+
+std::optional<std::string> Symbolizer::lookup(uint32_t pid, const std::vector<Mapping> &maps, uint64_t addr) {
+	const Mapping *m = mapping_for(maps, addr);
+	if (!m || !m->path.starts_with('/') || m->path.ends_with(" (deleted)")) return std::nullopt;
+	const ElfFile *f = elf(host_path(pid, m->path, proc_root_));
+	if (!f) return std::nullopt;
+	// The mapping gives the file offset exactly; the ELF's PT_LOAD headers turn
+	// it into the link-time address its symbols use (works for PIE, shared
+	// libraries and non-PIE executables alike, whatever the load base).
+	auto vaddr = f->offset_to_vaddr(addr - m->start + m->offset);
+	if (!vaddr) return std::nullopt;
+	const ElfSymbol *s = f->symbol_at(*vaddr);
+	if (!s) return std::nullopt;
+	std::string name = s->demangled;
+	if (*vaddr != s->addr) {
+		char buf[24];
+		std::snprintf(buf, sizeof buf, "+0x%llx", static_cast<unsigned long long>(*vaddr - s->addr));
+		name += buf;
+	}
+	return name;
+}
+
+std::optional<std::string> Symbolizer::resolve(uint32_t pid, uint64_t addr) {
+	std::lock_guard lock(mu_);
+	Proc &p = procs_[pid];
+	if (auto it = p.results.find(addr); it != p.results.end()) return it->second;
+	bool fresh = false;
+	if (!p.own) fresh = read(pid, p); // first use, or only inherited so far
+	std::optional<std::string> name;
+	if (p.maps) name = lookup(pid, *p.maps, addr);
+	// A miss on old maps may be a library loaded since (dlopen): re-read once.
+	if (!name && !fresh && read(pid, p)) name = lookup(pid, *p.maps, addr);
+	p.results.emplace(addr, name);
+	return name;
+}
+
+void Symbolizer::snapshot(uint32_t pid) {
+	std::lock_guard lock(mu_);
+	Proc &p = procs_[pid];
+	if (read(pid, p)) p.results.clear();
+}
+
+void Symbolizer::inherit(uint32_t child, uint32_t parent) {
+	std::lock_guard lock(mu_);
+	Proc &par = procs_[parent];
+	if (!par.maps) read(parent, par);
+	Proc &c = procs_[child];
+	if (!c.own) c.maps = par.maps;
+}
+
+void Symbolizer::forget(uint32_t pid) {
+	std::lock_guard lock(mu_);
+	procs_.erase(pid);
+}
+
+} // namespace eacgm

@@ -1,0 +1,59 @@
+// Address -> function name inside a traced process, e.g. the host stub address
+// passed to cudaLaunchKernel -> "void vector_add<float>(float*, ...)".
+// Events arrive after the fact, sometimes after the process has exited, so the
+// maps are cached per pid and can be captured early (snapshot) or borrowed
+// from the parent of a forked child (inherit).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "probe/elf_symbols.h"
+#include "probe/proc_maps.h"
+
+namespace eacgm {
+
+// Thread-safe (one mutex); every method may be called from any thread.
+class Symbolizer {
+public:
+	explicit Symbolizer(std::string proc_root = "/proc") : proc_root_(std::move(proc_root)) {}
+
+	// "name" at a symbol start, "name+0x1c" inside it; nullopt when the address
+	// is in no file-backed mapping, the file has no symbol there, or the maps
+	// cannot be read. Results are cached per (pid, addr), misses included, so a
+	// miss costs one re-read of the maps once, not on every event.
+	std::optional<std::string> resolve(uint32_t pid, uint64_t addr);
+
+	// Reads the maps now: call when a process is first seen, so that addresses
+	// of a short-lived process still resolve after it exits, and after an exec
+	// or dlopen. When the read succeeds the pid's cached results are dropped
+	// (after an exec they describe the old image).
+	void snapshot(uint32_t pid);
+	// A forked child shares its parent's mappings: the parent's maps (read now
+	// if not yet cached) serve the child until the child's own maps are read,
+	// and whenever its /proc entry is gone.
+	void inherit(uint32_t child, uint32_t parent);
+	// Drops the pid's maps and results. Parsed ELF files stay cached by path.
+	void forget(uint32_t pid);
+
+private:
+	struct Proc {
+		std::shared_ptr<const std::vector<Mapping>> maps; // shared with forked children
+		bool own = false; // maps read from this pid's /proc entry (not inherited)
+		std::unordered_map<uint64_t, std::optional<std::string>> results;
+	};
+	bool read(uint32_t pid, Proc &p);
+	std::optional<std::string> lookup(uint32_t pid, const std::vector<Mapping> &maps, uint64_t addr);
+	const ElfFile *elf(const std::string &path);
+
+	std::string proc_root_;
+	std::mutex mu_;
+	std::unordered_map<uint32_t, Proc> procs_;
+	std::unordered_map<std::string, std::optional<ElfFile>> elfs_; // nullopt: unreadable, do not retry
+};
+
+} // namespace eacgm

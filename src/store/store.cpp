@@ -1,0 +1,471 @@
+#include "store/store.h"
+
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <type_traits>
+#include <utility>
+#include <sys/stat.h>
+
+#include <sqlite3.h>
+
+#include "common/fs.h"
+
+namespace eacgm {
+
+void detail::DbCloser::operator()(sqlite3 *db) const { sqlite3_close_v2(db); }
+void detail::StmtFinalizer::operator()(sqlite3_stmt *stmt) const { sqlite3_finalize(stmt); }
+
+namespace {
+
+Result<StmtHandle> prepare(sqlite3 *db, const char *sql)
+{
+	sqlite3_stmt *raw = nullptr;
+	if (sqlite3_prepare_v2(db, sql, -1, &raw, nullptr) != SQLITE_OK)
+		return make_error(sqlite3_errmsg(db));
+	return StmtHandle(raw);
+}
+
+// Binds integers as INTEGER and strings as TEXT; uint64 values keep their bit
+// pattern (SQLite integers are signed 64-bit), load casts them back.
+template <class T>
+void bind_param(sqlite3_stmt *st, int i, const T &v)
+{
+	if constexpr (std::is_integral_v<T>)
+		sqlite3_bind_int64(st, i, static_cast<sqlite3_int64>(v));
+	else
+		sqlite3_bind_text(st, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+}
+
+// Prepares, binds and runs one statement that returns no rows.
+template <class... A>
+Result<void> run(sqlite3 *db, const char *sql, const A &...a)
+{
+	auto st = prepare(db, sql);
+	if (!st)
+		return st.error();
+	int i = 0;
+	(bind_param(st->get(), ++i, a), ...);
+	if (sqlite3_step(st->get()) != SQLITE_DONE)
+		return make_error(sqlite3_errmsg(db));
+	return {};
+}
+
+std::string col_text(sqlite3_stmt *st, int i)
+{
+	auto *p = reinterpret_cast<const char *>(sqlite3_column_text(st, i));
+	return p ? std::string(p, static_cast<size_t>(sqlite3_column_bytes(st, i))) : std::string();
+}
+
+int64_t col_int(sqlite3_stmt *st, int i) { return sqlite3_column_int64(st, i); }
+
+// Calls fn on each row; a read error (a damaged file) is reported, not
+// mistaken for the end of the table.
+template <class F>
+Result<void> each_row(sqlite3 *db, const char *sql, F fn)
+{
+	auto st = prepare(db, sql);
+	if (!st)
+		return st.error();
+	int rc;
+	while ((rc = sqlite3_step(st->get())) == SQLITE_ROW)
+		if (auto r = fn(st->get()); !r)
+			return r;
+	if (rc != SQLITE_DONE)
+		return make_error(sqlite3_errmsg(db));
+	return {};
+}
+
+// The database file plus the side files SQLite may create next to it.
+void remove_db_files(const std::string &file)
+{
+	for (const char *suffix : {"", "-wal", "-shm", "-journal"})
+		std::remove((file + suffix).c_str());
+}
+
+bool is_reserved_meta(const std::string &key)
+{
+	return key == "schema_version" || key == "wall_offset_ns";
+}
+
+constexpr const char *kSchema = R"(
+BEGIN;
+CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE processes(pid INTEGER PRIMARY KEY, ppid INTEGER, comm TEXT, cmdline TEXT,
+                       start_ns INTEGER, end_ns INTEGER, exit_code INTEGER);
+CREATE TABLE threads(pid INTEGER, tid INTEGER, name TEXT, PRIMARY KEY(pid, tid));
+CREATE TABLE spans(id INTEGER PRIMARY KEY, pid INTEGER, tid INTEGER, layer TEXT, name TEXT,
+                   start_ns INTEGER, dur_ns INTEGER, depth INTEGER, ret INTEGER,
+                   ret_name TEXT, bytes INTEGER, args TEXT /* JSON object */);
+CREATE TABLE drops(layer TEXT, reason TEXT, count INTEGER);
+INSERT INTO meta VALUES('schema_version', '1');
+COMMIT;
+)";
+
+// Built in finish(), not up front: filling an unindexed table keeps the
+// per-batch cost flat while the ring buffers are being drained.
+constexpr const char *kIndexes = R"(
+CREATE INDEX spans_by_function ON spans(layer, name);
+CREATE INDEX spans_by_thread ON spans(pid, tid, start_ns);
+)";
+
+static_assert(kSchemaVersion == 1, "update the schema_version row in kSchema");
+
+} // namespace
+
+Result<StoreWriter> StoreWriter::create(const std::string &path)
+{
+	if (auto w = check_writable(path); !w)
+		return w.error();
+	StoreWriter s;
+	s.path_ = path;
+	s.partial_ = path + ".partial";
+	// A partial file left by a crashed run would otherwise be appended to.
+	remove_db_files(s.partial_);
+
+	sqlite3 *raw = nullptr;
+	int rc = sqlite3_open_v2(s.partial_.c_str(), &raw,
+				 SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
+	s.db_.reset(raw); // set even on failure, so the handle is closed
+	if (rc != SQLITE_OK)
+		return make_error("cannot create " + s.partial_ + ": " +
+				  (raw ? sqlite3_errmsg(raw) : sqlite3_errstr(rc)) +
+				  "; choose another output path");
+	// WAL: readers (and a crash) never see a torn batch; NORMAL sync is
+	// enough because the file only becomes the real output in finish().
+	if (auto r = s.exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"); !r)
+		return r.error();
+	if (auto r = s.exec(kSchema); !r)
+		return r.error();
+	auto st = prepare(s.db_.get(),
+			  "INSERT INTO spans(pid, tid, layer, name, start_ns, dur_ns, depth, ret,"
+			  " ret_name, bytes, args) VALUES(?,?,?,?,?,?,?,?,?,?,?)");
+	if (!st)
+		return make_error("cannot write " + s.partial_ + ": " + st.error().message);
+	s.insert_span_ = std::move(*st);
+	return s;
+}
+
+StoreWriter::StoreWriter(StoreWriter &&o) noexcept
+	: path_(std::move(o.path_)), partial_(std::exchange(o.partial_, {})),
+	  db_(std::move(o.db_)), insert_span_(std::move(o.insert_span_))
+{
+}
+
+StoreWriter &StoreWriter::operator=(StoreWriter &&o) noexcept
+{
+	if (this != &o) {
+		discard();
+		path_ = std::move(o.path_);
+		partial_ = std::exchange(o.partial_, {});
+		db_ = std::move(o.db_);
+		insert_span_ = std::move(o.insert_span_);
+	}
+	return *this;
+}
+
+StoreWriter::~StoreWriter() { discard(); }
+
+void StoreWriter::discard()
+{
+	insert_span_.reset();
+	db_.reset();
+	if (!partial_.empty())
+		remove_db_files(partial_);
+	partial_.clear();
+}
+
+Result<void> StoreWriter::ready() const
+{
+	if (!db_)
+		return make_error("recording " + path_ + " is already finished or was not opened");
+	return {};
+}
+
+Result<void> StoreWriter::exec(const char *sql)
+{
+	char *msg = nullptr;
+	if (sqlite3_exec(db_.get(), sql, nullptr, nullptr, &msg) != SQLITE_OK) {
+		std::string m = msg ? msg : sqlite3_errmsg(db_.get());
+		sqlite3_free(msg);
+		return make_error("cannot write " + partial_ + ": " + m +
+				  "; check free disk space and permissions");
+	}
+	return {};
+}
+
+Result<void> StoreWriter::add_spans(const std::vector<Span> &spans)
+{
+	if (auto r = ready(); !r)
+		return r;
+	if (spans.empty())
+		return {};
+	if (auto r = exec("BEGIN"); !r)
+		return r;
+	sqlite3_stmt *st = insert_span_.get();
+	for (const Span &s : spans) {
+		// replace: captured strings may hold bytes that are not UTF-8, and
+		// one odd argument must not cost the whole batch.
+		std::string args = s.args.is_null()
+			? "{}" : s.args.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+		bind_param(st, 1, s.pid);
+		bind_param(st, 2, s.tid);
+		bind_param(st, 3, s.layer);
+		bind_param(st, 4, s.name);
+		bind_param(st, 5, s.start_ns);
+		bind_param(st, 6, s.dur_ns);
+		bind_param(st, 7, s.depth);
+		bind_param(st, 8, s.ret);
+		bind_param(st, 9, s.ret_name);
+		bind_param(st, 10, s.bytes);
+		bind_param(st, 11, args);
+		int rc = sqlite3_step(st);
+		sqlite3_reset(st);
+		if (rc != SQLITE_DONE) {
+			std::string m = sqlite3_errmsg(db_.get());
+			(void)exec("ROLLBACK");
+			return make_error("cannot write spans to " + partial_ + ": " + m +
+					  "; check free disk space");
+		}
+	}
+	if (auto r = exec("COMMIT"); !r) {
+		(void)exec("ROLLBACK");
+		return r;
+	}
+	return {};
+}
+
+Result<void> StoreWriter::upsert_process(const Process &p)
+{
+	if (auto r = ready(); !r)
+		return r;
+	auto r = run(db_.get(),
+		     "INSERT OR REPLACE INTO processes VALUES(?,?,?,?,?,?,?)", p.pid, p.ppid,
+		     p.comm, p.cmdline, p.start_ns, p.end_ns, p.exit_code);
+	if (!r)
+		return make_error("cannot write process " + std::to_string(p.pid) + " to " +
+				  partial_ + ": " + r.error().message);
+	return {};
+}
+
+Result<void> StoreWriter::upsert_thread(const Thread &t)
+{
+	if (auto r = ready(); !r)
+		return r;
+	auto r = run(db_.get(), "INSERT OR REPLACE INTO threads VALUES(?,?,?)", t.pid, t.tid,
+		     t.name);
+	if (!r)
+		return make_error("cannot write thread " + std::to_string(t.tid) + " to " +
+				  partial_ + ": " + r.error().message);
+	return {};
+}
+
+Result<void> StoreWriter::set_drops(const std::vector<Drop> &drops)
+{
+	if (auto r = ready(); !r)
+		return r;
+	if (auto r = exec("BEGIN"); !r)
+		return r;
+	if (auto r = exec("DELETE FROM drops"); !r) {
+		(void)exec("ROLLBACK");
+		return r;
+	}
+	for (const Drop &d : drops) {
+		auto r = run(db_.get(), "INSERT INTO drops VALUES(?,?,?)", d.layer, d.reason,
+			     d.count);
+		if (!r) {
+			(void)exec("ROLLBACK");
+			return make_error("cannot write drops to " + partial_ + ": " +
+					  r.error().message);
+		}
+	}
+	return exec("COMMIT");
+}
+
+Result<void> StoreWriter::set_meta(const std::string &key, const std::string &value)
+{
+	if (auto r = ready(); !r)
+		return r;
+	if (is_reserved_meta(key))
+		return make_error("meta key '" + key + "' is reserved by the store" +
+				  (key == "wall_offset_ns" ? "; use set_wall_offset()" : ""));
+	auto r = run(db_.get(), "INSERT OR REPLACE INTO meta VALUES(?,?)", key, value);
+	if (!r)
+		return make_error("cannot write meta to " + partial_ + ": " + r.error().message);
+	return {};
+}
+
+Result<void> StoreWriter::set_wall_offset(int64_t wall_offset_ns)
+{
+	if (auto r = ready(); !r)
+		return r;
+	auto r = run(db_.get(), "INSERT OR REPLACE INTO meta VALUES('wall_offset_ns', ?)",
+		     std::to_string(wall_offset_ns));
+	if (!r)
+		return make_error("cannot write meta to " + partial_ + ": " + r.error().message);
+	return {};
+}
+
+Result<void> StoreWriter::finish()
+{
+	if (auto r = ready(); !r)
+		return r;
+	if (auto r = exec(kIndexes); !r)
+		return r;
+	insert_span_.reset();
+	// Leaving WAL mode checkpoints and deletes the -wal file, so the result
+	// is one self-contained file that can be copied or mailed as is.
+	auto st = prepare(db_.get(), "PRAGMA journal_mode=DELETE");
+	if (!st)
+		return make_error("cannot finish " + partial_ + ": " + st.error().message);
+	std::string mode = sqlite3_step(st->get()) == SQLITE_ROW ? col_text(st->get(), 0) : "";
+	st->reset();
+	if (mode != "delete")
+		return make_error("cannot finish " + partial_ + ": SQLite kept journal mode '" +
+				  mode + "' (is another process reading it?)");
+	int rc = sqlite3_close(db_.get());
+	if (rc != SQLITE_OK)
+		return make_error("cannot close " + partial_ + ": " + sqlite3_errstr(rc));
+	(void)db_.release(); // closed above
+	if (std::rename(partial_.c_str(), path_.c_str()) != 0) {
+		// Keep the complete data rather than deleting it with the writer.
+		std::string kept = std::exchange(partial_, {});
+		return make_error("cannot rename " + kept + " to " + path_ + ": " +
+				  std::strerror(errno) + "; the recording is kept at " + kept);
+	}
+	partial_.clear();
+	return {};
+}
+
+Result<Recording> load_recording(const std::string &path)
+{
+	struct stat sb;
+	if (stat(path.c_str(), &sb) != 0)
+		return make_error("cannot open recording " + path + ": " + std::strerror(errno) +
+				  "; check the path, or record one with `eacgm record -o " + path +
+				  " -- CMD`");
+	if (S_ISDIR(sb.st_mode))
+		return make_error("cannot open recording " + path +
+				  ": it is a directory; give the .db file");
+
+	sqlite3 *raw = nullptr;
+	int rc = sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READONLY, nullptr);
+	DbHandle db(raw);
+	if (rc != SQLITE_OK)
+		return make_error("cannot open recording " + path + ": " +
+				  (raw ? sqlite3_errmsg(raw) : sqlite3_errstr(rc)));
+
+	// SQLite opens any file lazily; the first query tells what it really is.
+	auto ver = prepare(db.get(), "SELECT value FROM meta WHERE key = 'schema_version'");
+	if (!ver) {
+		if (sqlite3_errcode(db.get()) == SQLITE_NOTADB)
+			return make_error(path + " is not an eacgm recording: it is not a SQLite "
+						 "database; give the file written by `eacgm record -o`");
+		if (ver.error().message.find("no such table") != std::string::npos)
+			return make_error(path + " is a SQLite database but not an eacgm recording "
+						 "(it has no meta table); give the file written by "
+						 "`eacgm record -o`");
+		return make_error("cannot read recording " + path + ": " + ver.error().message);
+	}
+	if (sqlite3_step(ver->get()) != SQLITE_ROW)
+		return make_error(path + " is a SQLite database but not an eacgm recording (no "
+					 "schema_version in its meta table)");
+	std::string version = col_text(ver->get(), 0);
+	if (version != std::to_string(kSchemaVersion))
+		return make_error("recording " + path + " has schema version " + version +
+				  ", this eacgm reads version " + std::to_string(kSchemaVersion) +
+				  "; use the eacgm release that recorded it");
+
+	Recording rec;
+	auto read = [&](const char *sql, auto fn) -> Result<void> {
+		if (auto r = each_row(db.get(), sql, fn); !r)
+			return make_error("recording " + path + " is damaged: " + r.error().message);
+		return {};
+	};
+
+	auto r = read("SELECT key, value FROM meta", [&](sqlite3_stmt *st) -> Result<void> {
+		std::string key = col_text(st, 0), value = col_text(st, 1);
+		if (key == "wall_offset_ns") {
+			auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(),
+							 rec.wall_offset_ns);
+			if (ec != std::errc() || end != value.data() + value.size())
+				return make_error("wall_offset_ns '" + value + "' is not an integer");
+		} else if (!is_reserved_meta(key)) {
+			rec.meta[key] = value;
+		}
+		return {};
+	});
+	if (!r)
+		return r.error();
+
+	r = read("SELECT pid, ppid, comm, cmdline, start_ns, end_ns, exit_code FROM processes"
+		 " ORDER BY pid",
+		 [&](sqlite3_stmt *st) -> Result<void> {
+			 rec.processes.push_back(Process{
+				 .pid = static_cast<uint32_t>(col_int(st, 0)),
+				 .ppid = static_cast<uint32_t>(col_int(st, 1)),
+				 .comm = col_text(st, 2),
+				 .cmdline = col_text(st, 3),
+				 .start_ns = static_cast<uint64_t>(col_int(st, 4)),
+				 .end_ns = static_cast<uint64_t>(col_int(st, 5)),
+				 .exit_code = static_cast<int>(col_int(st, 6)),
+			 });
+			 return {};
+		 });
+	if (!r)
+		return r.error();
+
+	r = read("SELECT pid, tid, name FROM threads ORDER BY pid, tid",
+		 [&](sqlite3_stmt *st) -> Result<void> {
+			 rec.threads.push_back(Thread{
+				 .pid = static_cast<uint32_t>(col_int(st, 0)),
+				 .tid = static_cast<uint32_t>(col_int(st, 1)),
+				 .name = col_text(st, 2),
+			 });
+			 return {};
+		 });
+	if (!r)
+		return r.error();
+
+	r = read("SELECT pid, tid, layer, name, start_ns, dur_ns, depth, ret, ret_name, bytes,"
+		 " args FROM spans ORDER BY start_ns, id",
+		 [&](sqlite3_stmt *st) -> Result<void> {
+			 std::string args = col_text(st, 10);
+			 Span s{
+				 .start_ns = static_cast<uint64_t>(col_int(st, 4)),
+				 .dur_ns = static_cast<uint64_t>(col_int(st, 5)),
+				 .pid = static_cast<uint32_t>(col_int(st, 0)),
+				 .tid = static_cast<uint32_t>(col_int(st, 1)),
+				 .depth = static_cast<uint32_t>(col_int(st, 6)),
+				 .layer = col_text(st, 2),
+				 .name = col_text(st, 3),
+				 .ret = col_int(st, 7),
+				 .ret_name = col_text(st, 8),
+				 .bytes = static_cast<uint64_t>(col_int(st, 9)),
+				 .args = args.empty() ? nlohmann::json::object()
+						      : nlohmann::json::parse(args, nullptr, false),
+			 };
+			 if (s.args.is_discarded())
+				 return make_error("span args are not valid JSON: " + args);
+			 rec.spans.push_back(std::move(s));
+			 return {};
+		 });
+	if (!r)
+		return r.error();
+
+	r = read("SELECT layer, reason, count FROM drops ORDER BY rowid",
+		 [&](sqlite3_stmt *st) -> Result<void> {
+			 rec.drops.push_back(Drop{
+				 .layer = col_text(st, 0),
+				 .reason = col_text(st, 1),
+				 .count = static_cast<uint64_t>(col_int(st, 2)),
+			 });
+			 return {};
+		 });
+	if (!r)
+		return r.error();
+	return rec;
+}
+
+} // namespace eacgm

@@ -1,0 +1,78 @@
+// The recording file: one self-contained SQLite database.
+//
+// StoreWriter streams a recording into `path.partial` and renames it onto
+// `path` in finish(), so `path` only ever holds a complete recording: a
+// failed or interrupted run leaves nothing there (and the destructor removes
+// the partial file). load_recording() reads a finished file back whole.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/model.h"
+#include "common/result.h"
+
+struct sqlite3;
+struct sqlite3_stmt;
+
+namespace eacgm {
+
+namespace detail {
+struct DbCloser {
+	void operator()(sqlite3 *db) const;
+};
+struct StmtFinalizer {
+	void operator()(sqlite3_stmt *stmt) const;
+};
+} // namespace detail
+
+using DbHandle = std::unique_ptr<sqlite3, detail::DbCloser>;
+using StmtHandle = std::unique_ptr<sqlite3_stmt, detail::StmtFinalizer>;
+
+// Version of the table layout below; load_recording() refuses other versions.
+inline constexpr int kSchemaVersion = 1;
+
+class StoreWriter {
+public:
+	// Opens `path + ".partial"` (replacing a stale one from a crashed run)
+	// and creates the schema. Fails early if `path` cannot be written.
+	static Result<StoreWriter> create(const std::string &path);
+
+	StoreWriter(StoreWriter &&other) noexcept;
+	StoreWriter &operator=(StoreWriter &&other) noexcept;
+	StoreWriter(const StoreWriter &) = delete;
+	StoreWriter &operator=(const StoreWriter &) = delete;
+	~StoreWriter(); // without finish(): closes and removes the partial file
+
+	Result<void> add_spans(const std::vector<Span> &spans); // one transaction
+	Result<void> upsert_process(const Process &p);
+	Result<void> upsert_thread(const Thread &t);
+	Result<void> set_drops(const std::vector<Drop> &drops); // replaces all
+	// Keys "schema_version" and "wall_offset_ns" are reserved.
+	Result<void> set_meta(const std::string &key, const std::string &value);
+	Result<void> set_wall_offset(int64_t wall_offset_ns);
+
+	// Checkpoints the WAL, switches back to a single-file journal and renames
+	// the partial file onto the final path. The writer is closed afterwards.
+	Result<void> finish();
+
+	const std::string &path() const { return path_; }
+
+private:
+	StoreWriter() = default;
+	Result<void> exec(const char *sql);
+	Result<void> ready() const;
+	void discard();
+
+	std::string path_;
+	std::string partial_;
+	DbHandle db_;
+	StmtHandle insert_span_;
+};
+
+// Reads a finished recording. Spans come ordered by start_ns (ties in the
+// order they were written); meta holds the free-form keys only.
+Result<Recording> load_recording(const std::string &path);
+
+} // namespace eacgm

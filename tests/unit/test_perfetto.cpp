@@ -1,0 +1,185 @@
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "export/perfetto.h"
+
+using namespace eacgm;
+using nlohmann::json;
+
+namespace {
+
+Recording trace_sample()
+{
+	Recording r;
+	r.meta = {{"command", "python3 train.py"}};
+	r.wall_offset_ns = 1700000000123456789;
+	r.processes = {{.pid = 100, .ppid = 1, .comm = "python3"},
+		       {.pid = 200, .ppid = 100, .comm = "worker"}};
+	r.threads = {{100, 100, "python3"}, {100, 101, "pt_autograd_0"}};
+	// Deliberately out of order: children before parents, threads mixed.
+	r.spans = {
+		{.start_ns = 5000, .dur_ns = 0, .pid = 100, .tid = 100, .depth = 1,
+		 .layer = "cuda", .name = "cudaLaunchKernel", .ret = 0, .ret_name = "cudaSuccess",
+		 .args = {{"kernel", "gemm"}}},
+		{.start_ns = 1500, .dur_ns = 2000, .pid = 100, .tid = 100, .depth = 1,
+		 .layer = "cuda", .name = "cudaMalloc", .ret = 2,
+		 .ret_name = "cudaErrorMemoryAllocation", .bytes = 4096, .args = {{"size", 4096}}},
+		{.start_ns = 123456789012345, .dur_ns = 1, .pid = 200, .tid = 201,
+		 .layer = "nccl", .name = "ncclAllReduce", .ret = -3},
+		{.start_ns = 1500, .dur_ns = 10000, .pid = 100, .tid = 100, .depth = 0,
+		 .layer = "torch", .name = "aten::matmul"},
+		{.start_ns = 1600, .dur_ns = 7, .pid = 100, .tid = 101, .layer = "python",
+		 .name = "forward"},
+	};
+	return r;
+}
+
+std::vector<json> events_with_ph(const json &doc, const std::string &ph)
+{
+	std::vector<json> out;
+	for (const json &e : doc.at("traceEvents"))
+		if (e.at("ph") == ph)
+			out.push_back(e);
+	return out;
+}
+
+} // namespace
+
+TEST(Perfetto, TopLevelFields)
+{
+	json doc = json::parse(perfetto_json(trace_sample()));
+	ASSERT_TRUE(doc.is_object());
+	EXPECT_TRUE(doc.at("traceEvents").is_array());
+	EXPECT_EQ(doc.at("displayTimeUnit"), "ns");
+	EXPECT_EQ(doc.at("otherData").at("command"), "python3 train.py");
+	EXPECT_EQ(doc.at("otherData").at("clock"), "CLOCK_MONOTONIC");
+	EXPECT_EQ(doc.at("otherData").at("wall_offset_ns"), "1700000000123456789");
+}
+
+TEST(Perfetto, EveryEventHasTheDocumentedFields)
+{
+	json doc = json::parse(perfetto_json(trace_sample()));
+	size_t x = 0, m = 0;
+	for (const json &e : doc.at("traceEvents")) {
+		SCOPED_TRACE(e.dump());
+		ASSERT_TRUE(e.at("name").is_string());
+		ASSERT_TRUE(e.at("pid").is_number_unsigned());
+		ASSERT_TRUE(e.at("tid").is_number_unsigned());
+		ASSERT_TRUE(e.at("args").is_object());
+		if (e.at("ph") == "X") {
+			x++;
+			EXPECT_TRUE(e.at("cat").is_string());
+			EXPECT_TRUE(e.at("ts").is_number());
+			EXPECT_TRUE(e.at("dur").is_number());
+			EXPECT_TRUE(e.at("args").contains("ret"));
+		} else {
+			m++;
+			EXPECT_EQ(e.at("ph"), "M");
+			EXPECT_TRUE(e.at("args").at("name").is_string());
+		}
+	}
+	EXPECT_EQ(x, 5u);
+	EXPECT_EQ(m, 4u);
+}
+
+TEST(Perfetto, MetadataNames)
+{
+	json doc = json::parse(perfetto_json(trace_sample()));
+	auto meta = events_with_ph(doc, "M");
+	ASSERT_EQ(meta.size(), 4u);
+	EXPECT_EQ(meta[0].at("name"), "process_name");
+	EXPECT_EQ(meta[0].at("pid"), 100);
+	EXPECT_EQ(meta[0].at("args").at("name"), "python3 (100)");
+	EXPECT_EQ(meta[1].at("name"), "process_name");
+	EXPECT_EQ(meta[1].at("args").at("name"), "worker (200)");
+	EXPECT_EQ(meta[2].at("name"), "thread_name");
+	EXPECT_EQ(meta[2].at("pid"), 100);
+	EXPECT_EQ(meta[2].at("tid"), 100);
+	EXPECT_EQ(meta[2].at("args").at("name"), "python3");
+	EXPECT_EQ(meta[3].at("tid"), 101);
+	EXPECT_EQ(meta[3].at("args").at("name"), "pt_autograd_0");
+}
+
+TEST(Perfetto, SpansExactTimesAndArgs)
+{
+	json doc = json::parse(perfetto_json(trace_sample()));
+	auto x = events_with_ph(doc, "X");
+	ASSERT_EQ(x.size(), 5u);
+	// Per thread, by (start asc, dur desc): the parent matmul precedes the
+	// malloc that starts at the same nanosecond.
+	EXPECT_EQ(x[0].at("name"), "aten::matmul");
+	EXPECT_EQ(x[0].at("cat"), "torch");
+	EXPECT_EQ(x[0].at("ts").get<double>(), 1.5);
+	EXPECT_EQ(x[0].at("dur").get<double>(), 10.0);
+	EXPECT_EQ(x[0].at("args"), json({{"ret", 0}}));
+
+	EXPECT_EQ(x[1].at("name"), "cudaMalloc");
+	EXPECT_EQ(x[1].at("cat"), "cuda");
+	EXPECT_EQ(x[1].at("ts").get<double>(), 1.5);
+	EXPECT_EQ(x[1].at("dur").get<double>(), 2.0);
+	EXPECT_EQ(x[1].at("pid"), 100);
+	EXPECT_EQ(x[1].at("tid"), 100);
+	EXPECT_EQ(x[1].at("args"),
+		  json({{"size", 4096}, {"ret", "cudaErrorMemoryAllocation"}, {"bytes", 4096}}));
+
+	EXPECT_EQ(x[2].at("name"), "cudaLaunchKernel");
+	EXPECT_EQ(x[2].at("ts").get<double>(), 5.0);
+	EXPECT_EQ(x[2].at("dur").get<double>(), 0.0); // zero-length spans stay
+	EXPECT_EQ(x[2].at("args"), json({{"kernel", "gemm"}, {"ret", "cudaSuccess"}}));
+
+	EXPECT_EQ(x[3].at("name"), "forward");
+	EXPECT_EQ(x[3].at("tid"), 101);
+	EXPECT_EQ(x[3].at("ts").get<double>(), 1.6);
+	EXPECT_EQ(x[3].at("dur").get<double>(), 0.007);
+
+	EXPECT_EQ(x[4].at("name"), "ncclAllReduce");
+	EXPECT_EQ(x[4].at("pid"), 200);
+	EXPECT_EQ(x[4].at("ts").get<double>(), 123456789012.345);
+	EXPECT_EQ(x[4].at("dur").get<double>(), 0.001);
+	EXPECT_EQ(x[4].at("args"), json({{"ret", -3}}));
+}
+
+TEST(Perfetto, TimestampsKeepNanosecondDigits)
+{
+	std::string text = perfetto_json(trace_sample());
+	EXPECT_NE(text.find("\"ts\":123456789012.345}"), std::string::npos);
+	EXPECT_NE(text.find("\"dur\":0.001,"), std::string::npos);
+	EXPECT_NE(text.find("\"ts\":1.5}"), std::string::npos);
+}
+
+TEST(Perfetto, IdenticalSpansOrderedByDepth)
+{
+	Recording r;
+	r.spans = {{.start_ns = 10, .dur_ns = 5, .pid = 1, .tid = 1, .depth = 2, .name = "inner"},
+		   {.start_ns = 10, .dur_ns = 5, .pid = 1, .tid = 1, .depth = 1, .name = "outer"}};
+	auto x = events_with_ph(json::parse(perfetto_json(r)), "X");
+	ASSERT_EQ(x.size(), 2u);
+	EXPECT_EQ(x[0].at("name"), "outer");
+	EXPECT_EQ(x[1].at("name"), "inner");
+}
+
+TEST(Perfetto, EmptyRecordingIsValid)
+{
+	json doc = json::parse(perfetto_json(Recording{}));
+	EXPECT_TRUE(doc.at("traceEvents").empty());
+}
+
+TEST(Perfetto, WriteFile)
+{
+	char tmpl[] = "/tmp/eacgm_perfetto_XXXXXX";
+	ASSERT_NE(mkdtemp(tmpl), nullptr);
+	std::string dir = tmpl, path = dir + "/trace.json";
+	Recording rec = trace_sample();
+	auto r = write_perfetto(rec, path);
+	ASSERT_TRUE(r.ok()) << r.error().message;
+	std::ifstream in(path);
+	std::string text((std::istreambuf_iterator<char>(in)), {});
+	EXPECT_EQ(text, perfetto_json(rec));
+
+	auto bad = write_perfetto(rec, dir + "/missing/trace.json");
+	EXPECT_FALSE(bad.ok());
+	std::filesystem::remove_all(dir);
+}

@@ -1,0 +1,328 @@
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sqlite3.h>
+
+#include "store/store.h"
+
+using namespace eacgm;
+namespace fs = std::filesystem;
+
+namespace {
+
+class StoreTest : public ::testing::Test {
+protected:
+	void SetUp() override
+	{
+		char tmpl[] = "/tmp/eacgm_store_XXXXXX";
+		ASSERT_NE(mkdtemp(tmpl), nullptr);
+		dir = tmpl;
+	}
+	void TearDown() override { fs::remove_all(dir); }
+
+	std::string file(const std::string &name) const { return (fs::path(dir) / name).string(); }
+
+	std::string dir;
+};
+
+Recording sample()
+{
+	Recording r;
+	r.meta = {{"command", "python3 train.py --epochs 1"}, {"version", "0.1.0"}};
+	r.wall_offset_ns = 1700000000123456789;
+	r.processes = {
+		{.pid = 100, .ppid = 1, .comm = "python3", .cmdline = "python3 train.py",
+		 .start_ns = 1000, .end_ns = 900000, .exit_code = 0},
+		{.pid = 200, .ppid = 100, .comm = "pt_worker", .cmdline = "",
+		 .start_ns = 5000, .end_ns = 0, .exit_code = -1},
+	};
+	r.threads = {{100, 100, "python3"}, {100, 101, "pt_autograd_0"}, {200, 200, "pt_worker"}};
+	r.spans = {
+		{.start_ns = 1500, .dur_ns = 10000, .pid = 100, .tid = 100, .depth = 0,
+		 .layer = "torch", .name = "aten::matmul", .ret = 0, .ret_name = "", .bytes = 0,
+		 .args = {{"shapes", "[[2,3],[3,4]]"}}},
+		{.start_ns = 2000, .dur_ns = 500, .pid = 100, .tid = 100, .depth = 1,
+		 .layer = "cuda", .name = "cudaMalloc", .ret = 2,
+		 .ret_name = "cudaErrorMemoryAllocation", .bytes = 1ULL << 40,
+		 .args = {{"size", 1099511627776ULL}, {"ptr", "0x7f00deadbeef"}}},
+		{.start_ns = 2600, .dur_ns = 0, .pid = 100, .tid = 101, .depth = 0,
+		 .layer = "cuda", .name = "cudaLaunchKernel", .ret = 0, .ret_name = "cudaSuccess",
+		 .bytes = 0, .args = {{"grid", {1, 2, 3}}, {"kernel", "gemm_µkernel"}}},
+		{.start_ns = 9000, .dur_ns = 123, .pid = 200, .tid = 200, .depth = 0,
+		 .layer = "nccl", .name = "ncclAllReduce", .ret = -1, .ret_name = "",
+		 .bytes = 4096, .args = nlohmann::json::object()},
+	};
+	r.drops = {{"cuda", "ringbuf_full", 12}, {"host", "ringbuf_full", 3}};
+	return r;
+}
+
+// Writes rec through a StoreWriter the way a recording does: in batches
+// that arrive out of order, with upserts that overwrite earlier rows.
+void write(const Recording &rec, const std::string &path)
+{
+	auto w = StoreWriter::create(path);
+	ASSERT_TRUE(w.ok()) << w.error().message;
+	StoreWriter writer = std::move(w).value();
+	for (const auto &[k, v] : rec.meta)
+		ASSERT_TRUE(writer.set_meta(k, v).ok());
+	ASSERT_TRUE(writer.set_wall_offset(rec.wall_offset_ns).ok());
+	for (Process p : rec.processes) {
+		Process early = p;
+		early.end_ns = 0;
+		early.exit_code = -1;
+		ASSERT_TRUE(writer.upsert_process(early).ok());
+		ASSERT_TRUE(writer.upsert_process(p).ok());
+	}
+	for (const Thread &t : rec.threads) {
+		ASSERT_TRUE(writer.upsert_thread({t.pid, t.tid, "old name"}).ok());
+		ASSERT_TRUE(writer.upsert_thread(t).ok());
+	}
+	std::vector<Span> late(rec.spans.begin() + 2, rec.spans.end());
+	std::vector<Span> early(rec.spans.begin(), rec.spans.begin() + 2);
+	ASSERT_TRUE(writer.add_spans(late).ok());
+	ASSERT_TRUE(writer.add_spans(early).ok());
+	ASSERT_TRUE(writer.add_spans({}).ok());
+	ASSERT_TRUE(writer.set_drops({{"cuda", "ringbuf_full", 1}}).ok());
+	ASSERT_TRUE(writer.set_drops(rec.drops).ok());
+	auto f = writer.finish();
+	ASSERT_TRUE(f.ok()) << f.error().message;
+}
+
+void expect_equal(const Recording &a, const Recording &b)
+{
+	EXPECT_EQ(a.meta, b.meta);
+	EXPECT_EQ(a.wall_offset_ns, b.wall_offset_ns);
+	ASSERT_EQ(a.processes.size(), b.processes.size());
+	for (size_t i = 0; i < a.processes.size(); i++) {
+		SCOPED_TRACE("process " + std::to_string(i));
+		const Process &x = a.processes[i], &y = b.processes[i];
+		EXPECT_EQ(x.pid, y.pid);
+		EXPECT_EQ(x.ppid, y.ppid);
+		EXPECT_EQ(x.comm, y.comm);
+		EXPECT_EQ(x.cmdline, y.cmdline);
+		EXPECT_EQ(x.start_ns, y.start_ns);
+		EXPECT_EQ(x.end_ns, y.end_ns);
+		EXPECT_EQ(x.exit_code, y.exit_code);
+	}
+	ASSERT_EQ(a.threads.size(), b.threads.size());
+	for (size_t i = 0; i < a.threads.size(); i++) {
+		SCOPED_TRACE("thread " + std::to_string(i));
+		EXPECT_EQ(a.threads[i].pid, b.threads[i].pid);
+		EXPECT_EQ(a.threads[i].tid, b.threads[i].tid);
+		EXPECT_EQ(a.threads[i].name, b.threads[i].name);
+	}
+	ASSERT_EQ(a.spans.size(), b.spans.size());
+	for (size_t i = 0; i < a.spans.size(); i++) {
+		SCOPED_TRACE("span " + std::to_string(i));
+		const Span &x = a.spans[i], &y = b.spans[i];
+		EXPECT_EQ(x.start_ns, y.start_ns);
+		EXPECT_EQ(x.dur_ns, y.dur_ns);
+		EXPECT_EQ(x.pid, y.pid);
+		EXPECT_EQ(x.tid, y.tid);
+		EXPECT_EQ(x.depth, y.depth);
+		EXPECT_EQ(x.layer, y.layer);
+		EXPECT_EQ(x.name, y.name);
+		EXPECT_EQ(x.ret, y.ret);
+		EXPECT_EQ(x.ret_name, y.ret_name);
+		EXPECT_EQ(x.bytes, y.bytes);
+		EXPECT_EQ(x.args, y.args);
+	}
+	ASSERT_EQ(a.drops.size(), b.drops.size());
+	for (size_t i = 0; i < a.drops.size(); i++) {
+		SCOPED_TRACE("drop " + std::to_string(i));
+		EXPECT_EQ(a.drops[i].layer, b.drops[i].layer);
+		EXPECT_EQ(a.drops[i].reason, b.drops[i].reason);
+		EXPECT_EQ(a.drops[i].count, b.drops[i].count);
+	}
+}
+
+void write_text(const std::string &path, const std::string &text)
+{
+	std::ofstream(path, std::ios::binary) << text;
+}
+
+// Runs SQL on a fresh SQLite file, to build files that are not recordings.
+void make_sqlite(const std::string &path, const char *sql)
+{
+	sqlite3 *db = nullptr;
+	ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+	EXPECT_EQ(sqlite3_exec(db, sql, nullptr, nullptr, nullptr), SQLITE_OK);
+	sqlite3_close(db);
+}
+
+std::string load_error(const std::string &path)
+{
+	auto r = load_recording(path);
+	EXPECT_FALSE(r.ok());
+	return r.ok() ? "" : r.error().message;
+}
+
+} // namespace
+
+TEST_F(StoreTest, RoundTripKeepsEveryField)
+{
+	Recording rec = sample();
+	std::string path = file("run.db");
+	write(rec, path);
+
+	auto loaded = load_recording(path);
+	ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+	// sample() lists spans in start order already; the writer got them
+	// out of order, so this also checks ORDER BY start_ns.
+	expect_equal(rec, *loaded);
+}
+
+TEST_F(StoreTest, FinishedFileIsOneSelfContainedFile)
+{
+	std::string path = file("run.db");
+	write(sample(), path);
+	EXPECT_TRUE(fs::exists(path));
+	for (const char *suffix : {".partial", "-wal", "-shm", "-journal", ".partial-wal",
+				   ".partial-shm"})
+		EXPECT_FALSE(fs::exists(path + suffix)) << suffix;
+	// SQLite header bytes 18/19 are the write/read format: 1 = rollback
+	// journal, 2 = WAL. A WAL-format file would need its -wal to be whole.
+	std::ifstream in(path, std::ios::binary);
+	char header[20];
+	ASSERT_TRUE(in.read(header, sizeof header));
+	EXPECT_EQ(std::string(header, 16), std::string("SQLite format 3\0", 16));
+	EXPECT_EQ(header[18], 1);
+	EXPECT_EQ(header[19], 1);
+}
+
+TEST_F(StoreTest, PartialFileIsRemovedWithoutFinish)
+{
+	std::string path = file("run.db");
+	{
+		auto w = StoreWriter::create(path);
+		ASSERT_TRUE(w.ok()) << w.error().message;
+		ASSERT_TRUE(w->add_spans(sample().spans).ok());
+		EXPECT_TRUE(fs::exists(path + ".partial"));
+		EXPECT_FALSE(fs::exists(path));
+	}
+	EXPECT_FALSE(fs::exists(path));
+	EXPECT_FALSE(fs::exists(path + ".partial"));
+	EXPECT_FALSE(fs::exists(path + ".partial-wal"));
+	EXPECT_FALSE(fs::exists(path + ".partial-shm"));
+	EXPECT_TRUE(fs::is_empty(dir));
+}
+
+TEST_F(StoreTest, MovedWriterOwnsThePartialFile)
+{
+	std::string path = file("run.db");
+	auto w = StoreWriter::create(path);
+	ASSERT_TRUE(w.ok());
+	StoreWriter a = std::move(w).value();
+	StoreWriter b = std::move(a);
+	{
+		StoreWriter gone = std::move(a); // moved-from: must not delete b's file
+	}
+	EXPECT_TRUE(fs::exists(path + ".partial"));
+	ASSERT_TRUE(b.add_spans(sample().spans).ok());
+	ASSERT_TRUE(b.finish().ok());
+	auto loaded = load_recording(path);
+	ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+	EXPECT_EQ(loaded->spans.size(), 4u);
+}
+
+TEST_F(StoreTest, ExistingFileIsReplacedOnlyAtFinish)
+{
+	std::string path = file("run.db");
+	write_text(path, "previous recording");
+	auto w = StoreWriter::create(path);
+	ASSERT_TRUE(w.ok());
+	ASSERT_TRUE(w->add_spans(sample().spans).ok());
+	std::ifstream before(path);
+	EXPECT_EQ(std::string(std::istreambuf_iterator<char>(before), {}), "previous recording");
+	ASSERT_TRUE(w->finish().ok());
+	auto loaded = load_recording(path);
+	ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+	EXPECT_EQ(loaded->spans.size(), 4u);
+}
+
+TEST_F(StoreTest, StalePartialFileIsReplaced)
+{
+	std::string path = file("run.db");
+	write_text(path + ".partial", "garbage from a crashed run");
+	write_text(path + ".partial-wal", "garbage");
+	auto w = StoreWriter::create(path);
+	ASSERT_TRUE(w.ok()) << w.error().message;
+	ASSERT_TRUE(w->finish().ok());
+	auto loaded = load_recording(path);
+	ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+	EXPECT_TRUE(loaded->spans.empty());
+	EXPECT_TRUE(loaded->meta.empty());
+	EXPECT_EQ(loaded->wall_offset_ns, 0);
+}
+
+TEST_F(StoreTest, WriterErrors)
+{
+	auto bad = StoreWriter::create(file("no/such/dir/run.db"));
+	ASSERT_FALSE(bad.ok());
+	EXPECT_NE(bad.error().message.find("no/such/dir"), std::string::npos) << bad.error().message;
+
+	auto w = StoreWriter::create(file("run.db"));
+	ASSERT_TRUE(w.ok());
+	auto reserved = w->set_meta("schema_version", "2");
+	ASSERT_FALSE(reserved.ok());
+	EXPECT_NE(reserved.error().message.find("reserved"), std::string::npos);
+	ASSERT_TRUE(w->finish().ok());
+	auto again = w->finish();
+	ASSERT_FALSE(again.ok());
+	EXPECT_NE(again.error().message.find("already finished"), std::string::npos);
+	EXPECT_FALSE(w->add_spans(sample().spans).ok());
+	EXPECT_FALSE(w->set_meta("k", "v").ok());
+}
+
+TEST_F(StoreTest, LoadMissingFile)
+{
+	std::string path = file("missing.db");
+	std::string msg = load_error(path);
+	EXPECT_NE(msg.find(path), std::string::npos) << msg;
+	EXPECT_NE(msg.find("No such file or directory"), std::string::npos) << msg;
+	EXPECT_NE(msg.find("eacgm record"), std::string::npos) << msg;
+}
+
+TEST_F(StoreTest, LoadDirectory)
+{
+	std::string msg = load_error(dir);
+	EXPECT_NE(msg.find("is a directory"), std::string::npos) << msg;
+}
+
+TEST_F(StoreTest, LoadFileThatIsNotSqlite)
+{
+	std::string path = file("trace.json");
+	write_text(path, "{\"traceEvents\": []} and some more text to fill a page header....."
+			 "................................................................");
+	std::string msg = load_error(path);
+	EXPECT_NE(msg.find(path), std::string::npos) << msg;
+	EXPECT_NE(msg.find("not an eacgm recording"), std::string::npos) << msg;
+	EXPECT_NE(msg.find("not a SQLite database"), std::string::npos) << msg;
+}
+
+TEST_F(StoreTest, LoadSqliteThatIsNotARecording)
+{
+	std::string path = file("other.db");
+	make_sqlite(path, "CREATE TABLE users(id INTEGER)");
+	std::string msg = load_error(path);
+	EXPECT_NE(msg.find("is a SQLite database but not an eacgm recording"), std::string::npos)
+		<< msg;
+	EXPECT_NE(msg.find("no meta table"), std::string::npos) << msg;
+
+	std::string nover = file("nover.db");
+	make_sqlite(nover, "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT)");
+	msg = load_error(nover);
+	EXPECT_NE(msg.find("no schema_version"), std::string::npos) << msg;
+}
+
+TEST_F(StoreTest, LoadNewerSchema)
+{
+	std::string path = file("future.db");
+	make_sqlite(path, "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT);"
+			  "INSERT INTO meta VALUES('schema_version', '2')");
+	std::string msg = load_error(path);
+	EXPECT_NE(msg.find("schema version 2"), std::string::npos) << msg;
+	EXPECT_NE(msg.find("reads version 1"), std::string::npos) << msg;
+}

@@ -1,0 +1,194 @@
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "export/summary.h"
+
+using namespace eacgm;
+
+namespace {
+
+Span make_span(const std::string &layer, const std::string &name, uint64_t start, uint64_t dur,
+	       const std::string &ret_name = "", uint64_t bytes = 0, uint32_t pid = 100,
+	       uint32_t tid = 100)
+{
+	return Span{.start_ns = start, .dur_ns = dur, .pid = pid, .tid = tid, .layer = layer,
+		    .name = name, .ret_name = ret_name, .bytes = bytes};
+}
+
+Recording summary_sample()
+{
+	Recording r;
+	r.processes = {{.pid = 100, .comm = "python3"}};
+	r.threads = {{100, 100, "python3"}, {100, 101, "worker"}};
+	// cudaMemcpy: 100 calls of 1..100 us, 1 MiB each; 2 errors.
+	for (uint64_t i = 1; i <= 100; i++)
+		r.spans.push_back(make_span("cuda", "cudaMemcpy", i * 1'000'000, i * 1000,
+					    i <= 2 ? "cudaErrorInvalidValue" : "cudaSuccess",
+					    1 << 20));
+	// cudaMalloc: 10, 20, 30 ns.
+	for (uint64_t d : {30, 10, 20})
+		r.spans.push_back(make_span("cuda", "cudaMalloc", 500, d, "", 0, 100, 101));
+	r.spans.push_back(make_span("nccl", "ncclAllReduce", 1000, 2'000'000'000, "ncclSystemError",
+				    3ULL << 30, 200, 200));
+	r.spans.push_back(make_span("nccl", "ncclBroadcast", 2000, 5, "ncclSuccess"));
+	r.drops = {{"cuda", "ringbuf_full", 10}, {"host", "ringbuf_full", 2},
+		   {"cuda", "unknown_pid", 3}, {"gpu", "ringbuf_full", 0}};
+	return r;
+}
+
+// The summary line for a function, split into whitespace-separated words.
+std::vector<std::string> row_words(const std::string &text, const std::string &name)
+{
+	std::istringstream lines(text);
+	for (std::string line; std::getline(lines, line);) {
+		if (line.rfind("  " + name + " ", 0) != 0)
+			continue;
+		std::istringstream in(line);
+		std::vector<std::string> words;
+		for (std::string w; in >> w;)
+			words.push_back(w);
+		return words;
+	}
+	return {};
+}
+
+} // namespace
+
+TEST(Summary, ErrorClassification)
+{
+	auto err = [](const std::string &ret_name, int64_t ret = 0) {
+		Span s;
+		s.ret_name = ret_name;
+		s.ret = ret;
+		return is_error_span(s);
+	};
+	EXPECT_FALSE(err(""));
+	EXPECT_FALSE(err("", -1)); // no decoded name: not judged
+	EXPECT_FALSE(err("cudaSuccess"));
+	EXPECT_FALSE(err("ncclSuccess"));
+	EXPECT_FALSE(err("CUDA_SUCCESS"));
+	EXPECT_TRUE(err("cudaErrorMemoryAllocation", 2));
+	EXPECT_TRUE(err("ncclSystemError"));
+	EXPECT_TRUE(err("EAGAIN"));
+	EXPECT_TRUE(err("ok"));
+}
+
+TEST(Summary, StatsExact)
+{
+	auto stats = compute_stats(summary_sample());
+	ASSERT_EQ(stats.size(), 4u);
+	// layer ascending, then total time descending
+	EXPECT_EQ(stats[0].name, "cudaMemcpy");
+	EXPECT_EQ(stats[1].name, "cudaMalloc");
+	EXPECT_EQ(stats[2].name, "ncclAllReduce");
+	EXPECT_EQ(stats[3].name, "ncclBroadcast");
+
+	const FunctionStats &memcpy = stats[0];
+	EXPECT_EQ(memcpy.layer, "cuda");
+	EXPECT_EQ(memcpy.calls, 100u);
+	EXPECT_EQ(memcpy.errors, 2u);
+	EXPECT_EQ(memcpy.total_ns, 5'050'000u);
+	EXPECT_EQ(memcpy.p50_ns, 50'000u); // rank ceil(0.50 * 100) = 50
+	EXPECT_EQ(memcpy.p99_ns, 99'000u); // rank ceil(0.99 * 100) = 99
+	EXPECT_EQ(memcpy.bytes, 100u << 20);
+
+	const FunctionStats &malloc = stats[1];
+	EXPECT_EQ(malloc.calls, 3u);
+	EXPECT_EQ(malloc.errors, 0u);
+	EXPECT_EQ(malloc.total_ns, 60u);
+	EXPECT_EQ(malloc.p50_ns, 20u); // rank ceil(1.5) = 2
+	EXPECT_EQ(malloc.p99_ns, 30u); // rank ceil(2.97) = 3
+	EXPECT_EQ(malloc.bytes, 0u);
+
+	EXPECT_EQ(stats[2].layer, "nccl");
+	EXPECT_EQ(stats[2].calls, 1u);
+	EXPECT_EQ(stats[2].errors, 1u);
+	EXPECT_EQ(stats[2].p50_ns, 2'000'000'000u);
+	EXPECT_EQ(stats[2].p99_ns, 2'000'000'000u);
+	EXPECT_EQ(stats[2].bytes, 3ULL << 30);
+	EXPECT_EQ(stats[3].errors, 0u);
+}
+
+TEST(Summary, HumanUnits)
+{
+	EXPECT_EQ(format_duration(0), "0 ns");
+	EXPECT_EQ(format_duration(850), "850 ns");
+	EXPECT_EQ(format_duration(999), "999 ns");
+	EXPECT_EQ(format_duration(1500), "1.50 µs");
+	EXPECT_EQ(format_duration(12345), "12.3 µs");
+	EXPECT_EQ(format_duration(999'999), "1.00 ms");
+	EXPECT_EQ(format_duration(50'500), "50.5 µs");
+	EXPECT_EQ(format_duration(2e9), "2.00 s");
+	EXPECT_EQ(format_duration(1234e9), "1234 s");
+	EXPECT_EQ(format_bytes(512), "512 B");
+	EXPECT_EQ(format_bytes(1536), "1.50 KiB");
+	EXPECT_EQ(format_bytes(1048575), "1.00 MiB");
+	EXPECT_EQ(format_bytes(100u << 20), "100 MiB");
+	EXPECT_EQ(format_bytes(3ULL << 30), "3.00 GiB");
+}
+
+TEST(Summary, TextRows)
+{
+	std::string text = format_summary(summary_sample());
+	SCOPED_TRACE(text);
+	EXPECT_EQ(text.rfind("2 processes, 3 threads, 105 spans over 2.00 s\n", 0), 0u);
+
+	using W = std::vector<std::string>;
+	EXPECT_EQ(row_words(text, "cudaMemcpy"),
+		  W({"cudaMemcpy", "100", "2", "5.05", "ms", "50.5", "µs", "50.0", "µs", "99.0",
+		     "µs", "100", "MiB"}));
+	EXPECT_EQ(row_words(text, "cudaMalloc"),
+		  W({"cudaMalloc", "3", "0", "60", "ns", "20", "ns", "20", "ns", "30", "ns"}));
+	EXPECT_EQ(row_words(text, "ncclAllReduce"),
+		  W({"ncclAllReduce", "1", "1", "2.00", "s", "2.00", "s", "2.00", "s", "2.00", "s",
+		     "3.00", "GiB"}));
+	EXPECT_NE(text.find("\ncuda "), std::string::npos);
+	EXPECT_NE(text.find("\nnccl "), std::string::npos);
+	EXPECT_LT(text.find("cudaMemcpy"), text.find("cudaMalloc"));
+	EXPECT_LT(text.find("cudaMalloc"), text.find("ncclAllReduce"));
+	EXPECT_NE(text.find("\nlost records: 15 (ring buffer full: 12, unknown pid: 3)\n"),
+		  std::string::npos);
+}
+
+TEST(Summary, ColumnsLineUp)
+{
+	std::string text = format_summary(summary_sample());
+	// "p99" heading and every p99 value end in the same column (in
+	// characters: µ is two bytes).
+	auto end_of = [](const std::string &line, const std::string &word) {
+		size_t at = line.find(word);
+		size_t chars = 0;
+		for (size_t i = 0; i < at + word.size(); i++)
+			chars += (static_cast<unsigned char>(line[i]) & 0xC0) != 0x80;
+		return chars;
+	};
+	std::istringstream lines(text);
+	std::vector<std::string> all;
+	for (std::string l; std::getline(lines, l);)
+		all.push_back(l);
+	auto find_line = [&](const std::string &prefix) {
+		for (const auto &l : all)
+			if (l.rfind(prefix, 0) == 0)
+				return l;
+		return std::string();
+	};
+	size_t col = end_of(find_line("cuda "), "p99");
+	EXPECT_EQ(end_of(find_line("  cudaMemcpy "), "99.0 µs"), col);
+	EXPECT_EQ(end_of(find_line("  cudaMalloc "), "30 ns"), col);
+}
+
+TEST(Summary, RowLimitPerLayer)
+{
+	std::string text = format_summary(summary_sample(), 1);
+	EXPECT_FALSE(row_words(text, "cudaMemcpy").empty());
+	EXPECT_TRUE(row_words(text, "cudaMalloc").empty());
+	EXPECT_NE(text.find("  ... 1 more functions, 60 ns in total\n"), std::string::npos) << text;
+}
+
+TEST(Summary, EmptyRecording)
+{
+	std::string text = format_summary(Recording{});
+	EXPECT_EQ(text, "0 processes, 0 threads, 0 spans over 0 ns\n\nno spans recorded\n\n"
+			"lost records: 0\n");
+}

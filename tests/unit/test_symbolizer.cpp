@@ -1,0 +1,115 @@
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "probe/elf_symbols.h"
+#include "probe/symbolizer.h"
+
+namespace symtest {
+// Non-static and noinline so it has its own symbol; the body keeps it longer
+// than one byte so "+0x1" is still inside it.
+__attribute__((noinline)) int symbolizer_target(int x) {
+	volatile int v = x;
+	return v * 3 + 1;
+}
+} // namespace symtest
+
+namespace eacgm {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kTarget = "symtest::symbolizer_target(int)";
+uint64_t target_addr() { return reinterpret_cast<uint64_t>(&symtest::symbolizer_target); }
+
+// Resolving our own code needs our own symbols: skip in a stripped build.
+#define REQUIRE_OWN_SYMBOLS()                                                          \
+	if (auto self = ElfFile::open("/proc/self/exe"); !self || !self->find("_ZN7symtest17symbolizer_targetEi")) \
+	GTEST_SKIP() << "the test binary is stripped"
+
+std::string own_maps() {
+	std::ifstream in("/proc/self/maps");
+	std::stringstream ss;
+	ss << in.rdbuf();
+	return ss.str();
+}
+
+struct FakeProc {
+	fs::path root;
+	FakeProc() {
+		char tmpl[] = "/tmp/eacgm_sym_XXXXXX";
+		root = mkdtemp(tmpl);
+	}
+	~FakeProc() { fs::remove_all(root); }
+	void write_maps(uint32_t pid, const std::string &maps) const {
+		fs::create_directories(root / std::to_string(pid));
+		std::ofstream(root / std::to_string(pid) / "maps") << maps;
+	}
+	void exit(uint32_t pid) const { fs::remove_all(root / std::to_string(pid)); }
+};
+
+TEST(Symbolizer, ResolvesOwnFunction) {
+	REQUIRE_OWN_SYMBOLS();
+	Symbolizer s;
+	EXPECT_EQ(s.resolve(getpid(), target_addr()), kTarget);
+	EXPECT_EQ(s.resolve(getpid(), target_addr() + 1), kTarget + "+0x1");
+	EXPECT_EQ(s.resolve(getpid(), target_addr()), kTarget); // cached
+	EXPECT_EQ(s.resolve(getpid(), 0), std::nullopt);
+	auto heap = std::make_unique<int>(1); // anonymous memory: no file, no name
+	EXPECT_EQ(s.resolve(getpid(), reinterpret_cast<uint64_t>(heap.get())), std::nullopt);
+	EXPECT_EQ(s.resolve(2147483647u, target_addr()), std::nullopt);
+}
+
+TEST(Symbolizer, SnapshotInheritForget) {
+	REQUIRE_OWN_SYMBOLS();
+	FakeProc p;
+	Symbolizer s(p.root.string());
+	p.write_maps(100, own_maps());
+	s.snapshot(100);
+	p.exit(100); // gone from /proc, but the snapshot still resolves it
+	EXPECT_EQ(s.resolve(100, target_addr()), kTarget);
+
+	s.inherit(101, 100); // forked child that exited before its first event
+	EXPECT_EQ(s.resolve(101, target_addr() + 2), kTarget + "+0x2");
+
+	s.forget(100);
+	EXPECT_EQ(s.resolve(100, target_addr() + 1), std::nullopt);
+	EXPECT_EQ(s.resolve(101, target_addr() + 1), kTarget + "+0x1"); // the child keeps its copy
+	s.forget(101);
+	EXPECT_EQ(s.resolve(101, target_addr() + 3), std::nullopt);
+}
+
+// A library loaded after the maps were read: the first miss re-reads them.
+TEST(Symbolizer, RereadsMapsOnMiss) {
+	REQUIRE_OWN_SYMBOLS();
+	const std::string exe = fs::read_symlink("/proc/self/exe").string();
+	std::string without_exe, line;
+	std::istringstream all(own_maps());
+	while (std::getline(all, line))
+		if (!line.ends_with(" " + exe)) without_exe += line + "\n";
+
+	FakeProc p;
+	Symbolizer s(p.root.string());
+	p.write_maps(200, without_exe);
+	void *libc_fn = dlsym(RTLD_DEFAULT, "getpid");
+	ASSERT_NE(libc_fn, nullptr);
+	EXPECT_TRUE(s.resolve(200, reinterpret_cast<uint64_t>(libc_fn)).has_value()); // first read
+	p.write_maps(200, own_maps());
+	EXPECT_EQ(s.resolve(200, target_addr()), kTarget);
+
+	// A miss is cached (no re-read per event) until a snapshot, e.g. on exec.
+	p.write_maps(201, without_exe);
+	EXPECT_TRUE(s.resolve(201, reinterpret_cast<uint64_t>(libc_fn)).has_value()); // first read
+	EXPECT_EQ(s.resolve(201, target_addr()), std::nullopt); // re-read, still absent
+	p.write_maps(201, own_maps());
+	EXPECT_EQ(s.resolve(201, target_addr()), std::nullopt); // cached miss
+	s.snapshot(201);
+	EXPECT_EQ(s.resolve(201, target_addr()), kTarget);
+}
+
+} // namespace
+} // namespace eacgm
