@@ -25,6 +25,9 @@ struct {
 	__uint(max_entries, 4 * 1024 * 1024);
 } span_events SEC(".maps");
 
+/* Set by the agent: a quarter of the ring buffer. */
+const volatile __u64 wakeup_bytes = 1024 * 1024;
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, EACGM_CNT_COUNT);
@@ -202,7 +205,11 @@ int BPF_KRETPROBE(span_exit)
 			v = deref(v, spec->args[i].offset);
 		e->args[i] = v;
 	}
-	bpf_ringbuf_submit(e, 0);
+	/* Waking the reader for every record costs more than the probe itself;
+	 * wake it only once the buffer is filling up. It also polls on a timer. */
+	__u64 flags = bpf_ringbuf_query(&span_events, BPF_RB_AVAIL_DATA) >= wakeup_bytes ?
+			      BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+	bpf_ringbuf_submit(e, flags);
 	count(EACGM_CNT_SPANS, 1);
 	return 0;
 }

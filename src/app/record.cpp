@@ -30,7 +30,7 @@ namespace {
 
 std::atomic<int> g_interrupts{0};
 // Files to remove if a second Ctrl-C abandons the recording (async-signal-safe unlink).
-char g_partial[2][PATH_MAX];
+char g_partial[4][PATH_MAX];
 
 void on_signal(int)
 {
@@ -143,7 +143,10 @@ int run_record(const RecordArgs &a)
 	auto store = StoreWriter::create(db);
 	if (!store)
 		return fail(store.error().message);
-	snprintf(g_partial[0], PATH_MAX, "%s.partial", db.c_str()); // StoreWriter's work file
+	// StoreWriter's work file and SQLite's WAL files beside it.
+	snprintf(g_partial[0], PATH_MAX, "%s.partial", db.c_str());
+	snprintf(g_partial[2], PATH_MAX, "%s.partial-wal", db.c_str());
+	snprintf(g_partial[3], PATH_MAX, "%s.partial-shm", db.c_str());
 	snprintf(g_partial[1], PATH_MAX, "%s.tmp.%d", trace.c_str(), (int)getpid()); // write_file_atomic's
 
 	auto tracker = ProcTracker::open(false);

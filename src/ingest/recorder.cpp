@@ -168,7 +168,13 @@ void Recorder::handle_proc(const eacgm_proc_event &e)
 
 Result<int> Recorder::poll(int timeout_ms)
 {
+	// The BPF side wakes us only when a buffer fills up (a wakeup per record
+	// would cost more than the probe), so read whatever is there after each wait.
 	int n = ring_buffer__poll(rb_, timeout_ms);
+	if (n >= 0) {
+		int more = ring_buffer__consume(rb_);
+		n = more < 0 ? more : n + more;
+	}
 	if (!store_error_.empty())
 		return make_error(store_error_);
 	if (n < 0 && n != -EINTR)

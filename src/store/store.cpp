@@ -280,7 +280,11 @@ Result<void> StoreWriter::set_drops(const std::vector<Drop> &drops)
 					  r.error().message);
 		}
 	}
-	return exec("COMMIT");
+	if (auto r = exec("COMMIT"); !r) {
+		(void)exec("ROLLBACK");
+		return r;
+	}
+	return {};
 }
 
 Result<void> StoreWriter::set_meta(const std::string &key, const std::string &value)

@@ -1,1 +1,151 @@
+// The span engine against real uprobes on the test library: pairing of
+// nested and recursive calls, stack arguments, out-pointers read at exit,
+// calls left by longjmp, the process filter, and exact loss accounting.
 #include <gtest/gtest.h>
+#include <stdint.h>
+
+#include "span_fixture.h"
+
+extern "C" {
+long tl_noop(long);
+long tl_outer(long);
+long tl_inner(long);
+long tl_recurse(long);
+long tl_eight(long, long, long, long, long, long, long, long);
+int tl_out(uint64_t *, uint64_t);
+long tl_escape(long);
+}
+
+namespace eacgm::test {
+
+class SpanEngineTest : public SpanFixture {};
+
+TEST_F(SpanEngineTest, NestedCallsPairWithTheirParents)
+{
+	open_engine();
+	probe(1, "tl_outer", {entry_arg(0)});
+	probe(2, "tl_inner", {entry_arg(0)});
+	for (long i = 0; i < 10; i++)
+		tl_outer(i * 10);
+	auto ev = collect();
+	auto outer = only(ev, 1), inner = only(ev, 2);
+	ASSERT_EQ(outer.size(), 10u);
+	ASSERT_EQ(inner.size(), 20u);
+	for (size_t i = 0; i < outer.size(); i++) {
+		EXPECT_EQ(outer[i].depth, 0);
+		EXPECT_EQ(outer[i].args[0], i * 10);
+		EXPECT_EQ((long)outer[i].ret, tl_outer(i * 10));
+		for (int k = 0; k < 2; k++) {
+			const auto &in = inner[2 * i + k];
+			EXPECT_EQ(in.depth, 1);
+			EXPECT_EQ(in.args[0], i * 10 + k); // tl_outer(x) calls tl_inner(x), tl_inner(x+1)
+			EXPECT_EQ(in.ret, i * 10 + k + 1);
+			EXPECT_GE(in.start_ns, outer[i].start_ns);
+			EXPECT_LE(in.start_ns + in.dur_ns, outer[i].start_ns + outer[i].dur_ns);
+		}
+	}
+}
+
+TEST_F(SpanEngineTest, RecursiveCallsPairByStackFrame)
+{
+	open_engine();
+	probe(3, "tl_recurse", {entry_arg(0)});
+	ASSERT_EQ(tl_recurse(12), 12);
+	auto ev = only(collect(), 3);
+	ASSERT_EQ(ev.size(), 13u);
+	// Innermost returns first.
+	for (size_t i = 0; i < ev.size(); i++) {
+		EXPECT_EQ(ev[i].args[0], i);           // depth argument 0, 1, ... 12
+		EXPECT_EQ(ev[i].depth, 12 - i);        // open calls below it
+		EXPECT_EQ(ev[i].ret, i);               // tl_recurse(n) returns n
+		if (i > 0) {
+			EXPECT_LE(ev[i].start_ns, ev[i - 1].start_ns);
+			EXPECT_GE(ev[i].start_ns + ev[i].dur_ns, ev[i - 1].start_ns + ev[i - 1].dur_ns);
+		}
+	}
+}
+
+TEST_F(SpanEngineTest, RecursionDeeperThanTheStackIsCountedNotMispaired)
+{
+	open_engine();
+	probe(3, "tl_recurse", {entry_arg(0)});
+	long depth = EACGM_MAX_DEPTH + 8; // 8 levels beyond what a thread remembers
+	tl_recurse(depth);
+	auto ev = only(collect(), 3);
+	ASSERT_EQ(ev.size(), (size_t)EACGM_MAX_DEPTH);
+	// The outermost EACGM_MAX_DEPTH calls are recorded with their own arguments.
+	for (auto &e : ev)
+		EXPECT_EQ((long)e.args[0], depth - e.depth);
+	EXPECT_EQ(engine->counters()[EACGM_CNT_DEPTH_OVERFLOW], 9u); // depths 32..40
+}
+
+TEST_F(SpanEngineTest, StackArgumentsAndOutPointers)
+{
+	open_engine();
+	probe(4, "tl_eight", {entry_arg(5), entry_arg(6), entry_arg(7)});
+	probe(5, "tl_out", {{EACGM_ARG_DEREF_EXIT, 0, 0, 0}, entry_arg(1), {EACGM_ARG_DEREF_ENTRY, 0, 0, 0}});
+	tl_eight(1, 2, 3, 4, 5, 6, 7, 8);
+	uint64_t v = 42;
+	tl_out(&v, 777);
+	auto ev = collect();
+	auto eight = only(ev, 4), out = only(ev, 5);
+	ASSERT_EQ(eight.size(), 1u);
+	EXPECT_EQ(eight[0].args[0], 6u);
+	EXPECT_EQ(eight[0].args[1], 7u);
+	EXPECT_EQ(eight[0].args[2], 8u);
+	EXPECT_EQ(eight[0].ret, 36u);
+	ASSERT_EQ(out.size(), 1u);
+	EXPECT_EQ(out[0].args[0], 777u); // written by the call, read at exit
+	EXPECT_EQ(out[0].args[1], 777u);
+	EXPECT_EQ(out[0].args[2], 42u); // the same memory read at entry
+	EXPECT_EQ((int)out[0].ret, 7);
+}
+
+TEST_F(SpanEngineTest, CallsLeftByLongjmpAreDroppedAndCounted)
+{
+	open_engine();
+	probe(6, "tl_escape", {entry_arg(0)});
+	probe(7, "tl_jump_deep", {entry_arg(0)});
+	for (long i = 0; i < 4; i++)
+		tl_escape(i);
+	auto ev = collect();
+	auto escape = only(ev, 6);
+	ASSERT_EQ(escape.size(), 4u);
+	EXPECT_EQ(only(ev, 7).size(), 0u);
+	for (long i = 0; i < 4; i++) {
+		EXPECT_EQ(escape[i].args[0], (uint64_t)i);
+		EXPECT_EQ(escape[i].depth, 0);
+	}
+	EXPECT_EQ(engine->counters()[EACGM_CNT_UNPAIRED], 4u);
+}
+
+TEST_F(SpanEngineTest, UntracedProcessesAreFilteredInTheKernel)
+{
+	open_engine(1u << 20, /*track_self=*/false);
+	probe(1, "tl_noop", {entry_arg(0)});
+	for (long i = 0; i < 100; i++)
+		tl_noop(i);
+	EXPECT_EQ(collect().size(), 0u);
+	EXPECT_EQ(engine->counters()[EACGM_CNT_SPANS], 0u);
+}
+
+TEST_F(SpanEngineTest, AFullRingBufferLosesExactlyWhatItCannotHold)
+{
+	open_engine(4096);
+	probe(1, "tl_noop", {entry_arg(0)});
+	const size_t calls = 1000;
+	for (size_t i = 0; i < calls; i++)
+		tl_noop(i);
+	// Nobody consumes during the loop: the buffer holds what fits, each
+	// record with its 8-byte header.
+	size_t fits = 4096 / (sizeof(eacgm_span_event) + 8);
+	auto ev = collect();
+	EXPECT_EQ(ev.size(), fits);
+	auto c = engine->counters();
+	EXPECT_EQ(c[EACGM_CNT_RINGBUF_FULL], calls - fits);
+	EXPECT_EQ(c[EACGM_CNT_SPANS], fits);
+	for (size_t i = 0; i < ev.size(); i++)
+		EXPECT_EQ(ev[i].args[0], i); // the first ones are kept, in order
+}
+
+} // namespace eacgm::test
