@@ -1,1 +1,191 @@
+// Probe spec parsing, lowering to the BPF layout, decoding of raw records.
 #include <gtest/gtest.h>
+
+#include "ingest/decode.h"
+#include "probe/spec.h"
+
+namespace eacgm {
+namespace {
+
+const char *kSpec = R"({
+  "layer": "mylib",
+  "library": "libmy*.so*",
+  "enums": {"kind_t": {"0": "Zero", "2": "Two"}, "err_t": {"0": "mySuccess", "35": "myNoDriver"}},
+  "probes": [
+    {"function": "launch", "symbols": ["launch", "launch_ptsz"],
+     "args": [{"name": "k", "slot": 0, "type": "symbol"},
+              {"name": "grid", "slot": 1, "type": "dim3"},
+              {"name": "shm", "slot": 6, "type": "u64"},
+              {"name": "kind", "slot": 7, "type": "enum", "enum": "kind_t"}],
+     "returns": "err_t"},
+    {"function": "alloc", "library": "/opt/lib/libother.so",
+     "args": [{"name": "out", "slot": 0, "type": "ptr", "deref": "exit"},
+              {"name": "size", "slot": 1, "type": "bytes"},
+              {"name": "field", "slot": 2, "type": "i32", "deref": "entry", "offset": 16}]}
+  ]
+})";
+
+TEST(Spec, ParsesProbesArgumentsAndEnums)
+{
+	auto s = parse_spec(kSpec, "my.json", true);
+	ASSERT_TRUE(s.ok()) << s.error().message;
+	ASSERT_EQ(s->probes.size(), 2u);
+	const ProbeSpec &launch = s->probes[0];
+	EXPECT_EQ(launch.layer, "mylib");
+	EXPECT_EQ(launch.library, "libmy*.so*");
+	EXPECT_EQ(launch.symbols, (std::vector<std::string>{"launch", "launch_ptsz"}));
+	ASSERT_EQ(launch.args.size(), 4u);
+	EXPECT_EQ(launch.args[1].type, ArgType::Dim3);
+	EXPECT_EQ(launch.args[3].enum_name, "kind_t");
+	EXPECT_EQ(launch.returns, "err_t");
+	EXPECT_TRUE(launch.user);
+	const ProbeSpec &alloc = s->probes[1];
+	EXPECT_EQ(alloc.library, "/opt/lib/libother.so");
+	EXPECT_EQ(alloc.symbols, (std::vector<std::string>{"alloc"}));
+	EXPECT_EQ(alloc.args[0].source, EACGM_ARG_DEREF_EXIT);
+	EXPECT_EQ(alloc.args[2].source, EACGM_ARG_DEREF_ENTRY);
+	EXPECT_EQ(alloc.args[2].offset, 16);
+	EXPECT_EQ(alloc.returns, "i64");
+	EXPECT_EQ(s->enums.at("err_t").at(35), "myNoDriver");
+}
+
+TEST(Spec, Dim3TakesTwoSlotsWhenLowered)
+{
+	auto s = parse_spec(kSpec, "my.json", true);
+	ASSERT_TRUE(s.ok());
+	auto c = compile_probe(s->probes[0], 3);
+	ASSERT_TRUE(c.ok());
+	EXPECT_EQ(c->layer, 3u);
+	ASSERT_EQ(c->nargs, 5u);
+	uint8_t slots[] = {0, 1, 2, 6, 7};
+	for (int i = 0; i < 5; i++) {
+		EXPECT_EQ(c->args[i].slot, slots[i]) << i;
+		EXPECT_EQ(c->args[i].source, EACGM_ARG_ENTRY);
+	}
+}
+
+TEST(Spec, SyntaxErrorsNameLineAndColumn)
+{
+	auto s = parse_spec("{\n  \"layer\": \"x\",\n  \"probes\": [,]\n}", "bad.json", true);
+	ASSERT_FALSE(s.ok());
+	EXPECT_NE(s.error().message.find("bad.json: JSON syntax error at line 3, column 14"), std::string::npos)
+		<< s.error().message;
+}
+
+TEST(Spec, RejectsWhatCannotWork)
+{
+	struct Case {
+		const char *json, *expect;
+	} cases[] = {
+		{R"({"library":"l","probes":[{"function":"f","args":[{"name":"a","slot":1,"type":"float"}]}]})",
+		 "unknown type \"float\""},
+		{R"({"library":"l","probes":[{"function":"f","args":[{"name":"a","slot":40}]}]})", "\"slot\" must be"},
+		{R"({"library":"l","probes":[{"function":"f","args":[{"name":"a","slot":1,"type":"enum","enum":"nope"}]}]})",
+		 "enum \"nope\" is not defined"},
+		{R"({"probes":[{"function":"f"}]})", "no \"library\""},
+		{R"({"library":"l","probes":[]})", "non-empty array"},
+		{R"({"library":"l","probes":[{"function":"f","returns":"float"}]})", "\"returns\" must be"},
+		{R"({"layer":"Bad Name","library":"l","probes":[{"function":"f"}]})", "\"layer\" must be"},
+		{R"({"library":"l","probes":[{"function":"f","args":[{"name":"g","slot":1,"type":"dim3","deref":"exit"}]}]})",
+		 "cannot be dereferenced"},
+		{R"({"library":"l","probes":[{"function":"f","args":[
+		   {"name":"a","slot":0,"type":"dim3"},{"name":"b","slot":2,"type":"dim3"},
+		   {"name":"c","slot":4,"type":"dim3"},{"name":"d","slot":6,"type":"dim3"},
+		   {"name":"e","slot":8}]}]})",
+		 "more than 8 argument slots"},
+	};
+	for (auto &c : cases) {
+		auto s = parse_spec(c.json, "t.json", true);
+		ASSERT_FALSE(s.ok()) << c.json;
+		EXPECT_NE(s.error().message.find(c.expect), std::string::npos) << s.error().message;
+		EXPECT_EQ(s.error().message.rfind("t.json", 0), 0u) << "message names the file";
+	}
+}
+
+TEST(Spec, LibraryGlobMatchesFileNames)
+{
+	ProbeSpec p;
+	p.library = "libcudart.so*";
+	EXPECT_TRUE(library_matches(p, "/usr/local/cuda/lib64/libcudart.so.13"));
+	EXPECT_TRUE(library_matches(p, "/venv/lib/python3.11/site-packages/nvidia/cuda_runtime/lib/libcudart.so.12"));
+	EXPECT_FALSE(library_matches(p, "/usr/lib/libcudart_static.a"));
+	p.library = "libcuda.so*";
+	EXPECT_FALSE(library_matches(p, "/usr/local/cuda/lib64/libcudart.so.13"));
+	EXPECT_TRUE(library_matches(p, "/usr/lib/x86_64-linux-gnu/libcuda.so.1"));
+	p.library = "/opt/x/libfoo.so";
+	EXPECT_TRUE(library_matches(p, "/opt/x/libfoo.so"));
+	EXPECT_FALSE(library_matches(p, "/opt/y/libfoo.so"));
+}
+
+TEST(Spec, BuiltinCudaSpecLoadsAndCoversTheRuntime)
+{
+	auto s = load_builtin_spec("cuda");
+	ASSERT_TRUE(s.ok()) << s.error().message;
+	std::set<std::string> names;
+	for (auto &p : s->probes) {
+		names.insert(p.function);
+		EXPECT_TRUE(compile_probe(p, 0).ok()) << p.function;
+	}
+	for (const char *f : {"cudaMalloc", "cudaFree", "cudaMallocHost", "cudaFreeHost", "cudaMemcpy",
+			      "cudaMemcpyAsync", "cudaMemset", "cudaMemsetAsync", "cudaLaunchKernel",
+			      "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventRecord",
+			      "cudaEventSynchronize", "cudaGraphLaunch", "cuLaunchKernel", "cuMemAlloc", "cuMemcpyHtoD"})
+		EXPECT_TRUE(names.count(f)) << f;
+	EXPECT_EQ(s->enums.at("cudaError_t").at(35), "cudaErrorInsufficientDriver");
+	EXPECT_EQ(s->enums.at("cudaMemcpyKind").at(1), "cudaMemcpyHostToDevice");
+	EXPECT_EQ(s->enums.at("CUresult").at(0), "CUDA_SUCCESS");
+	EXPECT_EQ(load_builtin_spec("nope").ok(), false);
+}
+
+TEST(Decode, TypesEnumsDim3AndBytes)
+{
+	auto s = parse_spec(kSpec, "my.json", true);
+	ASSERT_TRUE(s.ok());
+	eacgm_span_event e{};
+	e.start_ns = 1000;
+	e.dur_ns = 250;
+	e.tgid = 42;
+	e.tid = 43;
+	e.depth = 2;
+	e.ret = 0xffffffff00000023ull; // upper half of rax is garbage for an int enum
+	e.args[0] = 0xdead;
+	e.args[1] = (2ull << 32) | 4; // grid.x = 4, grid.y = 2
+	e.args[2] = 1;                // grid.z
+	e.args[3] = 256;
+	e.args[4] = 2;
+	Span sp = decode_span(e, s->probes[0], s->enums, nullptr);
+	EXPECT_EQ(sp.name, "launch");
+	EXPECT_EQ(sp.layer, "mylib");
+	EXPECT_EQ(sp.pid, 42u);
+	EXPECT_EQ(sp.tid, 43u);
+	EXPECT_EQ(sp.depth, 2u);
+	EXPECT_EQ(sp.ret, 35);
+	EXPECT_EQ(sp.ret_name, "myNoDriver");
+	EXPECT_EQ(sp.args["k"], "0xdead"); // no symbolizer: the address
+	EXPECT_EQ(sp.args["grid"], nlohmann::json({4, 2, 1}));
+	EXPECT_EQ(sp.args["shm"], 256);
+	EXPECT_EQ(sp.args["kind"], "Two");
+	EXPECT_EQ(sp.bytes, 0u);
+
+	eacgm_span_event a{};
+	a.args[0] = 0x7f0000001000;
+	a.args[1] = 4096;
+	a.args[2] = (uint64_t)-5;
+	a.ret = (uint64_t)-1;
+	Span al = decode_span(a, s->probes[1], s->enums, nullptr);
+	EXPECT_EQ(al.args["out"], "0x7f0000001000");
+	EXPECT_EQ(al.args["size"], 4096);
+	EXPECT_EQ(al.args["field"], -5);
+	EXPECT_EQ(al.bytes, 4096u);
+	EXPECT_EQ(al.ret, -1);
+	EXPECT_EQ(al.ret_name, "");
+
+	e.ret = 7; // not in the enum
+	e.args[4] = 9;
+	Span unk = decode_span(e, s->probes[0], s->enums, nullptr);
+	EXPECT_EQ(unk.ret_name, "err_t(7)");
+	EXPECT_EQ(unk.args["kind"], "kind_t(9)");
+}
+
+} // namespace
+} // namespace eacgm
