@@ -9,7 +9,6 @@ packages=(
   bpftool               # skeleton generation, vmlinux.h
   libbpf-dev libelf-dev zlib1g-dev
   nlohmann-json3-dev libcli11-dev libsqlite3-dev
-  libgtest-dev libbenchmark-dev
   python3 sqlite3       # e2e tests read the outputs with the standard library
 )
 missing=()
