@@ -9,6 +9,7 @@ packages=(
   bpftool               # skeleton generation, vmlinux.h
   libbpf-dev libelf-dev zlib1g-dev
   nlohmann-json3-dev libcli11-dev libsqlite3-dev
+  libgtest-dev
   python3 sqlite3       # e2e tests read the outputs with the standard library
 )
 missing=()
