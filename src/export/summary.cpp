@@ -86,6 +86,25 @@ std::string drops_line(const std::vector<Drop> &drops)
 
 } // namespace
 
+// Which errors, not only how many: the most frequent return names.
+std::string errors_line(const std::vector<Span> &spans)
+{
+	std::map<std::string, uint64_t> by_name;
+	for (const Span &s : spans)
+		if (is_error_span(s))
+			by_name[s.ret_name]++;
+	if (by_name.empty())
+		return "";
+	std::vector<std::pair<std::string, uint64_t>> names(by_name.begin(), by_name.end());
+	std::stable_sort(names.begin(), names.end(), [](const auto &a, const auto &b) { return a.second > b.second; });
+	std::string line = "\nerrors:";
+	for (size_t i = 0; i < names.size() && i < 5; i++)
+		line += (i ? ", " : " ") + names[i].first + " x" + std::to_string(names[i].second);
+	if (names.size() > 5)
+		line += ", ... " + std::to_string(names.size() - 5) + " more kinds";
+	return line + "\n";
+}
+
 bool is_error_span(const Span &s)
 {
 	static const std::string ok = "success";
@@ -222,6 +241,7 @@ std::string format_summary(const Recording &rec, size_t max_rows_per_layer)
 	}
 	if (stats.empty())
 		out += "\nno spans recorded\n";
+	out += errors_line(rec.spans);
 	out += "\n" + drops_line(rec.drops) + "\n";
 	return out;
 }

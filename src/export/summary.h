@@ -23,6 +23,8 @@ struct FunctionStats {
 // ret_name is non-empty and does not end in "success", case-insensitively
 // (cudaSuccess, ncclSuccess, CUDA_SUCCESS). Spans without a decoded return
 // (ret_name empty) count as successes whatever their raw ret.
+// "\nerrors: NAME xCOUNT, ..." for the most frequent error names; "" without errors.
+std::string errors_line(const std::vector<Span> &spans);
 bool is_error_span(const Span &s);
 
 // One entry per (layer, function), sorted by layer, then total time

@@ -192,3 +192,16 @@ TEST(Summary, EmptyRecording)
 	EXPECT_EQ(text, "0 processes, 0 threads, 0 spans over 0 ns\n\nno spans recorded\n\n"
 			"lost records: 0\n");
 }
+
+TEST(Summary, NamesTheMostFrequentErrors)
+{
+	Recording r = summary_sample();
+	EXPECT_EQ(errors_line(r.spans), "\nerrors: cudaErrorInvalidValue x2, ncclSystemError x1\n");
+	EXPECT_NE(format_summary(r).find("errors: cudaErrorInvalidValue x2, ncclSystemError x1\n"), std::string::npos);
+	std::vector<Span> many;
+	for (int k = 0; k < 7; k++)
+		for (int i = 0; i <= k; i++)
+			many.push_back(make_span("cuda", "f", 0, 1, "err" + std::to_string(k)));
+	EXPECT_EQ(errors_line(many), "\nerrors: err6 x7, err5 x6, err4 x5, err3 x4, err2 x3, ... 2 more kinds\n");
+	EXPECT_EQ(errors_line({make_span("cuda", "f", 0, 1, "cudaSuccess")}), "");
+}
