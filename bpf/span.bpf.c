@@ -7,6 +7,7 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
 #include "eacgm/abi/events.h"
 #include "traced.bpf.h"
 
@@ -49,9 +50,10 @@ struct thread_calls {
 	struct open_call calls[EACGM_MAX_DEPTH];
 };
 
+/* About 2.8 KiB a thread; entries go when their thread exits. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
+	__uint(max_entries, 8192);
 	__type(key, __u32); /* tid */
 	__type(value, struct thread_calls);
 } open_calls SEC(".maps");
@@ -211,5 +213,15 @@ int BPF_KRETPROBE(span_exit)
 			      BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
 	bpf_ringbuf_submit(e, flags);
 	count(EACGM_CNT_SPANS, 1);
+	return 0;
+}
+
+/* A thread's open calls die with it: free its slot so thread churn (data
+ * loader workers, thread pools) does not fill the table. */
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(span_thread_exit, struct task_struct *p)
+{
+	__u32 tid = BPF_CORE_READ(p, pid);
+	bpf_map_delete_elem(&open_calls, &tid);
 	return 0;
 }

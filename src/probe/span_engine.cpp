@@ -35,6 +35,10 @@ Result<std::unique_ptr<SpanEngine>> SpanEngine::open(const Options &opts, int tr
 	if (err)
 		return make_error("cannot load the span BPF programs: " + errstr(err) +
 				  " (run 'eacgm doctor' to check kernel support)");
+	struct bpf_link *l = bpf_program__attach(e->skel_->progs.span_thread_exit);
+	if (!l)
+		return make_error("cannot attach the thread-exit tracepoint: " + errstr(errno));
+	e->links_.push_back(l);
 	return e;
 }
 
@@ -68,6 +72,19 @@ Result<void> SpanEngine::attach(const std::string &path, uint64_t file_offset, u
 		links_.push_back(l);
 	}
 	return {};
+}
+
+size_t SpanEngine::threads_with_state() const
+{
+	size_t n = 0;
+	uint32_t key, next;
+	uint32_t *prev = nullptr;
+	while (!bpf_map__get_next_key(skel_->maps.open_calls, prev, &next, sizeof(next))) {
+		n++;
+		key = next;
+		prev = &key;
+	}
+	return n;
 }
 
 struct bpf_map *SpanEngine::events_map() const { return skel_->maps.span_events; }

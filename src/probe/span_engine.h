@@ -32,7 +32,8 @@ public:
 	// Attaches the entry and exit programs at a file offset of a library,
 	// for every process that maps it; the cookie selects the spec.
 	Result<void> attach(const std::string &path, uint64_t file_offset, uint32_t spec_id);
-	size_t attached_functions() const { return links_.size() / 2; }
+	// Threads whose call stack the kernel keeps now (diagnostics, tests).
+	size_t threads_with_state() const;
 
 	struct bpf_map *events_map() const;
 	std::array<uint64_t, EACGM_CNT_COUNT> counters() const;

@@ -3,6 +3,7 @@
 // calls left by longjmp, the process filter, and exact loss accounting.
 #include <gtest/gtest.h>
 #include <stdint.h>
+#include <thread>
 
 #include "span_fixture.h"
 
@@ -146,6 +147,28 @@ TEST_F(SpanEngineTest, AFullRingBufferLosesExactlyWhatItCannotHold)
 	EXPECT_EQ(c[EACGM_CNT_SPANS], fits);
 	for (size_t i = 0; i < ev.size(); i++)
 		EXPECT_EQ(ev[i].args[0], i); // the first ones are kept, in order
+}
+
+} // namespace eacgm::test
+
+namespace eacgm::test {
+
+TEST_F(SpanEngineTest, ExitedThreadsGiveBackTheirState)
+{
+	open_engine();
+	probe(1, "tl_noop", {entry_arg(0)});
+	std::vector<std::thread> threads;
+	for (int t = 0; t < 40; t++)
+		threads.emplace_back([t] {
+			for (long i = 0; i < 5; i++)
+				tl_noop(t * 100 + i);
+		});
+	for (auto &t : threads)
+		t.join();
+	EXPECT_EQ(only(collect(), 1).size(), 200u);
+	EXPECT_EQ(engine->threads_with_state(), 0u); // 40 threads came and went
+	tl_noop(1);
+	EXPECT_EQ(engine->threads_with_state(), 1u); // this one is alive
 }
 
 } // namespace eacgm::test
