@@ -3,7 +3,8 @@
 //   floor             an empty uprobe + uretprobe (the kernel's trap cost)
 //   eacgm, filtered   the span engine on a process it does not trace
 //   eacgm, traced     the span engine recording every call (one argument
-//                     kept), with a consumer draining the ring buffer
+//                     kept), with a consumer draining the ring buffer; with
+//                     one uprobe_multi link and with per-function links
 // Printed as ns/call and as the ratio to the floor. The trap dominates: what
 // eacgm adds is the part above 1.00x.
 #include <algorithm>
@@ -78,47 +79,63 @@ int main(int argc, char **argv)
 		floor_bpf__destroy(skel);
 	}
 
-	auto tracker = ProcTracker::open(false);
-	if (!tracker)
-		die(tracker.error().message);
-	auto engine = SpanEngine::open({}, (*tracker)->traced_map_fd());
-	if (!engine)
-		die(engine.error().message);
-	eacgm_probe_spec spec{};
-	spec.nargs = 1;
-	spec.args[0] = {EACGM_ARG_ENTRY, 0, 0, 0};
-	if (!(*engine)->set_spec(0, spec).ok() || !(*engine)->attach(kLib, *off, 0).ok())
-		die("cannot attach the span engine");
-	double filtered = ns_per_call(calls);
-
-	if (!(*tracker)->track(getpid()).ok())
-		die("cannot track this process");
-	std::atomic<bool> stop{false};
-	std::atomic<long> received{0};
-	auto cb = [](void *ctx, void *, size_t) {
-		static_cast<std::atomic<long> *>(ctx)->fetch_add(1);
-		return 0;
+	// The span engine, with both kinds of link: what a traced call costs
+	// must not depend on how the probes were attached.
+	struct Engine {
+		double filtered, traced;
+		long received;
+		uint64_t lost;
 	};
-	ring_buffer *rb = ring_buffer__new(bpf_map__fd((*engine)->events_map()), cb, &received, nullptr);
-	std::thread consumer([&] {
-		while (!stop)
-			ring_buffer__poll(rb, 10);
-		ring_buffer__consume(rb);
-	});
-	double traced = ns_per_call(calls);
-	stop = true;
-	consumer.join();
-	ring_buffer__free(rb);
-	auto c = (*engine)->counters();
+	auto run_engine = [&](bool multi) {
+		auto tracker = ProcTracker::open(false);
+		if (!tracker)
+			die(tracker.error().message);
+		SpanEngine::Options o;
+		o.multi_link = multi;
+		auto engine = SpanEngine::open(o, (*tracker)->traced_map_fd());
+		if (!engine)
+			die(engine.error().message);
+		eacgm_probe_spec spec{};
+		spec.nargs = 1;
+		spec.args[0] = {EACGM_ARG_ENTRY, 0, 0, 0};
+		if (!(*engine)->set_spec(0, spec).ok() || !(*engine)->attach(kLib, {{*off, 0}}).ok())
+			die("cannot attach the span engine");
+		Engine r{};
+		r.filtered = ns_per_call(calls);
+		if (!(*tracker)->track(getpid()).ok())
+			die("cannot track this process");
+		std::atomic<bool> stop{false};
+		std::atomic<long> received{0};
+		auto cb = [](void *ctx, void *, size_t) {
+			static_cast<std::atomic<long> *>(ctx)->fetch_add(1);
+			return 0;
+		};
+		ring_buffer *rb = ring_buffer__new(bpf_map__fd((*engine)->events_map()), cb, &received, nullptr);
+		std::thread consumer([&] {
+			while (!stop)
+				ring_buffer__poll(rb, 10);
+			ring_buffer__consume(rb);
+		});
+		r.traced = ns_per_call(calls);
+		stop = true;
+		consumer.join();
+		ring_buffer__free(rb);
+		r.received = received.load();
+		r.lost = (*engine)->counters()[EACGM_CNT_RINGBUF_FULL];
+		return r;
+	};
+	Engine multi = run_engine(true), single = run_engine(false);
 
 	printf("cost per call of a no-op library function (%ld calls, best of 5 rounds)\n", calls);
 	printf("  %-24s %10s %10s\n", "", "ns/call", "vs floor");
 	auto row = [&](const char *name, double ns) { printf("  %-24s %10.1f %9.2fx\n", name, ns, ns / floor_ns); };
 	row("untraced", untraced);
 	row("floor (empty probes)", floor_ns);
-	row("eacgm, other process", filtered);
-	row("eacgm, traced", traced);
-	printf("  eacgm added per traced call: %.1f ns above the floor\n", traced - floor_ns);
-	printf("  spans received %ld, lost %llu\n", received.load(), (unsigned long long)c[EACGM_CNT_RINGBUF_FULL]);
+	row("eacgm, other process", multi.filtered);
+	row("eacgm, traced", multi.traced);
+	row("  per-function links", single.traced);
+	printf("  eacgm added per traced call: %.1f ns above the floor\n", multi.traced - floor_ns);
+	printf("  spans received %ld of %ld traced calls, lost %llu\n", multi.received + single.received,
+	       2 * 5 * calls, (unsigned long long)(multi.lost + single.lost));
 	return 0;
 }

@@ -98,8 +98,7 @@ static __always_inline __u64 deref(__u64 ptr, __u32 offset)
 	return v;
 }
 
-SEC("uprobe")
-int BPF_KPROBE(span_entry)
+static __always_inline int on_entry(struct pt_regs *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	if (!eacgm_is_traced(id >> 32))
@@ -151,8 +150,7 @@ int BPF_KPROBE(span_entry)
 	return 0;
 }
 
-SEC("uretprobe")
-int BPF_KRETPROBE(span_exit)
+static __always_inline int on_exit(struct pt_regs *ctx)
 {
 	__u64 now = bpf_ktime_get_ns();
 	__u64 id = bpf_get_current_pid_tgid();
@@ -215,6 +213,22 @@ int BPF_KRETPROBE(span_exit)
 	count(EACGM_CNT_SPANS, 1);
 	return 0;
 }
+
+/* The same bodies under two attachments: one perf-event link per function
+ * (any kernel with uprobe cookies, 5.15+), or one uprobe_multi link per
+ * library for all its functions (6.6+), which the agent prefers because
+ * detaching a link waits for an RCU grace period, link by link. */
+SEC("uprobe")
+int BPF_KPROBE(span_entry) { return on_entry(ctx); }
+
+SEC("uretprobe")
+int BPF_KRETPROBE(span_exit) { return on_exit(ctx); }
+
+SEC("uprobe")
+int BPF_KPROBE(span_entry_multi) { return on_entry(ctx); }
+
+SEC("uretprobe")
+int BPF_KRETPROBE(span_exit_multi) { return on_exit(ctx); }
 
 /* A thread's open calls die with it: free its slot so thread churn (data
  * loader workers, thread pools) does not fill the table. */

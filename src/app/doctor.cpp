@@ -70,7 +70,7 @@ Result<std::string> self_test()
 	if (n <= 0)
 		return make_error("cannot read /proc/self/exe");
 	self[n] = 0;
-	if (auto r = (*engine)->attach(self, off.value(), 0); !r)
+	if (auto r = (*engine)->attach(self, {{off.value(), 0}}); !r)
 		return r.error();
 	if (auto r = (*tracker)->track(getpid()); !r)
 		return r.error();

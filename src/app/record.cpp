@@ -29,11 +29,19 @@ const std::vector<std::string> kBuiltLayers = {"cuda"};
 namespace {
 
 std::atomic<int> g_interrupts{0};
+// The launched command, to pass on a signal that only eacgm received.
+std::atomic<pid_t> g_child{0};
 // Files to remove if a second Ctrl-C abandons the recording (async-signal-safe unlink).
 char g_partial[4][PATH_MAX];
 
-void on_signal(int)
+void on_signal(int sig, siginfo_t *info, void *)
 {
+	// Ctrl-C at a terminal reaches the whole foreground group, the command
+	// included (SI_KERNEL). A signal sent to eacgm alone (kill, timeout, a
+	// scheduler) is passed on, so the command does not run on untraced.
+	pid_t child = g_child.load();
+	if (child > 0 && info && info->si_code != SI_KERNEL)
+		kill(child, sig);
 	if (g_interrupts.fetch_add(1) >= 1) {
 		for (auto &p : g_partial)
 			if (p[0])
@@ -202,8 +210,11 @@ int run_record(const RecordArgs &a)
 	if (attacher.attached().empty())
 		std::cerr << "eacgm: note: no traced library is loaded yet; probes attach when the target loads one\n";
 
+	if (launched)
+		g_child = launched->pid();
 	struct sigaction sa = {};
-	sa.sa_handler = on_signal;
+	sa.sa_sigaction = on_signal;
+	sa.sa_flags = SA_SIGINFO;
 	sigaction(SIGINT, &sa, nullptr);
 	sigaction(SIGTERM, &sa, nullptr);
 

@@ -60,6 +60,13 @@ Process &Recorder::process(uint32_t pid)
 	std::string dir = "/proc/" + std::to_string(pid);
 	p.comm = read_proc_text(dir + "/comm");
 	p.cmdline = read_proc_text(dir + "/cmdline");
+	// "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+	std::string stat = read_proc_text(dir + "/stat");
+	auto paren = stat.rfind(')');
+	char state;
+	unsigned ppid;
+	if (paren != std::string::npos && sscanf(stat.c_str() + paren + 1, " %c %u", &state, &ppid) == 2)
+		p.ppid = ppid;
 	live_.insert(pid);
 	symbolizer_.snapshot(pid);
 	return p;
@@ -68,7 +75,8 @@ Process &Recorder::process(uint32_t pid)
 void Recorder::add_root(uint32_t pid, uint32_t ppid, uint64_t start_ns)
 {
 	Process &p = process(pid);
-	p.ppid = ppid;
+	if (ppid)
+		p.ppid = ppid; // else as /proc says
 	p.start_ns = start_ns;
 }
 
@@ -104,14 +112,10 @@ int Recorder::on_span(void *ctx, void *data, size_t size)
 		return 0;
 	self->process(e.tgid);
 	self->note_thread(e.tgid, e.tid);
-	self->batch_.push_back(decode_span(e, specs.probes[e.spec_id], specs.enums, &self->symbolizer_));
+	// Decoded at flush, after this round's process events: a forked child's
+	// spans can be read before the fork record that says whose maps it has.
+	self->pending_.push_back(e);
 	self->spans_seen_++;
-	if (self->batch_.size() >= kBatch) {
-		if (auto r = self->flush(); !r) {
-			self->store_error_ = r.error().message;
-			return -1; // stops ring_buffer__poll; reported by poll()
-		}
-	}
 	return 0;
 }
 
@@ -142,8 +146,12 @@ void Recorder::handle_proc(const eacgm_proc_event &e)
 		Process &p = process(e.tgid);
 		p.ppid = e.ppid;
 		p.start_ns = e.ts_ns;
+		// A short-lived child may be gone before we look: it runs its
+		// parent's program until it execs.
 		if (p.comm.empty())
 			p.comm = std::string(e.comm, strnlen(e.comm, sizeof(e.comm)));
+		if (p.cmdline.empty() && processes_.count(e.ppid))
+			p.cmdline = processes_[e.ppid].cmdline;
 		break;
 	}
 	case EACGM_PROC_EXEC:
@@ -175,8 +183,6 @@ Result<int> Recorder::poll(int timeout_ms)
 		int more = ring_buffer__consume(rb_);
 		n = more < 0 ? more : n + more;
 	}
-	if (!store_error_.empty())
-		return make_error(store_error_);
 	if (n < 0 && n != -EINTR)
 		return make_error(std::string("reading the ring buffers failed: ") + std::strerror(-n));
 	if (auto r = flush(); !r)
@@ -187,8 +193,6 @@ Result<int> Recorder::poll(int timeout_ms)
 Result<void> Recorder::drain()
 {
 	int n = ring_buffer__consume(rb_);
-	if (!store_error_.empty())
-		return make_error(store_error_);
 	if (n < 0)
 		return make_error(std::string("reading the ring buffers failed: ") + std::strerror(-n));
 	return flush();
@@ -196,11 +200,19 @@ Result<void> Recorder::drain()
 
 Result<void> Recorder::flush()
 {
-	if (batch_.empty())
-		return {};
-	auto r = store_.add_spans(batch_);
-	batch_.clear();
-	return r;
+	const auto &specs = attacher_.specs();
+	for (size_t i = 0; i < pending_.size(); i += kBatch) {
+		std::vector<Span> batch;
+		for (size_t k = i; k < pending_.size() && k < i + kBatch; k++)
+			batch.push_back(decode_span(pending_[k], specs.probes[pending_[k].spec_id], specs.enums,
+						    &symbolizer_));
+		if (auto r = store_.add_spans(batch); !r) {
+			pending_.clear();
+			return r;
+		}
+	}
+	pending_.clear();
+	return {};
 }
 
 Result<void> Recorder::finish()

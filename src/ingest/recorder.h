@@ -10,6 +10,7 @@
 
 #include "common/model.h"
 #include "common/result.h"
+#include "eacgm/abi/events.h"
 #include "probe/attacher.h"
 #include "probe/symbolizer.h"
 #include "store/store.h"
@@ -60,10 +61,9 @@ private:
 	std::map<uint32_t, Process> processes_;
 	std::set<uint32_t> live_;
 	std::map<std::pair<uint32_t, uint32_t>, std::string> threads_;
-	std::vector<Span> batch_;
+	std::vector<eacgm_span_event> pending_; // read, not yet decoded
 	std::vector<std::string> warnings_;
 	std::set<std::string> warned_;
-	std::string store_error_;
 	uint64_t spans_seen_ = 0;
 };
 

@@ -72,6 +72,8 @@ Result<void> Attacher::attach_library(const std::string &path)
 		return {};
 	}
 	std::set<uint64_t> done_addrs; // aliases share an address: attach once
+	std::vector<SpanEngine::Target> targets;
+	std::vector<AttachedProbe> attached;
 	for (auto *p : matching) {
 		uint32_t id = p - specs_.probes.data();
 		bool any = false;
@@ -85,15 +87,17 @@ Result<void> Attacher::attach_library(const std::string &path)
 			auto off = elf->vaddr_to_offset(sym->addr);
 			if (!off)
 				return off.error();
-			if (auto r = engine_.attach(real, off.value(), id); !r)
-				return r;
-			attached_.push_back({id, real, name, off.value()});
+			targets.push_back({off.value(), id});
+			attached.push_back({id, real, name, off.value()});
 		}
 		if (!any && p->user)
 			return make_error(p->origin + ": symbol " + p->symbols.front() + " of probe '" + p->function +
 					  "' not found in " + std::string(real) +
 					  " (searched its .symtab and .dynsym); check the name with 'nm -D'");
 	}
+	if (auto r = engine_.attach(real, targets); !r)
+		return r;
+	attached_.insert(attached_.end(), attached.begin(), attached.end());
 	return {};
 }
 

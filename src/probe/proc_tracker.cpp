@@ -5,6 +5,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "probe/links.h"
+
 #include "probe/elf_symbols.h"
 #include "proc.skel.h"
 
@@ -34,8 +36,7 @@ Result<std::unique_ptr<ProcTracker>> ProcTracker::open(bool trace_all)
 
 ProcTracker::~ProcTracker()
 {
-	for (auto *l : links_)
-		bpf_link__destroy(l);
+	destroy_links(links_);
 	if (skel_)
 		proc_bpf__destroy(skel_);
 }

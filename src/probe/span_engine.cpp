@@ -4,11 +4,18 @@
 #include <bpf/libbpf.h>
 #include <cerrno>
 #include <cstring>
+
+#include "probe/links.h"
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "span.skel.h"
 
 namespace eacgm {
+
+// BPF_TRACE_UPROBE_MULTI of the kernel's enum bpf_attach_type (6.6+); the
+// system's UAPI headers (6.1) and libbpf 1.1 do not name it.
+static constexpr enum bpf_attach_type kTraceUprobeMulti = (enum bpf_attach_type)48;
 
 static std::string errstr(int err) { return std::strerror(err < 0 ? -err : err); }
 
@@ -20,18 +27,34 @@ Result<std::unique_ptr<SpanEngine>> SpanEngine::open(const Options &opts, int tr
 		return make_error("ring buffer size " + std::to_string(rb) + " bytes is not a power of two of at least " +
 				  std::to_string(page) + "; use --ring-buffer-kb 4, 8, 16, ...");
 	std::unique_ptr<SpanEngine> e(new SpanEngine());
-	e->skel_ = span_bpf__open();
-	if (!e->skel_)
-		return make_error("cannot open the span BPF object: " + errstr(errno));
-	e->skel_->rodata->trace_all = opts.trace_all;
-	e->skel_->rodata->wakeup_bytes = rb / 4;
-	bpf_map__set_max_entries(e->skel_->maps.span_events, rb);
-	if (traced_map_fd >= 0) {
-		int err = bpf_map__reuse_fd(e->skel_->maps.traced_tgids, traced_map_fd);
-		if (err)
-			return make_error("cannot share the traced-process map: " + errstr(err));
+	// First with the uprobe_multi programs; a kernel without them (< 6.6)
+	// refuses the load, and the per-function programs serve alone.
+	int err = 0;
+	for (bool multi : {opts.multi_link, false}) {
+		if (e->skel_)
+			span_bpf__destroy(e->skel_);
+		e->skel_ = span_bpf__open();
+		if (!e->skel_)
+			return make_error("cannot open the span BPF object: " + errstr(errno));
+		e->skel_->rodata->trace_all = opts.trace_all;
+		e->skel_->rodata->wakeup_bytes = rb / 4;
+		bpf_map__set_max_entries(e->skel_->maps.span_events, rb);
+		if (traced_map_fd >= 0) {
+			err = bpf_map__reuse_fd(e->skel_->maps.traced_tgids, traced_map_fd);
+			if (err)
+				return make_error("cannot share the traced-process map: " + errstr(err));
+		}
+		for (auto *prog : {e->skel_->progs.span_entry_multi, e->skel_->progs.span_exit_multi}) {
+			if (multi)
+				bpf_program__set_expected_attach_type(prog, kTraceUprobeMulti);
+			else
+				bpf_program__set_autoload(prog, false);
+		}
+		err = span_bpf__load(e->skel_);
+		e->multi_ = multi && !err;
+		if (!err)
+			break;
 	}
-	int err = span_bpf__load(e->skel_);
 	if (err)
 		return make_error("cannot load the span BPF programs: " + errstr(err) +
 				  " (run 'eacgm doctor' to check kernel support)");
@@ -44,8 +67,9 @@ Result<std::unique_ptr<SpanEngine>> SpanEngine::open(const Options &opts, int tr
 
 SpanEngine::~SpanEngine()
 {
-	for (auto *l : links_)
-		bpf_link__destroy(l);
+	destroy_links(links_);
+	for (int fd : multi_fds_)
+		close(fd);
 	if (skel_)
 		span_bpf__destroy(skel_);
 }
@@ -60,17 +84,66 @@ Result<void> SpanEngine::set_spec(uint32_t spec_id, const eacgm_probe_spec &spec
 	return {};
 }
 
-Result<void> SpanEngine::attach(const std::string &path, uint64_t file_offset, uint32_t spec_id)
+Result<void> SpanEngine::attach(const std::string &path, const std::vector<Target> &targets)
 {
-	for (bool ret : {false, true}) {
-		LIBBPF_OPTS(bpf_uprobe_opts, o, .bpf_cookie = spec_id, .retprobe = ret);
-		struct bpf_program *prog = ret ? skel_->progs.span_exit : skel_->progs.span_entry;
-		struct bpf_link *l = bpf_program__attach_uprobe_opts(prog, -1, path.c_str(), file_offset, &o);
-		if (!l)
-			return make_error("cannot attach uprobe to " + path + " at offset " + std::to_string(file_offset) +
-					  ": " + errstr(errno));
-		links_.push_back(l);
+	if (targets.empty())
+		return {};
+	if (multi_) {
+		for (bool ret : {false, true})
+			if (auto r = attach_multi(path, targets, ret); !r)
+				return r;
+		return {};
 	}
+	for (auto &t : targets)
+		for (bool ret : {false, true}) {
+			LIBBPF_OPTS(bpf_uprobe_opts, o, .bpf_cookie = t.spec_id, .retprobe = ret);
+			struct bpf_program *prog = ret ? skel_->progs.span_exit : skel_->progs.span_entry;
+			struct bpf_link *l = bpf_program__attach_uprobe_opts(prog, -1, path.c_str(), t.file_offset, &o);
+			if (!l)
+				return make_error("cannot attach uprobe to " + path + " at offset " +
+						  std::to_string(t.file_offset) + ": " + errstr(errno));
+			links_.push_back(l);
+		}
+	return {};
+}
+
+// libbpf 1.1 predates uprobe_multi links, so the link is made with the bpf()
+// syscall directly; this is the link_create layout of the kernel's UAPI.
+struct UprobeMultiLinkAttr {
+	uint32_t prog_fd;
+	uint32_t target_fd;
+	uint32_t attach_type;
+	uint32_t flags;
+	uint64_t path;
+	uint64_t offsets;
+	uint64_t ref_ctr_offsets;
+	uint64_t cookies;
+	uint32_t cnt;
+	uint32_t multi_flags; // BPF_F_UPROBE_MULTI_RETURN for the exit program
+	uint32_t pid;
+	uint32_t pad;
+};
+
+Result<void> SpanEngine::attach_multi(const std::string &path, const std::vector<Target> &targets, bool ret)
+{
+	std::vector<uint64_t> offsets, cookies;
+	for (auto &t : targets) {
+		offsets.push_back(t.file_offset);
+		cookies.push_back(t.spec_id);
+	}
+	UprobeMultiLinkAttr attr{};
+	attr.prog_fd = bpf_program__fd(ret ? skel_->progs.span_exit_multi : skel_->progs.span_entry_multi);
+	attr.attach_type = kTraceUprobeMulti;
+	attr.path = (uint64_t)(uintptr_t)path.c_str();
+	attr.offsets = (uint64_t)(uintptr_t)offsets.data();
+	attr.cookies = (uint64_t)(uintptr_t)cookies.data();
+	attr.cnt = offsets.size();
+	attr.multi_flags = ret ? 1u : 0u;
+	int fd = syscall(__NR_bpf, BPF_LINK_CREATE, &attr, sizeof(attr));
+	if (fd < 0)
+		return make_error("cannot attach " + std::to_string(targets.size()) + " uprobes to " + path + ": " +
+				  errstr(errno));
+	multi_fds_.push_back(fd);
 	return {};
 }
 

@@ -21,6 +21,9 @@ public:
 	struct Options {
 		uint32_t ring_buffer_bytes = 8u << 20;
 		bool trace_all = false;
+		// Use uprobe_multi links where the kernel has them; false forces
+		// the per-function links of older kernels (tests, comparisons).
+		bool multi_link = true;
 	};
 	// traced_map_fd: ProcTracker's set of traced processes, shared.
 	static Result<std::unique_ptr<SpanEngine>> open(const Options &opts, int traced_map_fd);
@@ -29,9 +32,16 @@ public:
 	SpanEngine &operator=(const SpanEngine &) = delete;
 
 	Result<void> set_spec(uint32_t spec_id, const eacgm_probe_spec &spec);
-	// Attaches the entry and exit programs at a file offset of a library,
-	// for every process that maps it; the cookie selects the spec.
-	Result<void> attach(const std::string &path, uint64_t file_offset, uint32_t spec_id);
+
+	struct Target {
+		uint64_t file_offset; // of the function in the library file
+		uint32_t spec_id;     // the attach cookie
+	};
+	// Attaches the entry and exit programs to functions of one library, for
+	// every process that maps it.
+	Result<void> attach(const std::string &path, const std::vector<Target> &targets);
+	// Whether one uprobe_multi link serves a whole library (kernel 6.6+).
+	bool multi_link() const { return multi_; }
 	// Threads whose call stack the kernel keeps now (diagnostics, tests).
 	size_t threads_with_state() const;
 
@@ -40,8 +50,12 @@ public:
 
 private:
 	SpanEngine() = default;
+	Result<void> attach_multi(const std::string &path, const std::vector<Target> &targets, bool ret);
+
 	struct span_bpf *skel_ = nullptr;
+	bool multi_ = false;
 	std::vector<struct bpf_link *> links_;
+	std::vector<int> multi_fds_; // uprobe_multi link fds
 };
 
 } // namespace eacgm

@@ -95,8 +95,11 @@ Result<SpecSet> parse_spec(const std::string &text, const std::string &origin, b
 	try {
 		doc = json::parse(text);
 	} catch (const json::parse_error &e) {
+		// e.what(): "[json.exception.parse_error.101] parse error at line L,
+		// column C: <detail>"; the detail may itself hold ": ".
 		std::string what = e.what();
-		auto colon = what.rfind(": ");
+		auto col = what.find("column ");
+		auto colon = what.find(": ", col == std::string::npos ? 0 : col);
 		std::string detail = colon == std::string::npos ? what : what.substr(colon + 2);
 		return make_error(origin + ": JSON syntax error at " + line_col(text, e.byte) + ": " + detail);
 	}

@@ -6,7 +6,9 @@ namespace eacgm {
 
 bool Symbolizer::read(uint32_t pid, Proc &p) {
 	auto maps = read_maps(pid, proc_root_);
-	if (!maps) return false;
+	// An exited process that is not yet reaped still has a /proc entry, with
+	// empty maps: that is no reading, keep what was inherited or read before.
+	if (!maps || maps->empty()) return false;
 	p.maps = std::make_shared<const std::vector<Mapping>>(std::move(maps).value());
 	p.own = true;
 	return true;
@@ -67,7 +69,10 @@ void Symbolizer::inherit(uint32_t child, uint32_t parent) {
 	Proc &par = procs_[parent];
 	if (!par.maps) read(parent, par);
 	Proc &c = procs_[child];
-	if (!c.own) c.maps = par.maps;
+	if (!c.own) {
+		c.maps = par.maps;
+		c.results.clear(); // misses from before the child's maps were known
+	}
 }
 
 void Symbolizer::forget(uint32_t pid) {

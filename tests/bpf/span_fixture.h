@@ -15,7 +15,8 @@ namespace eacgm::test {
 
 inline std::string testlib_path() { return std::string(TESTPROGS_DIR) + "/libeacgm_testlib.so"; }
 
-class SpanFixture : public ::testing::Test {
+// Runs each test with uprobe_multi links (true) and per-function links (false).
+class SpanFixture : public ::testing::TestWithParam<bool> {
 protected:
 	void open_engine(uint32_t ring_bytes = 1u << 20, bool track_self = true)
 	{
@@ -24,9 +25,11 @@ protected:
 		tracker = std::move(t.value());
 		SpanEngine::Options o;
 		o.ring_buffer_bytes = ring_bytes;
+		o.multi_link = GetParam();
 		auto e = SpanEngine::open(o, tracker->traced_map_fd());
 		ASSERT_TRUE(e.ok()) << e.error().message;
 		engine = std::move(e.value());
+		ASSERT_EQ(engine->multi_link(), GetParam()) << "this kernel has uprobe_multi (6.6+)";
 		if (track_self) {
 			ASSERT_TRUE(tracker->track(getpid()).ok());
 		}
@@ -46,7 +49,7 @@ protected:
 		for (size_t i = 0; i < args.size(); i++)
 			spec.args[i] = args[i];
 		ASSERT_TRUE(engine->set_spec(spec_id, spec).ok());
-		auto r = engine->attach(testlib_path(), off.value(), spec_id);
+		auto r = engine->attach(testlib_path(), {{off.value(), spec_id}});
 		ASSERT_TRUE(r.ok()) << r.error().message;
 	}
 

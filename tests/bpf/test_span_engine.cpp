@@ -20,8 +20,10 @@ long tl_escape(long);
 namespace eacgm::test {
 
 class SpanEngineTest : public SpanFixture {};
+INSTANTIATE_TEST_SUITE_P(Links, SpanEngineTest, ::testing::Values(true, false),
+			 [](const auto &info) { return info.param ? "multi" : "per_function"; });
 
-TEST_F(SpanEngineTest, NestedCallsPairWithTheirParents)
+TEST_P(SpanEngineTest, NestedCallsPairWithTheirParents)
 {
 	open_engine();
 	probe(1, "tl_outer", {entry_arg(0)});
@@ -47,7 +49,7 @@ TEST_F(SpanEngineTest, NestedCallsPairWithTheirParents)
 	}
 }
 
-TEST_F(SpanEngineTest, RecursiveCallsPairByStackFrame)
+TEST_P(SpanEngineTest, RecursiveCallsPairByStackFrame)
 {
 	open_engine();
 	probe(3, "tl_recurse", {entry_arg(0)});
@@ -66,7 +68,7 @@ TEST_F(SpanEngineTest, RecursiveCallsPairByStackFrame)
 	}
 }
 
-TEST_F(SpanEngineTest, RecursionDeeperThanTheStackIsCountedNotMispaired)
+TEST_P(SpanEngineTest, RecursionDeeperThanTheStackIsCountedNotMispaired)
 {
 	open_engine();
 	probe(3, "tl_recurse", {entry_arg(0)});
@@ -80,7 +82,7 @@ TEST_F(SpanEngineTest, RecursionDeeperThanTheStackIsCountedNotMispaired)
 	EXPECT_EQ(engine->counters()[EACGM_CNT_DEPTH_OVERFLOW], 9u); // depths 32..40
 }
 
-TEST_F(SpanEngineTest, StackArgumentsAndOutPointers)
+TEST_P(SpanEngineTest, StackArgumentsAndOutPointers)
 {
 	open_engine();
 	probe(4, "tl_eight", {entry_arg(5), entry_arg(6), entry_arg(7)});
@@ -102,7 +104,7 @@ TEST_F(SpanEngineTest, StackArgumentsAndOutPointers)
 	EXPECT_EQ((int)out[0].ret, 7);
 }
 
-TEST_F(SpanEngineTest, CallsLeftByLongjmpAreDroppedAndCounted)
+TEST_P(SpanEngineTest, CallsLeftByLongjmpAreDroppedAndCounted)
 {
 	open_engine();
 	probe(6, "tl_escape", {entry_arg(0)});
@@ -120,7 +122,7 @@ TEST_F(SpanEngineTest, CallsLeftByLongjmpAreDroppedAndCounted)
 	EXPECT_EQ(engine->counters()[EACGM_CNT_UNPAIRED], 4u);
 }
 
-TEST_F(SpanEngineTest, UntracedProcessesAreFilteredInTheKernel)
+TEST_P(SpanEngineTest, UntracedProcessesAreFilteredInTheKernel)
 {
 	open_engine(1u << 20, /*track_self=*/false);
 	probe(1, "tl_noop", {entry_arg(0)});
@@ -130,7 +132,7 @@ TEST_F(SpanEngineTest, UntracedProcessesAreFilteredInTheKernel)
 	EXPECT_EQ(engine->counters()[EACGM_CNT_SPANS], 0u);
 }
 
-TEST_F(SpanEngineTest, AFullRingBufferLosesExactlyWhatItCannotHold)
+TEST_P(SpanEngineTest, AFullRingBufferLosesExactlyWhatItCannotHold)
 {
 	open_engine(4096);
 	probe(1, "tl_noop", {entry_arg(0)});
@@ -153,7 +155,7 @@ TEST_F(SpanEngineTest, AFullRingBufferLosesExactlyWhatItCannotHold)
 
 namespace eacgm::test {
 
-TEST_F(SpanEngineTest, ExitedThreadsGiveBackTheirState)
+TEST_P(SpanEngineTest, ExitedThreadsGiveBackTheirState)
 {
 	open_engine();
 	probe(1, "tl_noop", {entry_arg(0)});

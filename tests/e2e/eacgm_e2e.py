@@ -1,0 +1,238 @@
+"""Shared helpers for the end-to-end tests: run the eacgm CLI, read what it wrote.
+
+ctest sets EACGM (the binary), TESTPROGS (build/tests/testprogs) and SOURCE_DIR;
+run by hand, the defaults point into ../../build.
+"""
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import tempfile
+import time
+import unittest
+
+_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+SOURCE_DIR = os.environ.get("SOURCE_DIR", _ROOT)
+EACGM = os.environ.get("EACGM", os.path.join(_ROOT, "build", "eacgm"))
+TESTPROGS = os.environ.get("TESTPROGS", os.path.join(_ROOT, "build", "tests", "testprogs"))
+TESTLIB_CALLS = os.path.join(TESTPROGS, "testlib_calls")
+CUDA_CALLS = os.path.join(TESTPROGS, "cuda_calls")
+TESTLIB = os.path.join(TESTPROGS, "libeacgm_testlib.so")
+
+# Probes on the test library (tests/testprogs/testlib.c).
+TESTLIB_SPEC = {
+    "layer": "testlib",
+    "library": "libeacgm_testlib*.so",
+    "probes": [
+        {"function": "tl_noop", "args": [{"name": "x", "slot": 0, "type": "i64"}]},
+        {"function": "tl_outer"},
+        {"function": "tl_inner"},
+        {"function": "tl_recurse", "args": [{"name": "depth", "slot": 0, "type": "i64"}]},
+        {"function": "tl_eight", "args": [{"name": "g", "slot": 6, "type": "i64"},
+                                          {"name": "h", "slot": 7, "type": "i64"}]},
+        {"function": "tl_out", "args": [{"name": "out", "slot": 0, "type": "u64", "deref": "exit"},
+                                        {"name": "value", "slot": 1, "type": "u64"}],
+         "returns": "i32"},
+        {"function": "tl_escape"},
+        {"function": "tl_jump_deep"},
+    ],
+}
+
+DROP_REASONS = ("ring_buffer_full", "depth_overflow", "unpaired_entry", "thread_table_full")
+TOL_US = 0.001  # float rounding of ts/dur (microseconds with 3 decimals)
+
+
+def require_root():
+    if os.geteuid() != 0:
+        raise unittest.SkipTest("e2e tests need root (eBPF)")
+
+
+def make_tempdir(owner):
+    """A temp dir removed by the test (or class) cleanup of `owner`."""
+    d = tempfile.mkdtemp(prefix="eacgm-e2e-")
+    cleanup = owner.addClassCleanup if isinstance(owner, type) else owner.addCleanup
+    cleanup(shutil.rmtree, d, True)
+    return d
+
+
+def write_json(path, obj):
+    with open(path, "w") as f:
+        json.dump(obj, f)
+    return path
+
+
+def run(args, timeout=300, env=None, **kw):
+    """Runs a command to completion; returns CompletedProcess with text output."""
+    full_env = dict(os.environ, **(env or {}))
+    return subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=full_env, **kw)
+
+
+def eacgm(*args, **kw):
+    return run([EACGM, *args], **kw)
+
+
+class Recording:
+    """One `eacgm record` run: eacgm's pid, exit code and output, and its files."""
+
+    def __init__(self, pid, rc, stdout, stderr, db, trace):
+        self.pid, self.rc, self.stdout, self.stderr = pid, rc, stdout, stderr
+        self.db, self.trace = db, trace
+
+    def spans(self, where="1", params=()):
+        return load_spans(self.db, where, params)
+
+    def query(self, sql, params=()):
+        return query(self.db, sql, params)
+
+
+def record(tmp, command, *options, name="r", env=None, timeout=300):
+    """`eacgm record -o tmp/name.db OPTIONS -- COMMAND`; command may be [] with -p in options."""
+    db = os.path.join(tmp, name + ".db")
+    args = ["record", "-o", db, *options]
+    if command:
+        args += ["--", *command]
+    p = subprocess.Popen([EACGM, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=dict(os.environ, **(env or {})))
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.communicate()
+        raise
+    return Recording(p.pid, p.returncode, out, err, db, os.path.join(tmp, name + ".trace.json"))
+
+
+def query(db, sql, params=()):
+    con = sqlite3.connect("file:%s?mode=ro" % db, uri=True)
+    try:
+        con.row_factory = sqlite3.Row
+        return [dict(r) for r in con.execute(sql, params)]
+    finally:
+        con.close()
+
+
+def load_spans(db, where="1", params=()):
+    """Spans as dicts, args decoded from JSON, in (pid, tid, start_ns, id) order."""
+    rows = query(db, "SELECT * FROM spans WHERE %s ORDER BY pid, tid, start_ns, id" % where, params)
+    for r in rows:
+        r["args"] = json.loads(r["args"]) if r["args"] else {}
+    return rows
+
+
+def drops(db):
+    out = {}
+    for r in query(db, "SELECT reason, count FROM drops"):
+        out[r["reason"]] = out.get(r["reason"], 0) + r["count"]
+    return out
+
+
+def meta(db):
+    return {r["key"]: r["value"] for r in query(db, "SELECT key, value FROM meta")}
+
+
+def load_trace(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def x_events(trace):
+    return [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+
+
+def by_thread(events):
+    out = {}
+    for e in events:
+        out.setdefault((e["pid"], e["tid"]), []).append(e)
+    return out
+
+
+def nesting_errors(events, tol=TOL_US):
+    """Events of one thread as a proper stack: each either ends before the next
+    starts or fully contains it. Returns a list of violations (empty: fine)."""
+    errs, stack = [], []
+    for e in sorted(events, key=lambda e: (e["ts"], -e["dur"])):
+        end = e["ts"] + e["dur"]
+        while stack and stack[-1][0] <= e["ts"] + tol:
+            stack.pop()
+        if stack and end > stack[-1][0] + tol:
+            errs.append("%s [%r, %r] overlaps the end of %s (ends %r)" %
+                        (e["name"], e["ts"], end, stack[-1][1]["name"], stack[-1][0]))
+        stack.append((end, e))
+    return errs
+
+
+def contains(outer, inner, tol=TOL_US):
+    return (outer["ts"] - tol <= inner["ts"] and
+            inner["ts"] + inner["dur"] <= outer["ts"] + outer["dur"] + tol)
+
+
+def span_as_event(s):
+    """A span row in trace-event units, for nesting checks on database rows."""
+    return {"name": s["name"], "ts": s["start_ns"] / 1000.0, "dur": s["dur_ns"] / 1000.0}
+
+
+def perf_event_fds(pid):
+    n = 0
+    try:
+        for fd in os.listdir("/proc/%d/fd" % pid):
+            try:
+                if "perf_event" in os.readlink("/proc/%d/fd/%s" % (pid, fd)):
+                    n += 1
+            except OSError:
+                pass
+    except OSError:
+        pass
+    return n
+
+
+def wait_attached(pid, settle=0.5, timeout=15.0):
+    """Waits until eacgm (pid) holds uprobe perf events and their number has
+    stopped growing for `settle` seconds (eacgm prints nothing on attach)."""
+    deadline = time.monotonic() + timeout
+    last, since = -1, time.monotonic()
+    while time.monotonic() < deadline:
+        n = perf_event_fds(pid)
+        if n != last:
+            last, since = n, time.monotonic()
+        elif n > 0 and time.monotonic() - since >= settle:
+            return n
+        time.sleep(0.05)
+    raise AssertionError("eacgm %d did not finish attaching in %.0f s (%d perf events)" % (pid, timeout, last))
+
+
+def children(pid):
+    try:
+        with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
+            return [int(x) for x in f.read().split()]
+    except OSError:
+        return []
+
+
+def comm(pid):
+    try:
+        with open("/proc/%d/comm" % pid) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def wait_child_exec(pid, name, timeout=15.0):
+    """Waits until a child of pid runs `name` (eacgm releases its command only
+    after its signal handlers are installed); returns the child's pid."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for c in children(pid):
+            if comm(c) == name:
+                return c
+        time.sleep(0.02)
+    raise AssertionError("no child of %d ran %s within %.0f s" % (pid, name, timeout))
+
+
+def kill_group(pgid):
+    """Kills what is left of a process group this test started (start_new_session)."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass

@@ -1,0 +1,55 @@
+"""Attaching to a running process (-p) and to a library it loads late (dlopen)."""
+import os
+import shutil
+import subprocess
+import unittest
+
+import eacgm_e2e as E
+
+
+class Attach(unittest.TestCase):
+    maxDiff = None
+
+    def setUp(self):
+        E.require_root()
+        self.tmp = E.make_tempdir(self)
+        self.spec = E.write_json(os.path.join(self.tmp, "spec.json"), E.TESTLIB_SPEC)
+
+    def test_attach_to_running_process(self):
+        go = os.path.join(self.tmp, "go")
+        target = subprocess.Popen([E.TESTLIB_CALLS, "noop", "500"], stdout=subprocess.PIPE, text=True,
+                                  env=dict(os.environ, WAIT_FILE=go))
+        self.addCleanup(target.stdout.close)
+        self.addCleanup(lambda: target.poll() is None and (target.kill(), target.wait()))
+        self.assertEqual(target.stdout.readline(), "waiting %d\n" % target.pid)
+
+        db = os.path.join(self.tmp, "r.db")
+        rec = subprocess.Popen([E.EACGM, "record", "-p", str(target.pid), "--spec", self.spec, "-o", db],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.addCleanup(lambda: rec.poll() is None and (rec.kill(), rec.wait()))
+        E.wait_attached(rec.pid)
+        open(go, "w").close()
+
+        out, err = rec.communicate(timeout=120)  # ends when the target exits
+        self.assertEqual(rec.returncode, 0, err)
+        self.assertEqual(target.wait(timeout=10), 0)
+        self.assertEqual(target.stdout.read(), "done %d\n" % sum(range(500)))
+        spans = E.load_spans(db)
+        self.assertEqual([(s["name"], s["args"], s["pid"]) for s in spans],
+                         [("tl_noop", {"x": i}, target.pid) for i in range(500)])
+        procs = E.query(db, "SELECT pid, exit_code FROM processes")
+        self.assertEqual(procs, [{"pid": target.pid, "exit_code": 0}])
+        self.assertEqual(sorted(os.listdir(self.tmp)), ["go", "r.db", "r.trace.json", "spec.json"])
+
+    def test_library_loaded_later(self):
+        # A copy under another name: the probes must find it when it is loaded, not at start.
+        copy = shutil.copy(E.TESTLIB, os.path.join(self.tmp, "libeacgm_testlib_copy.so"))
+        rec = E.record(self.tmp, [E.TESTLIB_CALLS, "noop", "300"], "--spec", self.spec, env={"DLOPEN": copy})
+        self.assertEqual(rec.rc, 0, rec.stderr)
+        spans = rec.spans()
+        self.assertEqual([(s["name"], s["args"], s["ret"]) for s in spans],
+                         [("tl_noop", {"x": i}, i) for i in range(300)])
+
+
+if __name__ == "__main__":
+    unittest.main()

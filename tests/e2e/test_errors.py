@@ -1,0 +1,186 @@
+"""Bad input and interruptions: a non-zero exit, one line naming the problem,
+and no output files left behind."""
+import os
+import shutil
+import signal
+import subprocess
+import time
+import unittest
+
+import eacgm_e2e as E
+
+
+class BadInput(unittest.TestCase):
+    maxDiff = None
+
+    def setUp(self):
+        E.require_root()
+        self.tmp = E.make_tempdir(self)
+        self.db = os.path.join(self.tmp, "r.db")
+
+    def expect_error(self, args, rc, *words, inputs=(), run=E.eacgm):
+        """Runs eacgm; checks the exit code, a single 'eacgm: ' line with all of
+        `words`, and that the temp dir holds only `inputs` afterwards."""
+        r = run(*args, cwd=self.tmp, timeout=60)
+        self.assertEqual(r.returncode, rc, r.stderr)
+        self.assertEqual(r.stdout, "")
+        lines = r.stderr.splitlines()
+        self.assertEqual(len(lines), 1, r.stderr)
+        self.assertTrue(lines[0].startswith("eacgm: "), lines[0])
+        for w in words:
+            self.assertIn(w, lines[0])
+        self.assertEqual(sorted(os.listdir(self.tmp)), sorted(inputs))
+        return lines[0]
+
+    def write(self, name, text):
+        path = os.path.join(self.tmp, name)
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    def test_unknown_layer(self):
+        self.expect_error(["record", "--layers", "cuda,bogus", "-o", self.db, "--", "true"], 2,
+                          "unknown layer 'bogus'", "cuda,nccl,torch,python,gpu,host")
+
+    def test_layer_not_available_yet(self):
+        self.expect_error(["record", "--layers", "nccl", "-o", self.db, "--", "true"], 2,
+                          "layer 'nccl'", "not available", "available: cuda")
+
+    def test_command_not_found(self):
+        self.expect_error(["record", "-o", self.db, "--", "eacgm_no_such_command"], 127,
+                          "command not found", "eacgm_no_such_command")
+
+    def test_command_path_does_not_exist(self):
+        missing = os.path.join(self.tmp, "missing", "prog")
+        self.expect_error(["record", "-o", self.db, "--", missing], 127, "cannot run", missing)
+
+    def test_pid_does_not_exist(self):
+        with open("/proc/sys/kernel/pid_max") as f:
+            pid = str(int(f.read()) + 1)
+        self.expect_error(["record", "-o", self.db, "-p", pid], 2, "no process with PID " + pid)
+
+    def test_pid_and_command(self):
+        self.expect_error(["record", "-o", self.db, "-p", str(os.getpid()), "--", "true"], 2, "-p", "not both")
+
+    def test_neither_pid_nor_command(self):
+        self.expect_error(["record", "-o", self.db], 2, "nothing to record", "-p PID", "COMMAND")
+
+    def bad_spec(self):
+        return self.write("bad.json", '{\n  "layer": "testlib",\n  "library": oops,\n  "probes": []\n}\n')
+
+    def test_spec_syntax_error(self):
+        spec = self.bad_spec()
+        msg = self.expect_error(["record", "-o", self.db, "--spec", spec, "--", "true"], 2, inputs=["bad.json"])
+        self.assertTrue(msg.startswith("eacgm: %s: JSON syntax error at line 3, column 14: " % spec), msg)
+
+    def test_spec_syntax_error_detail_is_whole(self):
+        # The detail after "column N: " must not be a fragment cut out of a quoted excerpt.
+        spec = self.bad_spec()
+        msg = self.expect_error(["record", "-o", self.db, "--spec", spec, "--", "true"], 2, inputs=["bad.json"])
+        detail = msg.split("column 14: ", 1)[-1]
+        self.assertEqual(detail.count("'") % 2, 0, "unbalanced quote in %r" % detail)
+
+    def test_spec_symbol_missing(self):
+        spec = E.write_json(os.path.join(self.tmp, "miss.json"),
+                            {"layer": "testlib", "library": "libeacgm_testlib*.so",
+                             "probes": [{"function": "tl_missing"}]})
+        self.expect_error(["record", "-o", self.db, "--layers", "cuda", "--spec", spec, "--",
+                           E.TESTLIB_CALLS, "noop", "1"], 2,
+                          "tl_missing", "not found in " + os.path.realpath(E.TESTLIB), inputs=["miss.json"])
+
+    def test_output_directory_missing(self):
+        out = os.path.join(self.tmp, "nodir", "r.db")
+        self.expect_error(["record", "-o", out, "--", "true"], 2, "cannot write " + out)
+
+    def test_summary_of_missing_file(self):
+        missing = os.path.join(self.tmp, "missing.db")
+        self.expect_error(["summary", missing], 1, "cannot open recording " + missing)
+
+    def test_summary_of_non_sqlite_file(self):
+        path = self.write("notsql.db", "hello\n")
+        self.expect_error(["summary", path], 1, path, "not an eacgm recording", "not a SQLite database",
+                          inputs=["notsql.db"])
+        with open(path) as f:
+            self.assertEqual(f.read(), "hello\n")
+
+    def test_export_of_non_sqlite_file(self):
+        path = self.write("notsql.db", "hello\n")
+        self.expect_error(["export", path, "--perfetto", os.path.join(self.tmp, "t.json")], 1, path,
+                          "not an eacgm recording", inputs=["notsql.db"])
+
+    def test_not_root(self):
+        tool = shutil.which("setpriv")
+        if not tool:
+            self.skipTest("setpriv (util-linux) is not installed")
+        as_nobody = lambda *a, **kw: E.run([tool, "--reuid=65534", "--regid=65534", "--clear-groups", E.EACGM, *a],
+                                           **kw)
+        self.expect_error(["record", "-o", self.db, "--", "true"], 1, "root", "CAP_BPF", "CAP_PERFMON",
+                          run=as_nobody)
+
+
+class Interrupt(unittest.TestCase):
+    """Ctrl-C, sent to eacgm alone (os.kill), while it records `sleep 30`."""
+
+    @classmethod
+    def interrupt(cls, twice):
+        out = E.make_tempdir(cls)  # eacgm's output dir: checked for leftovers
+        logs = E.make_tempdir(cls)
+        with open(os.path.join(logs, "err"), "w+") as err:
+            # Output to files, not pipes: a leftover `sleep` would hold a pipe open.
+            p = subprocess.Popen([E.EACGM, "record", "-o", os.path.join(out, "r.db"), "--", "sleep", "30"],
+                                 stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+            cls.addClassCleanup(E.kill_group, p.pid)
+            sleeper = E.wait_child_exec(p.pid, "sleep")
+            os.kill(p.pid, signal.SIGINT)
+            t = time.monotonic()
+            if twice:
+                time.sleep(0.5)
+                os.kill(p.pid, signal.SIGINT)
+                t = time.monotonic()
+            try:
+                rc = p.wait(timeout=60)
+            finally:
+                elapsed = time.monotonic() - t
+                E.kill_group(p.pid)
+            err.seek(0)
+            return dict(rc=rc, err=err.read(), elapsed=elapsed, out=out, files=sorted(os.listdir(out)),
+                        sleeper=sleeper)
+
+    @classmethod
+    def setUpClass(cls):
+        E.require_root()
+        cls.twice = cls.interrupt(twice=True)
+        cls.once = cls.interrupt(twice=False)
+
+    def test_twice_discards_the_recording(self):
+        r = self.twice
+        self.assertEqual(r["rc"], 130, r["err"])
+        self.assertIn("interrupted twice", r["err"])
+        self.assertEqual(r["files"], [])  # no r.db, r.db.partial*, trace json or its temp file
+
+    def test_twice_exits_promptly(self):
+        self.assertLess(self.twice["elapsed"], 1.5, "exit %.2f s after the second Ctrl-C" % self.twice["elapsed"])
+
+    def test_once_keeps_a_complete_recording(self):
+        r = self.once
+        self.assertEqual(r["rc"], 130, r["err"])
+        self.assertEqual(r["files"], ["r.db", "r.trace.json"])
+        db = os.path.join(r["out"], "r.db")
+        self.assertIn("recording: " + db, r["err"])
+        m = E.meta(db)
+        self.assertEqual(m["command"], "sleep 30")
+        self.assertIn("duration_s", m)
+        procs = E.query(db, "SELECT pid, comm FROM processes")
+        self.assertEqual(procs, [{"pid": r["sleeper"], "comm": "sleep"}])
+        s = E.eacgm("summary", db)
+        self.assertEqual(s.returncode, 0, s.stderr)
+        self.assertIn("traceEvents", E.load_trace(os.path.join(r["out"], "r.trace.json")))
+
+    def test_once_stops_after_the_grace_period(self):
+        # eacgm gives the command 2 s to finish after Ctrl-C, then stops.
+        e = self.once["elapsed"]
+        self.assertTrue(1.9 <= e < 4.0, "exit %.2f s after Ctrl-C" % e)
+
+
+if __name__ == "__main__":
+    unittest.main()
