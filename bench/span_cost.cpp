@@ -21,7 +21,7 @@
 #include "probe/proc_tracker.h"
 #include "probe/span_engine.h"
 
-extern "C" long tl_noop(long);
+#include "testlib.h"
 
 using namespace eacgm;
 

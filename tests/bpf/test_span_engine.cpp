@@ -7,15 +7,7 @@
 
 #include "span_fixture.h"
 
-extern "C" {
-long tl_noop(long);
-long tl_outer(long);
-long tl_inner(long);
-long tl_recurse(long);
-long tl_eight(long, long, long, long, long, long, long, long);
-int tl_out(uint64_t *, uint64_t);
-long tl_escape(long);
-}
+#include "testlib.h"
 
 namespace eacgm::test {
 

@@ -3,6 +3,8 @@
 #include <setjmp.h>
 #include <stdint.h>
 
+#include "testlib.h"
+
 #define NOINLINE __attribute__((noinline, visibility("default")))
 
 /* Keeps calls from being folded away. */

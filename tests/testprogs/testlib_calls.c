@@ -15,12 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-long tl_noop(long);
-long tl_outer(long);
-long tl_recurse(long);
-long tl_eight(long, long, long, long, long, long, long, long);
-int tl_out(uint64_t *, uint64_t);
-long tl_escape(long);
+#include "testlib.h"
 
 int main(int argc, char **argv)
 {
