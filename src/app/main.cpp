@@ -42,6 +42,10 @@ int main(int argc, char **argv)
 	record->add_option("--perfetto", rec.perfetto,
 			   "Perfetto/Chrome trace JSON to write (default: the recording's name with .trace.json)");
 	record->add_option("-p,--pid", rec.pid, "Attach to this running process and its descendants");
+	record->add_option("--torch-ops", rec.torch_ops,
+			   "Extra PyTorch operators to trace, comma separated: names or regular expressions over "
+			   "operator names (e.g. add,mul or '_foreach_.*'); each call costs a uprobe hit")
+		->delimiter(',');
 	record->add_option("--ring-buffer-kb", rec.ring_buffer_kb,
 			   "Span ring buffer size in KiB, a power of two (records beyond it are counted as lost)")
 		->capture_default_str();

@@ -19,12 +19,13 @@
 #include "export/summary.h"
 #include "ingest/recorder.h"
 #include "probe/attacher.h"
+#include "probe/spec.h"
 #include "store/store.h"
 
 namespace eacgm {
 
 const std::vector<std::string> kAllLayers = {"cuda", "nccl", "torch", "python", "gpu", "host"};
-const std::vector<std::string> kBuiltLayers = {"cuda"};
+const std::vector<std::string> kBuiltLayers = {"cuda", "nccl", "torch"};
 
 namespace {
 
@@ -100,6 +101,19 @@ std::string join(const std::vector<std::string> &v, const char *sep = ",")
 
 } // namespace
 
+// A pattern probe over libtorch's operator entry points for the operators
+// the user named (names or regular expressions over operator names).
+Result<SpecSet> torch_ops_spec(const std::vector<std::string> &ops)
+{
+	nlohmann::json probe = {{"function", "aten::$1"},
+				{"match", "^at::_ops::(" + join(ops, "|") + ")::call\\("}};
+	nlohmann::json doc = {{"layer", "torch"}, {"library", "libtorch_cpu.so*"}, {"probes", {probe}}};
+	auto s = parse_spec(doc.dump(), "--torch-ops", true);
+	if (!s)
+		return make_error("--torch-ops " + join(ops) + ": not a valid list of operator names or patterns");
+	return s;
+}
+
 int run_record(const RecordArgs &a)
 {
 	if (a.pid && !a.command.empty())
@@ -123,6 +137,14 @@ int run_record(const RecordArgs &a)
 		if (!s)
 			return fail(s.error().message);
 		specs.merge(std::move(s.value()));
+	}
+	if (!a.torch_ops.empty()) {
+		if (std::find(layers.begin(), layers.end(), "torch") == layers.end())
+			return fail("--torch-ops needs the torch layer; add torch to --layers", 2);
+		auto extra = torch_ops_spec(a.torch_ops);
+		if (!extra)
+			return fail(extra.error().message, 2);
+		specs.merge(std::move(extra.value()));
 	}
 	for (auto &f : a.specs) {
 		auto s = load_spec_file(f, true);

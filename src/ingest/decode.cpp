@@ -24,9 +24,10 @@ static std::string enum_name(const std::map<std::string, EnumTable> &enums, cons
 	return name + "(" + std::to_string(v) + ")";
 }
 
-Span decode_span(const eacgm_span_event &e, const ProbeSpec &spec,
-		 const std::map<std::string, EnumTable> &enums, Symbolizer *sym)
+Span decode_span(const eacgm_span_event &e, const ProbeSpec &spec, const SpecSet &specs, Symbolizer *sym)
 {
+	const auto &enums = specs.enums;
+	std::map<std::string, uint64_t> raw; // for the bytes rule
 	Span s;
 	s.start_ns = e.start_ns;
 	s.dur_ns = e.dur_ns;
@@ -39,6 +40,7 @@ Span decode_span(const eacgm_span_event &e, const ProbeSpec &spec,
 	size_t slot = 0;
 	for (auto &a : spec.args) {
 		uint64_t v = slot < EACGM_MAX_ARGS ? e.args[slot] : 0;
+		raw[a.name] = v;
 		switch (a.type) {
 		case ArgType::U64: s.args[a.name] = v; break;
 		case ArgType::I64: s.args[a.name] = (int64_t)v; break;
@@ -68,6 +70,20 @@ Span decode_span(const eacgm_span_event &e, const ProbeSpec &spec,
 		}
 		}
 		slot += arg_width(a);
+	}
+	if (spec.bytes) {
+		// count x element size; an element type without a known size gives 0.
+		s.bytes = 0;
+		const ArgSpec *elem = nullptr;
+		for (auto &a : spec.args)
+			if (a.name == spec.bytes->element)
+				elem = &a;
+		auto table = elem ? specs.sizes.find(elem->enum_name) : specs.sizes.end();
+		if (table != specs.sizes.end()) {
+			auto size = table->second.find((int32_t)raw[spec.bytes->element]);
+			if (size != table->second.end())
+				s.bytes = raw[spec.bytes->count] * size->second;
+		}
 	}
 	const std::string &r = spec.returns;
 	if (r == "void")

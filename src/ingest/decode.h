@@ -12,8 +12,8 @@ namespace eacgm {
 class Symbolizer;
 
 // sym resolves "symbol" arguments (kernel host stubs); may be null.
-Span decode_span(const eacgm_span_event &e, const ProbeSpec &spec,
-		 const std::map<std::string, EnumTable> &enums, Symbolizer *sym);
+// `specs` supplies the enum names and element sizes.
+Span decode_span(const eacgm_span_event &e, const ProbeSpec &spec, const SpecSet &specs, Symbolizer *sym);
 
 // "0x7f00dead" for pointers.
 std::string hex(uint64_t v);

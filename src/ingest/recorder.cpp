@@ -203,9 +203,10 @@ Result<void> Recorder::flush()
 	const auto &specs = attacher_.specs();
 	for (size_t i = 0; i < pending_.size(); i += kBatch) {
 		std::vector<Span> batch;
-		for (size_t k = i; k < pending_.size() && k < i + kBatch; k++)
-			batch.push_back(decode_span(pending_[k], specs.probes[pending_[k].spec_id], specs.enums,
-						    &symbolizer_));
+		for (size_t k = i; k < pending_.size() && k < i + kBatch; k++) {
+			batch.push_back(decode_span(pending_[k], specs.probes[pending_[k].spec_id], specs, &symbolizer_));
+			nccl_.observe(batch.back());
+		}
 		if (auto r = store_.add_spans(batch); !r) {
 			pending_.clear();
 			return r;

@@ -11,6 +11,7 @@
 #include "common/model.h"
 #include "common/result.h"
 #include "eacgm/abi/events.h"
+#include "layers/nccl.h"
 #include "probe/attacher.h"
 #include "probe/symbolizer.h"
 #include "store/store.h"
@@ -57,6 +58,7 @@ private:
 	ProcTracker &tracker_;
 	StoreWriter &store_;
 	Symbolizer symbolizer_;
+	NcclCommunicators nccl_;
 	struct ring_buffer *rb_ = nullptr;
 	std::map<uint32_t, Process> processes_;
 	std::set<uint32_t> live_;

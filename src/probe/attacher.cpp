@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -54,19 +55,22 @@ Result<void> Attacher::attach_library(const std::string &path)
 	if (stat(real, &st) != 0 || !S_ISREG(st.st_mode))
 		return {};
 	// Specs match the name a library is known by (libcudart.so.13), which is
-	// often a symlink to a longer versioned name: test both.
-	std::vector<const ProbeSpec *> matching;
-	for (auto &p : specs_.probes)
+	// often a symlink to a longer versioned name: test both. Indices, not
+	// pointers: pattern probes add specs as they expand.
+	std::vector<size_t> matching;
+	for (size_t i = 0; i < specs_.probes.size(); i++) {
+		const ProbeSpec &p = specs_.probes[i];
 		if (library_matches(p, path) || library_matches(p, real))
-			matching.push_back(&p);
+			matching.push_back(i);
+	}
 	if (matching.empty())
 		return {};
 	if (!done_files_.insert({st.st_dev, st.st_ino}).second)
 		return {};
 	auto elf = ElfFile::open(real);
 	if (!elf) {
-		for (auto *p : matching)
-			if (p->user)
+		for (size_t i : matching)
+			if (specs_.probes[i].user)
 				return elf.error();
 		warnings_.push_back(elf.error().message);
 		return {};
@@ -74,30 +78,75 @@ Result<void> Attacher::attach_library(const std::string &path)
 	std::set<uint64_t> done_addrs; // aliases share an address: attach once
 	std::vector<SpanEngine::Target> targets;
 	std::vector<AttachedProbe> attached;
-	for (auto *p : matching) {
-		uint32_t id = p - specs_.probes.data();
+	auto add = [&](uint32_t id, const ElfSymbol &sym) -> Result<void> {
+		if (!done_addrs.insert(sym.addr).second)
+			return {};
+		auto off = elf->vaddr_to_offset(sym.addr);
+		if (!off)
+			return off.error();
+		targets.push_back({off.value(), id});
+		attached.push_back({id, real, sym.name, off.value()});
+		return {};
+	};
+	for (size_t i : matching) {
+		if (!specs_.probes[i].match.empty()) {
+			auto r = expand_pattern(i, elf.value(), add);
+			if (!r)
+				return r;
+			continue;
+		}
+		const ProbeSpec &p = specs_.probes[i];
 		bool any = false;
-		for (auto &name : p->symbols) {
+		for (auto &name : p.symbols) {
 			const ElfSymbol *sym = elf->find(name);
 			if (!sym)
 				continue;
 			any = true;
-			if (!done_addrs.insert(sym->addr).second)
-				continue;
-			auto off = elf->vaddr_to_offset(sym->addr);
-			if (!off)
-				return off.error();
-			targets.push_back({off.value(), id});
-			attached.push_back({id, real, name, off.value()});
+			if (auto r = add(i, *sym); !r)
+				return r;
 		}
-		if (!any && p->user)
-			return make_error(p->origin + ": symbol " + p->symbols.front() + " of probe '" + p->function +
+		if (!any && p.user)
+			return make_error(p.origin + ": symbol " + p.symbols.front() + " of probe '" + p.function +
 					  "' not found in " + std::string(real) +
 					  " (searched its .symtab and .dynsym); check the name with 'nm -D'");
 	}
 	if (auto r = engine_.attach(real, targets); !r)
 		return r;
 	attached_.insert(attached_.end(), attached.begin(), attached.end());
+	return {};
+}
+
+Result<void> Attacher::expand_pattern(size_t pattern, const ElfFile &elf,
+				      const std::function<Result<void>(uint32_t, const ElfSymbol &)> &add)
+{
+	std::regex re(specs_.probes[pattern].match);
+	bool any = false;
+	for (const ElfSymbol &sym : elf.symbols()) {
+		if (!sym.func || !std::regex_search(sym.demangled, re))
+			continue;
+		any = true;
+		ProbeSpec p = expand_match(specs_.probes[pattern], sym.name, sym.demangled);
+		// One spec per function name, shared by every file that has it.
+		auto key = std::make_pair(pattern, p.function);
+		auto it = expanded_.find(key);
+		if (it == expanded_.end()) {
+			uint32_t id = specs_.probes.size();
+			auto c = compile_probe(p, 0);
+			if (!c)
+				return c.error();
+			if (auto r = engine_.set_spec(id, c.value()); !r)
+				return r;
+			specs_.probes.push_back(std::move(p));
+			it = expanded_.emplace(key, id).first;
+		}
+		if (auto r = add(it->second, sym); !r)
+			return r;
+	}
+	const ProbeSpec &p = specs_.probes[pattern];
+	if (!any && p.user)
+		return make_error(p.origin + ": pattern \"" + p.match + "\" of probe '" + p.function +
+				  "' matches no function in " + elf.path() +
+				  "; list candidates with 'eacgm probes list --lib " + elf.path() + " --match REGEX'");
 	return {};
 }
 

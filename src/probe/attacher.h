@@ -3,12 +3,15 @@
 // loads later with dlopen), resolves the symbols and attaches once per file.
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "common/result.h"
+#include "probe/elf_symbols.h"
 #include "probe/proc_tracker.h"
 #include "probe/span_engine.h"
 #include "probe/spec.h"
@@ -44,6 +47,9 @@ public:
 
 private:
 	bool wanted(const std::string &path) const;
+	// Adds a probe per function of `elf` that a `match` pattern finds.
+	Result<void> expand_pattern(size_t pattern, const ElfFile &elf,
+				    const std::function<Result<void>(uint32_t, const ElfSymbol &)> &add);
 
 	SpanEngine &engine_;
 	ProcTracker &tracker_;
@@ -51,6 +57,7 @@ private:
 	std::set<std::pair<uint64_t, uint64_t>> done_files_; // (dev, inode)
 	std::vector<AttachedProbe> attached_;
 	std::vector<std::string> warnings_;
+	std::map<std::pair<size_t, std::string>, uint32_t> expanded_; // (pattern, function) -> spec id
 };
 
 // The shared libraries a dynamically linked program loads at start, as its

@@ -18,6 +18,8 @@ void SpecSet::merge(SpecSet other)
 		probes.push_back(std::move(p));
 	for (auto &[name, table] : other.enums)
 		enums[name].insert(table.begin(), table.end());
+	for (auto &[name, table] : other.sizes)
+		sizes[name].insert(table.begin(), table.end());
 }
 
 static std::string line_col(const std::string &text, size_t byte)
@@ -43,12 +45,31 @@ static const std::map<std::string, ArgType> kArgTypes = {
 
 int arg_width(const ArgSpec &a) { return a.type == ArgType::Dim3 ? 2 : 1; }
 
+// Unknown keys are typos more often than not ("retruns"): say so.
+static Result<void> known_keys(const json &j, std::initializer_list<const char *> keys, const std::string &where)
+{
+	for (auto &[k, v] : j.items()) {
+		bool ok = false;
+		for (const char *key : keys)
+			ok = ok || k == key;
+		if (!ok) {
+			std::string list;
+			for (const char *key : keys)
+				list += std::string(list.empty() ? "" : ", ") + key;
+			return make_error(where + ": unknown key \"" + k + "\" (known: " + list + ")");
+		}
+	}
+	return {};
+}
+
 static Result<ArgSpec> parse_arg(const json &j, const std::string &where,
 				 const std::map<std::string, EnumTable> &enums)
 {
 	if (!j.is_object())
 		return make_error(where + ": an argument must be an object like {\"name\": \"size\", \"slot\": 1, \"type\": \"bytes\"}");
 	ArgSpec a;
+	if (auto r = known_keys(j, {"name", "slot", "type", "enum", "deref", "offset"}, where + " argument"); !r)
+		return r.error();
 	if (!j.contains("name") || !j["name"].is_string())
 		return make_error(where + ": argument needs a \"name\" string");
 	a.name = j["name"];
@@ -105,6 +126,8 @@ Result<SpecSet> parse_spec(const std::string &text, const std::string &origin, b
 	}
 	if (!doc.is_object())
 		return make_error(origin + ": a spec is a JSON object with \"layer\", \"library\" and \"probes\"");
+	if (auto r = known_keys(doc, {"layer", "library", "about", "enums", "sizes", "probes"}, origin); !r)
+		return r.error();
 	SpecSet set;
 	if (doc.contains("enums")) {
 		if (!doc["enums"].is_object())
@@ -123,6 +146,22 @@ Result<SpecSet> parse_spec(const std::string &text, const std::string &origin, b
 			set.enums[name] = std::move(t);
 		}
 	}
+	if (doc.contains("sizes")) {
+		if (!doc["sizes"].is_object())
+			return make_error(origin + ": \"sizes\" must map enum names to {\"value\": bytes} objects");
+		for (auto &[name, table] : doc["sizes"].items()) {
+			if (!set.enums.count(name))
+				return make_error(origin + ": \"sizes\" names enum \"" + name + "\", which \"enums\" does not define");
+			for (auto &[k, v] : table.items()) {
+				char *end = nullptr;
+				long long n = std::strtoll(k.c_str(), &end, 0);
+				if (k.empty() || *end || !v.is_number_unsigned())
+					return make_error(origin + ": sizes of \"" + name + "\": entry \"" + k +
+							  "\" must be a number mapped to a byte count");
+				set.sizes[name][n] = v.get<uint64_t>();
+			}
+		}
+	}
 	std::string layer = doc.value("layer", user ? "user" : "");
 	if (!valid_layer_name(layer))
 		return make_error(origin + ": \"layer\" must be a short lower-case name such as \"cuda\" or \"mylib\"");
@@ -138,10 +177,23 @@ Result<SpecSet> parse_spec(const std::string &text, const std::string &origin, b
 			return make_error(origin + ": every probe needs a \"function\" name");
 		p.function = pj["function"];
 		std::string where = origin + ": probe '" + p.function + "'";
+		if (auto r = known_keys(pj, {"function", "library", "symbols", "match", "args", "bytes", "returns", "about"},
+					where);
+		    !r)
+			return r.error();
 		p.library = pj.value("library", library);
 		if (p.library.empty())
 			return make_error(where + ": no \"library\" (give one per file or per probe, e.g. \"libcudart.so*\")");
-		if (pj.contains("symbols")) {
+		if (pj.contains("match")) {
+			if (!pj["match"].is_string() || pj.contains("symbols"))
+				return make_error(where + ": \"match\" is one regular expression, and excludes \"symbols\"");
+			p.match = pj["match"];
+			try {
+				std::regex check(p.match);
+			} catch (const std::regex_error &e) {
+				return make_error(where + ": \"match\" is not a valid regular expression: " + e.what());
+			}
+		} else if (pj.contains("symbols")) {
 			if (!pj["symbols"].is_array())
 				return make_error(where + ": \"symbols\" must be an array of names");
 			for (auto &s : pj["symbols"])
@@ -158,6 +210,25 @@ Result<SpecSet> parse_spec(const std::string &text, const std::string &origin, b
 					return a.error();
 				p.args.push_back(std::move(a.value()));
 			}
+		}
+		if (pj.contains("bytes")) {
+			auto &bj = pj["bytes"];
+			if (!bj.is_object() || !bj.contains("count") || !bj.contains("element"))
+				return make_error(where + ": \"bytes\" must be {\"count\": ARG, \"element\": ARG}");
+			BytesRule b{bj["count"].get<std::string>(), bj["element"].get<std::string>()};
+			auto find = [&](const std::string &n) -> const ArgSpec * {
+				for (auto &a : p.args)
+					if (a.name == n)
+						return &a;
+				return nullptr;
+			};
+			const ArgSpec *count = find(b.count), *elem = find(b.element);
+			if (!count || !elem)
+				return make_error(where + ": \"bytes\" names an argument the probe does not keep");
+			if (elem->type != ArgType::Enum || !set.sizes.count(elem->enum_name))
+				return make_error(where + ": \"bytes\" element '" + b.element +
+						  "' must be an enum with a \"sizes\" table");
+			p.bytes = b;
 		}
 		p.returns = pj.value("returns", "i64");
 		static const std::vector<std::string> plain = {"void", "i32", "i64", "u64", "ptr"};
@@ -223,6 +294,29 @@ Result<eacgm_probe_spec> compile_probe(const ProbeSpec &p, uint32_t layer_id)
 	}
 	s.nargs = n;
 	return s;
+}
+
+ProbeSpec expand_match(const ProbeSpec &pattern, const std::string &raw, const std::string &demangled)
+{
+	ProbeSpec p = pattern;
+	p.match.clear();
+	p.symbols = {raw};
+	std::smatch m;
+	std::regex re(pattern.match);
+	if (!std::regex_search(demangled, m, re))
+		return p;
+	std::string name;
+	for (size_t i = 0; i < pattern.function.size(); i++) {
+		char c = pattern.function[i];
+		if (c == '$' && i + 1 < pattern.function.size() && isdigit((unsigned char)pattern.function[i + 1])) {
+			size_t g = pattern.function[++i] - '0';
+			name += g < m.size() ? m[g].str() : "";
+		} else {
+			name += c;
+		}
+	}
+	p.function = name;
+	return p;
 }
 
 bool library_matches(const ProbeSpec &p, const std::string &path)

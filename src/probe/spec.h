@@ -24,12 +24,21 @@ struct ArgSpec {
 	std::string enum_name; // ArgType::Enum
 };
 
+// bytes = value of the `count` argument x the element size of the `element`
+// argument's enum value (NCCL: count x sizeof(datatype)).
+struct BytesRule {
+	std::string count;
+	std::string element;
+};
+
 struct ProbeSpec {
 	std::string layer;                 // "cuda", "nccl", "torch", or a user layer
 	std::string library;               // glob on the file name, or an absolute path
-	std::string function;              // name shown in traces
+	std::string function;              // name shown in traces; with `match`, a template ($1..$9)
 	std::vector<std::string> symbols;  // raw ELF names to attach (first found per address)
+	std::string match;                 // regex over demangled names: one probe per function found
 	std::vector<ArgSpec> args;
+	std::optional<BytesRule> bytes;    // else: the first "bytes" argument
 	std::string returns = "i64";       // "void", "i32", "i64", "u64", "ptr" or an enum name
 	std::string origin;                // file the spec came from, for messages
 	bool user = false;                 // from --spec: a missing symbol is an error
@@ -40,6 +49,7 @@ using EnumTable = std::map<int64_t, std::string>;
 struct SpecSet {
 	std::vector<ProbeSpec> probes;
 	std::map<std::string, EnumTable> enums;
+	std::map<std::string, std::map<int64_t, uint64_t>> sizes; // enum name -> value -> bytes
 
 	void merge(SpecSet other);
 };
@@ -62,5 +72,9 @@ int arg_width(const ArgSpec &a);
 
 // True when `file_name` (a base name) matches the spec's library glob.
 bool library_matches(const ProbeSpec &p, const std::string &path);
+
+// The probe for one function a `match` pattern found: `function` with $1..$9
+// replaced by the pattern's groups, `symbols` = {raw}, no pattern.
+ProbeSpec expand_match(const ProbeSpec &pattern, const std::string &raw, const std::string &demangled);
 
 } // namespace eacgm

@@ -153,7 +153,7 @@ TEST(Decode, TypesEnumsDim3AndBytes)
 	e.args[2] = 1;                // grid.z
 	e.args[3] = 256;
 	e.args[4] = 2;
-	Span sp = decode_span(e, s->probes[0], s->enums, nullptr);
+	Span sp = decode_span(e, s->probes[0], s.value(), nullptr);
 	EXPECT_EQ(sp.name, "launch");
 	EXPECT_EQ(sp.layer, "mylib");
 	EXPECT_EQ(sp.pid, 42u);
@@ -172,7 +172,7 @@ TEST(Decode, TypesEnumsDim3AndBytes)
 	a.args[1] = 4096;
 	a.args[2] = (uint64_t)-5;
 	a.ret = (uint64_t)-1;
-	Span al = decode_span(a, s->probes[1], s->enums, nullptr);
+	Span al = decode_span(a, s->probes[1], s.value(), nullptr);
 	EXPECT_EQ(al.args["out"], "0x7f0000001000");
 	EXPECT_EQ(al.args["size"], 4096);
 	EXPECT_EQ(al.args["field"], -5);
@@ -182,7 +182,7 @@ TEST(Decode, TypesEnumsDim3AndBytes)
 
 	e.ret = 7; // not in the enum
 	e.args[4] = 9;
-	Span unk = decode_span(e, s->probes[0], s->enums, nullptr);
+	Span unk = decode_span(e, s->probes[0], s.value(), nullptr);
 	EXPECT_EQ(unk.ret_name, "err_t(7)");
 	EXPECT_EQ(unk.args["kind"], "kind_t(9)");
 }

@@ -1,0 +1,33 @@
+#include "layers/nccl.h"
+
+namespace eacgm {
+
+void NcclCommunicators::observe(Span &s)
+{
+	if (s.layer != "nccl" || !s.args.contains("comm") || !s.args["comm"].is_string())
+		return;
+	auto key = std::make_pair(s.pid, s.args["comm"].get<std::string>());
+	bool ok = s.ret_name == "ncclSuccess";
+	if (s.name == "ncclCommInitRank" || s.name == "ncclCommInitRankConfig") {
+		// comm is the out-pointer's value, read at return.
+		if (ok)
+			comms_[key] = {s.args.value("rank", int64_t(-1)), s.args.value("nranks", int64_t(-1))};
+		return;
+	}
+	if (s.name == "ncclCommInitAll") {
+		// One process, ndev communicators: the first one written is rank 0.
+		if (ok)
+			comms_[key] = {0, s.args.value("ndev", int64_t(-1))};
+		return;
+	}
+	auto it = comms_.find(key);
+	if (it == comms_.end())
+		return;
+	s.args["rank"] = it->second.rank;
+	s.args["nranks"] = it->second.nranks;
+	if (s.name == "ncclCommDestroy" || s.name == "ncclCommAbort")
+		if (ok)
+			comms_.erase(it); // the pointer may be reused by the next init
+}
+
+} // namespace eacgm
