@@ -23,6 +23,7 @@ demo: build
 
 bench: build
 	$(BUILD)/bench/bench_span_cost
+	/usr/bin/python3 bench/torch_cost.py $(BUILD)/eacgm
 
 clean:
 	rm -rf $(BUILD)

@@ -1,6 +1,9 @@
 // Cost per traced call of a no-op library function, measured in one run:
 //   untraced          the plain call
-//   floor             an empty uprobe + uretprobe (the kernel's trap cost)
+//   floor             an empty uprobe + uretprobe (the kernel's trap cost),
+//                     on a function starting with "push %rbp" as real library
+//                     functions do, and on one whose first instruction the
+//                     kernel has to single-step
 //   eacgm, filtered   the span engine on a process it does not trace
 //   eacgm, traced     the span engine recording every call (one argument
 //                     kept), with a consumer draining the ring buffer; with
@@ -28,14 +31,14 @@ using namespace eacgm;
 static const std::string kLib = std::string(TESTPROGS_DIR) + "/libeacgm_testlib.so";
 
 // Best of several rounds: the least disturbed by the rest of the machine.
-static double ns_per_call(long calls, int rounds = 5)
+static double ns_per_call(long calls, long (*fn)(long) = tl_noop, int rounds = 5)
 {
 	double best = 1e30;
 	for (int r = 0; r < rounds; r++) {
 		auto t0 = std::chrono::steady_clock::now();
 		long acc = 0;
 		for (long i = 0; i < calls; i++)
-			acc += tl_noop(i);
+			acc += fn(i);
 		auto t1 = std::chrono::steady_clock::now();
 		if (acc == -1)
 			puts("");
@@ -62,22 +65,29 @@ int main(int argc, char **argv)
 
 	double untraced = ns_per_call(calls * 100);
 
-	double floor_ns;
-	{
+	// Empty probes on a function, measured calling it.
+	auto floor_of = [&](const char *name, long (*fn)(long)) {
+		auto o = elf->vaddr_to_offset(elf->find(name)->addr);
 		floor_bpf *skel = floor_bpf__open_and_load();
-		if (!skel)
+		if (!o || !skel)
 			die("cannot load the floor programs (root needed)");
 		LIBBPF_OPTS(bpf_uprobe_opts, entry);
 		LIBBPF_OPTS(bpf_uprobe_opts, exit_opts, .retprobe = true);
-		bpf_link *a = bpf_program__attach_uprobe_opts(skel->progs.floor_entry, -1, kLib.c_str(), *off, &entry);
-		bpf_link *b = bpf_program__attach_uprobe_opts(skel->progs.floor_exit, -1, kLib.c_str(), *off, &exit_opts);
+		bpf_link *a = bpf_program__attach_uprobe_opts(skel->progs.floor_entry, -1, kLib.c_str(), *o, &entry);
+		bpf_link *b = bpf_program__attach_uprobe_opts(skel->progs.floor_exit, -1, kLib.c_str(), *o, &exit_opts);
 		if (!a || !b)
 			die("cannot attach the floor programs");
-		floor_ns = ns_per_call(calls);
+		double ns = ns_per_call(calls, fn);
 		bpf_link__destroy(a);
 		bpf_link__destroy(b);
 		floor_bpf__destroy(skel);
-	}
+		return ns;
+	};
+	double floor_ns = floor_of("tl_noop", tl_noop);
+	// The kernel emulates a first "push %rbp" (tl_noop, and most functions of
+	// real libraries) but must single-step other first instructions out of
+	// line (tl_leaf): a second trap per call.
+	double leaf_floor_ns = floor_of("tl_leaf", tl_leaf);
 
 	// The span engine, with both kinds of link: what a traced call costs
 	// must not depend on how the probes were attached.
@@ -131,6 +141,7 @@ int main(int argc, char **argv)
 	auto row = [&](const char *name, double ns) { printf("  %-24s %10.1f %9.2fx\n", name, ns, ns / floor_ns); };
 	row("untraced", untraced);
 	row("floor (empty probes)", floor_ns);
+	row("  floor, single-stepped", leaf_floor_ns);
 	row("eacgm, other process", multi.filtered);
 	row("eacgm, traced", multi.traced);
 	row("  per-function links", single.traced);

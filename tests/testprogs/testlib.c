@@ -10,7 +10,20 @@
 /* Keeps calls from being folded away. */
 static volatile long sink;
 
-NOINLINE long tl_noop(long x) { __asm__ volatile("" ::: "memory"); return x; }
+/* The stack slot gives it a frame, so it starts with "push %rbp" like the
+ * functions of real libraries (see CMakeLists.txt). */
+NOINLINE long tl_noop(long x)
+{
+	volatile long slot = x;
+	return slot;
+}
+
+/* No frame: its first instruction (mov) is single-stepped at a uprobe. */
+NOINLINE long tl_leaf(long x)
+{
+	__asm__ volatile("" ::: "memory");
+	return x;
+}
 
 NOINLINE long tl_inner(long x) { sink += x; return x + 1; }
 

@@ -6,6 +6,7 @@
 extern "C" {
 #endif
 long tl_noop(long x);
+long tl_leaf(long x);
 long tl_inner(long x);
 long tl_outer(long x);
 long tl_recurse(long depth);

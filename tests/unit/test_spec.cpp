@@ -189,3 +189,87 @@ TEST(Decode, TypesEnumsDim3AndBytes)
 
 } // namespace
 } // namespace eacgm
+
+namespace eacgm {
+namespace {
+
+TEST(Spec, PatternProbesExpandWithNameTemplates)
+{
+	auto s = parse_spec(R"({"layer":"torch","library":"libtorch_cpu.so*","probes":[
+	  {"function":"aten::$1","match":"^at::_ops::(linear|addmm)::call\\(","returns":"void"}]})",
+			    "t.json", false);
+	ASSERT_TRUE(s.ok()) << s.error().message;
+	const ProbeSpec &pat = s->probes[0];
+	EXPECT_EQ(pat.match, "^at::_ops::(linear|addmm)::call\\(");
+	ProbeSpec p = expand_match(pat, "_ZN2at4_ops6linear4callERKNS_6TensorES4_RKN3c108optionalIS2_EE",
+				   "at::_ops::linear::call(at::Tensor const&, at::Tensor const&, "
+				   "c10::optional<at::Tensor> const&)");
+	EXPECT_EQ(p.function, "aten::linear");
+	EXPECT_EQ(p.symbols, (std::vector<std::string>{"_ZN2at4_ops6linear4callERKNS_6TensorES4_RKN3c108optionalIS2_EE"}));
+	EXPECT_TRUE(p.match.empty());
+	EXPECT_EQ(p.returns, "void");
+	EXPECT_EQ(p.layer, "torch");
+}
+
+TEST(Spec, PatternErrors)
+{
+	auto bad = parse_spec(R"({"library":"l","probes":[{"function":"f","match":"(unclosed"}]})", "t.json", true);
+	ASSERT_FALSE(bad.ok());
+	EXPECT_NE(bad.error().message.find("not a valid regular expression"), std::string::npos);
+	auto both = parse_spec(R"({"library":"l","probes":[{"function":"f","match":"x","symbols":["y"]}]})", "t.json", true);
+	ASSERT_FALSE(both.ok());
+	EXPECT_NE(both.error().message.find("excludes \"symbols\""), std::string::npos);
+}
+
+TEST(Spec, UnknownKeysAreReportedWithTheKnownOnes)
+{
+	auto s = parse_spec(R"({"library":"l","probes":[{"function":"f","retruns":"i32"}]})", "t.json", true);
+	ASSERT_FALSE(s.ok());
+	EXPECT_EQ(s.error().message, "t.json: probe 'f': unknown key \"retruns\" (known: function, library, symbols, "
+				     "match, args, bytes, returns, about)");
+	auto arg = parse_spec(R"({"library":"l","probes":[{"function":"f","args":[{"name":"a","slot":0,"kind":"x"}]}]})",
+			      "t.json", true);
+	ASSERT_FALSE(arg.ok());
+	EXPECT_NE(arg.error().message.find("unknown key \"kind\""), std::string::npos);
+}
+
+TEST(Decode, BytesAreCountTimesElementSize)
+{
+	auto s = load_builtin_spec("nccl");
+	ASSERT_TRUE(s.ok()) << s.error().message;
+	const ProbeSpec *ar = nullptr;
+	for (auto &p : s->probes)
+		if (p.function == "ncclAllReduce")
+			ar = &p;
+	ASSERT_NE(ar, nullptr);
+	// ncclDataType_t value -> element size, as in nccl.h.
+	const uint64_t sizes[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
+	for (uint64_t t = 0; t < 12; t++) {
+		eacgm_span_event e{};
+		e.args[2] = 1000 + t; // count
+		e.args[3] = t;        // datatype
+		e.args[4] = 2;        // op
+		Span sp = decode_span(e, *ar, s.value(), nullptr);
+		EXPECT_EQ(sp.bytes, (1000 + t) * sizes[t]) << t;
+		EXPECT_EQ(sp.args["op"], "ncclMax");
+	}
+	eacgm_span_event unknown{};
+	unknown.args[2] = 10;
+	unknown.args[3] = 99; // a datatype this NCCL does not have
+	Span sp = decode_span(unknown, *ar, s.value(), nullptr);
+	EXPECT_EQ(sp.bytes, 0u);
+	EXPECT_EQ(sp.args["datatype"], "ncclDataType_t(99)");
+}
+
+TEST(Spec, BytesRuleNeedsAnEnumWithSizes)
+{
+	auto s = parse_spec(R"({"library":"l","enums":{"t":{"0":"a"}},"probes":[{"function":"f",
+	  "args":[{"name":"n","slot":0},{"name":"ty","slot":1,"type":"enum","enum":"t"}],
+	  "bytes":{"count":"n","element":"ty"}}]})",
+			    "t.json", true);
+	ASSERT_FALSE(s.ok());
+	EXPECT_NE(s.error().message.find("must be an enum with a \"sizes\" table"), std::string::npos);
+}
+
+} // namespace
+} // namespace eacgm
