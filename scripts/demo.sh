@@ -1,18 +1,27 @@
 #!/usr/bin/env bash
-# `make demo`: records a real CUDA program with eacgm and shows what came out.
+# `make demo`: records a real CUDA program and a short PyTorch CPU training run
+# with eacgm, and shows what came out.
 set -euo pipefail
 build=${1:-build}
 out=demo-out
 mkdir -p "$out"
-prog=$build/demo/cuda_demo
-[[ -x $prog ]] || prog=$build/tests/testprogs/cuda_calls
-echo "== eacgm record -- $prog"
 sudo_cmd=()
 [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
-"${sudo_cmd[@]}" "$build/eacgm" record -o "$out/cuda.db" --perfetto "$out/cuda.trace.json" -- "$prog"
+eacgm=("${sudo_cmd[@]}" "$build/eacgm")
+
+prog=$build/demo/cuda_demo
+[[ -x $prog ]] || prog=$build/tests/testprogs/cuda_calls
+echo "== 1. a CUDA program: eacgm record -- $prog"
+"${eacgm[@]}" record -o "$out/cuda.db" --perfetto "$out/cuda.trace.json" -- "$prog"
+
+train=(/usr/bin/python3 tests/testprogs/torch_train.py 4 20 256 32)
 echo
-echo "== the recording, queried again: eacgm summary $out/cuda.db"
-"$build/eacgm" summary "$out/cuda.db" | head -5
+echo "== 2. PyTorch CPU training, 4 Linear layers, 20 steps: eacgm record -- ${train[*]}"
+"${eacgm[@]}" record -o "$out/torch.db" --perfetto "$out/torch.trace.json" -- "${train[@]}"
+
 echo
-echo "Open $out/cuda.trace.json in https://ui.perfetto.dev to see the timeline;"
-echo "query $out/cuda.db with sqlite3 (tables: spans, processes, threads, drops, meta)."
+echo "== the recordings stay queryable: eacgm summary $out/torch.db (first lines)"
+"$build/eacgm" summary "$out/torch.db" | head -6
+echo
+echo "Open $out/cuda.trace.json or $out/torch.trace.json in https://ui.perfetto.dev to see the timelines;"
+echo "query the .db files with sqlite3 (tables: spans, processes, threads, drops, meta)."

@@ -11,6 +11,8 @@ packages=(
   nlohmann-json3-dev libcli11-dev libsqlite3-dev
   libgtest-dev
   python3 sqlite3       # e2e tests read the outputs with the standard library
+  python3-torch         # the torch layer's tests, benchmark and demo (CPU build)
+  libopenblas0-pthread  # makes Debian's torch use OpenBLAS (about 14x faster than the reference BLAS)
 )
 missing=()
 for p in "${packages[@]}"; do
