@@ -25,6 +25,18 @@ int run_export(const std::string &db, const std::string &perfetto);
 int run_summary(const std::string &db);
 int run_doctor();
 
+// eacgm probes list|generate (src/app/probes.cpp).
+struct ProbesArgs {
+	std::string action; // "list" or "generate"
+	std::string lib;    // path, or a soname in the loader cache
+	std::string match;  // regex over demangled (or raw) names
+	std::string output; // generate: the spec file
+	std::string layer = "user";
+	size_t max = 200;
+	bool all = false; // list: no --max limit
+};
+int run_probes(const ProbesArgs &args);
+
 // Layers this build can trace, and all layer names the CLI knows.
 extern const std::vector<std::string> kAllLayers;
 extern const std::vector<std::string> kBuiltLayers;

@@ -43,8 +43,9 @@ int main(int argc, char **argv)
 			   "Perfetto/Chrome trace JSON to write (default: the recording's name with .trace.json)");
 	record->add_option("-p,--pid", rec.pid, "Attach to this running process and its descendants");
 	record->add_option("--torch-ops", rec.torch_ops,
-			   "Extra PyTorch operators to trace, comma separated: names or regular expressions over "
-			   "operator names (e.g. add,mul or '_foreach_.*'); each call costs a uprobe hit")
+			   "Extra PyTorch operators to trace, comma separated, named as in at::_ops (an overload is "
+			   "joined with '_': add__Tensor) or as regular expressions ('add_.*'); each call costs a "
+			   "uprobe hit")
 		->delimiter(',');
 	record->add_option("--ring-buffer-kb", rec.ring_buffer_kb,
 			   "Span ring buffer size in KiB, a power of two (records beyond it are counted as lost)")
@@ -63,10 +64,32 @@ int main(int argc, char **argv)
 
 	auto *doc = app.add_subcommand("doctor", "Check kernel features, privileges, libraries and Pythons");
 
+	ProbesArgs pa;
+	auto *probes = app.add_subcommand("probes", "Find a library's functions by pattern and write a probe spec for them");
+	probes->require_subcommand(1);
+	auto *plist = probes->add_subcommand("list", "List the functions whose demangled name matches, with file offsets, "
+						    "sizes and aliases");
+	auto *pgen = probes->add_subcommand("generate", "Write a probe spec (for 'eacgm record --spec') tracing the "
+						       "functions that match");
+	for (auto *s : {plist, pgen}) {
+		s->add_option("--lib", pa.lib, "Library or executable: a path, or a soname in the loader cache "
+					       "(e.g. libnccl.so.2)")
+			->required();
+		s->add_option("--match", pa.match, "Regular expression searched in demangled (or raw) function names")
+			->required();
+		s->add_option("--max", pa.max, "Refuse more matches than this (each traced call costs a uprobe hit)")
+			->capture_default_str();
+	}
+	plist->add_flag("--all", pa.all, "List every match, however many");
+	pgen->add_option("-o,--output", pa.output, "Spec file (JSON) to write")->required();
+	pgen->add_option("--layer", pa.layer, "Layer name of the spec's spans")->capture_default_str();
+
 	try {
 		app.parse(split, argv);
 	} catch (const CLI::ParseError &e) {
-		return app.exit(e);
+		// CLI11 prints the message; its own codes (105, 106, ...) mean
+		// nothing to a shell, so usage errors exit 2 as is customary.
+		return app.exit(e) == 0 ? 0 : 2;
 	}
 	if (!rec.command.empty() && !record->parsed()) {
 		std::cerr << "eacgm: only 'record' takes a command after --\n";
@@ -80,5 +103,9 @@ int main(int argc, char **argv)
 		return run_summary(db);
 	if (doc->parsed())
 		return run_doctor();
+	if (probes->parsed()) {
+		pa.action = plist->parsed() ? "list" : "generate";
+		return run_probes(pa);
+	}
 	return 2;
 }
