@@ -12,6 +12,7 @@
 
 #include "probe/elf_symbols.h"
 #include "probe/proc_maps.h"
+#include "probe/symbol_search.h"
 
 namespace eacgm {
 
@@ -143,10 +144,14 @@ Result<void> Attacher::expand_pattern(size_t pattern, const ElfFile &elf,
 			return r;
 	}
 	const ProbeSpec &p = specs_.probes[pattern];
-	if (!any && p.user)
+	if (!any && p.user) {
+		std::string close;
+		for (auto &name : close_matches(elf, p.match, 5))
+			close += (close.empty() ? "" : ", ") + name;
 		return make_error(p.origin + ": pattern \"" + p.match + "\" of probe '" + p.function +
-				  "' matches no function in " + elf.path() +
+				  "' matches no function in " + elf.path() + (close.empty() ? "" : "; close: " + close) +
 				  "; list candidates with 'eacgm probes list --lib " + elf.path() + " --match REGEX'");
+	}
 	return {};
 }
 
