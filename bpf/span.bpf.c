@@ -98,6 +98,24 @@ static __always_inline __u64 deref(__u64 ptr, __u32 offset)
 	return v;
 }
 
+/* Two words describing a tensor (see EACGM_ARG_TENSOR_*); sizes beyond 2^48
+ * (first) and 2^32 (second, third) are cut. 0 when the pointers do not read. */
+static __always_inline __u64 tensor_word(__u64 ref, struct eacgm_arg_spec *a)
+{
+	__u64 impl = deref(ref, 0);
+	if (!impl)
+		return 0;
+	__u64 ndim = deref(impl, a->offset);
+	__u64 size0 = ndim > 0 ? deref(impl, a->offset + 8) : 0;
+	__u64 size1 = ndim > 1 ? deref(impl, a->offset + 16) : 0;
+	__u64 size2 = ndim > 2 ? deref(impl, a->offset + 24) : 0;
+	if (a->source == EACGM_ARG_TENSOR_B)
+		return (size1 & 0xffffffff) | size2 << 32;
+	__u16 dtype = 0;
+	bpf_probe_read_user(&dtype, sizeof(dtype), (void *)(impl + a->offset2));
+	return (ndim & 0xff) | (__u64)(dtype & 0xff) << 8 | (size0 & 0xffffffffffff) << 16;
+}
+
 static __always_inline int on_entry(struct pt_regs *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
@@ -142,6 +160,8 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 			v = read_slot(ctx, a->slot);
 		if (a->source == EACGM_ARG_DEREF_ENTRY)
 			v = deref(v, a->offset);
+		else if (a->source == EACGM_ARG_TENSOR_A || a->source == EACGM_ARG_TENSOR_B)
+			v = tensor_word(v, a);
 		c->args[i] = v; /* DEREF_EXIT keeps the pointer until return */
 	}
 	tc->depth = d + 1;

@@ -106,7 +106,8 @@ std::string join(const std::vector<std::string> &v, const char *sep = ",")
 Result<SpecSet> torch_ops_spec(const std::vector<std::string> &ops)
 {
 	nlohmann::json probe = {{"function", "aten::$1"},
-				{"match", "^at::_ops::(" + join(ops, "|") + ")::call\\("}};
+				{"match", "^at::_ops::(" + join(ops, "|") + ")::call\\("},
+				{"tensor_args", 2}};
 	nlohmann::json doc = {{"layer", "torch"}, {"library", "libtorch_cpu.so*"}, {"probes", {probe}}};
 	auto s = parse_spec(doc.dump(), "--torch-ops", true);
 	if (!s)

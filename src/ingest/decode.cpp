@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "layers/torch.h"
 #include "probe/symbolizer.h"
 
 namespace eacgm {
@@ -61,6 +62,9 @@ Span decode_span(const eacgm_span_event &e, const ProbeSpec &spec, const SpecSet
 			break;
 		}
 		case ArgType::Enum: s.args[a.name] = enum_name(enums, a.enum_name, (int32_t)v); break;
+		case ArgType::Tensor:
+			s.args[a.name] = format_tensor(v, slot + 1 < EACGM_MAX_ARGS ? e.args[slot + 1] : 0);
+			break;
 		case ArgType::Symbol: {
 			std::optional<std::string> name;
 			if (sym)

@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <set>
+#include <tuple>
 #include <string>
 #include <utility>
 #include <vector>
@@ -57,7 +58,8 @@ private:
 	std::set<std::pair<uint64_t, uint64_t>> done_files_; // (dev, inode)
 	std::vector<AttachedProbe> attached_;
 	std::vector<std::string> warnings_;
-	std::map<std::pair<size_t, std::string>, uint32_t> expanded_; // (pattern, function) -> spec id
+	// (pattern, function, tensor layout) -> spec id
+	std::map<std::tuple<size_t, std::string, std::pair<uint16_t, uint16_t>>, uint32_t> expanded_;
 };
 
 // The shared libraries a dynamically linked program loads at start, as its

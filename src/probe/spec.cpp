@@ -20,6 +20,7 @@ void SpecSet::merge(SpecSet other)
 		enums[name].insert(table.begin(), table.end());
 	for (auto &[name, table] : other.sizes)
 		sizes[name].insert(table.begin(), table.end());
+	tensor_layouts.insert(other.tensor_layouts.begin(), other.tensor_layouts.end());
 }
 
 static std::string line_col(const std::string &text, size_t byte)
@@ -41,9 +42,10 @@ static const std::map<std::string, ArgType> kArgTypes = {
 	{"u64", ArgType::U64}, {"i64", ArgType::I64}, {"u32", ArgType::U32},
 	{"i32", ArgType::I32}, {"ptr", ArgType::Ptr}, {"bytes", ArgType::Bytes},
 	{"dim3", ArgType::Dim3}, {"enum", ArgType::Enum}, {"symbol", ArgType::Symbol},
+	{"tensor", ArgType::Tensor},
 };
 
-int arg_width(const ArgSpec &a) { return a.type == ArgType::Dim3 ? 2 : 1; }
+int arg_width(const ArgSpec &a) { return a.type == ArgType::Dim3 || a.type == ArgType::Tensor ? 2 : 1; }
 
 // Unknown keys are typos more often than not ("retruns"): say so.
 static Result<void> known_keys(const json &j, std::initializer_list<const char *> keys, const std::string &where)
@@ -99,6 +101,9 @@ static Result<ArgSpec> parse_arg(const json &j, const std::string &where,
 	if (deref.empty() && j.contains("offset"))
 		return make_error(at + ": \"offset\" needs \"deref\"");
 	a.offset = j.value("offset", 0);
+	if (a.type == ArgType::Tensor)
+		return make_error(at + ": tensors are kept with \"tensor_args\" on a \"match\" probe (their layout "
+				       "depends on the torch version found)");
 	if (a.type == ArgType::Dim3 && a.source != EACGM_ARG_ENTRY)
 		return make_error(at + ": a dim3 is passed by value and cannot be dereferenced");
 	return a;
@@ -126,7 +131,8 @@ Result<SpecSet> parse_spec(const std::string &text, const std::string &origin, b
 	}
 	if (!doc.is_object())
 		return make_error(origin + ": a spec is a JSON object with \"layer\", \"library\" and \"probes\"");
-	if (auto r = known_keys(doc, {"layer", "library", "about", "enums", "sizes", "probes"}, origin); !r)
+	if (auto r = known_keys(doc, {"layer", "library", "about", "enums", "sizes", "tensor_layouts", "probes"}, origin);
+	    !r)
 		return r.error();
 	SpecSet set;
 	if (doc.contains("enums")) {
@@ -162,6 +168,15 @@ Result<SpecSet> parse_spec(const std::string &text, const std::string &origin, b
 			}
 		}
 	}
+	if (doc.contains("tensor_layouts")) {
+		for (auto &[version, l] : doc["tensor_layouts"].items()) {
+			if (!l.is_object() || !l.contains("ndim") || !l.contains("dtype") || !l["ndim"].is_number_unsigned() ||
+			    !l["dtype"].is_number_unsigned())
+				return make_error(origin + ": tensor layout \"" + version +
+						  "\" must be {\"ndim\": OFFSET, \"dtype\": OFFSET}");
+			set.tensor_layouts[version] = {l["ndim"].get<uint16_t>(), l["dtype"].get<uint16_t>()};
+		}
+	}
 	std::string layer = doc.value("layer", user ? "user" : "");
 	if (!valid_layer_name(layer))
 		return make_error(origin + ": \"layer\" must be a short lower-case name such as \"cuda\" or \"mylib\"");
@@ -177,7 +192,8 @@ Result<SpecSet> parse_spec(const std::string &text, const std::string &origin, b
 			return make_error(origin + ": every probe needs a \"function\" name");
 		p.function = pj["function"];
 		std::string where = origin + ": probe '" + p.function + "'";
-		if (auto r = known_keys(pj, {"function", "library", "symbols", "match", "args", "bytes", "returns", "about"},
+		if (auto r = known_keys(pj, {"function", "library", "symbols", "match", "args", "bytes", "returns",
+					     "tensor_args", "about"},
 					where);
 		    !r)
 			return r.error();
@@ -229,6 +245,11 @@ Result<SpecSet> parse_spec(const std::string &text, const std::string &origin, b
 				return make_error(where + ": \"bytes\" element '" + b.element +
 						  "' must be an enum with a \"sizes\" table");
 			p.bytes = b;
+		}
+		if (pj.contains("tensor_args")) {
+			if (!pj["tensor_args"].is_number_unsigned() || pj["tensor_args"].get<int>() > 3 || p.match.empty())
+				return make_error(where + ": \"tensor_args\" is 0..3, with \"match\"");
+			p.tensor_args = pj["tensor_args"];
 		}
 		p.returns = pj.value("returns", "i64");
 		static const std::vector<std::string> plain = {"void", "i32", "i64", "u64", "ptr"};
@@ -289,6 +310,11 @@ Result<eacgm_probe_spec> compile_probe(const ProbeSpec &p, uint32_t layer_id)
 			s.args[n].source = a.source;
 			s.args[n].slot = a.slot + k;
 			s.args[n].offset = a.offset;
+			if (a.type == ArgType::Tensor) { // one slot read twice
+				s.args[n].source = k == 0 ? EACGM_ARG_TENSOR_A : EACGM_ARG_TENSOR_B;
+				s.args[n].slot = a.slot;
+				s.args[n].offset2 = a.offset2;
+			}
 			n++;
 		}
 	}

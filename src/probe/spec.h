@@ -13,14 +13,15 @@
 
 namespace eacgm {
 
-enum class ArgType { U64, I64, U32, I32, Ptr, Bytes, Dim3, Enum, Symbol };
+enum class ArgType { U64, I64, U32, I32, Ptr, Bytes, Dim3, Enum, Symbol, Tensor };
 
 struct ArgSpec {
 	std::string name;
 	ArgType type = ArgType::U64;
 	uint8_t slot = 0;     // SysV slot: 0..5 registers, 6+ stack words
 	uint8_t source = EACGM_ARG_ENTRY; // enum eacgm_arg_source
-	uint16_t offset = 0;  // for deref sources
+	uint16_t offset = 0;  // for deref sources; a tensor's dimension count
+	uint16_t offset2 = 0; // a tensor's dtype
 	std::string enum_name; // ArgType::Enum
 };
 
@@ -39,6 +40,7 @@ struct ProbeSpec {
 	std::string match;                 // regex over demangled names: one probe per function found
 	std::vector<ArgSpec> args;
 	std::optional<BytesRule> bytes;    // else: the first "bytes" argument
+	int tensor_args = 0;               // with `match`: keep up to this many leading tensors (torch)
 	std::string returns = "i64";       // "void", "i32", "i64", "u64", "ptr" or an enum name
 	std::string origin;                // file the spec came from, for messages
 	bool user = false;                 // from --spec: a missing symbol is an error
@@ -50,6 +52,9 @@ struct SpecSet {
 	std::vector<ProbeSpec> probes;
 	std::map<std::string, EnumTable> enums;
 	std::map<std::string, std::map<int64_t, uint64_t>> sizes; // enum name -> value -> bytes
+	// torch "major.minor" -> where a TensorImpl keeps its dimension count
+	// and its dtype (checked per version with scripts/torch-layout.py).
+	std::map<std::string, std::pair<uint16_t, uint16_t>> tensor_layouts;
 
 	void merge(SpecSet other);
 };

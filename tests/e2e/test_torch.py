@@ -1,7 +1,9 @@
 """Records a small CPU training run of Debian's PyTorch (libtorch_cpu's
 at::_ops::<op>::call entry points) and checks the operator spans exactly."""
 import collections
+import json
 import os
+import subprocess
 import unittest
 
 import eacgm_e2e as E
@@ -36,6 +38,29 @@ class TorchRecording(unittest.TestCase):
                       E.contains(E.span_as_event(lin), E.span_as_event(a), tol=0)]
             self.assertEqual(len(inside), 1, lin)
             self.assertEqual(inside[0]["depth"], lin["depth"] + 1)
+
+    def test_tensor_shapes(self):
+        # Linear(32, 32) on a batch of 8: input and weight; addmm(bias, input, weight.t()).
+        for s in self.spans:
+            if s["name"] == "aten::linear":
+                self.assertEqual(s["args"], {"in0": "float32[8, 32]", "in1": "float32[32, 32]"})
+            if s["name"] == "aten::addmm":
+                self.assertEqual(s["args"], {"in0": "float32[32]", "in1": "float32[8, 32]"})
+            if s["name"] == "aten::mse_loss":
+                self.assertEqual(s["args"], {"in0": "float32[8, 32]", "in1": "float32[8, 32]"})
+        # Backward: grad of a weight (input.t() @ grad) and of an input (grad @ weight).
+        mm = collections.Counter(json.dumps(s["args"], sort_keys=True) for s in self.spans if s["name"] == "aten::mm")
+        self.assertEqual(mm, {json.dumps({"in0": "float32[32, 8]", "in1": "float32[8, 32]"}): STEPS * LAYERS,
+                              json.dumps({"in0": "float32[8, 32]", "in1": "float32[32, 32]"}): STEPS * (LAYERS - 1)})
+
+    def test_layout_matches_the_installed_torch(self):
+        # specs/torch.json's TensorImpl offsets, measured again on this machine's torch.
+        out = subprocess.run(["/usr/bin/python3", os.path.join(E.SOURCE_DIR, "scripts", "torch-layout.py")],
+                             capture_output=True, text=True, check=True).stdout
+        with open(os.path.join(E.SOURCE_DIR, "specs", "torch.json")) as f:
+            spec = json.load(f)
+        for version, layout in json.loads(out).items():
+            self.assertEqual(spec["tensor_layouts"].get(version), layout)
 
     def test_forward_and_backward_operators(self):
         # Backward of addmm: weight grads for every layer, input grads for all but the first.

@@ -226,7 +226,7 @@ TEST(Spec, UnknownKeysAreReportedWithTheKnownOnes)
 	auto s = parse_spec(R"({"library":"l","probes":[{"function":"f","retruns":"i32"}]})", "t.json", true);
 	ASSERT_FALSE(s.ok());
 	EXPECT_EQ(s.error().message, "t.json: probe 'f': unknown key \"retruns\" (known: function, library, symbols, "
-				     "match, args, bytes, returns, about)");
+				     "match, args, bytes, returns, tensor_args, about)");
 	auto arg = parse_spec(R"({"library":"l","probes":[{"function":"f","args":[{"name":"a","slot":0,"kind":"x"}]}]})",
 			      "t.json", true);
 	ASSERT_FALSE(arg.ok());

@@ -25,13 +25,21 @@ enum eacgm_arg_source {
 	EACGM_ARG_DEREF_ENTRY = 2, /* 8 bytes at (slot value + offset), read at entry */
 	EACGM_ARG_DEREF_EXIT = 3,  /* 8 bytes at (slot value + offset), read at exit:
 				      out-pointers such as cudaMalloc's devPtr */
+	/* A PyTorch tensor passed as `const at::Tensor&`: the slot points at the
+	 * Tensor, whose first word is its TensorImpl*. `offset` is where the
+	 * TensorImpl keeps its dimension count (the sizes follow it), `offset2`
+	 * where its dtype is; both depend on the torch version. A tensor takes
+	 * two argument entries: */
+	EACGM_ARG_TENSOR_A = 4, /* ndim | dtype << 8 | size[0] << 16 */
+	EACGM_ARG_TENSOR_B = 5, /* size[1] | size[2] << 32 */
 };
 
 struct eacgm_arg_spec {
 	__u8 source; /* enum eacgm_arg_source */
 	__u8 slot;
 	__u16 offset;
-	__u32 pad;
+	__u16 offset2;
+	__u16 pad;
 };
 
 /* What the BPF side needs to know of a probe spec; the rest (names, types,

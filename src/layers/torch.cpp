@@ -1,0 +1,96 @@
+#include "layers/torch.h"
+
+#include <cstring>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+namespace eacgm {
+
+std::string torch_version(const std::string &lib_path)
+{
+	static const std::regex so_version("libtorch\\w*\\.so\\.(\\d+\\.\\d+)");
+	std::smatch m;
+	if (std::regex_search(lib_path, m, so_version))
+		return m[1];
+	// A wheel: site-packages/torch/lib/libtorch_cpu.so and torch/version.py.
+	std::string dir = lib_path.substr(0, lib_path.rfind('/'));
+	std::ifstream in(dir + "/../version.py");
+	std::stringstream ss;
+	ss << in.rdbuf();
+	static const std::regex py_version("__version__\\s*=\\s*['\"](\\d+\\.\\d+)");
+	std::string text = ss.str();
+	if (std::regex_search(text, m, py_version))
+		return m[1];
+	return "";
+}
+
+bool returns_by_hidden_pointer(const std::string &op)
+{
+	auto ends = [&](const std::string &suffix) {
+		return op.size() >= suffix.size() && op.compare(op.size() - suffix.size(), suffix.size(), suffix) == 0;
+	};
+	if (op.rfind("__", 0) == 0) // Python operators: __iand__ is in place, __and__ is not
+		return op.rfind("__i", 0) != 0;
+	bool in_place = ends("_") || op.find("__") != std::string::npos; // add_, add__Tensor
+	return !in_place && !ends("_out") && op != "out";
+}
+
+std::vector<ArgSpec> leading_tensor_args(const std::string &demangled, int max, std::pair<uint16_t, uint16_t> layout)
+{
+	std::vector<ArgSpec> args;
+	auto open = demangled.find('(');
+	static const std::string ops = "at::_ops::";
+	auto call = demangled.find("::call(");
+	if (open == std::string::npos || demangled.rfind(ops, 0) != 0 || call == std::string::npos)
+		return args;
+	// A returned at::Tensor (or tuple, or vector) travels through a hidden
+	// pointer in the first register: the parameters start one slot later.
+	int first = returns_by_hidden_pointer(demangled.substr(ops.size(), call - ops.size())) ? 1 : 0;
+	// Every `at::Tensor const&` (or `at::Tensor&`, in place) is one pointer
+	// slot, in order, as long as nothing else comes before it (a by-value
+	// struct would shift the slots).
+	size_t pos = open + 1;
+	for (int i = 0; i < max; i++) {
+		std::string tensor;
+		for (const char *t : {"at::Tensor const&", "at::Tensor&"})
+			if (demangled.compare(pos, strlen(t), t) == 0)
+				tensor = t;
+		if (tensor.empty())
+			break;
+		char next = demangled[pos + tensor.size()];
+		if (next != ',' && next != ')')
+			break;
+		ArgSpec a;
+		a.name = "in" + std::to_string(i);
+		a.type = ArgType::Tensor;
+		a.slot = first + i;
+		a.source = EACGM_ARG_TENSOR_A;
+		a.offset = layout.first;
+		a.offset2 = layout.second;
+		args.push_back(a);
+		pos += tensor.size() + (next == ',' ? 2 : 0);
+	}
+	return args;
+}
+
+nlohmann::json format_tensor(uint64_t a, uint64_t b)
+{
+	if (a == 0)
+		return nullptr;
+	// c10::ScalarType numbering (TypeMeta's index for these types).
+	static const char *kTypes[] = {"uint8",   "int8",      "int16",      "int32", "int64", "float16",
+				       "float32", "float64",   "complex32",  "complex64", "complex128", "bool",
+				       "qint8",   "quint8",    "qint32",     "bfloat16"};
+	unsigned ndim = a & 0xff, dtype = (a >> 8) & 0xff;
+	std::string s = dtype < std::size(kTypes) ? kTypes[dtype] : "dtype" + std::to_string(dtype);
+	uint64_t sizes[3] = {a >> 16, b & 0xffffffff, b >> 32};
+	s += "[";
+	for (unsigned i = 0; i < ndim && i < 3; i++)
+		s += (i ? ", " : "") + std::to_string(sizes[i]);
+	if (ndim > 3)
+		s += ", ... " + std::to_string(ndim) + "d";
+	return s + "]";
+}
+
+} // namespace eacgm

@@ -1,0 +1,71 @@
+// Tensor arguments of torch operators: which slots, which version, how shown.
+#include <gtest/gtest.h>
+
+#include "layers/torch.h"
+
+namespace eacgm {
+namespace {
+
+TEST(TorchLayer, VersionFromTheFileNameOrTheWheel)
+{
+	EXPECT_EQ(torch_version("/usr/lib/x86_64-linux-gnu/libtorch_cpu.so.1.13.0"), "1.13");
+	EXPECT_EQ(torch_version("/usr/lib/libtorch_cuda.so.2.1"), "2.1");
+	char dir[] = "/tmp/eacgm-torch-XXXXXX";
+	ASSERT_NE(mkdtemp(dir), nullptr);
+	std::string torch = std::string(dir) + "/torch";
+	ASSERT_EQ(system(("mkdir -p " + torch + "/lib && echo \"__version__ = '2.3.1+cu121'\" > " + torch +
+			  "/version.py").c_str()),
+		  0);
+	EXPECT_EQ(torch_version(torch + "/lib/libtorch_cpu.so"), "2.3");
+	EXPECT_EQ(torch_version(std::string(dir) + "/libtorch_cpu.so"), "");
+	ASSERT_EQ(system(("rm -rf " + std::string(dir)).c_str()), 0);
+}
+
+TEST(TorchLayer, WhichOperatorsReturnThroughAHiddenPointer)
+{
+	for (const char *op : {"linear", "addmm", "_to_copy", "native_layer_norm", "_foreach_add_List", "__and___Tensor"})
+		EXPECT_TRUE(returns_by_hidden_pointer(op)) << op;
+	for (const char *op : {"add_", "add__Tensor", "copy_", "zero_", "_foreach_add__List", "mm_out", "add_out",
+			       "__iand___Tensor", "_fused_adam_"})
+		EXPECT_FALSE(returns_by_hidden_pointer(op)) << op;
+}
+
+TEST(TorchLayer, LeadingTensorParametersBecomeTensorArguments)
+{
+	std::pair<uint16_t, uint16_t> layout{72, 176};
+	auto linear = leading_tensor_args(
+		"at::_ops::linear::call(at::Tensor const&, at::Tensor const&, c10::optional<at::Tensor> const&)", 3,
+		layout);
+	ASSERT_EQ(linear.size(), 2u); // the optional bias is not an at::Tensor
+	EXPECT_EQ(linear[0].name, "in0");
+	EXPECT_EQ(linear[0].slot, 1); // after the hidden return pointer
+	EXPECT_EQ(linear[1].slot, 2);
+	EXPECT_EQ(linear[0].type, ArgType::Tensor);
+	EXPECT_EQ(linear[0].offset, 72);
+	EXPECT_EQ(linear[0].offset2, 176);
+	auto copy = leading_tensor_args("at::_ops::copy_::call(at::Tensor&, at::Tensor const&, bool)", 2, layout);
+	ASSERT_EQ(copy.size(), 2u);
+	EXPECT_EQ(copy[0].slot, 0); // returns at::Tensor&: no hidden pointer
+	EXPECT_EQ(copy[1].slot, 1);
+	auto capped = leading_tensor_args(
+		"at::_ops::addmm::call(at::Tensor const&, at::Tensor const&, at::Tensor const&, c10::Scalar const&, "
+		"c10::Scalar const&)",
+		2, layout);
+	EXPECT_EQ(capped.size(), 2u);
+	EXPECT_TRUE(leading_tensor_args("at::_ops::arange::call(c10::Scalar const&, at::Tensor const&)", 2, layout).empty());
+	EXPECT_TRUE(leading_tensor_args("c10d::ProcessGroupGloo::barrier(c10d::BarrierOptions const&)", 2, layout).empty());
+}
+
+TEST(TorchLayer, TensorsAreShownWithDtypeAndShape)
+{
+	auto word_a = [](uint64_t ndim, uint64_t dtype, uint64_t s0) { return ndim | dtype << 8 | s0 << 16; };
+	EXPECT_EQ(format_tensor(word_a(2, 6, 8), 32), "float32[8, 32]");
+	EXPECT_EQ(format_tensor(word_a(3, 15, 4), 7 | 9ull << 32), "bfloat16[4, 7, 9]");
+	EXPECT_EQ(format_tensor(word_a(0, 4, 0), 0), "int64[]");
+	EXPECT_EQ(format_tensor(word_a(5, 5, 2), 3 | 4ull << 32), "float16[2, 3, 4, ... 5d]");
+	EXPECT_EQ(format_tensor(word_a(1, 99, 50000), 0), "dtype99[50000]");
+	EXPECT_EQ(format_tensor(0, 0), nullptr); // not readable: an undefined tensor
+}
+
+} // namespace
+} // namespace eacgm
