@@ -10,6 +10,7 @@
 #include <bpf/bpf_core_read.h>
 #include "eacgm/abi/events.h"
 #include "traced.bpf.h"
+#include "pystack.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -36,9 +37,17 @@ struct {
 	__type(value, __u64);
 } counters SEC(".maps");
 
+/* Set by the agent with the python layer: record the Python stack behind
+ * every span of a Python process. */
+const volatile bool capture_py_stacks = false;
+
+/* Ids of Python stack records; 0 means none. */
+__u64 py_stack_seq = 0;
+
 struct open_call {
 	__u64 start_ns;
 	__u64 sp; /* stack pointer at entry: identifies the frame at return */
+	__u64 py_stack;
 	__u32 spec_id;
 	__u32 pad;
 	__u64 args[EACGM_MAX_ARGS];
@@ -164,6 +173,12 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 			v = tensor_word(v, a);
 		c->args[i] = v; /* DEREF_EXIT keeps the pointer until return */
 	}
+	c->py_stack = 0;
+	if (capture_py_stacks) {
+		__u64 sid = __sync_fetch_and_add(&py_stack_seq, 1) + 1;
+		if (py_emit_stack(id >> 32, tid, EACGM_PY_SPAN, sid, EACGM_PY_SPAN_FRAMES))
+			c->py_stack = sid;
+	}
 	tc->depth = d + 1;
 	/* Last, so argument reads are not part of the measured time. */
 	c->start_ns = bpf_ktime_get_ns();
@@ -219,6 +234,7 @@ static __always_inline int on_exit(struct pt_regs *ctx)
 	e->depth = found;
 	e->flags = 0;
 	e->ret = PT_REGS_RC(ctx);
+	e->py_stack = c->py_stack;
 	for (int i = 0; i < EACGM_MAX_ARGS; i++) {
 		__u64 v = c->args[i];
 		if (i < spec->nargs && spec->args[i].source == EACGM_ARG_DEREF_EXIT)

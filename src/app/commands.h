@@ -17,6 +17,7 @@ struct RecordArgs {
 	std::string perfetto;
 	int pid = 0;
 	unsigned ring_buffer_kb = 8192;
+	unsigned sample_hz = 1000; // Python stack samples per second per CPU
 	std::vector<std::string> torch_ops; // extra operators (names or regexes) for the torch layer
 	std::vector<std::string> command; // after "--"
 };

@@ -47,6 +47,11 @@ int main(int argc, char **argv)
 			   "joined with '_': add__Tensor) or as regular expressions ('add_.*'); each call costs a "
 			   "uprobe hit")
 		->delimiter(',');
+	record->add_option("--sample-hz", rec.sample_hz,
+			   "Python layer: stack samples per second of CPU time (0: only the stacks behind "
+			   "CUDA/NCCL/torch calls)")
+		->capture_default_str()
+		->check(CLI::Range(0u, 10000u));
 	record->add_option("--ring-buffer-kb", rec.ring_buffer_kb,
 			   "Span ring buffer size in KiB, a power of two (records beyond it are counted as lost)")
 		->capture_default_str();

@@ -19,13 +19,14 @@
 #include "export/summary.h"
 #include "ingest/recorder.h"
 #include "probe/attacher.h"
+#include "layers/python.h"
 #include "probe/spec.h"
 #include "store/store.h"
 
 namespace eacgm {
 
 const std::vector<std::string> kAllLayers = {"cuda", "nccl", "torch", "python", "gpu", "host"};
-const std::vector<std::string> kBuiltLayers = {"cuda", "nccl", "torch"};
+const std::vector<std::string> kBuiltLayers = {"cuda", "nccl", "torch", "python"};
 
 namespace {
 
@@ -133,7 +134,10 @@ int run_record(const RecordArgs &a)
 		return fail(r.error().message);
 
 	SpecSet specs;
+	bool python = std::find(layers.begin(), layers.end(), "python") != layers.end();
 	for (auto &l : layers) {
+		if (l == "python")
+			continue; // frames, not a spec of functions
 		auto s = load_builtin_spec(l);
 		if (!s)
 			return fail(s.error().message);
@@ -183,8 +187,19 @@ int run_record(const RecordArgs &a)
 	auto tracker = ProcTracker::open(false);
 	if (!tracker)
 		return fail(tracker.error().message);
+	std::unique_ptr<PythonTracer> py;
 	SpanEngine::Options eo;
 	eo.ring_buffer_bytes = a.ring_buffer_kb * 1024u;
+	if (python) {
+		auto p = PythonTracer::open((*tracker)->traced_map_fd(), a.sample_hz);
+		if (!p)
+			return fail(p.error().message);
+		py = std::move(p.value());
+		eo.py_procs = py->procs_map();
+		eo.py_tstates = py->tstates_map();
+		eo.py_events = py->events_map();
+		eo.py_counters = py->counters_map();
+	}
 	auto engine = SpanEngine::open(eo, (*tracker)->traced_map_fd());
 	if (!engine)
 		return fail(engine.error().message, 2);
@@ -196,7 +211,7 @@ int run_record(const RecordArgs &a)
 		if (auto r = (*tracker)->watch_dynamic_linker(ld); !r)
 			std::cerr << "eacgm: warning: " << r.error().message << "\n";
 
-	Recorder recorder(attacher, **engine, **tracker, store.value());
+	Recorder recorder(attacher, **engine, **tracker, store.value(), py.get());
 	if (auto r = recorder.open(); !r)
 		return fail(r.error().message);
 

@@ -23,6 +23,9 @@ struct Span {
 	std::string ret_name;  // decoded return ("cudaErrorInsufficientDriver"), may be empty
 	uint64_t bytes = 0;    // bytes moved or allocated, 0 when not applicable
 	nlohmann::json args = nlohmann::json::object(); // captured arguments, by name
+	// The Python stack when the call began, innermost first:
+	// "Model.forward (model.py:42)". Empty outside Python.
+	std::vector<std::string> py_stack;
 };
 
 struct Process {

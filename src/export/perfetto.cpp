@@ -21,6 +21,8 @@ json span_event(const Span &s)
 		args["ret"] = s.ret_name;
 	if (s.bytes != 0)
 		args["bytes"] = s.bytes;
+	if (!s.py_stack.empty())
+		args["python"] = s.py_stack;
 	return {
 		{"ph", "X"},
 		{"name", s.name},

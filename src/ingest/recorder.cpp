@@ -1,5 +1,6 @@
 #include "ingest/recorder.h"
 
+#include <algorithm>
 #include <bpf/libbpf.h>
 #include <cerrno>
 #include <cstring>
@@ -29,8 +30,9 @@ std::string read_proc_text(const std::string &path)
 	return s;
 }
 
-Recorder::Recorder(Attacher &attacher, SpanEngine &engine, ProcTracker &tracker, StoreWriter &store)
-	: attacher_(attacher), engine_(engine), tracker_(tracker), store_(store)
+Recorder::Recorder(Attacher &attacher, SpanEngine &engine, ProcTracker &tracker, StoreWriter &store,
+		   PythonTracer *python)
+	: attacher_(attacher), engine_(engine), tracker_(tracker), store_(store), python_(python)
 {
 }
 
@@ -47,6 +49,8 @@ Result<void> Recorder::open()
 		return make_error(std::string("cannot open the span ring buffer: ") + std::strerror(errno));
 	if (ring_buffer__add(rb_, bpf_map__fd(tracker_.events_map()), on_proc, this))
 		return make_error(std::string("cannot open the process ring buffer: ") + std::strerror(errno));
+	if (python_ && ring_buffer__add(rb_, bpf_map__fd(python_->events_map()), on_py, this))
+		return make_error(std::string("cannot open the Python ring buffer: ") + std::strerror(errno));
 	return {};
 }
 
@@ -69,6 +73,7 @@ Process &Recorder::process(uint32_t pid)
 		p.ppid = ppid;
 	live_.insert(pid);
 	symbolizer_.snapshot(pid);
+	watch_python(pid);
 	return p;
 }
 
@@ -119,6 +124,53 @@ int Recorder::on_span(void *ctx, void *data, size_t size)
 	return 0;
 }
 
+// A process runs Python once it maps an interpreter: at start, or after the
+// dynamic linker loaded libpython. Registered once; an exec starts afresh.
+void Recorder::watch_python(uint32_t pid)
+{
+	if (!python_ || python_->processes().count(pid))
+		return;
+	auto r = python_->add_process(pid);
+	if (!r && warned_.insert(r.error().message).second)
+		warnings_.push_back(r.error().message);
+	for (auto &w : python_->take_warnings())
+		if (warned_.insert(w).second)
+			warnings_.push_back(w);
+}
+
+int Recorder::on_py(void *ctx, void *data, size_t size)
+{
+	auto *self = static_cast<Recorder *>(ctx);
+	if (size < sizeof(eacgm_py_stack_event))
+		return 0;
+	const auto &e = *static_cast<const eacgm_py_stack_event *>(data);
+	uint32_t n = std::min<uint32_t>(e.nframes, EACGM_PY_MAX_FRAMES);
+	RawStack raw{e.ts_ns, e.tgid, e.tid, std::vector<eacgm_py_frame>(e.frames, e.frames + n)};
+	if (e.kind == EACGM_PY_SPAN)
+		self->span_stacks_[e.id] = std::move(raw);
+	else
+		self->pending_samples_.push_back(std::move(raw));
+	return 0;
+}
+
+std::optional<std::vector<PyFrame>> Recorder::resolve_stack(uint32_t pid, const eacgm_py_frame *frames, uint32_t n)
+{
+	auto proc = python_->processes().find(pid);
+	if (proc == python_->processes().end())
+		return std::nullopt;
+	const PyOffsets *o = python_->offsets(proc->second.minor);
+	std::vector<PyFrame> out;
+	for (uint32_t i = 0; i < n; i++) {
+		auto f = resolver_.resolve(pid, *o, frames[i].code, frames[i].instr);
+		if (!f) {
+			py_unresolved_++;
+			return std::nullopt; // a stack with a hole would misattribute time
+		}
+		out.push_back({f->qualname, f->filename, f->line, f->first_line});
+	}
+	return out;
+}
+
 int Recorder::on_proc(void *ctx, void *data, size_t size)
 {
 	if (size >= sizeof(eacgm_proc_event))
@@ -164,6 +216,7 @@ void Recorder::handle_proc(const eacgm_proc_event &e)
 		if (auto r = attacher_.scan_process(e.tgid); !r)
 			warn(r.error().message);
 		symbolizer_.snapshot(e.tgid);
+		watch_python(e.tgid);
 		break;
 	}
 	case EACGM_PROC_EXIT:
@@ -204,8 +257,23 @@ Result<void> Recorder::flush()
 	for (size_t i = 0; i < pending_.size(); i += kBatch) {
 		std::vector<Span> batch;
 		for (size_t k = i; k < pending_.size() && k < i + kBatch; k++) {
-			batch.push_back(decode_span(pending_[k], specs.probes[pending_[k].spec_id], specs, &symbolizer_));
-			nccl_.observe(batch.back());
+			const eacgm_span_event &e = pending_[k];
+			batch.push_back(decode_span(e, specs.probes[e.spec_id], specs, &symbolizer_));
+			Span &s = batch.back();
+			nccl_.observe(s);
+			auto stack = e.py_stack ? span_stacks_.find(e.py_stack) : span_stacks_.end();
+			if (stack != span_stacks_.end()) {
+				auto &raw = stack->second;
+				if (auto frames = resolve_stack(raw.pid, raw.frames.data(), raw.frames.size())) {
+					s.py_stack = format_py_stack(*frames);
+					// The functions that made the call contain it: they join
+					// the samples at its start and end.
+					auto &thread = samples_[{s.pid, s.tid}];
+					thread.push_back({s.start_ns, *frames});
+					thread.push_back({s.start_ns + s.dur_ns, *frames});
+				}
+				span_stacks_.erase(stack);
+			}
 		}
 		if (auto r = store_.add_spans(batch); !r) {
 			pending_.clear();
@@ -213,6 +281,10 @@ Result<void> Recorder::flush()
 		}
 	}
 	pending_.clear();
+	for (auto &raw : pending_samples_)
+		if (auto frames = resolve_stack(raw.pid, raw.frames.data(), raw.frames.size()))
+			samples_[{raw.pid, raw.tid}].push_back({raw.ts, std::move(*frames)});
+	pending_samples_.clear();
 	return {};
 }
 
@@ -226,6 +298,14 @@ Result<void> Recorder::finish()
 	for (auto &[key, name] : threads_)
 		if (auto r = store_.upsert_thread({key.first, key.second, name}); !r)
 			return r;
+	// Python function spans, from each thread's samples in time order.
+	for (auto &[key, samples] : samples_) {
+		std::stable_sort(samples.begin(), samples.end(),
+				 [](const PyStackSample &a, const PyStackSample &b) { return a.ts_ns < b.ts_ns; });
+		note_thread(key.first, key.second);
+		if (auto r = store_.add_spans(python_function_spans(key.first, key.second, samples)); !r)
+			return r;
+	}
 	auto c = engine_.counters();
 	std::vector<Drop> drops = {
 		{"uprobe", "ring_buffer_full", c[EACGM_CNT_RINGBUF_FULL]},
@@ -233,6 +313,12 @@ Result<void> Recorder::finish()
 		{"uprobe", "unpaired_entry", c[EACGM_CNT_UNPAIRED]},
 		{"uprobe", "thread_table_full", c[EACGM_CNT_NO_STATE]},
 	};
+	if (python_) {
+		auto p = python_->counters();
+		drops.push_back({"python", "ring_buffer_full", p[EACGM_PY_CNT_RINGBUF_FULL]});
+		drops.push_back({"python", "unreadable_stack", p[EACGM_PY_CNT_READ_FAILED]});
+		drops.push_back({"python", "unresolved_stack", py_unresolved_});
+	}
 	return store_.set_drops(drops);
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -11,7 +12,10 @@
 #include "common/model.h"
 #include "common/result.h"
 #include "eacgm/abi/events.h"
+#include "ingest/python_spans.h"
 #include "layers/nccl.h"
+#include "layers/python.h"
+#include "layers/python_resolver.h"
 #include "probe/attacher.h"
 #include "probe/symbolizer.h"
 #include "store/store.h"
@@ -22,7 +26,9 @@ namespace eacgm {
 
 class Recorder {
 public:
-	Recorder(Attacher &attacher, SpanEngine &engine, ProcTracker &tracker, StoreWriter &store);
+	// python may be null (no python layer).
+	Recorder(Attacher &attacher, SpanEngine &engine, ProcTracker &tracker, StoreWriter &store,
+		 PythonTracer *python = nullptr);
 	~Recorder();
 	Recorder(const Recorder &) = delete;
 	Recorder &operator=(const Recorder &) = delete;
@@ -48,6 +54,9 @@ public:
 private:
 	static int on_span(void *ctx, void *data, size_t size);
 	static int on_proc(void *ctx, void *data, size_t size);
+	static int on_py(void *ctx, void *data, size_t size);
+	void watch_python(uint32_t pid);
+	std::optional<std::vector<PyFrame>> resolve_stack(uint32_t pid, const eacgm_py_frame *frames, uint32_t n);
 	void handle_proc(const struct eacgm_proc_event &e);
 	Process &process(uint32_t pid);
 	void note_thread(uint32_t pid, uint32_t tid);
@@ -64,6 +73,18 @@ private:
 	std::set<uint32_t> live_;
 	std::map<std::pair<uint32_t, uint32_t>, std::string> threads_;
 	std::vector<eacgm_span_event> pending_; // read, not yet decoded
+	PythonTracer *python_;
+	PythonResolver resolver_;
+	// Raw Python stacks behind spans (by id) and samples, until resolved at flush.
+	struct RawStack {
+		uint64_t ts;
+		uint32_t pid, tid;
+		std::vector<eacgm_py_frame> frames;
+	};
+	std::map<uint64_t, RawStack> span_stacks_;
+	std::vector<RawStack> pending_samples_;
+	std::map<std::pair<uint32_t, uint32_t>, std::vector<PyStackSample>> samples_; // (pid, tid)
+	uint64_t py_unresolved_ = 0;
 	std::vector<std::string> warnings_;
 	std::set<std::string> warned_;
 	uint64_t spans_seen_ = 0;

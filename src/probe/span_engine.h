@@ -24,6 +24,10 @@ public:
 		// Use uprobe_multi links where the kernel has them; false forces
 		// the per-function links of older kernels (tests, comparisons).
 		bool multi_link = true;
+		// The Python layer's maps (bpf/pystack.bpf.h), to record the Python
+		// stack behind every span of a Python process; null: no stacks.
+		struct bpf_map *py_procs = nullptr, *py_tstates = nullptr, *py_events = nullptr,
+			       *py_counters = nullptr;
 	};
 	// traced_map_fd: ProcTracker's set of traced processes, shared.
 	static Result<std::unique_ptr<SpanEngine>> open(const Options &opts, int traced_map_fd);

@@ -97,7 +97,8 @@ CREATE TABLE processes(pid INTEGER PRIMARY KEY, ppid INTEGER, comm TEXT, cmdline
 CREATE TABLE threads(pid INTEGER, tid INTEGER, name TEXT, PRIMARY KEY(pid, tid));
 CREATE TABLE spans(id INTEGER PRIMARY KEY, pid INTEGER, tid INTEGER, layer TEXT, name TEXT,
                    start_ns INTEGER, dur_ns INTEGER, depth INTEGER, ret INTEGER,
-                   ret_name TEXT, bytes INTEGER, args TEXT /* JSON object */);
+                   ret_name TEXT, bytes INTEGER, args TEXT /* JSON object */,
+                   py_stack TEXT /* JSON array of frames, innermost first; NULL outside Python */);
 CREATE TABLE drops(layer TEXT, reason TEXT, count INTEGER);
 INSERT INTO meta VALUES('schema_version', '1');
 COMMIT;
@@ -140,7 +141,7 @@ Result<StoreWriter> StoreWriter::create(const std::string &path)
 		return r.error();
 	auto st = prepare(s.db_.get(),
 			  "INSERT INTO spans(pid, tid, layer, name, start_ns, dur_ns, depth, ret,"
-			  " ret_name, bytes, args) VALUES(?,?,?,?,?,?,?,?,?,?,?)");
+			  " ret_name, bytes, args, py_stack) VALUES(?,?,?,?,?,?,?,?,?,?,?,?)");
 	if (!st)
 		return make_error("cannot write " + s.partial_ + ": " + st.error().message);
 	s.insert_span_ = std::move(*st);
@@ -220,6 +221,11 @@ Result<void> StoreWriter::add_spans(const std::vector<Span> &spans)
 		bind_param(st, 9, s.ret_name);
 		bind_param(st, 10, s.bytes);
 		bind_param(st, 11, args);
+		if (s.py_stack.empty())
+			sqlite3_bind_null(st, 12);
+		else
+			bind_param(st, 12, nlohmann::json(s.py_stack).dump(-1, ' ', false,
+									  nlohmann::json::error_handler_t::replace));
 		int rc = sqlite3_step(st);
 		sqlite3_reset(st);
 		if (rc != SQLITE_DONE) {
@@ -433,7 +439,7 @@ Result<Recording> load_recording(const std::string &path)
 		return r.error();
 
 	r = read("SELECT pid, tid, layer, name, start_ns, dur_ns, depth, ret, ret_name, bytes,"
-		 " args FROM spans ORDER BY start_ns, id",
+		 " args, py_stack FROM spans ORDER BY start_ns, id",
 		 [&](sqlite3_stmt *st) -> Result<void> {
 			 std::string args = col_text(st, 10);
 			 Span s{
@@ -452,6 +458,12 @@ Result<Recording> load_recording(const std::string &path)
 			 };
 			 if (s.args.is_discarded())
 				 return make_error("span args are not valid JSON: " + args);
+			 if (std::string py = col_text(st, 11); !py.empty()) {
+				 auto stack = nlohmann::json::parse(py, nullptr, false);
+				 if (!stack.is_array())
+					 return make_error("span py_stack is not a JSON array: " + py);
+				 s.py_stack = stack.get<std::vector<std::string>>();
+			 }
 			 rec.spans.push_back(std::move(s));
 			 return {};
 		 });

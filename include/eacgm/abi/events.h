@@ -72,6 +72,7 @@ struct eacgm_span_event {
 	__u16 flags;
 	__u64 ret; /* rax at return */
 	__u64 args[EACGM_MAX_ARGS];
+	__u64 py_stack; /* id of the Python stack record taken at entry, 0 if none */
 };
 
 /* Counters kept per CPU in the span program; user space sums them. */

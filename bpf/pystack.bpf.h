@@ -1,0 +1,190 @@
+/* The Python frame walker, shared by python.bpf.c (sampling) and
+ * span.bpf.c (the Python stack behind a CUDA/NCCL/torch call).
+ *
+ * From the process's _PyRuntime it finds the current thread's PyThreadState
+ * by walking the interpreter's thread list for its native_thread_id (works
+ * whether or not the thread holds the GIL: torch releases it around ops),
+ * then follows the frame chain and records, per frame, the code object
+ * pointer and the instruction value. Names, files and lines are resolved in
+ * user space; no string is read here. Every read may fail (a frame freed
+ * under us): the walk stops there and says so.
+ *
+ * python.bpf.c owns the maps; span.bpf.c declares the same ones and the
+ * agent hands it their fds before load. */
+#ifndef EACGM_PYSTACK_BPF_H
+#define EACGM_PYSTACK_BPF_H
+
+#include <bpf/bpf_core_read.h>
+#include "eacgm/abi/python.h"
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32); /* tgid */
+	__type(value, struct eacgm_py_process);
+} py_procs SEC(".maps");
+
+/* tid -> its PyThreadState, checked on every use. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, __u64);
+} py_tstates SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 8 * 1024 * 1024);
+} py_events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, EACGM_PY_CNT_COUNT);
+	__type(key, __u32);
+	__type(value, __u64);
+} py_counters SEC(".maps");
+
+/* CPython's FRAME_OWNED_BY_CSTACK (3.12, 3.13): a shim frame, not Python code. */
+#define EACGM_PY_OWNED_BY_CSTACK 3
+
+static __always_inline void py_count(__u32 which)
+{
+	__u64 *c = bpf_map_lookup_elem(&py_counters, &which);
+	if (c)
+		*c += 1;
+}
+
+static __always_inline __u64 py_read64(__u64 addr, bool *ok)
+{
+	__u64 v = 0;
+	if (!addr || bpf_probe_read_user(&v, sizeof(v), (void *)addr)) {
+		*ok = false;
+		return 0;
+	}
+	return v;
+}
+
+static __always_inline __u64 py_find_tstate(const struct eacgm_py_process *p, __u32 tid)
+{
+	bool ok = true;
+	__u64 key = tid;
+	if (p->thread_key_is_fsbase) {
+		struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+		key = BPF_CORE_READ(task, thread.fsbase);
+	}
+	__u64 *cached = bpf_map_lookup_elem(&py_tstates, &tid);
+	if (cached) {
+		__u64 ts = *cached;
+		if (py_read64(ts + p->tstate_thread_key, &ok) == key && ok)
+			return ts;
+	}
+	__u64 interp = py_read64(p->runtime + p->runtime_interpreters_head, &ok);
+	__u64 ts = py_read64(interp + p->interp_threads_head, &ok);
+	for (int i = 0; i < EACGM_PY_MAX_THREADS; i++) {
+		if (!ok || !ts)
+			return 0;
+		if (py_read64(ts + p->tstate_thread_key, &ok) == key && ok) {
+			bpf_map_update_elem(&py_tstates, &tid, &ts, BPF_ANY);
+			return ts;
+		}
+		ts = py_read64(ts + p->tstate_next, &ok);
+	}
+	return 0;
+}
+
+struct py_walk {
+	struct eacgm_py_stack_event *e;
+	__u64 frame;
+	__u32 n, max;
+	__u16 minor, frame_previous, frame_code, frame_instr, frame_owner;
+	bool ok;
+};
+
+/* One frame per call, from bpf_loop: the verifier checks the body once
+ * instead of once per unrolled frame. Returns 1 to stop. */
+static long py_walk_step(__u32 i, void *data)
+{
+	struct py_walk *w = data;
+	if (!w->ok || !w->frame || w->n >= w->max || w->n >= EACGM_PY_MAX_FRAMES)
+		return 1;
+	__u64 frame = w->frame;
+	w->frame = py_read64(frame + w->frame_previous, &w->ok);
+	if (w->minor >= 12) {
+		__u8 owner = 0;
+		bpf_probe_read_user(&owner, sizeof(owner), (void *)(frame + w->frame_owner));
+		if (owner == EACGM_PY_OWNED_BY_CSTACK)
+			return 0;
+	}
+	__u64 code = py_read64(frame + w->frame_code, &w->ok);
+	__u64 instr;
+	if (w->minor <= 10) {
+		__s32 lasti = 0;
+		bpf_probe_read_user(&lasti, sizeof(lasti), (void *)(frame + w->frame_instr));
+		instr = (__u64)(__s64)lasti;
+	} else {
+		instr = py_read64(frame + w->frame_instr, &w->ok);
+	}
+	if (!w->ok)
+		return 1;
+	struct eacgm_py_stack_event *e = w->e;
+	__u32 n = w->n & (EACGM_PY_MAX_FRAMES - 1);
+	e->frames[n].code = code;
+	e->frames[n].instr = instr;
+	w->n++;
+	return 0;
+}
+
+/* Fills e->frames (innermost first, at most max) from the thread's state;
+ * sets e->nframes and e->flags. */
+static __always_inline void py_walk(const struct eacgm_py_process *p, __u64 tstate, struct eacgm_py_stack_event *e,
+				    __u32 max)
+{
+	struct py_walk w = {.e = e, .max = max, .minor = p->minor, .frame_previous = p->frame_previous,
+			    .frame_code = p->frame_code, .frame_instr = p->frame_instr,
+			    .frame_owner = p->frame_owner, .ok = true};
+	if (p->minor >= 11 && p->minor <= 12) {
+		__u64 cframe = py_read64(tstate + p->tstate_cframe, &w.ok);
+		w.frame = py_read64(cframe + p->cframe_current_frame, &w.ok);
+	} else {
+		w.frame = py_read64(tstate + p->tstate_frame, &w.ok);
+	}
+	/* Shim frames are skipped without counting: allow some extra steps. */
+	bpf_loop(EACGM_PY_MAX_FRAMES + 16, py_walk_step, &w, 0);
+	e->nframes = w.n;
+	if (!w.ok) {
+		e->flags |= EACGM_PY_READ_FAILED;
+		py_count(EACGM_PY_CNT_READ_FAILED);
+	} else if (w.frame && w.n >= max) {
+		e->flags |= EACGM_PY_TRUNCATED;
+	}
+}
+
+/* Walks the current thread's Python stack into a new py_events record.
+ * Returns false when the process is not Python or the thread runs none. */
+static __always_inline bool py_emit_stack(__u32 tgid, __u32 tid, __u16 kind, __u64 id, __u32 max)
+{
+	struct eacgm_py_process *p = bpf_map_lookup_elem(&py_procs, &tgid);
+	if (!p)
+		return false;
+	__u64 tstate = py_find_tstate(p, tid);
+	if (!tstate) {
+		py_count(EACGM_PY_CNT_NO_THREAD);
+		return false;
+	}
+	struct eacgm_py_stack_event *e = bpf_ringbuf_reserve(&py_events, sizeof(*e), 0);
+	if (!e) {
+		py_count(EACGM_PY_CNT_RINGBUF_FULL);
+		return false;
+	}
+	e->ts_ns = bpf_ktime_get_ns();
+	e->id = id;
+	e->tgid = tgid;
+	e->tid = tid;
+	e->kind = kind;
+	e->flags = 0;
+	py_walk(p, tstate, e, max);
+	bpf_ringbuf_submit(e, 0);
+	return true;
+}
+
+#endif

@@ -1,0 +1,67 @@
+#include "ingest/python_spans.h"
+
+namespace eacgm {
+
+namespace {
+
+bool same_function(const PyFrame &a, const PyFrame &b)
+{
+	return a.first_line == b.first_line && a.qualname == b.qualname && a.filename == b.filename;
+}
+
+struct Open {
+	PyFrame frame;
+	uint64_t start, last, children = 0;
+};
+
+} // namespace
+
+std::vector<Span> python_function_spans(uint32_t pid, uint32_t tid, const std::vector<PyStackSample> &samples)
+{
+	std::vector<Span> out;
+	std::vector<Open> open; // outermost first
+	auto close_from = [&](size_t depth) {
+		while (open.size() > depth) {
+			Open o = open.back();
+			open.pop_back();
+			Span s;
+			s.pid = pid;
+			s.tid = tid;
+			s.layer = "python";
+			s.name = o.frame.qualname;
+			s.start_ns = o.start;
+			s.dur_ns = o.last - o.start;
+			s.depth = open.size();
+			s.args = {{"file", o.frame.filename}, {"line", o.frame.first_line},
+				  {"self_ns", s.dur_ns - std::min(s.dur_ns, o.children)}};
+			if (!open.empty())
+				open.back().children += s.dur_ns;
+			out.push_back(std::move(s));
+		}
+	};
+	for (const PyStackSample &smp : samples) {
+		size_t n = smp.frames.size();
+		size_t common = 0;
+		while (common < open.size() && common < n && same_function(open[common].frame, smp.frames[n - 1 - common]))
+			common++;
+		close_from(common);
+		for (auto &o : open)
+			o.last = smp.ts_ns;
+		for (size_t d = common; d < n; d++)
+			open.push_back({smp.frames[n - 1 - d], smp.ts_ns, smp.ts_ns});
+	}
+	close_from(0);
+	return out;
+}
+
+std::vector<std::string> format_py_stack(const std::vector<PyFrame> &frames)
+{
+	std::vector<std::string> out;
+	for (auto &f : frames) {
+		std::string file = f.filename.substr(f.filename.rfind('/') + 1);
+		out.push_back(f.qualname + " (" + file + ":" + std::to_string(f.line) + ")");
+	}
+	return out;
+}
+
+} // namespace eacgm

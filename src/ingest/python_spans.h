@@ -1,0 +1,34 @@
+// Python function spans from stack samples: a function appears from the
+// first sample that holds it to the last one that still does, nested as the
+// stacks say. The stacks recorded behind CUDA/NCCL/torch spans join the
+// samples (at the span's start and end), so the functions that made a call
+// always contain its span in the timeline.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/model.h"
+
+namespace eacgm {
+
+struct PyFrame {
+	std::string qualname, filename;
+	int line = 0;       // the line running in this frame
+	int first_line = 0; // where its function starts: with the names, its identity
+};
+
+struct PyStackSample {
+	uint64_t ts_ns = 0;
+	std::vector<PyFrame> frames; // innermost first
+};
+
+// Samples of one thread, in time order. Spans get layer "python", the
+// qualified name, args file, line (the def line) and self_ns (time not in
+// a nested Python function).
+std::vector<Span> python_function_spans(uint32_t pid, uint32_t tid, const std::vector<PyStackSample> &samples);
+
+// "train_step (train.py:42)", innermost first: how a span shows its stack.
+std::vector<std::string> format_py_stack(const std::vector<PyFrame> &frames);
+
+} // namespace eacgm

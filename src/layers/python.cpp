@@ -1,0 +1,174 @@
+#include "layers/python.h"
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <cerrno>
+#include <cstring>
+#include <linux/perf_event.h>
+#include <regex>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "probe/elf_symbols.h"
+#include "probe/links.h"
+#include "probe/proc_maps.h"
+#include "python.skel.h"
+
+namespace eacgm {
+
+Result<std::optional<PythonRuntime>> find_python_runtime(uint32_t pid)
+{
+	auto maps = read_maps(pid);
+	if (!maps)
+		return maps.error();
+	static const std::regex name(R"((?:^|/)(?:lib)?python(\d)\.(\d+)[^/]*$)");
+	for (auto &file : mapped_files(maps.value())) {
+		char real[PATH_MAX];
+		std::string path = host_path(pid, file);
+		std::string resolved = realpath(path.c_str(), real) ? real : path;
+		std::smatch m;
+		if (!std::regex_search(resolved, m, name))
+			continue;
+		auto elf = ElfFile::open(path);
+		if (!elf)
+			continue;
+		const ElfSymbol *rt = elf->find("_PyRuntime");
+		if (!rt)
+			continue; // the launcher of a shared libpython: the library has it
+		// The load bias from the file's first mapping (offset -> its address).
+		for (auto &mp : maps.value()) {
+			if (mp.path != file)
+				continue;
+			auto vaddr = elf->offset_to_vaddr(mp.offset);
+			if (!vaddr)
+				continue;
+			PythonRuntime r;
+			r.major = std::stoi(m[1]);
+			r.minor = std::stoi(m[2]);
+			r.runtime_addr = mp.start - vaddr.value() + rt->addr;
+			r.file = resolved;
+			return std::optional<PythonRuntime>(r);
+		}
+	}
+	return std::optional<PythonRuntime>();
+}
+
+eacgm_py_process py_process_config(const PythonRuntime &rt, const PyOffsets &o)
+{
+	eacgm_py_process p{};
+	p.runtime = rt.runtime_addr;
+	p.minor = rt.minor;
+	p.runtime_interpreters_head = o.runtime_interpreters_head;
+	p.interp_threads_head = o.interp_threads_head;
+	p.tstate_next = o.tstate_next;
+	p.thread_key_is_fsbase = o.tstate_native_thread_id == kNoOffset;
+	p.tstate_thread_key = p.thread_key_is_fsbase ? o.tstate_thread_id : o.tstate_native_thread_id;
+	p.tstate_frame = o.tstate_frame;
+	p.tstate_cframe = o.tstate_cframe;
+	p.cframe_current_frame = o.cframe_current_frame;
+	p.frame_previous = o.frame_previous;
+	p.frame_code = o.frame_code;
+	p.frame_instr = o.frame_instr;
+	p.frame_owner = o.frame_owner;
+	return p;
+}
+
+Result<std::unique_ptr<PythonTracer>> PythonTracer::open(int traced_map_fd, unsigned sample_hz)
+{
+	std::unique_ptr<PythonTracer> t(new PythonTracer());
+	auto offsets = load_python_offsets();
+	if (!offsets)
+		return offsets.error();
+	t->offsets_ = std::move(offsets.value());
+	t->skel_ = python_bpf__open();
+	if (!t->skel_)
+		return make_error(std::string("cannot open the Python BPF object: ") + std::strerror(errno));
+	if (int err = bpf_map__reuse_fd(t->skel_->maps.traced_tgids, traced_map_fd))
+		return make_error(std::string("cannot share the traced-process map: ") + std::strerror(-err));
+	if (int err = python_bpf__load(t->skel_))
+		return make_error(std::string("cannot load the Python BPF programs: ") + std::strerror(-err));
+	if (!sample_hz)
+		return t;
+	// One CPU-clock sampling event per CPU, all processes: the program keeps
+	// only traced ones.
+	int ncpu = libbpf_num_possible_cpus();
+	for (int cpu = 0; cpu < ncpu; cpu++) {
+		perf_event_attr attr{};
+		attr.size = sizeof(attr);
+		attr.type = PERF_TYPE_SOFTWARE;
+		attr.config = PERF_COUNT_SW_CPU_CLOCK;
+		attr.freq = 1;
+		attr.sample_freq = sample_hz;
+		int fd = syscall(__NR_perf_event_open, &attr, -1, cpu, -1, PERF_FLAG_FD_CLOEXEC);
+		if (fd < 0) {
+			if (errno == ENODEV || errno == ENOENT)
+				continue; // a possible CPU that is not online
+			return make_error(std::string("cannot open the sampling event on CPU ") + std::to_string(cpu) +
+					  ": " + std::strerror(errno));
+		}
+		t->perf_fds_.push_back(fd);
+		struct bpf_link *l = bpf_program__attach_perf_event(t->skel_->progs.py_sample, fd);
+		if (!l)
+			return make_error(std::string("cannot attach the Python sampler: ") + std::strerror(errno));
+		t->links_.push_back(l);
+	}
+	return t;
+}
+
+PythonTracer::~PythonTracer()
+{
+	destroy_links(links_);
+	for (int fd : perf_fds_)
+		close(fd);
+	if (skel_)
+		python_bpf__destroy(skel_);
+}
+
+const PyOffsets *PythonTracer::offsets(int minor) const
+{
+	auto it = offsets_.find("3." + std::to_string(minor));
+	return it == offsets_.end() ? nullptr : &it->second;
+}
+
+Result<std::optional<PythonRuntime>> PythonTracer::add_process(uint32_t pid)
+{
+	auto rt = find_python_runtime(pid);
+	if (!rt || !rt->has_value())
+		return rt;
+	const PythonRuntime &r = **rt;
+	const PyOffsets *o = r.major == 3 ? offsets(r.minor) : nullptr;
+	if (!o) {
+		std::string v = std::to_string(r.major) + "." + std::to_string(r.minor);
+		if (warned_.insert(v).second)
+			warnings_.push_back("Python " + v + " (" + r.file +
+					    ") has no known frame layout: its functions are not traced; the other "
+					    "layers go on (supported: 3.8 to 3.13)");
+		return std::optional<PythonRuntime>();
+	}
+	eacgm_py_process cfg = py_process_config(r, *o);
+	if (bpf_map__update_elem(skel_->maps.py_procs, &pid, sizeof(pid), &cfg, sizeof(cfg), BPF_ANY))
+		return make_error("cannot register Python process " + std::to_string(pid) + ": " + std::strerror(errno));
+	procs_[pid] = r;
+	return rt;
+}
+
+struct bpf_map *PythonTracer::procs_map() const { return skel_->maps.py_procs; }
+struct bpf_map *PythonTracer::tstates_map() const { return skel_->maps.py_tstates; }
+struct bpf_map *PythonTracer::events_map() const { return skel_->maps.py_events; }
+struct bpf_map *PythonTracer::counters_map() const { return skel_->maps.py_counters; }
+
+std::vector<std::string> PythonTracer::take_warnings() { return std::exchange(warnings_, {}); }
+
+std::array<uint64_t, EACGM_PY_CNT_COUNT> PythonTracer::counters() const
+{
+	std::array<uint64_t, EACGM_PY_CNT_COUNT> total{};
+	std::vector<uint64_t> per_cpu(libbpf_num_possible_cpus());
+	for (uint32_t k = 0; k < EACGM_PY_CNT_COUNT; k++)
+		if (!bpf_map__lookup_elem(skel_->maps.py_counters, &k, sizeof(k), per_cpu.data(),
+					  per_cpu.size() * sizeof(uint64_t), 0))
+			for (auto v : per_cpu)
+				total[k] += v;
+	return total;
+}
+
+} // namespace eacgm

@@ -1,0 +1,72 @@
+// The Python layer's kernel side: the sampling profiler (bpf/python.bpf.c),
+// the table of traced Python processes with their runtime address and
+// CPython offsets, and the ring buffer of Python stacks, which the span
+// engine shares to record the stack behind each CUDA/NCCL/torch call.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "eacgm/abi/python.h"
+#include "layers/python_offsets.h"
+
+struct python_bpf;
+struct bpf_link;
+struct bpf_map;
+
+namespace eacgm {
+
+// A process's interpreter, found from its mappings.
+struct PythonRuntime {
+	int major = 0, minor = 0;
+	uint64_t runtime_addr = 0; // _PyRuntime in the process
+	std::string file;          // the executable or libpython that holds it
+};
+
+// The interpreter a process runs, if any: a mapped libpython3.X or python3.X
+// executable that defines _PyRuntime.
+Result<std::optional<PythonRuntime>> find_python_runtime(uint32_t pid);
+
+// What the BPF walker gets for a process.
+eacgm_py_process py_process_config(const PythonRuntime &rt, const PyOffsets &o);
+
+class PythonTracer {
+public:
+	// sample_hz 0: no sampling (stacks behind spans only).
+	static Result<std::unique_ptr<PythonTracer>> open(int traced_map_fd, unsigned sample_hz);
+	~PythonTracer();
+	PythonTracer(const PythonTracer &) = delete;
+	PythonTracer &operator=(const PythonTracer &) = delete;
+
+	// Registers a traced process if it runs a CPython with known offsets.
+	// Returns its runtime, nothing for a non-Python process; warns (once per
+	// version) for a version without offsets.
+	Result<std::optional<PythonRuntime>> add_process(uint32_t pid);
+	const std::map<uint32_t, PythonRuntime> &processes() const { return procs_; }
+	const PyOffsets *offsets(int minor) const;
+
+	struct bpf_map *procs_map() const;
+	struct bpf_map *tstates_map() const;
+	struct bpf_map *events_map() const;
+	struct bpf_map *counters_map() const;
+	std::vector<std::string> take_warnings();
+	// The walker's counters (enum eacgm_py_counter), summed over CPUs.
+	std::array<uint64_t, EACGM_PY_CNT_COUNT> counters() const;
+
+private:
+	PythonTracer() = default;
+	struct python_bpf *skel_ = nullptr;
+	std::vector<struct bpf_link *> links_;
+	std::vector<int> perf_fds_;
+	std::map<std::string, PyOffsets> offsets_; // "3.11" -> offsets
+	std::map<uint32_t, PythonRuntime> procs_;
+	std::set<std::string> warned_;
+	std::vector<std::string> warnings_;
+};
+
+} // namespace eacgm

@@ -1,0 +1,134 @@
+#include "layers/python_offsets.h"
+
+#include <algorithm>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <unistd.h>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace eacgm {
+
+using nlohmann::json;
+
+// The JSON names are the struct's field names, so the table, the measuring
+// tool (tools/pyoffsets.c) and the code read the same.
+static const std::vector<std::pair<const char *, uint16_t PyOffsets::*>> kFields = {
+	{"runtime_interpreters_head", &PyOffsets::runtime_interpreters_head},
+	{"interp_threads_head", &PyOffsets::interp_threads_head},
+	{"tstate_next", &PyOffsets::tstate_next},
+	{"tstate_native_thread_id", &PyOffsets::tstate_native_thread_id},
+	{"tstate_thread_id", &PyOffsets::tstate_thread_id},
+	{"tstate_frame", &PyOffsets::tstate_frame},
+	{"tstate_cframe", &PyOffsets::tstate_cframe},
+	{"cframe_current_frame", &PyOffsets::cframe_current_frame},
+	{"frame_previous", &PyOffsets::frame_previous},
+	{"frame_code", &PyOffsets::frame_code},
+	{"frame_instr", &PyOffsets::frame_instr},
+	{"frame_owner", &PyOffsets::frame_owner},
+	{"code_filename", &PyOffsets::code_filename},
+	{"code_name", &PyOffsets::code_name},
+	{"code_qualname", &PyOffsets::code_qualname},
+	{"code_firstlineno", &PyOffsets::code_firstlineno},
+	{"code_linetable", &PyOffsets::code_linetable},
+	{"code_adaptive", &PyOffsets::code_adaptive},
+	{"unicode_ascii_data", &PyOffsets::unicode_ascii_data},
+	{"bytes_size", &PyOffsets::bytes_size},
+	{"bytes_data", &PyOffsets::bytes_data},
+};
+
+static Result<PyOffsets> parse_version(const std::string &version, const json &j, const std::string &origin)
+{
+	static const std::regex re("3\\.([0-9]{1,2})");
+	std::smatch m;
+	std::string where = origin + ": version \"" + version + "\"";
+	if (!std::regex_match(version, m, re))
+		return make_error(where + ": a version key is \"3.MINOR\", such as \"3.11\"");
+	if (!j.is_object())
+		return make_error(where + ": must be an object of \"field\": offset");
+	PyOffsets o;
+	o.major = 3;
+	o.minor = std::stoi(m[1].str());
+	for (auto &[k, v] : j.items()) {
+		auto f = std::find_if(kFields.begin(), kFields.end(), [&](auto &p) { return k == p.first; });
+		if (f == kFields.end()) {
+			std::string list;
+			for (auto &p : kFields)
+				list += std::string(list.empty() ? "" : ", ") + p.first;
+			return make_error(where + ": unknown field \"" + k + "\" (known: " + list + ")");
+		}
+		// kNoOffset marks an absent field: leave the field out instead.
+		if (!v.is_number_unsigned() || v.get<uint64_t>() >= kNoOffset)
+			return make_error(where + ": \"" + k + "\" must be a byte offset 0.." +
+					  std::to_string(kNoOffset - 1) + " (leave out fields the version lacks)");
+		o.*(f->second) = v.get<uint16_t>();
+	}
+	return o;
+}
+
+Result<std::map<std::string, PyOffsets>> parse_python_offsets(const std::string &json_text, const std::string &origin)
+{
+	json doc;
+	try {
+		doc = json::parse(json_text);
+	} catch (const json::parse_error &e) {
+		return make_error(origin + ": JSON syntax error: " + e.what());
+	}
+	if (!doc.is_object())
+		return make_error(origin + ": expected {\"versions\": {\"3.11\": {...}}} or {\"3.11\": {...}}");
+	// tools/pyoffsets.c's marker when an interpreter's headers did not compile.
+	if (doc.contains("error"))
+		return make_error(origin + ": " + (doc["error"].is_string() ? doc["error"].get<std::string>() : doc.dump()));
+	// Two forms: the table (specs/python.json) and one measurement (the tool's
+	// output, the versions at the top level).
+	const json *versions = &doc;
+	if (doc.contains("versions")) {
+		for (auto &[k, v] : doc.items())
+			if (k != "about" && k != "versions")
+				return make_error(origin + ": unknown key \"" + k + "\" (known: about, versions)");
+		versions = &doc["versions"];
+		if (!versions->is_object())
+			return make_error(origin + ": \"versions\" must map \"3.MINOR\" to offsets");
+	}
+	std::map<std::string, PyOffsets> out;
+	for (auto &[k, v] : versions->items()) {
+		auto o = parse_version(k, v, origin);
+		if (!o)
+			return o.error();
+		out[k] = o.value();
+	}
+	if (out.empty())
+		return make_error(origin + ": no versions");
+	return out;
+}
+
+static std::string self_dir()
+{
+	char buf[4096];
+	ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+	if (n <= 0)
+		return ".";
+	std::string p(buf, n);
+	return p.substr(0, p.rfind('/'));
+}
+
+Result<std::map<std::string, PyOffsets>> load_python_offsets()
+{
+	// As load_builtin_spec: installed layout, then the source tree.
+	std::vector<std::string> dirs = {self_dir() + "/../share/eacgm/specs", EACGM_SPEC_DIR};
+	for (auto &d : dirs) {
+		std::string path = d + "/python.json";
+		std::ifstream in(path);
+		if (!in)
+			continue;
+		std::stringstream ss;
+		ss << in.rdbuf();
+		return parse_python_offsets(ss.str(), path);
+	}
+	return make_error("CPython offsets table python.json not found (looked in " + dirs[0] + " and " + dirs[1] +
+			  "); reinstall eacgm");
+}
+
+} // namespace eacgm

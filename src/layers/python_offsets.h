@@ -1,0 +1,60 @@
+// Where CPython keeps what a frame walker needs, per minor version. The
+// layouts change with every release (3.11 moved frames out of objects, 3.12
+// and 3.13 moved them again), so they are data: specs/python.json holds a
+// table for 3.8 to 3.13, and the build measures the installed interpreters'
+// headers (tools/pyoffsets.c) to check it.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "common/result.h"
+
+namespace eacgm {
+
+// An offset that does not exist in a version.
+constexpr uint16_t kNoOffset = 0xffff;
+
+struct PyOffsets {
+	int major = 3, minor = 0;
+	// Finding the thread's state: _PyRuntime -> interpreters.head ->
+	// threads.head (tstate_head before 3.11) -> next ..., matching native_thread_id.
+	uint16_t runtime_interpreters_head = kNoOffset;
+	uint16_t interp_threads_head = kNoOffset;
+	uint16_t tstate_next = kNoOffset;
+	uint16_t tstate_native_thread_id = kNoOffset;  // 3.11+ only (the kernel tid)
+	// All versions: pthread_self() of the thread, which on glibc x86-64 is the
+	// thread's fs base (task->thread.fsbase): the match key before 3.11.
+	uint16_t tstate_thread_id = kNoOffset;
+	// The innermost frame: tstate->frame (3.8-3.10, a PyFrameObject*),
+	// tstate->cframe->current_frame (3.11, 3.12), tstate->current_frame (3.13).
+	uint16_t tstate_frame = kNoOffset;
+	uint16_t tstate_cframe = kNoOffset;
+	uint16_t cframe_current_frame = kNoOffset;
+	// A frame (PyFrameObject before 3.11, _PyInterpreterFrame since).
+	uint16_t frame_previous = kNoOffset;  // f_back / previous
+	uint16_t frame_code = kNoOffset;      // f_code / f_executable (3.13)
+	uint16_t frame_instr = kNoOffset;     // f_lasti (int) / prev_instr / instr_ptr (3.13)
+	uint16_t frame_owner = kNoOffset;     // 3.12+: char owner (3 = owned by the C stack: a shim, skip)
+	// A code object.
+	uint16_t code_filename = kNoOffset;
+	uint16_t code_name = kNoOffset;
+	uint16_t code_qualname = kNoOffset;   // 3.11+; co_name before
+	uint16_t code_firstlineno = kNoOffset;
+	uint16_t code_linetable = kNoOffset;  // co_lnotab (3.8, 3.9) / co_linetable (3.10+)
+	uint16_t code_adaptive = kNoOffset;   // 3.11+: co_code_adaptive, where instructions start
+	// Strings and bytes: where the characters of a compact ASCII str start,
+	// and a bytes object's size and data.
+	uint16_t unicode_ascii_data = kNoOffset;
+	uint16_t bytes_size = kNoOffset;
+	uint16_t bytes_data = kNoOffset;
+};
+
+// "3.11" -> offsets, from the JSON text of specs/python.json.
+Result<std::map<std::string, PyOffsets>> parse_python_offsets(const std::string &json_text,
+							       const std::string &origin);
+// The built-in table (specs/python.json).
+Result<std::map<std::string, PyOffsets>> load_python_offsets();
+
+} // namespace eacgm
