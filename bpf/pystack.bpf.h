@@ -95,6 +95,7 @@ static __always_inline __u64 py_find_tstate(const struct eacgm_py_process *p, __
 struct py_walk {
 	struct eacgm_py_stack_event *e;
 	__u64 frame;
+	__u64 code_type;
 	__u32 n, max;
 	__u16 minor, frame_previous, frame_code, frame_instr, frame_owner;
 	bool ok;
@@ -116,6 +117,9 @@ static long py_walk_step(__u32 i, void *data)
 			return 0;
 	}
 	__u64 code = py_read64(frame + w->frame_code, &w->ok);
+	/* Not a code object (the chain's end can hold a stale link): stop. */
+	if (w->ok && py_read64(code + 8 /* ob_type */, &w->ok) != w->code_type)
+		return 1;
 	__u64 instr;
 	if (w->minor <= 10) {
 		__s32 lasti = 0;
@@ -139,7 +143,7 @@ static long py_walk_step(__u32 i, void *data)
 static __always_inline void py_walk(const struct eacgm_py_process *p, __u64 tstate, struct eacgm_py_stack_event *e,
 				    __u32 max)
 {
-	struct py_walk w = {.e = e, .max = max, .minor = p->minor, .frame_previous = p->frame_previous,
+	struct py_walk w = {.e = e, .code_type = p->code_type, .max = max, .minor = p->minor, .frame_previous = p->frame_previous,
 			    .frame_code = p->frame_code, .frame_instr = p->frame_instr,
 			    .frame_owner = p->frame_owner, .ok = true};
 	if (p->minor >= 11 && p->minor <= 12) {

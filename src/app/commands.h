@@ -15,6 +15,7 @@ struct RecordArgs {
 	std::vector<std::string> specs;
 	std::string output;
 	std::string perfetto;
+	std::string flamegraph; // collapsed Python stacks, with the python layer
 	int pid = 0;
 	unsigned ring_buffer_kb = 8192;
 	unsigned sample_hz = 1000; // Python stack samples per second per CPU

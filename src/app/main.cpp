@@ -41,6 +41,9 @@ int main(int argc, char **argv)
 	record->add_option("-o,--output", rec.output, "SQLite recording to write (default: eacgm-<time>.db)");
 	record->add_option("--perfetto", rec.perfetto,
 			   "Perfetto/Chrome trace JSON to write (default: the recording's name with .trace.json)");
+	record->add_option("--flamegraph", rec.flamegraph,
+			   "Python layer: write the sampled stacks in the collapsed format of flame graph tools "
+			   "(flamegraph.pl, speedscope)");
 	record->add_option("-p,--pid", rec.pid, "Attach to this running process and its descendants");
 	record->add_option("--torch-ops", rec.torch_ops,
 			   "Extra PyTorch operators to trace, comma separated, named as in at::_ops (an overload is "

@@ -174,6 +174,12 @@ int run_record(const RecordArgs &a)
 	for (auto &p : {db, trace})
 		if (auto r = check_writable(p); !r)
 			return fail(r.error().message, 2);
+	if (!a.flamegraph.empty()) {
+		if (!python)
+			return fail("--flamegraph needs the python layer; add python to --layers", 2);
+		if (auto r = check_writable(a.flamegraph); !r)
+			return fail(r.error().message, 2);
+	}
 
 	auto store = StoreWriter::create(db);
 	if (!store)
@@ -318,8 +324,13 @@ int run_record(const RecordArgs &a)
 		return fail(rec.error().message);
 	if (auto r = write_perfetto(rec.value(), trace); !r)
 		return fail(r.error().message);
+	if (!a.flamegraph.empty())
+		if (auto r = write_file_atomic(a.flamegraph, recorder.folded_stacks()); !r)
+			return fail(r.error().message);
 	std::cerr << format_summary(rec.value());
 	std::cerr << "recording: " << db << "\ntrace:     " << trace << " (open in ui.perfetto.dev)\n";
+	if (!a.flamegraph.empty())
+		std::cerr << "flame graph stacks: " << a.flamegraph << "\n";
 	return exit_code;
 }
 

@@ -163,6 +163,8 @@ std::optional<std::vector<PyFrame>> Recorder::resolve_stack(uint32_t pid, const 
 	for (uint32_t i = 0; i < n; i++) {
 		auto f = resolver_.resolve(pid, *o, frames[i].code, frames[i].instr);
 		if (!f) {
+			// Mostly code objects freed before we looked (a module body
+			// once its import is done): counted, not shown half-known.
 			py_unresolved_++;
 			return std::nullopt; // a stack with a hole would misattribute time
 		}
@@ -281,9 +283,17 @@ Result<void> Recorder::flush()
 		}
 	}
 	pending_.clear();
-	for (auto &raw : pending_samples_)
-		if (auto frames = resolve_stack(raw.pid, raw.frames.data(), raw.frames.size()))
-			samples_[{raw.pid, raw.tid}].push_back({raw.ts, std::move(*frames)});
+	for (auto &raw : pending_samples_) {
+		auto frames = resolve_stack(raw.pid, raw.frames.data(), raw.frames.size());
+		if (!frames || frames->empty())
+			continue;
+		std::string key = process(raw.pid).comm;
+		for (auto f = frames->rbegin(); f != frames->rend(); ++f)
+			key += ";" + f->qualname + " (" + f->filename.substr(f->filename.rfind('/') + 1) + ":" +
+			       std::to_string(f->first_line) + ")";
+		folded_[key]++;
+		samples_[{raw.pid, raw.tid}].push_back({raw.ts, std::move(*frames)});
+	}
 	pending_samples_.clear();
 	return {};
 }
@@ -323,5 +333,13 @@ Result<void> Recorder::finish()
 }
 
 std::vector<std::string> Recorder::take_warnings() { return std::exchange(warnings_, {}); }
+
+std::string Recorder::folded_stacks() const
+{
+	std::string out;
+	for (auto &[stack, n] : folded_)
+		out += stack + " " + std::to_string(n) + "\n";
+	return out;
+}
 
 } // namespace eacgm

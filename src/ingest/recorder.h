@@ -48,6 +48,9 @@ public:
 	// Writes the process and thread tables and the loss counters.
 	Result<void> finish();
 	uint64_t spans_seen() const { return spans_seen_; }
+	// Sampled Python stacks in the collapsed format of flame graph tools:
+	// "outer;...;inner count" per line, frames as "qualname (file:def line)".
+	std::string folded_stacks() const;
 	// Messages for the user (rescans that failed, ...), at most once each.
 	std::vector<std::string> take_warnings();
 
@@ -85,6 +88,7 @@ private:
 	std::vector<RawStack> pending_samples_;
 	std::map<std::pair<uint32_t, uint32_t>, std::vector<PyStackSample>> samples_; // (pid, tid)
 	uint64_t py_unresolved_ = 0;
+	std::map<std::string, uint64_t> folded_; // collapsed sampled stacks -> samples
 	std::vector<std::string> warnings_;
 	std::set<std::string> warned_;
 	uint64_t spans_seen_ = 0;

@@ -33,8 +33,9 @@ Result<std::optional<PythonRuntime>> find_python_runtime(uint32_t pid)
 		if (!elf)
 			continue;
 		const ElfSymbol *rt = elf->find("_PyRuntime");
-		if (!rt)
-			continue; // the launcher of a shared libpython: the library has it
+		const ElfSymbol *code_type = elf->find("PyCode_Type");
+		if (!rt || !code_type)
+			continue; // the launcher of a shared libpython: the library has them
 		// The load bias from the file's first mapping (offset -> its address).
 		for (auto &mp : maps.value()) {
 			if (mp.path != file)
@@ -46,6 +47,7 @@ Result<std::optional<PythonRuntime>> find_python_runtime(uint32_t pid)
 			r.major = std::stoi(m[1]);
 			r.minor = std::stoi(m[2]);
 			r.runtime_addr = mp.start - vaddr.value() + rt->addr;
+			r.code_type = mp.start - vaddr.value() + code_type->addr;
 			r.file = resolved;
 			return std::optional<PythonRuntime>(r);
 		}
@@ -57,6 +59,7 @@ eacgm_py_process py_process_config(const PythonRuntime &rt, const PyOffsets &o)
 {
 	eacgm_py_process p{};
 	p.runtime = rt.runtime_addr;
+	p.code_type = rt.code_type;
 	p.minor = rt.minor;
 	p.runtime_interpreters_head = o.runtime_interpreters_head;
 	p.interp_threads_head = o.interp_threads_head;

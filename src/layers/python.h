@@ -25,6 +25,7 @@ namespace eacgm {
 struct PythonRuntime {
 	int major = 0, minor = 0;
 	uint64_t runtime_addr = 0; // _PyRuntime in the process
+	uint64_t code_type = 0;    // PyCode_Type in the process
 	std::string file;          // the executable or libpython that holds it
 };
 

@@ -147,7 +147,7 @@ std::vector<PyLineRange> decode_locations(const uint8_t *p, size_t n, int first_
 		int kind = b >> 3 & 15;
 		uint32_t start = end;
 		end += ((b & 7) + 1) * 2;
-		if (kind >= 13) { // no columns / long form: svarint delta
+		if (kind == 13 || kind == 14) { // no columns / long form: svarint delta
 			uint32_t u = varint(i);
 			line += (u & 1) ? -int64_t(u >> 1) : int64_t(u >> 1);
 		} else if (kind >= 10 && kind <= 12) { // one-line forms
@@ -236,7 +236,8 @@ std::optional<std::string> PythonResolver::read_str(uint32_t pid, const PyOffset
 {
 	uint8_t head[64];
 	if (o.unicode_ascii_data > sizeof head || o.unicode_ascii_data < kStrState + 4 ||
-	    !read_(pid, addr, head, o.unicode_ascii_data) || !is_type(pid, load_at<uint64_t>(head, kObType), p.str_type, "str"))
+	    !read_(pid, addr, head, o.unicode_ascii_data) ||
+	    !is_type(pid, load_at<uint64_t>(head, kObType), p.str_type, "str"))
 		return std::nullopt;
 	int64_t length = load_at<int64_t>(head, kStrLength);
 	uint32_t state = load_at<uint32_t>(head, kStrState);
@@ -255,8 +256,9 @@ std::optional<std::string> PythonResolver::read_str(uint32_t pid, const PyOffset
 	std::string s;
 	s.reserve(count);
 	for (size_t i = 0; i < count; i++) {
-		uint32_t c = kind == 1 ? raw[i] : kind == 2 ? load_at<uint16_t>(raw.data(), 2 * i) : load_at<uint32_t>(raw.data(), 4 * i);
-		append_utf8(s, c);
+		append_utf8(s, kind == 1   ? raw[i]
+			       : kind == 2 ? load_at<uint16_t>(raw.data(), 2 * i)
+					   : load_at<uint32_t>(raw.data(), 4 * i));
 	}
 	return s;
 }

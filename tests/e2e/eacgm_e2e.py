@@ -118,12 +118,14 @@ def load_spans(db, where="1", params=()):
     rows = query(db, "SELECT * FROM spans WHERE %s ORDER BY pid, tid, start_ns, id" % where, params)
     for r in rows:
         r["args"] = json.loads(r["args"]) if r["args"] else {}
+        r["py_stack"] = json.loads(r["py_stack"]) if r.get("py_stack") else []
     return rows
 
 
-def drops(db):
+def drops(db, layer="uprobe"):
+    """Lost records by reason, of the span engine (layer "uprobe") or the python layer."""
     out = {}
-    for r in query(db, "SELECT reason, count FROM drops"):
+    for r in query(db, "SELECT reason, count FROM drops WHERE layer = ?", (layer,)):
         out[r["reason"]] = out.get(r["reason"], 0) + r["count"]
     return out
 

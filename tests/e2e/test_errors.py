@@ -43,8 +43,8 @@ class BadInput(unittest.TestCase):
                           "unknown layer 'bogus'", "cuda,nccl,torch,python,gpu,host")
 
     def test_layer_not_available_yet(self):
-        self.expect_error(["record", "--layers", "python", "-o", self.db, "--", "true"], 2,
-                          "layer 'python'", "not available", "available: cuda,nccl,torch")
+        self.expect_error(["record", "--layers", "gpu", "-o", self.db, "--", "true"], 2,
+                          "layer 'gpu'", "not available", "available: cuda,nccl,torch,python")
 
     def test_command_not_found(self):
         self.expect_error(["record", "-o", self.db, "--", "eacgm_no_such_command"], 127,

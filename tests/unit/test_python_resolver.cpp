@@ -95,6 +95,7 @@ struct Child {
 struct Interpreter {
 	const char *name, *path, *version;
 };
+void PrintTo(const Interpreter &py, std::ostream *os) { *os << py.path; }
 
 class PythonResolverReal : public testing::TestWithParam<Interpreter> {};
 

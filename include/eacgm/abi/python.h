@@ -17,7 +17,8 @@
 /* Per traced Python process: where its runtime is and the offsets of its
  * CPython version (src/layers/python_offsets.h explains each). */
 struct eacgm_py_process {
-	__u64 runtime; /* address of _PyRuntime in the process */
+	__u64 runtime;   /* address of _PyRuntime in the process */
+	__u64 code_type; /* address of PyCode_Type: a frame whose code is not one ends the walk */
 	__u16 minor;   /* 3.minor */
 	__u16 runtime_interpreters_head;
 	__u16 interp_threads_head;

@@ -1,0 +1,117 @@
+"""The Python layer on every CPython this machine has (pyenv 3.8 to 3.13 and
+Debian's 3.11): sampled function spans with names, files, lines, nesting and
+durations, on two threads; and the Python stack behind torch operator spans."""
+import ast
+import collections
+import importlib.util
+import os
+import unittest
+
+import eacgm_e2e as E
+
+BUSY = os.path.join(E.SOURCE_DIR, "tests", "testprogs", "py_busy.py")
+TRAIN = os.path.join(E.SOURCE_DIR, "tests", "testprogs", "torch_train.py")
+PYTHONS = {
+    "3.8": "/root/.pyenv/versions/3.8.18/bin/python3.8",
+    "3.9": "/root/.pyenv/versions/3.9.18/bin/python3.9",
+    "3.10": "/root/.pyenv/versions/3.10.13/bin/python3.10",
+    "3.11": "/root/.pyenv/versions/3.11.7/bin/python3.11",
+    "3.12": "/root/.pyenv/versions/3.12.1/bin/python3.12",
+    "3.13": "/root/.pyenv/versions/3.13.0/bin/python3.13",
+    "debian-3.11": "/usr/bin/python3.11",
+}
+# Known busy time of each function per call, in ms, and calls per thread.
+EXPECTED_MS = {"middle": 100, "inner_a": 60, "inner_b": 40}
+CALLS = {"middle": 3, "inner_a": 3, "inner_b": 3, "pause": 3, "spin": 9}
+
+
+def def_lines(path):
+    with open(path) as f:
+        tree = ast.parse(f.read())
+    lines = {n.name: n.lineno for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+    lines["<module>"] = 1
+    return lines
+
+
+class PythonFunctions(unittest.TestCase):
+    maxDiff = None
+
+    @classmethod
+    def setUpClass(cls):
+        E.require_root()
+        cls.tmp = E.make_tempdir(cls)
+        cls.lines = def_lines(BUSY)
+
+    def check(self, version):
+        py = PYTHONS[version]
+        self.assertTrue(os.path.exists(py), py + " is part of this machine's image")
+        folded = os.path.join(self.tmp, version + ".folded")
+        rec = E.record(self.tmp, [py, BUSY], "--layers", "python", "--flamegraph", folded, name=version)
+        self.assertEqual(rec.rc, 0, rec.stderr)
+        # Flame graph: at 1 kHz, inner_a's 3 x 60 ms on each thread are about 180 samples.
+        with open(folded) as f:
+            lines = [l.rsplit(" ", 1) for l in f.read().splitlines()]
+        leaf = "inner_a (py_busy.py:%d);spin (py_busy.py:%d)" % (self.lines["inner_a"], self.lines["spin"])
+        per_stack = [int(n) for stack, n in lines if stack.endswith(leaf)]
+        self.assertEqual(len(per_stack), 2, lines)  # one stack per thread (main and worker)
+        for n in per_stack:
+            self.assertLess(abs(n - 180), 36, per_stack)
+        spans = [s for s in rec.spans() if s["layer"] == "python" and s["args"]["file"] == BUSY]
+        threads = collections.defaultdict(list)
+        for s in spans:
+            threads[s["tid"]].append(s)
+        self.assertEqual(len(threads), 2, "two threads run the functions")
+        qual_run = "run" if version in ("3.8", "3.9", "3.10") else "Worker.run"  # co_qualname is 3.11+
+        for tid, mine in threads.items():
+            count = collections.Counter(s["name"] for s in mine)
+            for name, n in CALLS.items():
+                self.assertEqual(count[name], n, (version, tid, name, count))
+            self.assertEqual(count[qual_run], 1, (version, count))
+            for s in mine:
+                short = s["name"].split(".")[-1] if s["name"] != "<module>" else s["name"]
+                self.assertEqual(s["args"]["line"], self.lines[short], s)
+                if s["name"] in EXPECTED_MS:
+                    ms = s["dur_ns"] / 1e6
+                    self.assertLess(abs(ms - EXPECTED_MS[s["name"]]), 0.2 * EXPECTED_MS[s["name"]], (version, s))
+            # Nesting: each inner_a/inner_b inside a middle, each middle inside the Worker.run.
+            ev = {id(s): E.span_as_event(s) for s in mine}
+            run = [s for s in mine if s["name"] == qual_run][0]
+            for s in mine:
+                if s["name"] in ("inner_a", "inner_b"):
+                    self.assertEqual(sum(E.contains(ev[id(m)], ev[id(s)]) for m in mine
+                                         if m["name"] == "middle"), 1, s)
+                    self.assertEqual(s["depth"], run["depth"] + 2)
+                if s["name"] == "middle":
+                    self.assertTrue(E.contains(ev[id(run)], ev[id(s)]), s)
+        for thread, events in E.by_thread(E.x_events(E.load_trace(rec.trace))).items():
+            self.assertEqual(E.nesting_errors(events), [], (version, thread))
+        return rec
+
+
+def _make(version):
+    return lambda self: self.check(version)
+
+
+for _v in PYTHONS:
+    setattr(PythonFunctions, "test_python_" + _v.replace(".", "_").replace("-", "_"), _make(_v))
+
+
+class PythonStackBehindTorch(unittest.TestCase):
+    def test_linear_spans_carry_the_forward_line(self):
+        E.require_root()
+        tmp = E.make_tempdir(self)
+        rec = E.record(tmp, ["/usr/bin/python3", TRAIN, "2", "3"], "--layers", "torch,python")
+        self.assertEqual(rec.rc, 0, rec.stderr)
+        linear = [s for s in rec.spans() if s["name"] == "aten::linear"]
+        self.assertEqual(len(linear), 6)
+        # Debian's torch: the file and line that call F.linear (found without importing torch).
+        src = os.path.join(os.path.dirname(importlib.util.find_spec("torch").origin), "nn", "modules", "linear.py")
+        with open(src) as f:
+            call_line = next(i for i, text in enumerate(f, 1) if "return F.linear(input, self.weight, self.bias)" in text)
+        for s in linear:
+            self.assertEqual(s["py_stack"][0], "Linear.forward (linear.py:%d)" % call_line, s)
+            self.assertTrue(any(fr.startswith("<module> (torch_train.py:") for fr in s["py_stack"]), s)
+
+
+if __name__ == "__main__":
+    unittest.main()
