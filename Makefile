@@ -24,6 +24,7 @@ demo: build
 bench: build
 	$(BUILD)/bench/bench_span_cost
 	/usr/bin/python3 bench/torch_cost.py $(BUILD)/eacgm
+	/usr/bin/python3 bench/python_cost.py $(BUILD)/eacgm
 
 clean:
 	rm -rf $(BUILD)

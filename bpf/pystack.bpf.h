@@ -187,7 +187,11 @@ static __always_inline bool py_emit_stack(__u32 tgid, __u32 tid, __u16 kind, __u
 	e->kind = kind;
 	e->flags = 0;
 	py_walk(p, tstate, e, max);
-	bpf_ringbuf_submit(e, 0);
+	/* Like the span records: wake the reader only when the buffer fills
+	 * (a wakeup per record costs more than the walk); it polls anyway. */
+	__u64 flags = bpf_ringbuf_query(&py_events, BPF_RB_AVAIL_DATA) >= 2 * 1024 * 1024 ? BPF_RB_FORCE_WAKEUP
+											 : BPF_RB_NO_WAKEUP;
+	bpf_ringbuf_submit(e, flags);
 	return true;
 }
 

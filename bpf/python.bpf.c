@@ -6,6 +6,7 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
 #include "eacgm/abi/events.h"
 #include "traced.bpf.h"
 #include "pystack.bpf.h"
@@ -21,5 +22,21 @@ int py_sample(struct bpf_perf_event_data *ctx)
 		return 0;
 	if (py_emit_stack(tgid, (__u32)id, EACGM_PY_SAMPLE, 0, EACGM_PY_MAX_FRAMES))
 		py_count(EACGM_PY_CNT_SAMPLES);
+	return 0;
+}
+
+/* A forked child runs the same interpreter at the same addresses: register
+ * it at once, so a short-lived worker (multiprocessing) is sampled from its
+ * first instruction, before the agent even hears of it. */
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(py_fork, struct task_struct *parent, struct task_struct *child)
+{
+	__u32 ptgid = BPF_CORE_READ(parent, tgid);
+	__u32 ctgid = BPF_CORE_READ(child, tgid);
+	if (ptgid == ctgid)
+		return 0;
+	struct eacgm_py_process *p = bpf_map_lookup_elem(&py_procs, &ptgid);
+	if (p)
+		bpf_map_update_elem(&py_procs, &ctgid, p, BPF_ANY);
 	return 0;
 }

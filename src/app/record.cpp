@@ -251,6 +251,13 @@ int run_record(const RecordArgs &a)
 	}
 	for (auto &w : attacher.take_warnings())
 		std::cerr << "eacgm: warning: " << w << "\n";
+	// Which mode the Python layer runs in: CPython's USDT function probes
+	// miss Python-to-Python calls in 3.11 to 3.14, so frames are sampled.
+	if (python)
+		std::cerr << "eacgm: python: "
+			  << (a.sample_hz ? "sampling stacks at " + std::to_string(a.sample_hz) + " Hz of CPU time, and "
+					  : std::string("no sampling; "))
+			  << "the stack behind each CUDA/NCCL/torch call\n";
 	if (attacher.attached().empty())
 		std::cerr << "eacgm: note: no traced library is loaded yet; probes attach when the target loads one\n";
 

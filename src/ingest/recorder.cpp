@@ -6,6 +6,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <unistd.h>
 
 #include "eacgm/abi/events.h"
 #include "ingest/decode.h"
@@ -131,7 +132,8 @@ void Recorder::watch_python(uint32_t pid)
 	if (!python_ || python_->processes().count(pid))
 		return;
 	auto r = python_->add_process(pid);
-	if (!r && warned_.insert(r.error().message).second)
+	// A process that is already gone has nothing left to say.
+	if (!r && access(("/proc/" + std::to_string(pid)).c_str(), F_OK) == 0 && warned_.insert(r.error().message).second)
 		warnings_.push_back(r.error().message);
 	for (auto &w : python_->take_warnings())
 		if (warned_.insert(w).second)
@@ -197,6 +199,8 @@ void Recorder::handle_proc(const eacgm_proc_event &e)
 	switch (e.kind) {
 	case EACGM_PROC_FORK: {
 		symbolizer_.inherit(e.tgid, e.ppid);
+		if (python_)
+			python_->inherit(e.tgid, e.ppid);
 		Process &p = process(e.tgid);
 		p.ppid = e.ppid;
 		p.start_ns = e.ts_ns;

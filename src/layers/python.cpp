@@ -90,6 +90,10 @@ Result<std::unique_ptr<PythonTracer>> PythonTracer::open(int traced_map_fd, unsi
 		return make_error(std::string("cannot share the traced-process map: ") + std::strerror(-err));
 	if (int err = python_bpf__load(t->skel_))
 		return make_error(std::string("cannot load the Python BPF programs: ") + std::strerror(-err));
+	struct bpf_link *fork_link = bpf_program__attach(t->skel_->progs.py_fork);
+	if (!fork_link)
+		return make_error(std::string("cannot attach the Python fork tracepoint: ") + std::strerror(errno));
+	t->links_.push_back(fork_link);
 	if (!sample_hz)
 		return t;
 	// One CPU-clock sampling event per CPU, all processes: the program keeps
@@ -153,6 +157,13 @@ Result<std::optional<PythonRuntime>> PythonTracer::add_process(uint32_t pid)
 		return make_error("cannot register Python process " + std::to_string(pid) + ": " + std::strerror(errno));
 	procs_[pid] = r;
 	return rt;
+}
+
+void PythonTracer::inherit(uint32_t child, uint32_t parent)
+{
+	auto it = procs_.find(parent);
+	if (it != procs_.end())
+		procs_[child] = it->second;
 }
 
 struct bpf_map *PythonTracer::procs_map() const { return skel_->maps.py_procs; }

@@ -49,6 +49,9 @@ public:
 	// version) for a version without offsets.
 	Result<std::optional<PythonRuntime>> add_process(uint32_t pid);
 	const std::map<uint32_t, PythonRuntime> &processes() const { return procs_; }
+	// A forked child runs its parent's interpreter (the kernel side copied
+	// its registration already).
+	void inherit(uint32_t child, uint32_t parent);
 	const PyOffsets *offsets(int minor) const;
 
 	struct bpf_map *procs_map() const;

@@ -96,6 +96,38 @@ for _v in PYTHONS:
     setattr(PythonFunctions, "test_python_" + _v.replace(".", "_").replace("-", "_"), _make(_v))
 
 
+class PythonProcesses(unittest.TestCase):
+    def test_forked_workers_are_followed(self):
+        E.require_root()
+        tmp = E.make_tempdir(self)
+        script = os.path.join(E.SOURCE_DIR, "tests", "testprogs", "py_fork.py")
+        rec = E.record(tmp, [PYTHONS["3.12"], script], "--layers", "python")
+        self.assertEqual(rec.rc, 0, rec.stderr)
+        spans = [s for s in rec.spans() if s["layer"] == "python" and s["args"]["file"] == script]
+        parent = [s for s in spans if s["name"] == "parent_work"]
+        children = [s for s in spans if s["name"] == "child_work"]
+        self.assertEqual(len(parent), 1)
+        self.assertEqual(len(children), 2)
+        self.assertEqual(len({s["pid"] for s in children}), 2)  # one per worker process
+        self.assertNotIn(parent[0]["pid"], {s["pid"] for s in children})
+        procs = {p["pid"]: p for p in rec.query("SELECT pid, ppid FROM processes")}
+        for s in children:
+            self.assertEqual(procs[s["pid"]]["ppid"], parent[0]["pid"])
+            self.assertLess(abs(s["dur_ns"] / 1e6 - 80), 16, s)
+
+    def test_unknown_version_is_named_and_other_layers_go_on(self):
+        E.require_root()
+        tmp = E.make_tempdir(self)
+        py37 = "/root/.pyenv/versions/3.7.16/bin/python3.7"
+        self.assertTrue(os.path.exists(py37))
+        rec = E.record(tmp, [py37, BUSY], "--layers", "cuda,python")
+        self.assertEqual(rec.rc, 0, rec.stderr)
+        self.assertIn("Python 3.7", rec.stderr)
+        self.assertIn("no known frame layout", rec.stderr)
+        self.assertEqual([s for s in rec.spans() if s["layer"] == "python"], [])
+        self.assertIn("recording: ", rec.stderr)
+
+
 class PythonStackBehindTorch(unittest.TestCase):
     def test_linear_spans_carry_the_forward_line(self):
         E.require_root()
