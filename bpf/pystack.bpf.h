@@ -44,6 +44,10 @@ struct {
 	__type(value, __u64);
 } py_counters SEC(".maps");
 
+/* Last forced wakeup of the reader (races between CPUs are harmless). */
+__u64 py_last_wakeup = 0;
+#define EACGM_PY_WAKEUP_NS 2000000ULL
+
 /* CPython's FRAME_OWNED_BY_CSTACK (3.12, 3.13): a shim frame, not Python code. */
 #define EACGM_PY_OWNED_BY_CSTACK 3
 
@@ -97,7 +101,7 @@ struct py_walk {
 	__u64 frame;
 	__u64 code_type;
 	__u32 n, max;
-	__u16 minor, frame_previous, frame_code, frame_instr, frame_owner;
+	__u16 minor, frame_previous, frame_code, frame_instr, frame_owner, code_name;
 	bool ok;
 };
 
@@ -120,6 +124,7 @@ static long py_walk_step(__u32 i, void *data)
 	/* Not a code object (the chain's end can hold a stale link): stop. */
 	if (w->ok && py_read64(code + 8 /* ob_type */, &w->ok) != w->code_type)
 		return 1;
+	__u64 name = py_read64(code + w->code_name, &w->ok);
 	__u64 instr;
 	if (w->minor <= 10) {
 		__s32 lasti = 0;
@@ -134,6 +139,7 @@ static long py_walk_step(__u32 i, void *data)
 	__u32 n = w->n & (EACGM_PY_MAX_FRAMES - 1);
 	e->frames[n].code = code;
 	e->frames[n].instr = instr;
+	e->frames[n].name = name;
 	w->n++;
 	return 0;
 }
@@ -145,7 +151,7 @@ static __always_inline void py_walk(const struct eacgm_py_process *p, __u64 tsta
 {
 	struct py_walk w = {.e = e, .code_type = p->code_type, .max = max, .minor = p->minor, .frame_previous = p->frame_previous,
 			    .frame_code = p->frame_code, .frame_instr = p->frame_instr,
-			    .frame_owner = p->frame_owner, .ok = true};
+			    .frame_owner = p->frame_owner, .code_name = p->code_name, .ok = true};
 	if (p->minor >= 11 && p->minor <= 12) {
 		__u64 cframe = py_read64(tstate + p->tstate_cframe, &w.ok);
 		w.frame = py_read64(cframe + p->cframe_current_frame, &w.ok);
@@ -187,10 +193,17 @@ static __always_inline bool py_emit_stack(__u32 tgid, __u32 tid, __u16 kind, __u
 	e->kind = kind;
 	e->flags = 0;
 	py_walk(p, tstate, e, max);
-	/* Like the span records: wake the reader only when the buffer fills
-	 * (a wakeup per record costs more than the walk); it polls anyway. */
-	__u64 flags = bpf_ringbuf_query(&py_events, BPF_RB_AVAIL_DATA) >= 2 * 1024 * 1024 ? BPF_RB_FORCE_WAKEUP
-											 : BPF_RB_NO_WAKEUP;
+	/* Names are read from the process later, while it still lives: the
+	 * reader must come within milliseconds. But stacks come at the rate of
+	 * the traced calls, and a wakeup each would cost more than the walk:
+	 * wake it at most every EACGM_PY_WAKEUP_NS (or when the buffer fills). */
+	__u64 now = e->ts_ns;
+	__u64 flags = BPF_RB_NO_WAKEUP;
+	if (now - py_last_wakeup >= EACGM_PY_WAKEUP_NS ||
+	    bpf_ringbuf_query(&py_events, BPF_RB_AVAIL_DATA) >= 2 * 1024 * 1024) {
+		py_last_wakeup = now;
+		flags = BPF_RB_FORCE_WAKEUP;
+	}
 	bpf_ringbuf_submit(e, flags);
 	return true;
 }

@@ -58,6 +58,10 @@ std::vector<std::string> format_py_stack(const std::vector<PyFrame> &frames)
 {
 	std::vector<std::string> out;
 	for (auto &f : frames) {
+		if (f.filename.empty()) { // the "..." of a cut stack
+			out.push_back(f.qualname);
+			continue;
+		}
 		std::string file = f.filename.substr(f.filename.rfind('/') + 1);
 		out.push_back(f.qualname + " (" + file + ":" + std::to_string(f.line) + ")");
 	}

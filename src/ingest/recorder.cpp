@@ -6,6 +6,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <csignal>
 #include <unistd.h>
 
 #include "eacgm/abi/events.h"
@@ -155,7 +156,8 @@ int Recorder::on_py(void *ctx, void *data, size_t size)
 	return 0;
 }
 
-std::optional<std::vector<PyFrame>> Recorder::resolve_stack(uint32_t pid, const eacgm_py_frame *frames, uint32_t n)
+std::optional<std::vector<PyFrame>> Recorder::resolve_stack(uint32_t pid, const eacgm_py_frame *frames, uint32_t n,
+							    bool partial)
 {
 	auto proc = python_->processes().find(pid);
 	if (proc == python_->processes().end())
@@ -163,12 +165,23 @@ std::optional<std::vector<PyFrame>> Recorder::resolve_stack(uint32_t pid, const 
 	const PyOffsets *o = python_->offsets(proc->second.minor);
 	std::vector<PyFrame> out;
 	for (uint32_t i = 0; i < n; i++) {
-		auto f = resolver_.resolve(pid, *o, frames[i].code, frames[i].instr);
+		auto f = resolver_.resolve(pid, *o, frames[i].code, frames[i].instr, frames[i].name);
 		if (!f) {
-			// Mostly code objects freed before we looked (a module body
-			// once its import is done): counted, not shown half-known.
+			// Past a module's top-level code there is no more Python: a
+			// frame there is a stale link (seen on 3.11's outermost entry
+			// frame), cut off. Anywhere else the stack is dropped, counted:
+			// mostly code objects freed before we looked (a module body once
+			// its import is done), and a stack with a hole would put time in
+			// the wrong function.
+			if (!out.empty() && out.back().qualname == "<module>")
+				return out;
+			// The stack behind a call may show its inner frames, marked cut.
+			if (partial && !out.empty()) {
+				out.push_back({"...", "", 0, 0});
+				return out;
+			}
 			py_unresolved_++;
-			return std::nullopt; // a stack with a hole would misattribute time
+			return std::nullopt;
 		}
 		out.push_back({f->qualname, f->filename, f->line, f->first_line});
 	}
@@ -270,13 +283,16 @@ Result<void> Recorder::flush()
 			auto stack = e.py_stack ? span_stacks_.find(e.py_stack) : span_stacks_.end();
 			if (stack != span_stacks_.end()) {
 				auto &raw = stack->second;
-				if (auto frames = resolve_stack(raw.pid, raw.frames.data(), raw.frames.size())) {
+				if (auto frames = resolve_stack(raw.pid, raw.frames.data(), raw.frames.size(), true)) {
 					s.py_stack = format_py_stack(*frames);
 					// The functions that made the call contain it: they join
-					// the samples at its start and end.
-					auto &thread = samples_[{s.pid, s.tid}];
-					thread.push_back({s.start_ns, *frames});
-					thread.push_back({s.start_ns + s.dur_ns, *frames});
+					// the samples at its start and end (a cut stack would
+					// mislead them: it stays out).
+					if (frames->back().qualname != "...") {
+						auto &thread = samples_[{s.pid, s.tid}];
+						thread.push_back({s.start_ns, *frames});
+						thread.push_back({s.start_ns + s.dur_ns, *frames});
+					}
 				}
 				span_stacks_.erase(stack);
 			}
@@ -288,7 +304,7 @@ Result<void> Recorder::flush()
 	}
 	pending_.clear();
 	for (auto &raw : pending_samples_) {
-		auto frames = resolve_stack(raw.pid, raw.frames.data(), raw.frames.size());
+		auto frames = resolve_stack(raw.pid, raw.frames.data(), raw.frames.size(), false);
 		if (!frames || frames->empty())
 			continue;
 		std::string key = process(raw.pid).comm;

@@ -59,7 +59,10 @@ private:
 	static int on_proc(void *ctx, void *data, size_t size);
 	static int on_py(void *ctx, void *data, size_t size);
 	void watch_python(uint32_t pid);
-	std::optional<std::vector<PyFrame>> resolve_stack(uint32_t pid, const eacgm_py_frame *frames, uint32_t n);
+	// partial: a frame that does not resolve cuts the stack there (marked
+	// "...") instead of dropping it.
+	std::optional<std::vector<PyFrame>> resolve_stack(uint32_t pid, const eacgm_py_frame *frames, uint32_t n,
+							  bool partial);
 	void handle_proc(const struct eacgm_proc_event &e);
 	Process &process(uint32_t pid);
 	void note_thread(uint32_t pid, uint32_t tid);

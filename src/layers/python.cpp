@@ -73,6 +73,7 @@ eacgm_py_process py_process_config(const PythonRuntime &rt, const PyOffsets &o)
 	p.frame_code = o.frame_code;
 	p.frame_instr = o.frame_instr;
 	p.frame_owner = o.frame_owner;
+	p.code_name = o.code_name;
 	return p;
 }
 

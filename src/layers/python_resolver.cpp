@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <climits>
+#include <cerrno>
+#include <csignal>
 #include <cstring>
 
 namespace eacgm {
@@ -294,7 +296,7 @@ std::optional<PythonResolver::Entry> PythonResolver::load(uint32_t pid, const Py
 }
 
 std::optional<PyFrameInfo> PythonResolver::resolve(uint32_t pid, const PyOffsets &o, uint64_t code_addr,
-						   uint64_t instr)
+						   uint64_t instr, uint64_t name_ptr)
 {
 	stats_.lookups++;
 	if (!supported(o) || code_addr == 0) {
@@ -308,6 +310,19 @@ std::optional<PyFrameInfo> PythonResolver::resolve(uint32_t pid, const PyOffsets
 		// has the same type, names, file, line table and first line.
 		Identity now;
 		if (!read_identity(pid, o, code_addr, now)) {
+			// An exited process's memory can no longer change: what was
+			// cached for it is still right (its last samples arrive late).
+			if (kill(pid, 0) != 0 && errno == ESRCH && (!name_ptr || name_ptr == it->second.id.name)) {
+				stats_.hits++;
+				PyFrameInfo info = it->second.info;
+				info.line = line_at(it->second.lines, instr_byte_offset(o, code_addr, instr), info.first_line);
+				return info;
+			}
+			stats_.failures++;
+			return std::nullopt;
+		}
+		if (name_ptr && now.name != name_ptr) {
+			stats_.stale++;
 			stats_.failures++;
 			return std::nullopt;
 		}
@@ -322,6 +337,10 @@ std::optional<PyFrameInfo> PythonResolver::resolve(uint32_t pid, const PyOffsets
 	}
 	stats_.misses++;
 	auto e = load(pid, o, p, code_addr);
+	if (e && name_ptr && e->id.name != name_ptr) {
+		stats_.stale++;
+		e.reset();
+	}
 	if (!e) {
 		stats_.failures++;
 		return std::nullopt;

@@ -58,7 +58,11 @@ class PythonResolver {
 public:
 	explicit PythonResolver(PyMemReader reader = read_process_memory);
 
-	std::optional<PyFrameInfo> resolve(uint32_t pid, const PyOffsets &o, uint64_t code_addr, uint64_t instr);
+	// name_ptr, when not 0: the co_name pointer the walker saw in the code
+	// object; an object found at that address now with another name is a
+	// replacement, and the frame is not resolved (nullopt), not misnamed.
+	std::optional<PyFrameInfo> resolve(uint32_t pid, const PyOffsets &o, uint64_t code_addr, uint64_t instr,
+					   uint64_t name_ptr = 0);
 	void forget(uint32_t pid);
 	const PyResolverStats &stats() const { return stats_; }
 

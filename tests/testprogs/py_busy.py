@@ -28,7 +28,7 @@ def middle():
 
 
 def pause():
-    spin(0.015)
+    spin(0.025)
 
 
 class Worker:

@@ -35,11 +35,14 @@ struct eacgm_py_process {
 	__u16 frame_code;
 	__u16 frame_instr;
 	__u16 frame_owner;
+	__u16 code_name;
 };
 
 struct eacgm_py_frame {
 	__u64 code;  /* PyCodeObject* */
 	__u64 instr; /* f_lasti (3.8-3.10) or the instruction pointer (3.11+) */
+	__u64 name;  /* its co_name pointer, read now: names are resolved later, and
+			by then the code object may be gone and its address reused */
 };
 
 enum eacgm_py_flags {
