@@ -1,5 +1,7 @@
 #include "layers/python_offsets.h"
 
+#include "probe/spec.h"
+
 #include <algorithm>
 #include <fstream>
 #include <regex>
@@ -104,31 +106,15 @@ Result<std::map<std::string, PyOffsets>> parse_python_offsets(const std::string 
 	return out;
 }
 
-static std::string self_dir()
-{
-	char buf[4096];
-	ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-	if (n <= 0)
-		return ".";
-	std::string p(buf, n);
-	return p.substr(0, p.rfind('/'));
-}
-
 Result<std::map<std::string, PyOffsets>> load_python_offsets()
 {
-	// As load_builtin_spec: installed layout, then the source tree.
-	std::vector<std::string> dirs = {self_dir() + "/../share/eacgm/specs", EACGM_SPEC_DIR};
-	for (auto &d : dirs) {
-		std::string path = d + "/python.json";
-		std::ifstream in(path);
-		if (!in)
-			continue;
-		std::stringstream ss;
-		ss << in.rdbuf();
-		return parse_python_offsets(ss.str(), path);
-	}
-	return make_error("CPython offsets table python.json not found (looked in " + dirs[0] + " and " + dirs[1] +
-			  "); reinstall eacgm");
+	auto path = find_builtin_file("python.json");
+	if (!path)
+		return make_error("no CPython offsets table: " + path.error().message);
+	std::ifstream in(path.value());
+	std::stringstream ss;
+	ss << in.rdbuf();
+	return parse_python_offsets(ss.str(), path.value());
 }
 
 } // namespace eacgm

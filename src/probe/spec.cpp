@@ -283,18 +283,26 @@ static std::string self_dir()
 	return p.substr(0, p.rfind('/'));
 }
 
-Result<SpecSet> load_builtin_spec(const std::string &layer)
+Result<std::string> find_builtin_file(const std::string &name)
 {
 	// Installed layout (bin/../share/eacgm/specs), then the source tree the
 	// binary was built from.
 	std::vector<std::string> dirs = {self_dir() + "/../share/eacgm/specs", EACGM_SPEC_DIR};
 	for (auto &d : dirs) {
-		std::string path = d + "/" + layer + ".json";
+		std::string path = d + "/" + name;
 		if (access(path.c_str(), R_OK) == 0)
-			return load_spec_file(path, false);
+			return path;
 	}
-	return make_error("built-in spec for layer '" + layer + "' not found (looked in " + dirs[0] + " and " +
-			  dirs[1] + "); reinstall eacgm");
+	return make_error("built-in " + name + " not found (looked in " + dirs[0] + " and " + dirs[1] +
+			  "); reinstall eacgm");
+}
+
+Result<SpecSet> load_builtin_spec(const std::string &layer)
+{
+	auto path = find_builtin_file(layer + ".json");
+	if (!path)
+		return make_error("no built-in spec for layer '" + layer + "': " + path.error().message);
+	return load_spec_file(path.value(), false);
 }
 
 Result<eacgm_probe_spec> compile_probe(const ProbeSpec &p, uint32_t layer_id)

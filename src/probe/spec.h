@@ -64,8 +64,10 @@ struct SpecSet {
 Result<SpecSet> parse_spec(const std::string &text, const std::string &origin, bool user);
 Result<SpecSet> load_spec_file(const std::string &path, bool user);
 
-// The built-in spec file for a layer ("cuda" -> specs/cuda.json), searched
-// next to the binary's install and in the source tree.
+// A file of specs/ ("cuda.json"), searched next to the binary's install and
+// in the source tree it was built from.
+Result<std::string> find_builtin_file(const std::string &name);
+// The built-in spec file for a layer ("cuda" -> specs/cuda.json).
 Result<SpecSet> load_builtin_spec(const std::string &layer);
 
 // Lowers one probe to what the BPF side reads: a dim3 becomes two slots.
