@@ -13,7 +13,9 @@
 #include "app/target.h"
 #include "ingest/recorder.h"
 #include "probe/attacher.h"
+#include "layers/python_offsets.h"
 #include "probe/elf_symbols.h"
+#include "probe/symbol_search.h"
 
 // A function in eacgm itself for the self-test: probed, called, recorded.
 extern "C" __attribute__((noinline, used)) long eacgm_doctor_probe_target(long x)
@@ -113,6 +115,8 @@ int run_doctor()
 	std::cout << "libraries\n";
 	auto installed = installed_libraries();
 	for (auto &layer : kBuiltLayers) {
+		if (layer == "python")
+			continue; // frames, not library functions: see "pythons" below
 		auto specs = load_builtin_spec(layer);
 		if (!specs) {
 			c.line(false, layer + " spec", specs.error().message);
@@ -134,9 +138,16 @@ int run_doctor()
 			for (auto &f : found[g]) {
 				auto elf = ElfFile::open(f);
 				int hit = 0, total = 0;
+				size_t by_pattern = 0;
 				for (auto &p : specs->probes) {
 					if (p.library != g)
 						continue;
+					if (!p.match.empty()) { // functions a pattern finds
+						auto m = elf ? match_functions(elf.value(), p.match)
+							     : Result<std::vector<FunctionMatch>>(std::vector<FunctionMatch>{});
+						by_pattern += m ? m->size() : 0;
+						continue;
+					}
 					total++;
 					for (auto &s : p.symbols)
 						if (elf && elf->find(s)) {
@@ -144,8 +155,10 @@ int run_doctor()
 							break;
 						}
 				}
-				files += (files.empty() ? "" : "; ") + f + " (" + std::to_string(hit) + "/" +
-					 std::to_string(total) + " functions)";
+				std::string counts = total ? std::to_string(hit) + "/" + std::to_string(total) + " functions" : "";
+				if (!total || by_pattern)
+					counts += (counts.empty() ? "" : ", ") + std::to_string(by_pattern) + " by pattern";
+				files += (files.empty() ? "" : "; ") + f + " (" + counts + ")";
 			}
 			c.line(!found[g].empty(), layer + " " + g,
 			       files.empty() ? "not installed here (found later if a process maps it)" : files, false);
@@ -157,12 +170,22 @@ int run_doctor()
 	if (nvml)
 		dlclose(nvml);
 
+	// Which interpreters the Python layer can read: a frame layout is known
+	// for their minor version.
 	std::cout << "pythons\n";
+	auto offsets = load_python_offsets();
+	if (!offsets)
+		c.line(false, "CPython offsets", offsets.error().message);
 	glob_t g{};
 	glob("/root/.pyenv/versions/*/bin/python[23].*[0-9]", 0, nullptr, &g);
 	glob("/usr/bin/python3.*[0-9]", GLOB_APPEND, nullptr, &g);
-	for (size_t i = 0; i < g.gl_pathc; i++)
-		c.line(true, "python", g.gl_pathv[i], false);
+	for (size_t i = 0; i < g.gl_pathc; i++) {
+		std::string path = g.gl_pathv[i];
+		std::string version = path.substr(path.rfind("python") + 6);
+		bool known = offsets && offsets->count(version);
+		c.line(known, "python " + version, path + (known ? ": frames readable" : ": no frame layout, not traced"),
+		       false);
+	}
 	globfree(&g);
 
 	std::cout << (c.failures ? std::to_string(c.failures) + " problem(s) found\n" : "all required checks passed\n");
