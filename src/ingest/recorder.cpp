@@ -1,6 +1,7 @@
 #include "ingest/recorder.h"
 
 #include <algorithm>
+#include <chrono>
 #include <bpf/libbpf.h>
 #include <cerrno>
 #include <cstring>
@@ -267,18 +268,17 @@ Result<void> Recorder::drain()
 	int n = ring_buffer__consume(rb_);
 	if (n < 0)
 		return make_error(std::string("reading the ring buffers failed: ") + std::strerror(-n));
-	return flush();
+	return flush(true);
 }
 
-Result<void> Recorder::flush()
+Result<void> Recorder::flush(bool force)
 {
 	const auto &specs = attacher_.specs();
-	for (size_t i = 0; i < pending_.size(); i += kBatch) {
-		std::vector<Span> batch;
-		for (size_t k = i; k < pending_.size() && k < i + kBatch; k++) {
+	{
+		for (size_t k = 0; k < pending_.size(); k++) {
 			const eacgm_span_event &e = pending_[k];
-			batch.push_back(decode_span(e, specs.probes[e.spec_id], specs, &symbolizer_));
-			Span &s = batch.back();
+			decoded_.push_back(decode_span(e, specs.probes[e.spec_id], specs, &symbolizer_));
+			Span &s = decoded_.back();
 			nccl_.observe(s);
 			auto stack = e.py_stack ? span_stacks_.find(e.py_stack) : span_stacks_.end();
 			if (stack != span_stacks_.end()) {
@@ -297,12 +297,18 @@ Result<void> Recorder::flush()
 				span_stacks_.erase(stack);
 			}
 		}
-		if (auto r = store_.add_spans(batch); !r) {
-			pending_.clear();
-			return r;
-		}
 	}
 	pending_.clear();
+	// Decoding and Python names cannot wait (the process may exit); the
+	// store can: a transaction per wakeup would cost more than the tracing.
+	auto now = std::chrono::steady_clock::now();
+	if (force || decoded_.size() >= kBatch || now - last_store_ > std::chrono::milliseconds(200)) {
+		last_store_ = now;
+		auto r = store_.add_spans(decoded_);
+		decoded_.clear();
+		if (!r)
+			return r;
+	}
 	for (auto &raw : pending_samples_) {
 		auto frames = resolve_stack(raw.pid, raw.frames.data(), raw.frames.size(), false);
 		if (!frames || frames->empty())

@@ -2,6 +2,7 @@
 // spans, keeps the process and thread tables, reacts to forks, execs, exits
 // and dlopen, and streams everything into the store.
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -66,7 +67,9 @@ private:
 	void handle_proc(const struct eacgm_proc_event &e);
 	Process &process(uint32_t pid);
 	void note_thread(uint32_t pid, uint32_t tid);
-	Result<void> flush();
+	// Decodes what was read; writes to the store when enough has gathered
+	// (or force).
+	Result<void> flush(bool force = false);
 
 	Attacher &attacher_;
 	SpanEngine &engine_;
@@ -79,6 +82,8 @@ private:
 	std::set<uint32_t> live_;
 	std::map<std::pair<uint32_t, uint32_t>, std::string> threads_;
 	std::vector<eacgm_span_event> pending_; // read, not yet decoded
+	std::vector<Span> decoded_;             // decoded, not yet stored
+	std::chrono::steady_clock::time_point last_store_ = std::chrono::steady_clock::now();
 	PythonTracer *python_;
 	PythonResolver resolver_;
 	// Raw Python stacks behind spans (by id) and samples, until resolved at flush.
