@@ -15,6 +15,7 @@
 #include "probe/attacher.h"
 #include "layers/python_offsets.h"
 #include "probe/elf_symbols.h"
+#include "probe/self_probe.h"
 #include "probe/symbol_search.h"
 
 // A function in eacgm itself for the self-test: probed, called, recorded.
@@ -49,33 +50,9 @@ bool exists(const std::string &p)
 // checks that exactly the expected span comes back.
 Result<std::string> self_test()
 {
-	auto tracker = ProcTracker::open(false);
-	if (!tracker)
-		return tracker.error();
-	auto engine = SpanEngine::open({}, (*tracker)->traced_map_fd());
-	if (!engine)
-		return engine.error();
-	auto exe = ElfFile::open("/proc/self/exe");
-	if (!exe)
-		return exe.error();
-	const ElfSymbol *sym = exe->find("eacgm_doctor_probe_target");
-	if (!sym)
-		return make_error("eacgm's own self-test symbol is missing (stripped binary?)");
-	auto off = exe->vaddr_to_offset(sym->addr);
-	if (!off)
-		return off.error();
-	eacgm_probe_spec spec{};
-	if (auto r = (*engine)->set_spec(0, spec); !r)
-		return r.error();
-	char self[PATH_MAX];
-	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	if (n <= 0)
-		return make_error("cannot read /proc/self/exe");
-	self[n] = 0;
-	if (auto r = (*engine)->attach(self, {{off.value(), 0}}); !r)
-		return r.error();
-	if (auto r = (*tracker)->track(getpid()); !r)
-		return r.error();
+	auto probe = probe_own_function("eacgm_doctor_probe_target");
+	if (!probe)
+		return probe.error();
 	for (int i = 0; i < 3; i++)
 		eacgm_doctor_probe_target(i);
 	int spans = 0;
@@ -83,7 +60,7 @@ Result<std::string> self_test()
 		++*static_cast<int *>(ctx);
 		return 0;
 	};
-	struct ring_buffer *rb = ring_buffer__new(bpf_map__fd((*engine)->events_map()), cb, &spans, nullptr);
+	struct ring_buffer *rb = ring_buffer__new(bpf_map__fd(probe->engine->events_map()), cb, &spans, nullptr);
 	if (!rb)
 		return make_error("cannot open the span ring buffer");
 	ring_buffer__consume(rb);

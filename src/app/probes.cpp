@@ -21,6 +21,7 @@
 #include "app/target.h"
 #include "common/fs.h"
 #include "probe/attacher.h"
+#include "probe/self_probe.h"
 #include "probe/proc_tracker.h"
 #include "probe/span_engine.h"
 #include "probe/spec.h"
@@ -96,30 +97,9 @@ Result<double> measure_probe_cost()
 {
 	if (auto p = check_bpf_privileges(); !p)
 		return p.error();
-	auto tracker = ProcTracker::open(false);
-	if (!tracker)
-		return tracker.error();
-	auto engine = SpanEngine::open({}, (*tracker)->traced_map_fd());
-	if (!engine)
-		return engine.error();
-	auto exe = ElfFile::open("/proc/self/exe");
-	if (!exe)
-		return exe.error();
-	const ElfSymbol *sym = exe->find("eacgm_probes_cost_target");
-	char self[PATH_MAX];
-	ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	if (!sym || len <= 0)
-		return make_error("eacgm's own probe target is missing (stripped binary?)");
-	self[len] = 0;
-	auto off = exe->vaddr_to_offset(sym->addr);
-	if (!off)
-		return off.error();
-	if (auto r = (*engine)->set_spec(0, eacgm_probe_spec{}); !r)
-		return r.error();
-	if (auto r = (*engine)->attach(self, {{off.value(), 0}}); !r)
-		return r.error();
-	if (auto r = (*tracker)->track(getpid()); !r)
-		return r.error();
+	auto probe = probe_own_function("eacgm_probes_cost_target");
+	if (!probe)
+		return probe.error();
 	long (*volatile call)(long) = eacgm_probes_cost_target; // a real call every time
 	const int calls = 2000;
 	double best = 1e30;
