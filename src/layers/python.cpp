@@ -1,5 +1,6 @@
 #include "layers/python.h"
 
+#include <algorithm>
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <cerrno>
@@ -176,13 +177,9 @@ std::vector<std::string> PythonTracer::take_warnings() { return std::exchange(wa
 
 std::array<uint64_t, EACGM_PY_CNT_COUNT> PythonTracer::counters() const
 {
+	auto sums = sum_percpu_counters(skel_->maps.py_counters, EACGM_PY_CNT_COUNT);
 	std::array<uint64_t, EACGM_PY_CNT_COUNT> total{};
-	std::vector<uint64_t> per_cpu(libbpf_num_possible_cpus());
-	for (uint32_t k = 0; k < EACGM_PY_CNT_COUNT; k++)
-		if (!bpf_map__lookup_elem(skel_->maps.py_counters, &k, sizeof(k), per_cpu.data(),
-					  per_cpu.size() * sizeof(uint64_t), 0))
-			for (auto v : per_cpu)
-				total[k] += v;
+	std::copy(sums.begin(), sums.end(), total.begin());
 	return total;
 }
 

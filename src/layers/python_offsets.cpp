@@ -15,31 +15,6 @@ namespace eacgm {
 
 using nlohmann::json;
 
-// The JSON names are the struct's field names, so the table, the measuring
-// tool (tools/pyoffsets.c) and the code read the same.
-static const std::vector<std::pair<const char *, uint16_t PyOffsets::*>> kFields = {
-	{"runtime_interpreters_head", &PyOffsets::runtime_interpreters_head},
-	{"interp_threads_head", &PyOffsets::interp_threads_head},
-	{"tstate_next", &PyOffsets::tstate_next},
-	{"tstate_native_thread_id", &PyOffsets::tstate_native_thread_id},
-	{"tstate_thread_id", &PyOffsets::tstate_thread_id},
-	{"tstate_frame", &PyOffsets::tstate_frame},
-	{"tstate_cframe", &PyOffsets::tstate_cframe},
-	{"cframe_current_frame", &PyOffsets::cframe_current_frame},
-	{"frame_previous", &PyOffsets::frame_previous},
-	{"frame_code", &PyOffsets::frame_code},
-	{"frame_instr", &PyOffsets::frame_instr},
-	{"frame_owner", &PyOffsets::frame_owner},
-	{"code_filename", &PyOffsets::code_filename},
-	{"code_name", &PyOffsets::code_name},
-	{"code_qualname", &PyOffsets::code_qualname},
-	{"code_firstlineno", &PyOffsets::code_firstlineno},
-	{"code_linetable", &PyOffsets::code_linetable},
-	{"code_adaptive", &PyOffsets::code_adaptive},
-	{"unicode_ascii_data", &PyOffsets::unicode_ascii_data},
-	{"bytes_size", &PyOffsets::bytes_size},
-	{"bytes_data", &PyOffsets::bytes_data},
-};
 
 static Result<PyOffsets> parse_version(const std::string &version, const json &j, const std::string &origin)
 {
@@ -54,10 +29,11 @@ static Result<PyOffsets> parse_version(const std::string &version, const json &j
 	o.major = 3;
 	o.minor = std::stoi(m[1].str());
 	for (auto &[k, v] : j.items()) {
-		auto f = std::find_if(kFields.begin(), kFields.end(), [&](auto &p) { return k == p.first; });
-		if (f == kFields.end()) {
+		auto f = std::find_if(std::begin(kPyOffsetFields), std::end(kPyOffsetFields),
+				      [&](auto &p) { return k == p.first; });
+		if (f == std::end(kPyOffsetFields)) {
 			std::string list;
-			for (auto &p : kFields)
+			for (auto &p : kPyOffsetFields)
 				list += std::string(list.empty() ? "" : ", ") + p.first;
 			return make_error(where + ": unknown field \"" + k + "\" (known: " + list + ")");
 		}

@@ -8,6 +8,8 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <iterator>
+#include <utility>
 
 #include "common/result.h"
 
@@ -50,6 +52,34 @@ struct PyOffsets {
 	uint16_t bytes_size = kNoOffset;
 	uint16_t bytes_data = kNoOffset;
 };
+
+// Every field by its name. The JSON names are the struct's field names, so
+// the table, the measuring tool (tools/pyoffsets.c) and the code read the same.
+inline constexpr std::pair<const char *, uint16_t PyOffsets::*> kPyOffsetFields[] = {
+	{"runtime_interpreters_head", &PyOffsets::runtime_interpreters_head},
+	{"interp_threads_head", &PyOffsets::interp_threads_head},
+	{"tstate_next", &PyOffsets::tstate_next},
+	{"tstate_native_thread_id", &PyOffsets::tstate_native_thread_id},
+	{"tstate_thread_id", &PyOffsets::tstate_thread_id},
+	{"tstate_frame", &PyOffsets::tstate_frame},
+	{"tstate_cframe", &PyOffsets::tstate_cframe},
+	{"cframe_current_frame", &PyOffsets::cframe_current_frame},
+	{"frame_previous", &PyOffsets::frame_previous},
+	{"frame_code", &PyOffsets::frame_code},
+	{"frame_instr", &PyOffsets::frame_instr},
+	{"frame_owner", &PyOffsets::frame_owner},
+	{"code_filename", &PyOffsets::code_filename},
+	{"code_name", &PyOffsets::code_name},
+	{"code_qualname", &PyOffsets::code_qualname},
+	{"code_firstlineno", &PyOffsets::code_firstlineno},
+	{"code_linetable", &PyOffsets::code_linetable},
+	{"code_adaptive", &PyOffsets::code_adaptive},
+	{"unicode_ascii_data", &PyOffsets::unicode_ascii_data},
+	{"bytes_size", &PyOffsets::bytes_size},
+	{"bytes_data", &PyOffsets::bytes_data},
+};
+// A field added to PyOffsets needs a line above (two ints, then uint16s).
+static_assert(sizeof(PyOffsets) == (2 * sizeof(int) + std::size(kPyOffsetFields) * 2 + 3) / 4 * 4);
 
 // "3.11" -> offsets, from the JSON text of specs/python.json.
 Result<std::map<std::string, PyOffsets>> parse_python_offsets(const std::string &json_text,

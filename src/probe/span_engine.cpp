@@ -1,5 +1,6 @@
 #include "probe/span_engine.h"
 
+#include <algorithm>
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <cerrno>
@@ -177,18 +178,9 @@ struct bpf_map *SpanEngine::events_map() const { return skel_->maps.span_events;
 
 std::array<uint64_t, EACGM_CNT_COUNT> SpanEngine::counters() const
 {
+	auto sums = sum_percpu_counters(skel_->maps.counters, EACGM_CNT_COUNT);
 	std::array<uint64_t, EACGM_CNT_COUNT> total{};
-	int ncpu = libbpf_num_possible_cpus();
-	if (ncpu <= 0)
-		return total;
-	std::vector<uint64_t> per_cpu(ncpu);
-	for (uint32_t k = 0; k < EACGM_CNT_COUNT; k++) {
-		if (bpf_map__lookup_elem(skel_->maps.counters, &k, sizeof(k), per_cpu.data(),
-					 per_cpu.size() * sizeof(uint64_t), 0))
-			continue;
-		for (auto v : per_cpu)
-			total[k] += v;
-	}
+	std::copy(sums.begin(), sums.end(), total.begin());
 	return total;
 }
 

@@ -20,32 +20,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Every offset field, for field-by-field comparison and messages.
-const std::pair<const char *, uint16_t PyOffsets::*> kFields[] = {
-	{"runtime_interpreters_head", &PyOffsets::runtime_interpreters_head},
-	{"interp_threads_head", &PyOffsets::interp_threads_head},
-	{"tstate_next", &PyOffsets::tstate_next},
-	{"tstate_native_thread_id", &PyOffsets::tstate_native_thread_id},
-	{"tstate_thread_id", &PyOffsets::tstate_thread_id},
-	{"tstate_frame", &PyOffsets::tstate_frame},
-	{"tstate_cframe", &PyOffsets::tstate_cframe},
-	{"cframe_current_frame", &PyOffsets::cframe_current_frame},
-	{"frame_previous", &PyOffsets::frame_previous},
-	{"frame_code", &PyOffsets::frame_code},
-	{"frame_instr", &PyOffsets::frame_instr},
-	{"frame_owner", &PyOffsets::frame_owner},
-	{"code_filename", &PyOffsets::code_filename},
-	{"code_name", &PyOffsets::code_name},
-	{"code_qualname", &PyOffsets::code_qualname},
-	{"code_firstlineno", &PyOffsets::code_firstlineno},
-	{"code_linetable", &PyOffsets::code_linetable},
-	{"code_adaptive", &PyOffsets::code_adaptive},
-	{"unicode_ascii_data", &PyOffsets::unicode_ascii_data},
-	{"bytes_size", &PyOffsets::bytes_size},
-	{"bytes_data", &PyOffsets::bytes_data},
-};
-// A field added to PyOffsets needs a line above (two ints, then uint16s).
-static_assert(sizeof(PyOffsets) == (2 * sizeof(int) + std::size(kFields) * 2 + 3) / 4 * 4);
 
 std::map<std::string, PyOffsets> table()
 {
@@ -163,7 +137,7 @@ TEST(PythonOffsets, MeasuredHeadersMatchTheTable)
 		auto &[version, got] = *m->begin();
 		ASSERT_TRUE(t.count(version)) << name << " is CPython " << version << ", which specs/python.json lacks";
 		const PyOffsets &want = t[version];
-		for (auto &[field, member] : kFields)
+		for (auto &[field, member] : kPyOffsetFields)
 			EXPECT_EQ(got.*member, want.*member)
 				<< name << " (" << version << ") " << field << ": measured vs specs/python.json";
 	}
