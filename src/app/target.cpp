@@ -1,5 +1,7 @@
 #include "app/target.h"
 
+#include "ingest/recorder.h"
+
 #include <cerrno>
 #include <cstring>
 #include <dirent.h>
@@ -135,17 +137,8 @@ std::vector<uint32_t> process_tree(uint32_t root)
 			unsigned long pid = strtoul(e->d_name, &end, 10);
 			if (*end || !pid)
 				continue;
-			std::ifstream in(std::string("/proc/") + e->d_name + "/stat");
-			std::string line;
-			std::getline(in, line);
-			// "pid (comm) state ppid ...": comm may hold spaces and parens.
-			auto close_paren = line.rfind(')');
-			if (close_paren == std::string::npos)
-				continue;
-			char state;
-			unsigned ppid;
-			if (sscanf(line.c_str() + close_paren + 1, " %c %u", &state, &ppid) == 2)
-				children.emplace(ppid, pid);
+			if (auto ppid = parent_pid(pid))
+				children.emplace(*ppid, pid);
 		}
 		closedir(d);
 	}

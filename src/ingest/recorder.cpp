@@ -33,6 +33,18 @@ std::string read_proc_text(const std::string &path)
 	return s;
 }
 
+std::optional<uint32_t> parent_pid(uint32_t pid)
+{
+	// "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+	std::string stat = read_proc_text("/proc/" + std::to_string(pid) + "/stat");
+	auto paren = stat.rfind(')');
+	char state;
+	unsigned ppid;
+	if (paren != std::string::npos && sscanf(stat.c_str() + paren + 1, " %c %u", &state, &ppid) == 2)
+		return ppid;
+	return std::nullopt;
+}
+
 Recorder::Recorder(Attacher &attacher, SpanEngine &engine, ProcTracker &tracker, StoreWriter &store,
 		   PythonTracer *python)
 	: attacher_(attacher), engine_(engine), tracker_(tracker), store_(store), python_(python)
@@ -67,13 +79,8 @@ Process &Recorder::process(uint32_t pid)
 	std::string dir = "/proc/" + std::to_string(pid);
 	p.comm = read_proc_text(dir + "/comm");
 	p.cmdline = read_proc_text(dir + "/cmdline");
-	// "pid (comm) state ppid ...": comm may hold spaces and parentheses.
-	std::string stat = read_proc_text(dir + "/stat");
-	auto paren = stat.rfind(')');
-	char state;
-	unsigned ppid;
-	if (paren != std::string::npos && sscanf(stat.c_str() + paren + 1, " %c %u", &state, &ppid) == 2)
-		p.ppid = ppid;
+	if (auto ppid = parent_pid(pid))
+		p.ppid = *ppid;
 	live_.insert(pid);
 	symbolizer_.snapshot(pid);
 	watch_python(pid);
