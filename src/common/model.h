@@ -51,6 +51,31 @@ struct Drop {
 	uint64_t count = 0;
 };
 
+// One measured value at a time, from a layer polled or aggregated over an
+// interval (gpu, host). Names are snake_case and end in their unit:
+// "util_gpu_pct", "power_w", "sched_delay_ns", "mem_used_bytes".
+struct Metric {
+	uint64_t ts_ns = 0;
+	std::string layer; // "gpu", "host"
+	std::string name;
+	// What the value is about besides a process: "gpu0", "eth0",
+	// "10.0.0.1:5201->10.0.0.2:40312"; empty when pid says it all.
+	std::string key;
+	uint32_t pid = 0; // 0: not about one process
+	double value = 0;
+};
+
+// Something that happened at an instant: an XID error, a device lost.
+struct Event {
+	uint64_t ts_ns = 0;
+	std::string layer;
+	std::string name; // "xid", "ecc_double_bit", "device_lost", ...
+	std::string key;  // as Metric::key
+	uint32_t pid = 0;
+	uint32_t tid = 0;
+	nlohmann::json args = nlohmann::json::object();
+};
+
 struct Recording {
 	std::map<std::string, std::string> meta; // command, version, start time ...
 	int64_t wall_offset_ns = 0;               // unix_ns = mono_ns + wall_offset_ns
@@ -58,6 +83,8 @@ struct Recording {
 	std::vector<Thread> threads;
 	std::vector<Span> spans;
 	std::vector<Drop> drops;
+	std::vector<Metric> metrics; // by ts_ns
+	std::vector<Event> events;   // by ts_ns
 };
 
 } // namespace eacgm

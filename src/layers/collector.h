@@ -1,0 +1,32 @@
+// A layer read from user space rather than from a ring buffer: NVML (gpu),
+// host counters aggregated in the kernel (host). The record loop calls
+// collect() about every 50 ms; what it appends goes to the store, the trace
+// and the summary.
+#pragma once
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/model.h"
+
+namespace eacgm {
+
+class Collector {
+public:
+	virtual ~Collector() = default;
+	virtual const char *layer() const = 0;
+	// Appends what was measured since the last call (timestamps are
+	// CLOCK_MONOTONIC ns). Must return quickly (well under a millisecond): a
+	// collector whose source is slow samples on its own thread and hands
+	// over here. traced: the live traced processes; values about one
+	// process are kept for these only.
+	virtual void collect(uint64_t now_ns, const std::set<uint32_t> &traced, std::vector<Metric> &metrics,
+			     std::vector<Event> &events) = 0;
+	// Called once when the recording ends: a last collect() follows.
+	virtual void stop() {}
+	// Messages for the user, each at most once.
+	virtual std::vector<std::string> take_warnings() { return {}; }
+};
+
+} // namespace eacgm
