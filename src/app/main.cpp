@@ -55,6 +55,14 @@ int main(int argc, char **argv)
 			   "CUDA/NCCL/torch calls)")
 		->capture_default_str()
 		->check(CLI::Range(0u, 10000u));
+	record->add_option("--gpu-hz", rec.gpu_hz, "GPU layer: NVML samples per second per device")
+		->capture_default_str()
+		->check(CLI::Range(0.1, 1000.0));
+	record->add_option("--host-interval-ms", rec.host_interval_ms,
+			   "Host layer: length of the intervals the kernel aggregates scheduling, fault and network "
+			   "counts over")
+		->capture_default_str()
+		->check(CLI::Range(10u, 60000u));
 	record->add_option("--ring-buffer-kb", rec.ring_buffer_kb,
 			   "Span ring buffer size in KiB, a power of two (records beyond it are counted as lost)")
 		->capture_default_str();

@@ -1,6 +1,7 @@
 #include "export/perfetto.h"
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 #include <tuple>
 
@@ -41,6 +42,56 @@ json name_event(const char *kind, uint32_t pid, uint32_t tid, const std::string 
 		{"args", {{"name", name}}}};
 }
 
+// Metrics about no process (a GPU, a NIC, the machine) go on a track group
+// of their own per layer and key, under a made-up pid above any real one.
+constexpr uint32_t kFirstTrackPid = 1u << 30;
+
+void add_metrics(const Recording &rec, json &events)
+{
+	std::map<std::pair<std::string, std::string>, uint32_t> groups; // (layer, key) -> pid
+	for (const Metric &m : rec.metrics) {
+		uint32_t pid = m.pid;
+		std::string name = m.name;
+		if (pid == 0) {
+			auto [it, added] = groups.emplace(std::pair(m.layer, m.key), kFirstTrackPid + groups.size());
+			if (added)
+				events.push_back(name_event("process_name", it->second, 0,
+							    m.key.empty() ? m.layer : m.layer + " " + m.key));
+			pid = it->second;
+		} else if (!m.key.empty()) {
+			name += " " + m.key;
+		}
+		events.push_back({{"ph", "C"},
+				  {"name", name},
+				  {"cat", m.layer},
+				  {"ts", static_cast<double>(m.ts_ns) / 1000.0},
+				  {"pid", pid},
+				  {"args", {{"value", m.value}}}});
+	}
+}
+
+json instant_event(const Event &e)
+{
+	json args = e.args.is_object() ? e.args : json::object();
+	if (!e.key.empty())
+		args["key"] = e.key;
+	json ev = {{"ph", "i"},
+		   {"name", e.name},
+		   {"cat", e.layer},
+		   {"ts", static_cast<double>(e.ts_ns) / 1000.0},
+		   {"args", std::move(args)}};
+	if (e.pid) { // on its thread (or process); else across the whole trace
+		ev["pid"] = e.pid;
+		ev["tid"] = e.tid ? e.tid : e.pid;
+		ev["s"] = e.tid ? "t" : "p";
+	} else {
+		ev["pid"] = 0;
+		ev["tid"] = 0;
+		ev["s"] = "g";
+	}
+	return ev;
+}
+
 } // namespace
 
 std::string perfetto_json(const Recording &rec)
@@ -64,6 +115,9 @@ std::string perfetto_json(const Recording &rec)
 	});
 	for (size_t i : order)
 		events.push_back(span_event(rec.spans[i]));
+	add_metrics(rec, events);
+	for (const Event &e : rec.events)
+		events.push_back(instant_event(e));
 
 	json other = json::object();
 	for (const auto &[k, v] : rec.meta)

@@ -84,6 +84,97 @@ std::string drops_line(const std::vector<Drop> &drops)
 	return line + ")";
 }
 
+// A metric value in the unit its name ends with.
+std::string format_metric(const std::string &name, double v)
+{
+	auto ends = [&](const char *suffix) {
+		std::string x = suffix;
+		return name.size() >= x.size() && name.compare(name.size() - x.size(), x.size(), x) == 0;
+	};
+	if (ends("_ns"))
+		return format_duration(v);
+	if (ends("_us"))
+		return format_duration(v * 1e3);
+	if (ends("_bytes") && v >= 0)
+		return format_bytes(static_cast<uint64_t>(v + 0.5));
+	if (ends("_bytes_per_s") && v >= 0)
+		return format_bytes(static_cast<uint64_t>(v + 0.5)) + "/s";
+	char buf[64];
+	const char *unit = ends("_pct") ? " %" : ends("_w") ? " W" : ends("_c") ? " °C" : ends("_mhz") ? " MHz" : "";
+	std::snprintf(buf, sizeof buf, "%.4g%s", v, unit);
+	return buf;
+}
+
+// Per layer: each metric's samples, mean, min and max, per key and process;
+// then the instant events by name.
+std::string metrics_section(const Recording &rec, size_t max_rows_per_layer)
+{
+	struct Acc {
+		size_t n = 0;
+		double sum = 0, min = 0, max = 0;
+	};
+	std::map<std::tuple<std::string, std::string, std::string, uint32_t>, Acc> acc;
+	for (const Metric &m : rec.metrics) {
+		Acc &a = acc[{m.layer, m.name, m.key, m.pid}];
+		a.min = a.n ? std::min(a.min, m.value) : m.value;
+		a.max = a.n ? std::max(a.max, m.value) : m.value;
+		a.sum += m.value;
+		a.n++;
+	}
+	std::string out;
+	std::string layer;
+	size_t shown = 0, hidden = 0;
+	auto flush_hidden = [&] {
+		if (hidden)
+			out += "  ... " + std::to_string(hidden) + " more metrics (eacgm export --perfetto shows all)\n";
+		hidden = 0;
+	};
+	for (const auto &[k, a] : acc) {
+		const auto &[l, name, key, pid] = k;
+		if (l != layer) {
+			flush_hidden();
+			layer = l;
+			shown = 0;
+			char head[160];
+			std::snprintf(head, sizeof head, "\n%-44s %8s %11s %11s %11s\n", (layer + " metrics").c_str(),
+				      "samples", "mean", "min", "max");
+			out += head;
+		}
+		if (max_rows_per_layer && shown == max_rows_per_layer) {
+			hidden++;
+			continue;
+		}
+		shown++;
+		std::string label = name;
+		if (!key.empty())
+			label += " " + key;
+		if (pid)
+			label += " pid " + std::to_string(pid);
+		out += pad_right("  " + truncate(label, 42), 44) + pad_left(std::to_string(a.n), 9) +
+		       pad_left(format_metric(name, a.sum / static_cast<double>(a.n)), 12) +
+		       pad_left(format_metric(name, a.min), 12) + pad_left(format_metric(name, a.max), 12) + "\n";
+	}
+	flush_hidden();
+	if (!rec.events.empty()) {
+		std::map<std::pair<std::string, std::string>, std::vector<const Event *>> by_name;
+		for (const Event &e : rec.events)
+			by_name[{e.layer, e.name}].push_back(&e);
+		out += "\nevents:\n";
+		for (const auto &[k, v] : by_name) {
+			out += "  " + k.first + " " + k.second + " x" + std::to_string(v.size()) + ":";
+			for (size_t i = 0; i < v.size() && i < 3; i++) {
+				const Event &e = *v[i];
+				std::string what = e.key;
+				for (const auto &[ak, av] : e.args.items())
+					what += (what.empty() ? "" : " ") + ak + "=" + (av.is_string() ? av.get<std::string>() : av.dump());
+				out += (i ? "; " : " ") + what;
+			}
+			out += v.size() > 3 ? "; ...\n" : "\n";
+		}
+	}
+	return out;
+}
+
 } // namespace
 
 // Which errors, not only how many: the most frequent return names.
@@ -239,9 +330,10 @@ std::string format_summary(const Recording &rec, size_t max_rows_per_layer)
 			out += "  ... " + std::to_string(hidden) + " more functions, " +
 			       format_duration(static_cast<double>(hidden_ns)) + " in total\n";
 	}
-	if (stats.empty())
+	if (stats.empty() && rec.metrics.empty())
 		out += "\nno spans recorded\n";
 	out += errors_line(rec.spans);
+	out += metrics_section(rec, max_rows_per_layer);
 	out += "\n" + drops_line(rec.drops) + "\n";
 	return out;
 }

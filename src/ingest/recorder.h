@@ -44,6 +44,14 @@ public:
 	Result<void> drain();
 	// Traced processes that have not exited yet.
 	size_t live_processes() const { return live_.size(); }
+	// Every process of the recording, exited ones included.
+	std::set<uint32_t> pids() const
+	{
+		std::set<uint32_t> s;
+		for (auto &[pid, p] : processes_)
+			s.insert(pid);
+		return s;
+	}
 	bool exited(uint32_t pid) const { return processes_.count(pid) && !live_.count(pid); }
 	void set_exit(uint32_t pid, int exit_code, uint64_t end_ns);
 	// Writes the process and thread tables and the loss counters.

@@ -19,7 +19,7 @@ public:
 	// Appends what was measured since the last call (timestamps are
 	// CLOCK_MONOTONIC ns). Must return quickly (well under a millisecond): a
 	// collector whose source is slow samples on its own thread and hands
-	// over here. traced: the live traced processes; values about one
+	// over here. traced: the processes of the recording (exited ones too); values about one
 	// process are kept for these only.
 	virtual void collect(uint64_t now_ns, const std::set<uint32_t> &traced, std::vector<Metric> &metrics,
 			     std::vector<Event> &events) = 0;

@@ -34,6 +34,8 @@ void bind_param(sqlite3_stmt *st, int i, const T &v)
 {
 	if constexpr (std::is_integral_v<T>)
 		sqlite3_bind_int64(st, i, static_cast<sqlite3_int64>(v));
+	else if constexpr (std::is_floating_point_v<T>)
+		sqlite3_bind_double(st, i, v);
 	else
 		sqlite3_bind_text(st, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
 }
@@ -100,7 +102,10 @@ CREATE TABLE spans(id INTEGER PRIMARY KEY, pid INTEGER, tid INTEGER, layer TEXT,
                    ret_name TEXT, bytes INTEGER, args TEXT /* JSON object */,
                    py_stack TEXT /* JSON array of frames, innermost first; NULL outside Python */);
 CREATE TABLE drops(layer TEXT, reason TEXT, count INTEGER);
-INSERT INTO meta VALUES('schema_version', '1');
+CREATE TABLE metrics(ts_ns INTEGER, layer TEXT, name TEXT, key TEXT, pid INTEGER, value REAL);
+CREATE TABLE events(ts_ns INTEGER, layer TEXT, name TEXT, key TEXT, pid INTEGER, tid INTEGER,
+                    args TEXT /* JSON object */);
+INSERT INTO meta VALUES('schema_version', '2');
 COMMIT;
 )";
 
@@ -109,9 +114,10 @@ COMMIT;
 constexpr const char *kIndexes = R"(
 CREATE INDEX spans_by_function ON spans(layer, name);
 CREATE INDEX spans_by_thread ON spans(pid, tid, start_ns);
+CREATE INDEX metrics_by_name ON metrics(layer, name, key, ts_ns);
 )";
 
-static_assert(kSchemaVersion == 1, "update the schema_version row in kSchema");
+static_assert(kSchemaVersion == 2, "update the schema_version row in kSchema");
 
 } // namespace
 
@@ -240,6 +246,65 @@ Result<void> StoreWriter::add_spans(const std::vector<Span> &spans)
 		return r;
 	}
 	return {};
+}
+
+// Writes rows with one prepared statement in one transaction.
+template <class T, class Bind>
+Result<void> StoreWriter::insert_all(const char *sql, const std::vector<T> &rows, const char *what, Bind bind)
+{
+	if (auto r = ready(); !r)
+		return r;
+	if (rows.empty())
+		return {};
+	auto st = prepare(db_.get(), sql);
+	if (!st)
+		return make_error("cannot write " + std::string(what) + " to " + partial_ + ": " + st.error().message);
+	if (auto r = exec("BEGIN"); !r)
+		return r;
+	for (const T &row : rows) {
+		bind(st->get(), row);
+		int rc = sqlite3_step(st->get());
+		sqlite3_reset(st->get());
+		if (rc != SQLITE_DONE) {
+			std::string m = sqlite3_errmsg(db_.get());
+			(void)exec("ROLLBACK");
+			return make_error("cannot write " + std::string(what) + " to " + partial_ + ": " + m +
+					  "; check free disk space");
+		}
+	}
+	if (auto r = exec("COMMIT"); !r) {
+		(void)exec("ROLLBACK");
+		return r;
+	}
+	return {};
+}
+
+Result<void> StoreWriter::add_metrics(const std::vector<Metric> &metrics)
+{
+	return insert_all("INSERT INTO metrics VALUES(?,?,?,?,?,?)", metrics, "metrics",
+			  [](sqlite3_stmt *st, const Metric &m) {
+				  bind_param(st, 1, m.ts_ns);
+				  bind_param(st, 2, m.layer);
+				  bind_param(st, 3, m.name);
+				  bind_param(st, 4, m.key);
+				  bind_param(st, 5, m.pid);
+				  bind_param(st, 6, m.value);
+			  });
+}
+
+Result<void> StoreWriter::add_events(const std::vector<Event> &events)
+{
+	return insert_all("INSERT INTO events VALUES(?,?,?,?,?,?,?)", events, "events",
+			  [](sqlite3_stmt *st, const Event &e) {
+				  bind_param(st, 1, e.ts_ns);
+				  bind_param(st, 2, e.layer);
+				  bind_param(st, 3, e.name);
+				  bind_param(st, 4, e.key);
+				  bind_param(st, 5, e.pid);
+				  bind_param(st, 6, e.tid);
+				  bind_param(st, 7, e.args.dump(-1, ' ', false,
+								nlohmann::json::error_handler_t::replace));
+			  });
 }
 
 Result<void> StoreWriter::upsert_process(const Process &p)
@@ -465,6 +530,42 @@ Result<Recording> load_recording(const std::string &path)
 				 s.py_stack = stack.get<std::vector<std::string>>();
 			 }
 			 rec.spans.push_back(std::move(s));
+			 return {};
+		 });
+	if (!r)
+		return r.error();
+
+	r = read("SELECT ts_ns, layer, name, key, pid, value FROM metrics ORDER BY ts_ns, rowid",
+		 [&](sqlite3_stmt *st) -> Result<void> {
+			 rec.metrics.push_back(Metric{
+				 .ts_ns = static_cast<uint64_t>(col_int(st, 0)),
+				 .layer = col_text(st, 1),
+				 .name = col_text(st, 2),
+				 .key = col_text(st, 3),
+				 .pid = static_cast<uint32_t>(col_int(st, 4)),
+				 .value = sqlite3_column_double(st, 5),
+			 });
+			 return {};
+		 });
+	if (!r)
+		return r.error();
+
+	r = read("SELECT ts_ns, layer, name, key, pid, tid, args FROM events ORDER BY ts_ns, rowid",
+		 [&](sqlite3_stmt *st) -> Result<void> {
+			 std::string args = col_text(st, 6);
+			 Event e{
+				 .ts_ns = static_cast<uint64_t>(col_int(st, 0)),
+				 .layer = col_text(st, 1),
+				 .name = col_text(st, 2),
+				 .key = col_text(st, 3),
+				 .pid = static_cast<uint32_t>(col_int(st, 4)),
+				 .tid = static_cast<uint32_t>(col_int(st, 5)),
+				 .args = args.empty() ? nlohmann::json::object()
+						      : nlohmann::json::parse(args, nullptr, false),
+			 };
+			 if (e.args.is_discarded())
+				 return make_error("event args are not valid JSON: " + args);
+			 rec.events.push_back(std::move(e));
 			 return {};
 		 });
 	if (!r)

@@ -31,7 +31,7 @@ using DbHandle = std::unique_ptr<sqlite3, detail::DbCloser>;
 using StmtHandle = std::unique_ptr<sqlite3_stmt, detail::StmtFinalizer>;
 
 // Version of the table layout below; load_recording() refuses other versions.
-inline constexpr int kSchemaVersion = 1;
+inline constexpr int kSchemaVersion = 2;
 
 class StoreWriter {
 public:
@@ -46,6 +46,8 @@ public:
 	~StoreWriter(); // without finish(): closes and removes the partial file
 
 	Result<void> add_spans(const std::vector<Span> &spans); // one transaction
+	Result<void> add_metrics(const std::vector<Metric> &metrics); // one transaction
+	Result<void> add_events(const std::vector<Event> &events);    // one transaction
 	Result<void> upsert_process(const Process &p);
 	Result<void> upsert_thread(const Thread &t);
 	Result<void> set_drops(const std::vector<Drop> &drops); // replaces all
@@ -62,6 +64,8 @@ public:
 private:
 	StoreWriter() = default;
 	Result<void> exec(const char *sql);
+	template <class T, class Bind>
+	Result<void> insert_all(const char *sql, const std::vector<T> &rows, const char *what, Bind bind);
 	Result<void> ready() const;
 	void discard();
 

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "export/perfetto.h"
 
@@ -182,4 +183,49 @@ TEST(Perfetto, WriteFile)
 	auto bad = write_perfetto(rec, dir + "/missing/trace.json");
 	EXPECT_FALSE(bad.ok());
 	std::filesystem::remove_all(dir);
+}
+
+TEST(Perfetto, MetricsAsCounterTracksAndEventsAsInstants)
+{
+	Recording r = trace_sample();
+	r.metrics = {
+		{.ts_ns = 1000, .layer = "gpu", .name = "power_w", .key = "gpu0", .value = 250},
+		{.ts_ns = 2000, .layer = "gpu", .name = "power_w", .key = "gpu0", .value = 300},
+		{.ts_ns = 2000, .layer = "gpu", .name = "power_w", .key = "gpu1", .value = 90},
+		{.ts_ns = 3000, .layer = "host", .name = "sched_delay_ns", .key = "", .pid = 100, .value = 5e5},
+		{.ts_ns = 3000, .layer = "gpu", .name = "proc_mem_used_bytes", .key = "gpu1", .pid = 100, .value = 1024},
+	};
+	r.events = {{.ts_ns = 2500, .layer = "gpu", .name = "xid", .key = "gpu1", .args = {{"xid", 79}}},
+		    {.ts_ns = 2600, .layer = "host", .name = "oom", .pid = 100, .tid = 101}};
+	json doc = json::parse(perfetto_json(r));
+
+	// A track group per device, named after it, above any real pid.
+	std::map<uint32_t, std::string> names;
+	for (const json &m : events_with_ph(doc, "M"))
+		if (m.at("name") == "process_name")
+			names[m.at("pid").get<uint32_t>()] = m.at("args").at("name");
+	auto counters = events_with_ph(doc, "C");
+	ASSERT_EQ(counters.size(), 5u);
+	EXPECT_EQ(names.at(counters[0].at("pid")), "gpu gpu0");
+	EXPECT_EQ(counters[0].at("pid"), counters[1].at("pid"));
+	EXPECT_EQ(names.at(counters[2].at("pid")), "gpu gpu1");
+	EXPECT_GE(counters[0].at("pid").get<uint32_t>(), 1u << 30);
+	EXPECT_EQ(counters[0].at("name"), "power_w");
+	EXPECT_DOUBLE_EQ(counters[0].at("ts").get<double>(), 1.0);
+	EXPECT_EQ(counters[1].at("args").at("value"), 300);
+	// About one process: on that process, the key in the name.
+	EXPECT_EQ(counters[3].at("pid"), 100);
+	EXPECT_EQ(counters[3].at("name"), "sched_delay_ns");
+	EXPECT_EQ(counters[4].at("pid"), 100);
+	EXPECT_EQ(counters[4].at("name"), "proc_mem_used_bytes gpu1");
+
+	auto instants = events_with_ph(doc, "i");
+	ASSERT_EQ(instants.size(), 2u);
+	EXPECT_EQ(instants[0].at("name"), "xid");
+	EXPECT_EQ(instants[0].at("s"), "g");
+	EXPECT_EQ(instants[0].at("args").at("xid"), 79);
+	EXPECT_EQ(instants[0].at("args").at("key"), "gpu1");
+	EXPECT_DOUBLE_EQ(instants[0].at("ts").get<double>(), 2.5);
+	EXPECT_EQ(instants[1].at("s"), "t");
+	EXPECT_EQ(instants[1].at("tid"), 101);
 }

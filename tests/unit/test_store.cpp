@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sqlite3.h>
+#include <tuple>
 
 #include "store/store.h"
 
@@ -55,6 +56,16 @@ Recording sample()
 		 .bytes = 4096, .args = nlohmann::json::object()},
 	};
 	r.drops = {{"cuda", "ringbuf_full", 12}, {"host", "ringbuf_full", 3}};
+	r.metrics = {
+		{.ts_ns = 100, .layer = "gpu", .name = "power_w", .key = "gpu0", .pid = 0, .value = 312.5},
+		{.ts_ns = 100, .layer = "gpu", .name = "proc_mem_used_bytes", .key = "gpu0", .pid = 100,
+		 .value = 8589934592.0},
+		{.ts_ns = 200, .layer = "host", .name = "sched_delay_ns", .key = "", .pid = 100, .value = 1.25e6},
+	};
+	r.events = {
+		{.ts_ns = 150, .layer = "gpu", .name = "xid", .key = "gpu1", .pid = 0, .tid = 0,
+		 .args = {{"xid", 79}}},
+	};
 	return r;
 }
 
@@ -84,6 +95,9 @@ void write(const Recording &rec, const std::string &path)
 	ASSERT_TRUE(writer.add_spans(late).ok());
 	ASSERT_TRUE(writer.add_spans(early).ok());
 	ASSERT_TRUE(writer.add_spans({}).ok());
+	ASSERT_TRUE(writer.add_metrics(rec.metrics).ok());
+	ASSERT_TRUE(writer.add_metrics({}).ok());
+	ASSERT_TRUE(writer.add_events(rec.events).ok());
 	ASSERT_TRUE(writer.set_drops({{"cuda", "ringbuf_full", 1}}).ok());
 	ASSERT_TRUE(writer.set_drops(rec.drops).ok());
 	auto f = writer.finish();
@@ -128,6 +142,20 @@ void expect_equal(const Recording &a, const Recording &b)
 		EXPECT_EQ(x.ret_name, y.ret_name);
 		EXPECT_EQ(x.bytes, y.bytes);
 		EXPECT_EQ(x.args, y.args);
+	}
+	ASSERT_EQ(a.metrics.size(), b.metrics.size());
+	for (size_t i = 0; i < a.metrics.size(); i++) {
+		SCOPED_TRACE("metric " + std::to_string(i));
+		const Metric &x = a.metrics[i], &y = b.metrics[i];
+		EXPECT_EQ(std::tie(x.ts_ns, x.layer, x.name, x.key, x.pid), std::tie(y.ts_ns, y.layer, y.name, y.key, y.pid));
+		EXPECT_EQ(x.value, y.value); // REAL keeps a double exactly
+	}
+	ASSERT_EQ(a.events.size(), b.events.size());
+	for (size_t i = 0; i < a.events.size(); i++) {
+		SCOPED_TRACE("event " + std::to_string(i));
+		const Event &x = a.events[i], &y = b.events[i];
+		EXPECT_EQ(std::tie(x.ts_ns, x.layer, x.name, x.key, x.pid, x.tid, x.args),
+			  std::tie(y.ts_ns, y.layer, y.name, y.key, y.pid, y.tid, y.args));
 	}
 	ASSERT_EQ(a.drops.size(), b.drops.size());
 	for (size_t i = 0; i < a.drops.size(); i++) {
@@ -321,8 +349,8 @@ TEST_F(StoreTest, LoadNewerSchema)
 {
 	std::string path = file("future.db");
 	make_sqlite(path, "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT);"
-			  "INSERT INTO meta VALUES('schema_version', '2')");
+			  "INSERT INTO meta VALUES('schema_version', '3')");
 	std::string msg = load_error(path);
-	EXPECT_NE(msg.find("schema version 2"), std::string::npos) << msg;
-	EXPECT_NE(msg.find("reads version 1"), std::string::npos) << msg;
+	EXPECT_NE(msg.find("schema version 3"), std::string::npos) << msg;
+	EXPECT_NE(msg.find("reads version 2"), std::string::npos) << msg;
 }

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <iterator>
 #include <sstream>
 
 #include "export/summary.h"
@@ -204,4 +205,32 @@ TEST(Summary, NamesTheMostFrequentErrors)
 			many.push_back(make_span("cuda", "f", 0, 1, "err" + std::to_string(k)));
 	EXPECT_EQ(errors_line(many), "\nerrors: err6 x7, err5 x6, err4 x5, err3 x4, err2 x3, ... 2 more kinds\n");
 	EXPECT_EQ(errors_line({make_span("cuda", "f", 0, 1, "cudaSuccess")}), "");
+}
+
+TEST(Summary, MetricsAndEvents)
+{
+	Recording r;
+	r.metrics = {
+		{.ts_ns = 1, .layer = "gpu", .name = "power_w", .key = "gpu0", .value = 200},
+		{.ts_ns = 2, .layer = "gpu", .name = "power_w", .key = "gpu0", .value = 300},
+		{.ts_ns = 2, .layer = "host", .name = "sched_delay_ns", .pid = 100, .value = 2e6},
+		{.ts_ns = 3, .layer = "host", .name = "sched_delay_ns", .pid = 100, .value = 0},
+	};
+	r.events = {{.ts_ns = 5, .layer = "gpu", .name = "xid", .key = "gpu0", .args = {{"xid", 79}}}};
+	std::string text = format_summary(r);
+	EXPECT_NE(text.find("gpu metrics"), std::string::npos) << text;
+	auto line_of = [&](const std::string &label) {
+		size_t at = text.find("  " + label + " ");
+		EXPECT_NE(at, std::string::npos) << label << " in\n" << text;
+		return at == std::string::npos ? "" : text.substr(at, text.find('\n', at) - at);
+	};
+	std::istringstream power(line_of("power_w gpu0"));
+	std::vector<std::string> w{std::istream_iterator<std::string>(power), {}};
+	EXPECT_EQ(w, (std::vector<std::string>{"power_w", "gpu0", "2", "250", "W", "200", "W", "300", "W"}));
+	std::istringstream delay(line_of("sched_delay_ns pid 100"));
+	std::vector<std::string> d{std::istream_iterator<std::string>(delay), {}};
+	EXPECT_EQ(d, (std::vector<std::string>{"sched_delay_ns", "pid", "100", "2", "1.00", "ms", "0", "ns", "2.00",
+					      "ms"}));
+	EXPECT_NE(text.find("gpu xid x1: gpu0 xid=79"), std::string::npos) << text;
+	EXPECT_EQ(text.find("no spans recorded"), std::string::npos) << text;
 }
