@@ -169,6 +169,8 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 			v = read_slot(ctx, a->slot);
 		if (a->source == EACGM_ARG_DEREF_ENTRY)
 			v = deref(v, a->offset);
+		else if (a->source == EACGM_ARG_DEREF2_ENTRY)
+			v = deref(deref(v, a->offset), a->offset2);
 		else if (a->source == EACGM_ARG_TENSOR_A || a->source == EACGM_ARG_TENSOR_B)
 			v = tensor_word(v, a);
 		c->args[i] = v; /* DEREF_EXIT keeps the pointer until return */
@@ -176,7 +178,10 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 	c->py_stack = 0;
 	if (capture_py_stacks) {
 		__u64 sid = __sync_fetch_and_add(&py_stack_seq, 1) + 1;
-		if (py_emit_stack(id >> 32, tid, EACGM_PY_SPAN, sid, EACGM_PY_SPAN_FRAMES))
+		/* An entry into the eval loop becomes part of the Python function
+		 * spans, which need the whole stack; other calls show its top. */
+		__u32 frames = spec->layer == EACGM_LAYER_PYTHON ? EACGM_PY_MAX_FRAMES : EACGM_PY_SPAN_FRAMES;
+		if (py_emit_stack(id >> 32, tid, EACGM_PY_SPAN, sid, frames))
 			c->py_stack = sid;
 	}
 	tc->depth = d + 1;

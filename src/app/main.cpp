@@ -55,6 +55,13 @@ int main(int argc, char **argv)
 			   "CUDA/NCCL/torch calls)")
 		->capture_default_str()
 		->check(CLI::Range(0u, 10000u));
+	record->add_option("--python-entries", rec.python_entries,
+			   "Python layer: trace entries into the eval loop exactly (a uprobe on "
+			   "_PyEval_EvalFrameDefault). auto: on 3.11+, where only calls from C enter it (callbacks, "
+			   "hooks, module calls, threads); all: on 3.8-3.10 too, where every Python call enters it "
+			   "(exact calls, about a microsecond each); off")
+		->capture_default_str()
+		->check(CLI::IsMember({"auto", "all", "off"}));
 	record->add_option("--gpu-hz", rec.gpu_hz, "GPU layer: NVML samples per second per device")
 		->capture_default_str()
 		->check(CLI::Range(0.1, 1000.0));

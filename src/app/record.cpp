@@ -205,6 +205,8 @@ int run_record(const RecordArgs &a)
 		eo.py_tstates = py->tstates_map();
 		eo.py_events = py->events_map();
 		eo.py_counters = py->counters_map();
+		if (a.python_entries != "off")
+			specs.merge(py->eval_entry_probes(a.python_entries == "all"));
 	}
 	auto engine = SpanEngine::open(eo, (*tracker)->traced_map_fd());
 	if (!engine)
@@ -255,8 +257,11 @@ int run_record(const RecordArgs &a)
 	// miss Python-to-Python calls in 3.11 to 3.14, so frames are sampled.
 	if (python)
 		std::cerr << "eacgm: python: "
-			  << (a.sample_hz ? "sampling stacks at " + std::to_string(a.sample_hz) + " Hz of CPU time, and "
-					  : std::string("no sampling; "))
+			  << (a.sample_hz ? "sampling stacks at " + std::to_string(a.sample_hz) + " Hz of CPU time, "
+					  : std::string("no sampling, "))
+			  << (a.python_entries == "off"   ? ""
+			      : a.python_entries == "all" ? "every call exactly on 3.8-3.10 and entries from C on 3.11+, "
+							  : "entries from C exactly on 3.11+, ")
 			  << "the stack behind each CUDA/NCCL/torch call\n";
 	if (attacher.attached().empty())
 		std::cerr << "eacgm: note: no traced library is loaded yet; probes attach when the target loads one\n";

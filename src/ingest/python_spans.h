@@ -21,11 +21,16 @@ struct PyFrame {
 struct PyStackSample {
 	uint64_t ts_ns = 0;
 	std::vector<PyFrame> frames; // innermost first
+	// Exact boundaries of the innermost frame's call, from the eval loop's
+	// entry probe: a call starts here (a new call even if the same function
+	// ran just before) or ends here.
+	enum Boundary : uint8_t { kNone, kCallStart, kCallEnd } boundary = kNone;
 };
 
 // Samples of one thread, in time order. Spans get layer "python", the
 // qualified name, args file, line (the def line) and self_ns (time not in
-// a nested Python function).
+// a nested Python function); "exact": true when both ends are a call's
+// measured start and end.
 std::vector<Span> python_function_spans(uint32_t pid, uint32_t tid, const std::vector<PyStackSample> &samples);
 
 // "train_step (train.py:42)", innermost first: how a span shows its stack.

@@ -156,7 +156,7 @@ int Recorder::on_py(void *ctx, void *data, size_t size)
 		return 0;
 	const auto &e = *static_cast<const eacgm_py_stack_event *>(data);
 	uint32_t n = std::min<uint32_t>(e.nframes, EACGM_PY_MAX_FRAMES);
-	RawStack raw{e.ts_ns, e.tgid, e.tid, std::vector<eacgm_py_frame>(e.frames, e.frames + n)};
+	RawStack raw{e.ts_ns, e.tgid, e.tid, e.flags, std::vector<eacgm_py_frame>(e.frames, e.frames + n)};
 	if (e.kind == EACGM_PY_SPAN)
 		self->span_stacks_[e.id] = std::move(raw);
 	else
@@ -194,6 +194,26 @@ std::optional<std::vector<PyFrame>> Recorder::resolve_stack(uint32_t pid, const 
 		out.push_back({f->qualname, f->filename, f->line, f->first_line});
 	}
 	return out;
+}
+
+bool Recorder::add_eval_entry(const Span &s, const eacgm_span_event &e, const RawStack *caller)
+{
+	auto proc = python_->processes().find(s.pid);
+	if (proc == python_->processes().end() || !caller || (caller->flags & (EACGM_PY_TRUNCATED | EACGM_PY_READ_FAILED)))
+		return false;
+	const PyOffsets *o = python_->offsets(proc->second.minor);
+	// The function entered, from the frame it was given (args: code, code_name).
+	auto f = resolver_.resolve(s.pid, *o, e.args[0], 0, e.args[1]);
+	if (!f)
+		return false;
+	auto frames = resolve_stack(caller->pid, caller->frames.data(), caller->frames.size(), false);
+	if (!frames)
+		return false;
+	frames->insert(frames->begin(), {f->qualname, f->filename, f->first_line, f->first_line});
+	auto &thread = samples_[{s.pid, s.tid}];
+	thread.push_back({s.start_ns, *frames, PyStackSample::kCallStart});
+	thread.push_back({s.start_ns + s.dur_ns, std::move(*frames), PyStackSample::kCallEnd});
+	return true;
 }
 
 int Recorder::on_proc(void *ctx, void *data, size_t size)
@@ -288,14 +308,22 @@ Result<void> Recorder::flush(bool force)
 			Span &s = decoded_.back();
 			nccl_.observe(s);
 			auto stack = e.py_stack ? span_stacks_.find(e.py_stack) : span_stacks_.end();
+			if (python_ && s.layer == "python" && s.name == kEvalEntryFunction) {
+				if (!add_eval_entry(s, e, stack == span_stacks_.end() ? nullptr : &stack->second))
+					py_entries_lost_++;
+				decoded_.pop_back(); // it lives on as a Python function span
+				if (stack != span_stacks_.end())
+					span_stacks_.erase(stack);
+				continue;
+			}
 			if (stack != span_stacks_.end()) {
 				auto &raw = stack->second;
 				if (auto frames = resolve_stack(raw.pid, raw.frames.data(), raw.frames.size(), true)) {
 					s.py_stack = format_py_stack(*frames);
 					// The functions that made the call contain it: they join
-					// the samples at its start and end (a cut stack would
-					// mislead them: it stays out).
-					if (frames->back().qualname != "...") {
+					// the samples at its start and end (a cut or truncated
+					// stack would mislead them: it stays out).
+					if (frames->back().qualname != "..." && !(raw.flags & EACGM_PY_TRUNCATED)) {
 						auto &thread = samples_[{s.pid, s.tid}];
 						thread.push_back({s.start_ns, *frames});
 						thread.push_back({s.start_ns + s.dur_ns, *frames});
@@ -361,6 +389,7 @@ Result<void> Recorder::finish()
 		drops.push_back({"python", "ring_buffer_full", p[EACGM_PY_CNT_RINGBUF_FULL]});
 		drops.push_back({"python", "unreadable_stack", p[EACGM_PY_CNT_READ_FAILED]});
 		drops.push_back({"python", "unresolved_stack", py_unresolved_});
+		drops.push_back({"python", "unresolved_entry", py_entries_lost_});
 	}
 	return store_.set_drops(drops);
 }

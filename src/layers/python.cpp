@@ -78,6 +78,37 @@ eacgm_py_process py_process_config(const PythonRuntime &rt, const PyOffsets &o)
 	return p;
 }
 
+SpecSet PythonTracer::eval_entry_probes(bool all_versions) const
+{
+	SpecSet set;
+	for (auto &[version, o] : offsets_) {
+		int minor = std::stoi(version.substr(version.find('.') + 1));
+		if ((!all_versions && minor < 11) || o.frame_code == kNoOffset || o.code_name == kNoOffset)
+			continue;
+		// 3.8: (frame, throwflag); 3.9+: (tstate, frame, throwflag).
+		uint8_t slot = minor == 8 ? 0 : 1;
+		ProbeSpec p;
+		p.layer = "python";
+		p.function = kEvalEntryFunction;
+		p.symbols = {kEvalEntryFunction};
+		p.origin = "python layer";
+		p.returns = "ptr";
+		p.args = {
+			{.name = "code", .type = ArgType::Ptr, .slot = slot, .source = EACGM_ARG_DEREF_ENTRY,
+			 .offset = o.frame_code},
+			{.name = "code_name", .type = ArgType::Ptr, .slot = slot, .source = EACGM_ARG_DEREF2_ENTRY,
+			 .offset = o.frame_code, .offset2 = o.code_name},
+		};
+		// The shared library of pyenv/venv builds, or a static executable
+		// (Debian's, conda's): whichever defines the symbol gets the probe.
+		for (std::string lib : {"libpython" + version + ".so*", "libpython" + version + "d.so*", "python" + version}) {
+			p.library = lib;
+			set.probes.push_back(p);
+		}
+	}
+	return set;
+}
+
 Result<std::unique_ptr<PythonTracer>> PythonTracer::open(int traced_map_fd, unsigned sample_hz)
 {
 	std::unique_ptr<PythonTracer> t(new PythonTracer());

@@ -14,6 +14,7 @@
 #include "common/result.h"
 #include "eacgm/abi/python.h"
 #include "layers/python_offsets.h"
+#include "probe/spec.h"
 
 struct python_bpf;
 struct bpf_link;
@@ -36,6 +37,10 @@ Result<std::optional<PythonRuntime>> find_python_runtime(uint32_t pid);
 // What the BPF walker gets for a process.
 eacgm_py_process py_process_config(const PythonRuntime &rt, const PyOffsets &o);
 
+// The function whose entries eval_entry_probes() traces; spans with this
+// name and layer "python" carry (code, code_name) arguments.
+inline constexpr const char *kEvalEntryFunction = "_PyEval_EvalFrameDefault";
+
 class PythonTracer {
 public:
 	// sample_hz 0: no sampling (stacks behind spans only).
@@ -53,6 +58,14 @@ public:
 	// its registration already).
 	void inherit(uint32_t child, uint32_t parent);
 	const PyOffsets *offsets(int minor) const;
+
+	// Probes on the eval loop's entry, _PyEval_EvalFrameDefault, of every
+	// CPython with known offsets: each call is a Python function entered
+	// from C (a callback, a hook, a thread's or the program's start), kept
+	// with the code object it runs. In 3.8-3.10 every Python call enters it
+	// (exact calls, at a uprobe's cost each), in 3.11+ only those from C:
+	// all_versions false keeps 3.11+ only.
+	SpecSet eval_entry_probes(bool all_versions) const;
 
 	struct bpf_map *procs_map() const;
 	struct bpf_map *tstates_map() const;

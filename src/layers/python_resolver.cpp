@@ -295,6 +295,22 @@ std::optional<PythonResolver::Entry> PythonResolver::load(uint32_t pid, const Py
 	return e;
 }
 
+// The process's memory is gone: it was reaped, or it is exiting (its memory
+// is released in do_exit, before it becomes a zombie: its maps read empty).
+static bool memory_gone(uint32_t pid)
+{
+	if (kill(pid, 0) != 0 && errno == ESRCH)
+		return true;
+	char path[64];
+	snprintf(path, sizeof path, "/proc/%u/maps", pid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return true;
+	bool empty = fgetc(f) == EOF;
+	fclose(f);
+	return empty;
+}
+
 std::optional<PyFrameInfo> PythonResolver::resolve(uint32_t pid, const PyOffsets &o, uint64_t code_addr,
 						   uint64_t instr, uint64_t name_ptr)
 {
@@ -312,7 +328,7 @@ std::optional<PyFrameInfo> PythonResolver::resolve(uint32_t pid, const PyOffsets
 		if (!read_identity(pid, o, code_addr, now)) {
 			// An exited process's memory can no longer change: what was
 			// cached for it is still right (its last samples arrive late).
-			if (kill(pid, 0) != 0 && errno == ESRCH && (!name_ptr || name_ptr == it->second.id.name)) {
+			if (memory_gone(pid) && (!name_ptr || name_ptr == it->second.id.name)) {
 				stats_.hits++;
 				PyFrameInfo info = it->second.info;
 				info.line = line_at(it->second.lines, instr_byte_offset(o, code_addr, instr), info.first_line);

@@ -305,6 +305,16 @@ Result<SpecSet> load_builtin_spec(const std::string &layer)
 	return load_spec_file(path.value(), false);
 }
 
+uint32_t layer_id(const std::string &layer)
+{
+	static const std::map<std::string, uint32_t> ids = {
+		{"cuda", EACGM_LAYER_CUDA},   {"nccl", EACGM_LAYER_NCCL}, {"torch", EACGM_LAYER_TORCH},
+		{"python", EACGM_LAYER_PYTHON}, {"gpu", EACGM_LAYER_GPU},   {"host", EACGM_LAYER_HOST},
+	};
+	auto it = ids.find(layer);
+	return it == ids.end() ? static_cast<uint32_t>(EACGM_LAYER_USER) : it->second;
+}
+
 Result<eacgm_probe_spec> compile_probe(const ProbeSpec &p, uint32_t layer_id)
 {
 	eacgm_probe_spec s{};
@@ -318,6 +328,7 @@ Result<eacgm_probe_spec> compile_probe(const ProbeSpec &p, uint32_t layer_id)
 			s.args[n].source = a.source;
 			s.args[n].slot = a.slot + k;
 			s.args[n].offset = a.offset;
+			s.args[n].offset2 = a.offset2;
 			if (a.type == ArgType::Tensor) { // one slot read twice
 				s.args[n].source = k == 0 ? EACGM_ARG_TENSOR_A : EACGM_ARG_TENSOR_B;
 				s.args[n].slot = a.slot;

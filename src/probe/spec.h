@@ -70,6 +70,10 @@ Result<std::string> find_builtin_file(const std::string &name);
 // The built-in spec file for a layer ("cuda" -> specs/cuda.json).
 Result<SpecSet> load_builtin_spec(const std::string &layer);
 
+// The BPF side's number for a layer (enum eacgm_layer); a layer it does not
+// know is EACGM_LAYER_USER.
+uint32_t layer_id(const std::string &layer);
+
 // Lowers one probe to what the BPF side reads: a dim3 becomes two slots.
 // Fails when it needs more than EACGM_MAX_ARGS slots.
 Result<eacgm_probe_spec> compile_probe(const ProbeSpec &p, uint32_t layer_id);

@@ -28,7 +28,8 @@ CALLS = {"middle": 3, "inner_a": 3, "inner_b": 3, "pause": 3, "spin": 9}
 def def_lines(path):
     with open(path) as f:
         tree = ast.parse(f.read())
-    lines = {n.name: n.lineno for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+    # A class body runs as a function of its own (entered from C).
+    lines = {n.name: n.lineno for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
     lines["<module>"] = 1
     return lines
 
@@ -94,6 +95,59 @@ def _make(version):
 
 for _v in PYTHONS:
     setattr(PythonFunctions, "test_python_" + _v.replace(".", "_").replace("-", "_"), _make(_v))
+
+
+ENTRIES = os.path.join(E.SOURCE_DIR, "tests", "testprogs", "py_entries.py")
+
+
+class PythonEntries(unittest.TestCase):
+    """Calls entered from C (a sort key, map()) are exact spans, back-to-back
+    calls included, which a sampler alone merges; with --python-entries all
+    on 3.8-3.10 every call is."""
+
+    def record(self, version, *options):
+        E.require_root()
+        tmp = E.make_tempdir(self)
+        rec = E.record(tmp, [PYTHONS[version], ENTRIES], "--layers", "python", *options)
+        self.assertEqual(rec.rc, 0, rec.stderr)
+        spans = [s for s in rec.spans() if s["layer"] == "python" and s["args"]["file"] == ENTRIES]
+        by_name = collections.defaultdict(list)
+        for s in spans:
+            by_name[s["name"]].append(s)
+        for thread, events in E.by_thread(E.x_events(E.load_trace(rec.trace))).items():
+            self.assertEqual(E.nesting_errors(events), [], (version, thread))
+        return rec, by_name
+
+    def check_exact(self, version, by_name, names):
+        for name, ms in (("key", 20), ("mapped", 30)):
+            calls = by_name[name]
+            self.assertEqual(len(calls), 3, (version, name, calls))
+            for s in calls:
+                self.assertTrue(s["args"].get("exact"), (version, s))
+                self.assertLess(abs(s["dur_ns"] / 1e6 - ms), 0.1 * ms, (version, s))
+                inner = [w for w in by_name["work"] if E.contains(E.span_as_event(s), E.span_as_event(w))]
+                self.assertEqual(len(inner), 1, (version, s, by_name["work"]))
+        for name in names:
+            self.assertTrue(all(s["args"].get("exact") for s in by_name[name]), (version, name, by_name[name]))
+
+    def test_entries_from_c_are_exact_on_3_11_and_later(self):
+        for version in ("debian-3.11", "3.12", "3.13"):
+            rec, by_name = self.record(version)
+            self.assertIn("entries from C exactly", rec.stderr)
+            self.check_exact(version, by_name, ["<module>"])
+            self.assertFalse(any(s["args"].get("exact") for s in by_name["work"] + by_name["main"]),
+                             "Python-to-Python calls do not enter the eval loop on " + version)
+
+    def test_every_call_is_exact_with_all_on_3_8_to_3_10(self):
+        for version in ("3.8", "3.9", "3.10"):
+            rec, by_name = self.record(version, "--python-entries", "all")
+            self.check_exact(version, by_name, ["<module>", "main", "work"])
+            self.assertEqual(len(by_name["work"]), 6, by_name["work"])
+            self.assertEqual(len(by_name["main"]), 1)
+
+    def test_auto_leaves_3_8_to_3_10_sampled(self):
+        rec, by_name = self.record("3.9")
+        self.assertFalse([s for v in by_name.values() for s in v if s["args"].get("exact")])
 
 
 class PythonProcesses(unittest.TestCase):

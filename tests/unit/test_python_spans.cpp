@@ -72,6 +72,50 @@ TEST(PythonSpans, AnotherFunctionAtTheSameDepthEndsTheFirst)
 	EXPECT_EQ(twins.size(), 2u);
 }
 
+PyStackSample call(uint64_t ts, std::vector<PyFrame> outer_first, PyStackSample::Boundary b)
+{
+	PyStackSample s = at(ts, std::move(outer_first));
+	s.boundary = b;
+	return s;
+}
+
+TEST(PythonSpans, MeasuredCallsSplitBackToBackCallsAndKeepTheirTimes)
+{
+	PyFrame main = f("main", 1), key = f("key", 10), work = f("work", 20);
+	using B = PyStackSample;
+	std::vector<PyStackSample> s = {
+		call(100, {main, key}, B::kCallStart), at(150, {main, key, work}), call(300, {main, key}, B::kCallEnd),
+		call(300, {main, key}, B::kCallStart), at(350, {main, key, work}), call(500, {main, key}, B::kCallEnd),
+		at(600, {main}),
+	};
+	auto spans = python_function_spans(1, 1, s);
+	const Span *k1 = find(spans, "key", 100), *k2 = find(spans, "key", 300), *m = find(spans, "main", 100);
+	ASSERT_TRUE(k1 && k2 && m);
+	EXPECT_EQ(spans.size(), 5u); // main, two keys, two works
+	EXPECT_EQ(k1->dur_ns, 200u);
+	EXPECT_EQ(k2->dur_ns, 200u);
+	EXPECT_EQ(k1->args["exact"], true);
+	EXPECT_EQ(k2->args["exact"], true);
+	EXPECT_FALSE(m->args.contains("exact")); // sampled: its ends are samples
+	EXPECT_EQ(m->dur_ns, 500u);
+	EXPECT_EQ(find(spans, "work", 150)->dur_ns, 0u);
+}
+
+TEST(PythonSpans, ASampleThatContradictsAnOpenMeasuredCallIsIgnored)
+{
+	PyFrame main = f("main", 1), key = f("key", 10), other = f("other", 30);
+	using B = PyStackSample;
+	// The sample at 150 lost the key frame (read while frames were being linked).
+	std::vector<PyStackSample> s = {call(100, {main, key}, B::kCallStart), at(150, {main, other}),
+					at(200, {main, key}), call(300, {main, key}, B::kCallEnd)};
+	auto spans = python_function_spans(1, 1, s);
+	ASSERT_EQ(spans.size(), 2u) << spans[0].name;
+	const Span *k = find(spans, "key", 100);
+	ASSERT_TRUE(k);
+	EXPECT_EQ(k->dur_ns, 200u);
+	EXPECT_EQ(k->args["exact"], true);
+}
+
 TEST(PythonSpans, NoSamplesNoSpans) { EXPECT_TRUE(python_function_spans(1, 1, {}).empty()); }
 
 TEST(PythonSpans, StacksAreShownInnermostFirstWithFileAndLine)

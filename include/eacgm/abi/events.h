@@ -32,6 +32,9 @@ enum eacgm_arg_source {
 	 * two argument entries: */
 	EACGM_ARG_TENSOR_A = 4, /* ndim | dtype << 8 | size[0] << 16 */
 	EACGM_ARG_TENSOR_B = 5, /* size[1] | size[2] << 32 */
+	/* 8 bytes at (*(slot value + offset) + offset2), read at entry: a field
+	 * of an object the argument points to (a frame's code's co_name). */
+	EACGM_ARG_DEREF2_ENTRY = 6,
 };
 
 struct eacgm_arg_spec {
