@@ -5,7 +5,11 @@ ROUNDS), as ratios:
      elapsed time) untraced vs `--layers python`;
   2. the Python stack recorded behind every torch operator: the training step
      of tests/testprogs/torch_train.py under `--layers torch` vs
-     `--layers torch,python --sample-hz 0` (stacks, no sampling).
+     `--layers torch,python --sample-hz 0 --python-entries off` (stacks only);
+  3. exact spans of calls entered from C (3.11+: here each module call):
+     the same step with and without `--python-entries auto`;
+  4. every call exact on 3.8-3.10 (`--python-entries all`): a call-heavy
+     pure-Python workload on pyenv's 3.10, untraced vs traced.
 Usage: bench/python_cost.py EACGM [ROUNDS]   (needs root)"""
 import os
 import re
@@ -45,7 +49,16 @@ with tempfile.TemporaryDirectory() as tmp:
     print("Python layer cost (median of %d alternating rounds)" % rounds)
     compare("sampler, 1 kHz: fib(25) x 3, pure Python", [python, "-c", work],
             rec + ["--layers", "python", "--", python, "-c", work], r"elapsed ([0-9.]+) us")
+    stacks = rec + ["--layers", "torch,python", "--sample-hz", "0"]
     compare("stacks behind torch ops: training step", rec + ["--layers", "torch", "--"] + train,
-            rec + ["--layers", "torch,python", "--sample-hz", "0", "--"] + train, r"median step ([0-9.]+) us")
-    compare("both, sampling too: training step", rec + ["--layers", "torch", "--"] + train,
+            stacks + ["--python-entries", "off", "--"] + train, r"median step ([0-9.]+) us")
+    compare("entries from C, exact (3.11): training step", stacks + ["--python-entries", "off", "--"] + train,
+            stacks + ["--python-entries", "auto", "--"] + train, r"median step ([0-9.]+) us")
+    compare("all layers' defaults: training step", rec + ["--layers", "torch", "--"] + train,
             rec + ["--layers", "torch,python", "--"] + train, r"median step ([0-9.]+) us")
+    py310 = "/root/.pyenv/versions/3.10.13/bin/python3.10"
+    if os.path.exists(py310):
+        small = work.replace("fib(25)", "fib(18)")
+        compare("every call exact (3.10, all): fib(18) x 3", [py310, "-c", small],
+                rec + ["--layers", "python", "--python-entries", "all", "--", py310, "-c", small],
+                r"elapsed ([0-9.]+) us")
