@@ -170,7 +170,7 @@ std::optional<std::vector<PyFrame>> Recorder::resolve_stack(uint32_t pid, const 
 	auto proc = python_->processes().find(pid);
 	if (proc == python_->processes().end())
 		return std::nullopt;
-	const PyOffsets *o = python_->offsets(proc->second.minor);
+	const PyOffsets *o = &proc->second.offsets;
 	std::vector<PyFrame> out;
 	for (uint32_t i = 0; i < n; i++) {
 		auto f = resolver_.resolve(pid, *o, frames[i].code, frames[i].instr, frames[i].name);
@@ -201,7 +201,7 @@ bool Recorder::add_eval_entry(const Span &s, const eacgm_span_event &e, const Ra
 	auto proc = python_->processes().find(s.pid);
 	if (proc == python_->processes().end() || !caller || (caller->flags & (EACGM_PY_TRUNCATED | EACGM_PY_READ_FAILED)))
 		return false;
-	const PyOffsets *o = python_->offsets(proc->second.minor);
+	const PyOffsets *o = &proc->second.offsets;
 	// The function entered, from the frame it was given (args: code, code_name).
 	auto f = resolver_.resolve(s.pid, *o, e.args[0], 0, e.args[1]);
 	if (!f)

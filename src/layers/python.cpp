@@ -1,4 +1,5 @@
 #include "layers/python.h"
+#include "layers/python_resolver.h"
 
 #include <algorithm>
 #include <bpf/bpf.h>
@@ -185,11 +186,34 @@ Result<std::optional<PythonRuntime>> PythonTracer::add_process(uint32_t pid)
 					    "layers go on (supported: 3.8 to 3.13)");
 		return std::optional<PythonRuntime>();
 	}
-	eacgm_py_process cfg = py_process_config(r, *o);
+	PythonRuntime r2 = r;
+	r2.offsets = *o;
+	if (r.minor >= 13) {
+		// The interpreter states its own layout: trust it over the table
+		// where they differ (a patched or newer build), and say so.
+		std::vector<uint8_t> image(kDebugOffsetsBytes);
+		auto checked = read_process_memory(pid, r.runtime_addr, image.data(), image.size())
+				       ? check_debug_offsets(*o, image.data(), image.size())
+				       : Result<CheckedOffsets>(make_error("cannot read _PyRuntime"));
+		std::string what = "Python " + std::to_string(r.major) + "." + std::to_string(r.minor) + " (" + r.file + ")";
+		if (!checked) {
+			if (warned_.insert(what + checked.error().message).second)
+				warnings_.push_back(what + ": " + checked.error().message + "; using eacgm's offsets table");
+		} else {
+			r2.offsets = checked->offsets;
+			std::string list;
+			for (auto &d : checked->differ)
+				list += (list.empty() ? "" : "; ") + d;
+			if (!list.empty() && warned_.insert(what + list).second)
+				warnings_.push_back(what + ": its _Py_DebugOffsets differ from eacgm's table (" + list +
+						    "); using the interpreter's");
+		}
+	}
+	eacgm_py_process cfg = py_process_config(r2, r2.offsets);
 	if (bpf_map__update_elem(skel_->maps.py_procs, &pid, sizeof(pid), &cfg, sizeof(cfg), BPF_ANY))
 		return make_error("cannot register Python process " + std::to_string(pid) + ": " + std::strerror(errno));
-	procs_[pid] = r;
-	return rt;
+	procs_[pid] = r2;
+	return std::optional<PythonRuntime>(r2);
 }
 
 void PythonTracer::inherit(uint32_t child, uint32_t parent)

@@ -28,6 +28,7 @@ struct PythonRuntime {
 	uint64_t runtime_addr = 0; // _PyRuntime in the process
 	uint64_t code_type = 0;    // PyCode_Type in the process
 	std::string file;          // the executable or libpython that holds it
+	PyOffsets offsets;         // its layout: the table's, checked against its own (3.13+)
 };
 
 // The interpreter a process runs, if any: a mapped libpython3.X or python3.X
@@ -57,7 +58,7 @@ public:
 	// A forked child runs its parent's interpreter (the kernel side copied
 	// its registration already).
 	void inherit(uint32_t child, uint32_t parent);
-	const PyOffsets *offsets(int minor) const;
+	const PyOffsets *offsets(int minor) const; // the built-in table's
 
 	// Probes on the eval loop's entry, _PyEval_EvalFrameDefault, of every
 	// CPython with known offsets: each call is a Python function entered

@@ -3,6 +3,7 @@
 #include "probe/spec.h"
 
 #include <algorithm>
+#include <cstring>
 #include <fstream>
 #include <regex>
 #include <sstream>
@@ -79,6 +80,66 @@ Result<std::map<std::string, PyOffsets>> parse_python_offsets(const std::string 
 	}
 	if (out.empty())
 		return make_error(origin + ": no versions");
+	return out;
+}
+
+PyOffsets debug_offset_positions(int minor)
+{
+	PyOffsets p;
+	p.minor = minor;
+	if (minor < 13)
+		return p;
+	// 3.13's struct _Py_DebugOffsets (Include/internal/pycore_runtime.h): a
+	// cookie, version and free_threaded, then groups of uint64 offsets, each
+	// group starting with the struct's size. A test reads a live 3.13 through
+	// these and compares with the table measured from its headers.
+	p.runtime_interpreters_head = 40; // runtime_state @24: size, finalizing, interpreters_head
+	p.interp_threads_head = 72;       // interpreter_state @48: size, id, next, threads_head
+	p.tstate_next = 168;              // thread_state @152: size, prev, next, interp,
+	p.tstate_frame = 184;             //   current_frame,
+	p.tstate_thread_id = 192;         //   thread_id,
+	p.tstate_native_thread_id = 200;  //   native_thread_id
+	p.frame_previous = 232;           // interpreter_frame @224: size, previous,
+	p.frame_code = 240;               //   executable,
+	p.frame_instr = 248;              //   instr_ptr, localsplus,
+	p.frame_owner = 264;              //   owner
+	p.code_filename = 280;            // code_object @272: size, filename,
+	p.code_name = 288;                //   name,
+	p.code_qualname = 296;            //   qualname,
+	p.code_linetable = 304;           //   linetable,
+	p.code_firstlineno = 312;         //   firstlineno, argcount, localsplusnames, localspluskinds,
+	p.code_adaptive = 344;            //   co_code_adaptive
+	p.bytes_size = 520;               // bytes_object @512: size, ob_size,
+	p.bytes_data = 528;               //   ob_sval
+	p.unicode_ascii_data = 560;       // unicode_object @536: size, state, length, asciiobject_size
+	return p;
+}
+
+Result<CheckedOffsets> check_debug_offsets(const PyOffsets &table, const uint8_t *image, size_t len)
+{
+	if (len < kDebugOffsetsBytes || std::memcmp(image, "xdebugpy", 8) != 0)
+		return make_error("_PyRuntime does not start with _Py_DebugOffsets (no \"xdebugpy\" cookie)");
+	uint64_t version;
+	std::memcpy(&version, image + 8, sizeof version); // PY_VERSION_HEX
+	int major = static_cast<int>(version >> 24), minor = static_cast<int>((version >> 16) & 0xff);
+	if (major != table.major || minor != table.minor)
+		return make_error("_Py_DebugOffsets says Python " + std::to_string(major) + "." + std::to_string(minor) +
+				  ", the library's name says " + std::to_string(table.major) + "." +
+				  std::to_string(table.minor));
+	PyOffsets pos = debug_offset_positions(minor);
+	CheckedOffsets out{table, {}};
+	for (auto &[name, field] : kPyOffsetFields) {
+		if (pos.*field == kNoOffset || pos.*field + sizeof(uint64_t) > len)
+			continue;
+		uint64_t v;
+		std::memcpy(&v, image + pos.*field, sizeof v);
+		if (v >= kNoOffset || v == table.*field)
+			continue;
+		out.differ.push_back(std::string(name) + ": table " +
+				     (table.*field == kNoOffset ? "none" : std::to_string(table.*field)) +
+				     ", interpreter " + std::to_string(v));
+		out.offsets.*field = static_cast<uint16_t>(v);
+	}
 	return out;
 }
 

@@ -10,6 +10,7 @@
 #include <string>
 #include <iterator>
 #include <utility>
+#include <vector>
 
 #include "common/result.h"
 
@@ -80,6 +81,23 @@ inline constexpr std::pair<const char *, uint16_t PyOffsets::*> kPyOffsetFields[
 };
 // A field added to PyOffsets needs a line above (two ints, then uint16s).
 static_assert(sizeof(PyOffsets) == (2 * sizeof(int) + std::size(kPyOffsetFields) * 2 + 3) / 4 * 4);
+
+// CPython 3.13+ starts _PyRuntime with _Py_DebugOffsets: the interpreter's
+// own statement of its layout, for tools like this one. Where it keeps the
+// offset of each field the walker uses (byte positions in that struct, 3.13's
+// layout), kNoOffset where it has none.
+PyOffsets debug_offset_positions(int minor);
+// How many bytes of _Py_DebugOffsets debug_offset_positions() reaches into.
+constexpr size_t kDebugOffsetsBytes = 576;
+
+struct CheckedOffsets {
+	PyOffsets offsets;               // the table's, with the interpreter's where they differ
+	std::vector<std::string> differ; // "tstate_next: table 8, interpreter 16"
+};
+// Compares the table with an interpreter's _Py_DebugOffsets (image: its
+// first bytes, read from the process). Fails when the image is not one (no
+// "xdebugpy" cookie) or states another version than the table's.
+Result<CheckedOffsets> check_debug_offsets(const PyOffsets &table, const uint8_t *image, size_t len);
 
 // "3.11" -> offsets, from the JSON text of specs/python.json.
 Result<std::map<std::string, PyOffsets>> parse_python_offsets(const std::string &json_text,

@@ -9,7 +9,14 @@
 #include <set>
 #include <sstream>
 
+#include <csignal>
+#include <cstring>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "layers/python.h"
 #include "layers/python_offsets.h"
+#include "layers/python_resolver.h"
 
 #ifndef PYTHON_OFFSETS_DIR
 #error "tools/CMakeLists.txt defines PYTHON_OFFSETS_DIR for unit_tests"
@@ -183,6 +190,103 @@ TEST(PythonOffsets, ParserErrorsNameTheFileAndTheProblem)
 	has(err(R"({"versions": {"3.11": []}})"), "must be an object");
 	has(err(R"({"versoins": {}, "versions": {"3.11": {}}})"), "unknown key \"versoins\"");
 	has(err(R"({"error": "tools/pyoffsets.c did not compile"})"), "did not compile");
+}
+
+} // namespace
+} // namespace eacgm
+
+namespace eacgm {
+namespace {
+
+// A _Py_DebugOffsets image stating the given offsets at 3.13's positions.
+std::vector<uint8_t> debug_image(const PyOffsets &o, uint64_t version_hex = 0x030d00f0)
+{
+	std::vector<uint8_t> image(kDebugOffsetsBytes, 0);
+	std::memcpy(image.data(), "xdebugpy", 8);
+	std::memcpy(image.data() + 8, &version_hex, 8);
+	PyOffsets pos = debug_offset_positions(13);
+	for (auto &[name, field] : kPyOffsetFields)
+		if (pos.*field != kNoOffset) {
+			uint64_t v = o.*field;
+			std::memcpy(image.data() + pos.*field, &v, 8);
+		}
+	return image;
+}
+
+TEST(PythonDebugOffsets, AgreeingImageChangesNothing)
+{
+	PyOffsets t = table()["3.13"];
+	auto image = debug_image(t);
+	auto c = check_debug_offsets(t, image.data(), image.size());
+	ASSERT_TRUE(c.ok()) << c.error().message;
+	EXPECT_TRUE(c->differ.empty());
+	EXPECT_EQ(c->offsets.tstate_next, t.tstate_next);
+}
+
+TEST(PythonDebugOffsets, TheInterpretersOwnValuesWinAndAreNamed)
+{
+	PyOffsets t = table()["3.13"];
+	PyOffsets stated = t;
+	stated.tstate_next = 16;
+	stated.code_qualname = 136;
+	auto image = debug_image(stated);
+	auto c = check_debug_offsets(t, image.data(), image.size());
+	ASSERT_TRUE(c.ok()) << c.error().message;
+	EXPECT_EQ(c->differ, (std::vector<std::string>{"tstate_next: table 8, interpreter 16",
+						       "code_qualname: table 128, interpreter 136"}));
+	EXPECT_EQ(c->offsets.tstate_next, 16);
+	EXPECT_EQ(c->offsets.code_qualname, 136);
+	EXPECT_EQ(c->offsets.frame_code, t.frame_code);
+}
+
+TEST(PythonDebugOffsets, NotAnImageOrAnotherVersionIsRefused)
+{
+	PyOffsets t = table()["3.13"];
+	auto image = debug_image(t);
+	image[0] = 'X';
+	auto bad = check_debug_offsets(t, image.data(), image.size());
+	ASSERT_FALSE(bad.ok());
+	EXPECT_NE(bad.error().message.find("xdebugpy"), std::string::npos) << bad.error().message;
+	auto other = debug_image(t, 0x030e00a1);
+	auto v = check_debug_offsets(t, other.data(), other.size());
+	ASSERT_FALSE(v.ok());
+	EXPECT_NE(v.error().message.find("says Python 3.14"), std::string::npos) << v.error().message;
+	EXPECT_FALSE(check_debug_offsets(t, image.data(), 100).ok());
+}
+
+// A live 3.13 states, at the positions eacgm reads, exactly the offsets its
+// headers gave the table: the positions are right.
+TEST(PythonDebugOffsets, ALive313AgreesWithTheTable)
+{
+	const char *py = "/root/.pyenv/versions/3.13.0/bin/python3.13";
+	ASSERT_EQ(access(py, X_OK), 0) << py << " is part of this machine's image";
+	int fds[2];
+	ASSERT_EQ(pipe(fds), 0);
+	pid_t pid = fork();
+	ASSERT_GE(pid, 0);
+	if (pid == 0) {
+		dup2(fds[1], 1);
+		execl(py, py, "-c", "import time; print(1, flush=True); time.sleep(60)", (char *)nullptr);
+		_exit(127);
+	}
+	close(fds[1]);
+	char c;
+	ASSERT_EQ(read(fds[0], &c, 1), 1); // running: its runtime is initialised
+	auto rt = find_python_runtime(pid);
+	std::vector<uint8_t> image(kDebugOffsetsBytes);
+	bool found = rt.ok() && rt->has_value();
+	bool read_ok = found && read_process_memory(pid, (*rt)->runtime_addr, image.data(), image.size());
+	kill(pid, SIGKILL);
+	waitpid(pid, nullptr, 0);
+	close(fds[0]);
+	ASSERT_TRUE(found) << "no libpython with _PyRuntime in the maps of a running " << py;
+	ASSERT_TRUE(read_ok) << "cannot read _PyRuntime of a running " << py;
+	PyOffsets t = table()["3.13"];
+	auto checked = check_debug_offsets(t, image.data(), image.size());
+	ASSERT_TRUE(checked.ok()) << checked.error().message;
+	EXPECT_EQ(checked->differ, std::vector<std::string>{});
+	// And the positions reach real fields, not zeros.
+	EXPECT_NE(t.tstate_native_thread_id, 0);
 }
 
 } // namespace
