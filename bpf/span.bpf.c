@@ -176,12 +176,11 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 		c->args[i] = v; /* DEREF_EXIT keeps the pointer until return */
 	}
 	c->py_stack = 0;
-	if (capture_py_stacks) {
+	/* An entry into the eval loop is itself a Python function call: it
+	 * nests among the others by time, with no stack of its own to walk. */
+	if (capture_py_stacks && spec->layer != EACGM_LAYER_PYTHON) {
 		__u64 sid = __sync_fetch_and_add(&py_stack_seq, 1) + 1;
-		/* An entry into the eval loop becomes part of the Python function
-		 * spans, which need the whole stack; other calls show its top. */
-		__u32 frames = spec->layer == EACGM_LAYER_PYTHON ? EACGM_PY_MAX_FRAMES : EACGM_PY_SPAN_FRAMES;
-		if (py_emit_stack(id >> 32, tid, EACGM_PY_SPAN, sid, frames))
+		if (py_emit_stack(id >> 32, tid, EACGM_PY_SPAN, sid, EACGM_PY_SPAN_FRAMES))
 			c->py_stack = sid;
 	}
 	tc->depth = d + 1;

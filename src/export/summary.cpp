@@ -55,6 +55,14 @@ std::string reason_text(const std::string &reason)
 {
 	if (reason == "ringbuf_full")
 		return "ring buffer full";
+	// What a user can act on or dismiss: say what was lost and why.
+	static const std::map<std::string, std::string> known = {
+		{"depth_overflow", "calls nested deeper than 32 (Python imports nest so)"},
+		{"unresolved_entry", "Python calls whose code was freed before it was read"},
+		{"unresolved_stack", "Python stacks whose code was freed before it was read"},
+	};
+	if (auto it = known.find(reason); it != known.end())
+		return it->second;
 	std::string r = reason;
 	std::replace(r.begin(), r.end(), '_', ' ');
 	return r;

@@ -1,6 +1,7 @@
 #include "ingest/python_spans.h"
 
 #include <algorithm>
+#include <cstdint>
 
 namespace eacgm {
 
@@ -13,65 +14,169 @@ bool same_function(const PyFrame &a, const PyFrame &b)
 
 struct Open {
 	PyFrame frame;
-	uint64_t start, last, children = 0;
-	bool exact_start = false;
+	uint64_t start, last;
+	size_t id; // the span it becomes: sampled_spans()'s index order is by id
+	size_t parent; // id of the frame that called it, kNone at the bottom
 };
 
-} // namespace
+constexpr size_t kNone = SIZE_MAX;
 
-std::vector<Span> python_function_spans(uint32_t pid, uint32_t tid, const std::vector<PyStackSample> &samples)
+// A function span with what the samples said of it: its frame, the frame
+// below it and its depth in the stacks.
+struct Sampled {
+	Span span;
+	PyFrame frame;
+	size_t parent = kNone;
+};
+
+Span function_span(uint32_t pid, uint32_t tid, const PyFrame &f, uint64_t start, uint64_t end)
 {
-	std::vector<Span> out;
-	std::vector<Open> open; // outermost first
-	auto close_from = [&](size_t depth, bool exact_end) {
-		while (open.size() > depth) {
-			Open o = open.back();
-			open.pop_back();
-			Span s;
-			s.pid = pid;
-			s.tid = tid;
-			s.layer = "python";
-			s.name = o.frame.qualname;
-			s.start_ns = o.start;
-			s.dur_ns = o.last - o.start;
-			s.depth = open.size();
-			s.args = {{"file", o.frame.filename}, {"line", o.frame.first_line},
-				  {"self_ns", s.dur_ns - std::min(s.dur_ns, o.children)}};
-			if (o.exact_start && exact_end && open.size() == depth)
-				s.args["exact"] = true;
-			if (!open.empty())
-				open.back().children += s.dur_ns;
-			out.push_back(std::move(s));
+	Span s;
+	s.pid = pid;
+	s.tid = tid;
+	s.layer = "python";
+	s.name = f.qualname;
+	s.start_ns = start;
+	s.dur_ns = end - start;
+	s.args = {{"file", f.filename}, {"line", f.first_line}};
+	return s;
+}
+
+// Spans from samples: a function from the first sample that holds it to the
+// last one that still does. A measured call's start or end between two
+// samples closes its function's sampled frame (and those inside it) there,
+// so back-to-back calls, and what they called, do not merge.
+std::vector<Sampled> sampled_spans(uint32_t pid, uint32_t tid, const std::vector<PyStackSample> &samples,
+				   const std::vector<PyCall> &calls)
+{
+	std::vector<std::pair<uint64_t, const PyFrame *>> bounds;
+	for (const PyCall &c : calls) {
+		bounds.emplace_back(c.start_ns, &c.frame);
+		bounds.emplace_back(c.end_ns, &c.frame);
+	}
+	std::sort(bounds.begin(), bounds.end(), [](auto &a, auto &b) { return a.first < b.first; });
+	size_t next_bound = 0;
+
+	std::vector<Sampled> out; // by id, filled as frames close
+	std::vector<Open> open;   // outermost first
+	auto close_from = [&](size_t depth) {
+		for (; open.size() > depth; open.pop_back()) {
+			Open &o = open.back();
+			out[o.id] = {function_span(pid, tid, o.frame, o.start, o.last), o.frame, o.parent};
+			out[o.id].span.depth = open.size() - 1;
 		}
 	};
 	for (const PyStackSample &smp : samples) {
+		for (; next_bound < bounds.size() && bounds[next_bound].first <= smp.ts_ns; next_bound++)
+			for (size_t d = open.size(); d-- > 0;)
+				if (same_function(open[d].frame, *bounds[next_bound].second)) {
+					close_from(d);
+					break;
+				}
 		size_t n = smp.frames.size();
 		size_t common = 0;
 		while (common < open.size() && common < n && same_function(open[common].frame, smp.frames[n - 1 - common]))
 			common++;
-		if (smp.boundary == PyStackSample::kCallStart && n > 0)
-			common = std::min(common, n - 1); // a new call, even of the function that just ran
-		// A call with a measured start is open until its measured end: a
-		// sample that disagrees (read while a frame was being linked) is
-		// wrong, not the call.
-		if (smp.boundary == PyStackSample::kNone) {
-			size_t exact = 0;
-			for (size_t d = 0; d < open.size(); d++)
-				if (open[d].exact_start)
-					exact = d + 1;
-			if (common < exact)
-				continue;
-		}
-		close_from(common, false);
+		close_from(common);
 		for (auto &o : open)
 			o.last = smp.ts_ns;
-		for (size_t d = common; d < n; d++)
-			open.push_back({smp.frames[n - 1 - d], smp.ts_ns, smp.ts_ns,
-					0, d == n - 1 && smp.boundary == PyStackSample::kCallStart});
-		if (smp.boundary == PyStackSample::kCallEnd && n > 0 && open.size() >= n)
-			close_from(n - 1, true);
+		for (size_t d = common; d < n; d++) {
+			open.push_back({smp.frames[n - 1 - d], smp.ts_ns, smp.ts_ns, out.size(), d ? open.back().id : kNone});
+			out.emplace_back();
+		}
 	}
-	close_from(0, false);
+	close_from(0);
+	return out;
+}
+
+} // namespace
+
+std::vector<Span> python_function_spans(uint32_t pid, uint32_t tid, const std::vector<PyStackSample> &samples,
+					const std::vector<PyCall> &calls)
+{
+	// Measured calls are the truth for their function: a sampled span of the
+	// same function that overlaps any gives way to them (back-to-back calls
+	// a sampler merged come apart; the ends become exact). What the samples
+	// saw below it held those calls: it covers them.
+	auto sampled = sampled_spans(pid, tid, samples, calls);
+	std::vector<bool> replaced(sampled.size(), false);
+	std::vector<uint32_t> call_depth(calls.size(), UINT32_MAX); // from the samples, where they saw it
+	for (size_t k = 0; k < sampled.size(); k++) {
+		Span &s = sampled[k].span;
+		uint64_t lo = UINT64_MAX, hi = 0;
+		for (size_t i = 0; i < calls.size(); i++)
+			if (calls[i].start_ns <= s.start_ns + s.dur_ns && calls[i].end_ns >= s.start_ns &&
+			    same_function(calls[i].frame, sampled[k].frame)) {
+				replaced[k] = true;
+				call_depth[i] = std::min(call_depth[i], s.depth);
+				lo = std::min(lo, calls[i].start_ns);
+				hi = std::max(hi, calls[i].end_ns);
+			}
+		if (!replaced[k])
+			continue;
+		for (size_t p = sampled[k].parent; p != kNone; p = sampled[p].parent) {
+			Span &a = sampled[p].span;
+			uint64_t end = std::max(a.start_ns + a.dur_ns, hi);
+			a.start_ns = std::min(a.start_ns, lo);
+			a.dur_ns = end - a.start_ns;
+		}
+	}
+	std::vector<Span> out;
+	for (size_t k = 0; k < sampled.size(); k++)
+		if (!replaced[k])
+			out.push_back(std::move(sampled[k].span));
+	for (size_t i = 0; i < calls.size(); i++) {
+		const PyCall &c = calls[i];
+		out.push_back(function_span(pid, tid, c.frame, c.start_ns, std::max(c.end_ns, c.start_ns)));
+		out.back().args["exact"] = true;
+		out.back().depth = call_depth[i]; // orders ties below; set anew below
+	}
+
+	// Nesting by time. Measured calls nest among themselves; a sampled span
+	// only knows its ends to a sample period, so where one disagrees with a
+	// measured call it gives way: a sampled parent extends to cover a call
+	// it contains, a sampled span that starts inside a call ends with it.
+	std::sort(out.begin(), out.end(), [](const Span &a, const Span &b) {
+		uint64_t ea = a.start_ns + a.dur_ns, eb = b.start_ns + b.dur_ns;
+		if (a.start_ns != b.start_ns)
+			return a.start_ns < b.start_ns;
+		if (ea != eb)
+			return ea > eb;
+		return a.depth < b.depth; // as the samples nested them; unseen calls innermost
+	});
+	std::vector<size_t> stack; // indexes into out, outermost first
+	std::vector<uint64_t> children(out.size(), 0);
+	auto end_of = [&](size_t i) { return out[i].start_ns + out[i].dur_ns; };
+	for (size_t i = 0; i < out.size(); i++) {
+		Span &x = out[i];
+		// Ended before x began; one that ends where x begins holds x only
+		// if x ends there too (a one-sample span at its parent's last sample).
+		while (!stack.empty() && (end_of(stack.back()) < x.start_ns ||
+					  (end_of(stack.back()) == x.start_ns && x.dur_ns > 0)))
+			stack.pop_back();
+		if (!stack.empty() && x.start_ns + x.dur_ns > end_of(stack.back())) {
+			if (x.args.contains("exact")) {
+				for (size_t a : stack) // ancestors ran at least as long as the call
+					if (!out[a].args.contains("exact") && end_of(a) < x.start_ns + x.dur_ns)
+						out[a].dur_ns = x.start_ns + x.dur_ns - out[a].start_ns;
+			}
+			if (x.start_ns + x.dur_ns > end_of(stack.back()))
+				x.dur_ns = end_of(stack.back()) - x.start_ns;
+		}
+		x.depth = stack.size();
+		stack.push_back(i);
+	}
+	// Self time: not in a nested Python function (after the ends settled).
+	stack.clear();
+	for (size_t i = 0; i < out.size(); i++) {
+		while (!stack.empty() && out[stack.back()].depth >= out[i].depth)
+			stack.pop_back();
+		if (!stack.empty())
+			children[stack.back()] += out[i].dur_ns;
+		stack.push_back(i);
+	}
+	for (size_t i = 0; i < out.size(); i++)
+		out[i].args["self_ns"] = out[i].dur_ns - std::min(out[i].dur_ns, children[i]);
 	return out;
 }
 

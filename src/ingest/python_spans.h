@@ -21,17 +21,21 @@ struct PyFrame {
 struct PyStackSample {
 	uint64_t ts_ns = 0;
 	std::vector<PyFrame> frames; // innermost first
-	// Exact boundaries of the innermost frame's call, from the eval loop's
-	// entry probe: a call starts here (a new call even if the same function
-	// ran just before) or ends here.
-	enum Boundary : uint8_t { kNone, kCallStart, kCallEnd } boundary = kNone;
 };
 
-// Samples of one thread, in time order. Spans get layer "python", the
-// qualified name, args file, line (the def line) and self_ns (time not in
-// a nested Python function); "exact": true when both ends are a call's
-// measured start and end.
-std::vector<Span> python_function_spans(uint32_t pid, uint32_t tid, const std::vector<PyStackSample> &samples);
+// A call measured at both ends (the eval loop's entry probe).
+struct PyCall {
+	uint64_t start_ns = 0, end_ns = 0;
+	PyFrame frame;
+};
+
+// Samples of one thread, in time order, and its measured calls. Spans get
+// layer "python", the qualified name, args file, line (the def line),
+// self_ns (time not in a nested Python function) and "exact": true for a
+// measured call; the measured calls replace the sampled spans of their
+// function that they overlap, and nesting follows time.
+std::vector<Span> python_function_spans(uint32_t pid, uint32_t tid, const std::vector<PyStackSample> &samples,
+					const std::vector<PyCall> &calls = {});
 
 // "train_step (train.py:42)", innermost first: how a span shows its stack.
 std::vector<std::string> format_py_stack(const std::vector<PyFrame> &frames);

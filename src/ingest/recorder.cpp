@@ -196,23 +196,16 @@ std::optional<std::vector<PyFrame>> Recorder::resolve_stack(uint32_t pid, const 
 	return out;
 }
 
-bool Recorder::add_eval_entry(const Span &s, const eacgm_span_event &e, const RawStack *caller)
+bool Recorder::add_eval_entry(const Span &s, const eacgm_span_event &e)
 {
 	auto proc = python_->processes().find(s.pid);
-	if (proc == python_->processes().end() || !caller || (caller->flags & (EACGM_PY_TRUNCATED | EACGM_PY_READ_FAILED)))
+	if (proc == python_->processes().end())
 		return false;
-	const PyOffsets *o = &proc->second.offsets;
 	// The function entered, from the frame it was given (args: code, code_name).
-	auto f = resolver_.resolve(s.pid, *o, e.args[0], 0, e.args[1]);
+	auto f = resolver_.resolve(s.pid, proc->second.offsets, e.args[0], 0, e.args[1]);
 	if (!f)
 		return false;
-	auto frames = resolve_stack(caller->pid, caller->frames.data(), caller->frames.size(), false);
-	if (!frames)
-		return false;
-	frames->insert(frames->begin(), {f->qualname, f->filename, f->first_line, f->first_line});
-	auto &thread = samples_[{s.pid, s.tid}];
-	thread.push_back({s.start_ns, *frames, PyStackSample::kCallStart});
-	thread.push_back({s.start_ns + s.dur_ns, std::move(*frames), PyStackSample::kCallEnd});
+	calls_[{s.pid, s.tid}].push_back({s.start_ns, s.start_ns + s.dur_ns, {f->qualname, f->filename, f->first_line, f->first_line}});
 	return true;
 }
 
@@ -309,11 +302,9 @@ Result<void> Recorder::flush(bool force)
 			nccl_.observe(s);
 			auto stack = e.py_stack ? span_stacks_.find(e.py_stack) : span_stacks_.end();
 			if (python_ && s.layer == "python" && s.name == kEvalEntryFunction) {
-				if (!add_eval_entry(s, e, stack == span_stacks_.end() ? nullptr : &stack->second))
+				if (!add_eval_entry(s, e))
 					py_entries_lost_++;
 				decoded_.pop_back(); // it lives on as a Python function span
-				if (stack != span_stacks_.end())
-					span_stacks_.erase(stack);
 				continue;
 			}
 			if (stack != span_stacks_.end()) {
@@ -370,11 +361,17 @@ Result<void> Recorder::finish()
 		if (auto r = store_.upsert_thread({key.first, key.second, name}); !r)
 			return r;
 	// Python function spans, from each thread's samples in time order.
+	for (auto &[key, calls] : calls_)
+		samples_[key]; // a thread with calls and no samples
 	for (auto &[key, samples] : samples_) {
 		std::stable_sort(samples.begin(), samples.end(),
 				 [](const PyStackSample &a, const PyStackSample &b) { return a.ts_ns < b.ts_ns; });
 		note_thread(key.first, key.second);
-		if (auto r = store_.add_spans(python_function_spans(key.first, key.second, samples)); !r)
+		auto calls = calls_.find(key);
+		if (auto r = store_.add_spans(python_function_spans(key.first, key.second, samples,
+								    calls == calls_.end() ? std::vector<PyCall>{}
+											  : calls->second));
+		    !r)
 			return r;
 	}
 	auto c = engine_.counters();

@@ -101,14 +101,15 @@ private:
 		uint16_t flags; // enum eacgm_py_flags
 		std::vector<eacgm_py_frame> frames;
 	};
-	// A call into the eval loop: joins the samples as its function's exact
-	// start and end. False when it cannot (its stack did not resolve).
-	bool add_eval_entry(const Span &s, const eacgm_span_event &e, const RawStack *caller);
+	// A call into the eval loop: a measured call of the function its frame
+	// runs. False when that does not resolve (the code object is gone).
+	bool add_eval_entry(const Span &s, const eacgm_span_event &e);
+	std::map<std::pair<uint32_t, uint32_t>, std::vector<PyCall>> calls_; // (pid, tid)
 	std::map<uint64_t, RawStack> span_stacks_;
 	std::vector<RawStack> pending_samples_;
 	std::map<std::pair<uint32_t, uint32_t>, std::vector<PyStackSample>> samples_; // (pid, tid)
 	uint64_t py_unresolved_ = 0;
-	uint64_t py_entries_lost_ = 0; // eval-loop entries whose stack did not resolve
+	uint64_t py_entries_lost_ = 0; // eval-loop entries whose code object did not resolve
 	std::map<std::string, uint64_t> folded_; // collapsed sampled stacks -> samples
 	std::vector<std::string> warnings_;
 	std::set<std::string> warned_;

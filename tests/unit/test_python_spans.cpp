@@ -72,48 +72,73 @@ TEST(PythonSpans, AnotherFunctionAtTheSameDepthEndsTheFirst)
 	EXPECT_EQ(twins.size(), 2u);
 }
 
-PyStackSample call(uint64_t ts, std::vector<PyFrame> outer_first, PyStackSample::Boundary b)
-{
-	PyStackSample s = at(ts, std::move(outer_first));
-	s.boundary = b;
-	return s;
-}
-
-TEST(PythonSpans, MeasuredCallsSplitBackToBackCallsAndKeepTheirTimes)
+TEST(PythonSpans, MeasuredCallsSplitMergedSamplesAndKeepTheirTimes)
 {
 	PyFrame main = f("main", 1), key = f("key", 10), work = f("work", 20);
-	using B = PyStackSample;
-	std::vector<PyStackSample> s = {
-		call(100, {main, key}, B::kCallStart), at(150, {main, key, work}), call(300, {main, key}, B::kCallEnd),
-		call(300, {main, key}, B::kCallStart), at(350, {main, key, work}), call(500, {main, key}, B::kCallEnd),
-		at(600, {main}),
-	};
-	auto spans = python_function_spans(1, 1, s);
-	const Span *k1 = find(spans, "key", 100), *k2 = find(spans, "key", 300), *m = find(spans, "main", 100);
+	// The samples see key throughout 120..480: two calls back to back.
+	std::vector<PyStackSample> s = {at(100, {main}),		at(120, {main, key, work}),
+					at(290, {main, key, work}), at(350, {main, key, work}),
+					at(480, {main, key, work}), at(600, {main})};
+	std::vector<PyCall> calls = {{110, 300, key}, {300, 490, key}};
+	auto spans = python_function_spans(1, 1, s, calls);
+	const Span *k1 = find(spans, "key", 110), *k2 = find(spans, "key", 300), *m = find(spans, "main", 100);
 	ASSERT_TRUE(k1 && k2 && m);
-	EXPECT_EQ(spans.size(), 5u); // main, two keys, two works
-	EXPECT_EQ(k1->dur_ns, 200u);
-	EXPECT_EQ(k2->dur_ns, 200u);
+	EXPECT_EQ(spans.size(), 5u); // main, two keys, a work in each
+	EXPECT_EQ(k1->dur_ns, 190u);
+	EXPECT_EQ(k2->dur_ns, 190u);
 	EXPECT_EQ(k1->args["exact"], true);
 	EXPECT_EQ(k2->args["exact"], true);
+	EXPECT_EQ(k1->depth, 1u);
 	EXPECT_FALSE(m->args.contains("exact")); // sampled: its ends are samples
 	EXPECT_EQ(m->dur_ns, 500u);
-	EXPECT_EQ(find(spans, "work", 150)->dur_ns, 0u);
+	EXPECT_EQ(m->args["self_ns"], 500 - 190 - 190);
+	// The calls' boundaries split what they called too: a work in each.
+	const Span *w1 = find(spans, "work", 120), *w2 = find(spans, "work", 350);
+	ASSERT_TRUE(w1 && w2);
+	EXPECT_EQ(w1->depth, 2u);
+	EXPECT_EQ(w1->dur_ns, 170u);
+	EXPECT_EQ(w2->depth, 2u);
+	EXPECT_EQ(w2->dur_ns, 130u);
 }
 
-TEST(PythonSpans, ASampleThatContradictsAnOpenMeasuredCallIsIgnored)
+TEST(PythonSpans, WhatTheSamplesSawBelowACallCoversIt)
 {
-	PyFrame main = f("main", 1), key = f("key", 10), other = f("other", 30);
-	using B = PyStackSample;
-	// The sample at 150 lost the key frame (read while frames were being linked).
-	std::vector<PyStackSample> s = {call(100, {main, key}, B::kCallStart), at(150, {main, other}),
-					at(200, {main, key}), call(300, {main, key}, B::kCallEnd)};
-	auto spans = python_function_spans(1, 1, s);
-	ASSERT_EQ(spans.size(), 2u) << spans[0].name;
-	const Span *k = find(spans, "key", 100);
-	ASSERT_TRUE(k);
-	EXPECT_EQ(k->dur_ns, 200u);
-	EXPECT_EQ(k->args["exact"], true);
+	// A thread's first function is sampled late (its first sample), the
+	// call it made from C was measured from its start: the caller holds it.
+	PyFrame boot = f("Thread._bootstrap_inner", 1), run = f("Worker.run", 10), spin = f("spin", 20);
+	auto spans = python_function_spans(1, 1, {at(105, {boot, run, spin}), at(190, {boot, run, spin})},
+					   {{100, 200, run}});
+	const Span *b = find(spans, "Thread._bootstrap_inner", 100), *r = find(spans, "Worker.run", 100);
+	ASSERT_TRUE(b && r) << spans.size();
+	EXPECT_EQ(b->depth, 0u);
+	EXPECT_EQ(b->dur_ns, 100u);
+	EXPECT_EQ(r->depth, 1u);
+	EXPECT_EQ(find(spans, "spin", 105)->depth, 2u);
+}
+
+TEST(PythonSpans, ASampledParentCoversTheCallsItHolds)
+{
+	PyFrame main = f("main", 1), cb = f("callback", 10);
+	// main's last sample is at 200, the callback it made ran to 260.
+	auto spans = python_function_spans(1, 1, {at(100, {main}), at(200, {main})}, {{150, 260, cb}});
+	ASSERT_EQ(spans.size(), 2u);
+	const Span *m = find(spans, "main", 100), *c = find(spans, "callback", 150);
+	ASSERT_TRUE(m && c);
+	EXPECT_EQ(m->dur_ns, 160u);
+	EXPECT_EQ(c->depth, 1u);
+	EXPECT_EQ(c->dur_ns, 110u);
+}
+
+TEST(PythonSpans, CallsAloneNestByTime)
+{
+	PyFrame mod = f("<module>", 1), a = f("a", 5), b = f("b", 9);
+	auto spans = python_function_spans(1, 1, {}, {{0, 100, mod}, {10, 50, a}, {20, 30, b}, {50, 60, a}});
+	ASSERT_EQ(spans.size(), 4u);
+	EXPECT_EQ(find(spans, "<module>", 0)->depth, 0u);
+	EXPECT_EQ(find(spans, "a", 10)->depth, 1u);
+	EXPECT_EQ(find(spans, "b", 20)->depth, 2u);
+	EXPECT_EQ(find(spans, "a", 50)->depth, 1u); // a sibling that starts where the first ends
+	EXPECT_EQ(find(spans, "<module>", 0)->args["self_ns"], 50);
 }
 
 TEST(PythonSpans, NoSamplesNoSpans) { EXPECT_TRUE(python_function_spans(1, 1, {}).empty()); }
