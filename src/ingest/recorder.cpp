@@ -156,11 +156,14 @@ int Recorder::on_py(void *ctx, void *data, size_t size)
 		return 0;
 	const auto &e = *static_cast<const eacgm_py_stack_event *>(data);
 	uint32_t n = std::min<uint32_t>(e.nframes, EACGM_PY_MAX_FRAMES);
-	RawStack raw{e.ts_ns, e.tgid, e.tid, e.flags, std::vector<eacgm_py_frame>(e.frames, e.frames + n)};
-	if (e.kind == EACGM_PY_SPAN)
-		self->span_stacks_[e.id] = std::move(raw);
-	else
-		self->pending_samples_.push_back(std::move(raw));
+	if (e.kind == EACGM_PY_SPAN) {
+		// Named now, within milliseconds of the walk, not when the span
+		// ends: by then a short program may be finalising and freeing the
+		// code objects (its module body's first).
+		self->span_stacks_[e.id] = {e.flags, self->resolve_stack(e.tgid, e.frames, n, true)};
+		return 0;
+	}
+	self->pending_samples_.push_back({e.ts_ns, e.tgid, e.tid, e.flags, std::vector<eacgm_py_frame>(e.frames, e.frames + n)});
 	return 0;
 }
 
@@ -308,13 +311,13 @@ Result<void> Recorder::flush(bool force)
 				continue;
 			}
 			if (stack != span_stacks_.end()) {
-				auto &raw = stack->second;
-				if (auto frames = resolve_stack(raw.pid, raw.frames.data(), raw.frames.size(), true)) {
+				auto &[flags, frames] = stack->second;
+				if (frames) {
 					s.py_stack = format_py_stack(*frames);
 					// The functions that made the call contain it: they join
 					// the samples at its start and end (a cut or truncated
 					// stack would mislead them: it stays out).
-					if (frames->back().qualname != "..." && !(raw.flags & EACGM_PY_TRUNCATED)) {
+					if (frames->back().qualname != "..." && !(flags & EACGM_PY_TRUNCATED)) {
 						auto &thread = samples_[{s.pid, s.tid}];
 						thread.push_back({s.start_ns, *frames});
 						thread.push_back({s.start_ns + s.dur_ns, *frames});

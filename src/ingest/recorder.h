@@ -105,7 +105,11 @@ private:
 	// runs. False when that does not resolve (the code object is gone).
 	bool add_eval_entry(const Span &s, const eacgm_span_event &e);
 	std::map<std::pair<uint32_t, uint32_t>, std::vector<PyCall>> calls_; // (pid, tid)
-	std::map<uint64_t, RawStack> span_stacks_;
+	struct SpanStack {
+		uint16_t flags; // enum eacgm_py_flags
+		std::optional<std::vector<PyFrame>> frames; // resolved when read
+	};
+	std::map<uint64_t, SpanStack> span_stacks_;
 	std::vector<RawStack> pending_samples_;
 	std::map<std::pair<uint32_t, uint32_t>, std::vector<PyStackSample>> samples_; // (pid, tid)
 	uint64_t py_unresolved_ = 0;
