@@ -3,7 +3,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all setup build test demo bench clean
+.PHONY: all setup build test test-gpu demo bench clean
 all: build
 
 setup:
@@ -16,13 +16,18 @@ build: setup $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
 
 test: build
-	ctest --test-dir $(BUILD) --output-on-failure --no-tests=error
+	ctest --test-dir $(BUILD) --output-on-failure --no-tests=error -LE gpu
+
+# On a machine with an NVIDIA GPU and driver: the gpu layer against the real NVML.
+test-gpu: build
+	ctest --test-dir $(BUILD) --output-on-failure --no-tests=error -L gpu
 
 demo: build
 	@scripts/demo.sh $(BUILD)
 
 bench: build
 	$(BUILD)/bench/bench_span_cost
+	$(BUILD)/bench/bench_host_cost
 	/usr/bin/python3 bench/torch_cost.py $(BUILD)/eacgm
 	/usr/bin/python3 bench/python_cost.py $(BUILD)/eacgm
 

@@ -13,6 +13,8 @@ packages=(
   python3 sqlite3       # e2e tests read the outputs with the standard library
   python3-torch         # the torch layer's tests, benchmark and demo (CPU build)
   libopenblas0-pthread  # makes Debian's torch use OpenBLAS (about 14x faster than the reference BLAS)
+  stress-ng iproute2    # the host layer's e2e tests: CPU contention, network namespaces, tc netem
+  iptables              # ... and their netem stand-in (NFQUEUE) on kernels without sch_netem
 )
 missing=()
 for p in "${packages[@]}"; do

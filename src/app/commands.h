@@ -42,8 +42,7 @@ struct ProbesArgs {
 };
 int run_probes(const ProbesArgs &args);
 
-// Layers this build can trace, and all layer names the CLI knows.
+// The layers, in the order the CLI lists them.
 extern const std::vector<std::string> kAllLayers;
-extern const std::vector<std::string> kBuiltLayers;
 
 } // namespace eacgm

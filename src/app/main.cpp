@@ -34,8 +34,9 @@ int main(int argc, char **argv)
 	app.require_subcommand(1);
 
 	auto *record = app.add_subcommand("record", "Record a command (after --) or a running process (-p)");
-	record->add_option("--layers", rec.layers, "Layers to trace, comma separated (built: " + join(kBuiltLayers) +
-						   "; known: " + join(kAllLayers) + "). Default: every built layer")
+	record->add_option("--layers", rec.layers, "Layers to trace, comma separated, from " + join(kAllLayers) +
+						   ". Default: all of them; one that cannot work here (gpu without an "
+						   "NVIDIA driver) says why and the others go on")
 		->delimiter(',');
 	record->add_option("--spec", rec.specs, "Extra probe spec file (JSON); repeatable")->check(CLI::ExistingFile);
 	record->add_option("-o,--output", rec.output, "SQLite recording to write (default: eacgm-<time>.db)");

@@ -10,6 +10,7 @@
 #include <iostream>
 #include <limits.h>
 #include <optional>
+#include <set>
 #include <unistd.h>
 
 #include "app/commands.h"
@@ -19,6 +20,9 @@
 #include "export/summary.h"
 #include "ingest/recorder.h"
 #include "probe/attacher.h"
+#include "layers/collector.h"
+#include "layers/gpu.h"
+#include "layers/host.h"
 #include "layers/python.h"
 #include "probe/spec.h"
 #include "store/store.h"
@@ -26,7 +30,6 @@
 namespace eacgm {
 
 const std::vector<std::string> kAllLayers = {"cuda", "nccl", "torch", "python", "gpu", "host"};
-const std::vector<std::string> kBuiltLayers = {"cuda", "nccl", "torch", "python"};
 
 namespace {
 
@@ -122,22 +125,19 @@ int run_record(const RecordArgs &a)
 		return fail("give either -p PID or -- COMMAND, not both", 2);
 	if (!a.pid && a.command.empty())
 		return fail("nothing to record: give -p PID or -- COMMAND [ARGS...]", 2);
-	std::vector<std::string> layers = a.layers.empty() ? kBuiltLayers : a.layers;
-	for (auto &l : layers) {
+	std::vector<std::string> layers = a.layers.empty() ? kAllLayers : a.layers;
+	for (auto &l : layers)
 		if (std::find(kAllLayers.begin(), kAllLayers.end(), l) == kAllLayers.end())
 			return fail("unknown layer '" + l + "'; choose from " + join(kAllLayers), 2);
-		if (std::find(kBuiltLayers.begin(), kBuiltLayers.end(), l) == kBuiltLayers.end())
-			return fail("layer '" + l + "' is not available in this version yet; available: " +
-					    join(kBuiltLayers), 2);
-	}
 	if (auto r = check_bpf_privileges(); !r)
 		return fail(r.error().message);
 
 	SpecSet specs;
 	bool python = std::find(layers.begin(), layers.end(), "python") != layers.end();
+	auto has = [&](const char *l) { return std::find(layers.begin(), layers.end(), l) != layers.end(); };
 	for (auto &l : layers) {
-		if (l == "python")
-			continue; // frames, not a spec of functions
+		if (l == "python" || l == "gpu" || l == "host")
+			continue; // not specs of functions
 		auto s = load_builtin_spec(l);
 		if (!s)
 			return fail(s.error().message);
@@ -219,6 +219,26 @@ int run_record(const RecordArgs &a)
 		if (auto r = (*tracker)->watch_dynamic_linker(ld); !r)
 			std::cerr << "eacgm: warning: " << r.error().message << "\n";
 
+	// Layers read from user space. One that cannot work here says why once
+	// and the others go on (a machine without a GPU still has a host).
+	std::vector<std::unique_ptr<Collector>> collectors;
+	if (has("gpu")) {
+		GpuOptions go;
+		go.hz = a.gpu_hz;
+		if (auto c = open_gpu_collector(go))
+			collectors.push_back(std::move(c.value()));
+		else
+			std::cerr << "eacgm: " << c.error().message << "\n";
+	}
+	if (has("host")) {
+		HostOptions ho;
+		ho.interval_ms = a.host_interval_ms;
+		if (auto c = open_host_collector((*tracker)->traced_map_fd(), ho))
+			collectors.push_back(std::move(c.value()));
+		else
+			std::cerr << "eacgm: host layer unavailable: " << c.error().message << "\n";
+	}
+
 	Recorder recorder(attacher, **engine, **tracker, store.value(), py.get());
 	if (auto r = recorder.open(); !r)
 		return fail(r.error().message);
@@ -284,6 +304,25 @@ int run_record(const RecordArgs &a)
 	if (launched)
 		launched->release();
 
+	std::vector<Metric> metrics;
+	std::vector<Event> events;
+	auto collect = [&]() -> Result<void> {
+		uint64_t now = mono_ns();
+		std::set<uint32_t> traced = recorder.pids();
+		for (auto &c : collectors) {
+			c->collect(now, traced, metrics, events);
+			for (auto &w : c->take_warnings())
+				std::cerr << "eacgm: warning: " << c->layer() << ": " << w << "\n";
+		}
+		if (auto r = store->add_metrics(metrics); !r)
+			return r;
+		if (auto r = store->add_events(events); !r)
+			return r;
+		metrics.clear();
+		events.clear();
+		return {};
+	};
+
 	int exit_code = 0;
 	bool done = false;
 	bool tty = isatty(2);
@@ -295,6 +334,8 @@ int run_record(const RecordArgs &a)
 			return fail(n.error().message);
 		for (auto &w : recorder.take_warnings())
 			std::cerr << "eacgm: warning: " << w << "\n";
+		if (auto r = collect(); !r)
+			return fail(r.error().message);
 		int status;
 		if (launched && launched->poll_exit(status)) {
 			exit_code = status;
@@ -323,6 +364,10 @@ int run_record(const RecordArgs &a)
 	}
 	if (tty)
 		fprintf(stderr, "\r\033[K");
+	for (auto &c : collectors)
+		c->stop();
+	if (auto r = collect(); !r)
+		return fail(r.error().message);
 	if (auto r = recorder.finish(); !r)
 		return fail(r.error().message);
 	double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -42,10 +42,6 @@ class BadInput(unittest.TestCase):
         self.expect_error(["record", "--layers", "cuda,bogus", "-o", self.db, "--", "true"], 2,
                           "unknown layer 'bogus'", "cuda,nccl,torch,python,gpu,host")
 
-    def test_layer_not_available_yet(self):
-        self.expect_error(["record", "--layers", "gpu", "-o", self.db, "--", "true"], 2,
-                          "layer 'gpu'", "not available", "available: cuda,nccl,torch,python")
-
     def test_command_not_found(self):
         self.expect_error(["record", "-o", self.db, "--", "eacgm_no_such_command"], 127,
                           "command not found", "eacgm_no_such_command")
