@@ -28,6 +28,7 @@ demo: build
 bench: build
 	$(BUILD)/bench/bench_span_cost
 	$(BUILD)/bench/bench_host_cost
+	$(BUILD)/bench/bench_detect_cost
 	/usr/bin/python3 bench/torch_cost.py $(BUILD)/eacgm
 	/usr/bin/python3 bench/python_cost.py $(BUILD)/eacgm
 

@@ -23,12 +23,34 @@ struct RecordArgs {
 	double gpu_hz = 10;                 // NVML samples per second
 	unsigned host_interval_ms = 100;    // host layer aggregation interval
 	std::vector<std::string> torch_ops; // extra operators (names or regexes) for the torch layer
+	bool detect = true;                 // score calls online against per-function models
 	std::vector<std::string> command; // after "--"
 };
 int run_record(const RecordArgs &args);
 int run_export(const std::string &db, const std::string &perfetto);
 int run_summary(const std::string &db);
 int run_doctor();
+
+// eacgm detect (src/app/detect.cpp).
+struct DetectArgs {
+	std::string db;
+	bool json = false;
+	double fpr = 0.01;
+	std::string covariance = "full";
+	std::string components = "1-4";
+	std::string rule = "component";
+	double window_s = 3600;
+	size_t cold_start = 200;
+	size_t refit_every = 1000;
+	unsigned restarts = 3;
+	uint64_t seed = 1;
+	double var_floor = 1e-3;
+	double min_weight = 0.02;
+	std::vector<std::string> layers;
+	bool no_store = false;
+	size_t max_rows = 20;
+};
+int run_detect(const DetectArgs &args);
 
 // eacgm probes list|generate (src/app/probes.cpp).
 struct ProbesArgs {

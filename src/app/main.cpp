@@ -71,6 +71,8 @@ int main(int argc, char **argv)
 			   "counts over")
 		->capture_default_str()
 		->check(CLI::Range(10u, 60000u));
+	record->add_flag("!--no-detect", rec.detect,
+			 "Do not score calls online for anomalies (eacgm detect can still do it on the recording)");
 	record->add_option("--ring-buffer-kb", rec.ring_buffer_kb,
 			   "Span ring buffer size in KiB, a power of two (records beyond it are counted as lost)")
 		->capture_default_str();
@@ -85,6 +87,49 @@ int main(int argc, char **argv)
 
 	auto *sum = app.add_subcommand("summary", "Print per-layer, per-function statistics of a recording");
 	sum->add_option("recording", db, "Recording (.db) written by 'eacgm record'")->required();
+
+	DetectArgs da;
+	auto *det = app.add_subcommand("detect", "Find anomalous calls in a recording (Gaussian mixtures per function) "
+						 "and their causes; writes them into the recording");
+	det->add_option("recording", da.db, "Recording (.db) written by 'eacgm record'")->required();
+	det->add_flag("--json", da.json, "Print anomalies and per-function models as JSON");
+	det->add_option("--fpr", da.fpr, "Target false-alarm rate: each function's threshold is this quantile of "
+					 "its training scores")
+		->capture_default_str()
+		->check(CLI::Range(1e-9, 0.5));
+	det->add_option("--covariance", da.covariance, "Covariance of each mixture component")
+		->capture_default_str()
+		->check(CLI::IsMember({"full", "diag"}));
+	det->add_option("--components", da.components, "Components per function, MIN-MAX, chosen by BIC")
+		->capture_default_str();
+	det->add_option("--rule", da.rule, "Score: density under the most likely component (component, the paper's "
+					   "rule) or of the whole mixture (mixture)")
+		->capture_default_str()
+		->check(CLI::IsMember({"component", "mixture"}));
+	det->add_option("--window", da.window_s, "Training window in seconds (the most recent events of a function)")
+		->capture_default_str()
+		->check(CLI::PositiveNumber);
+	det->add_option("--cold-start", da.cold_start, "Calls of a function that train its first model (not scored)")
+		->capture_default_str()
+		->check(CLI::Range(20, 1000000));
+	det->add_option("--refit-every", da.refit_every, "Calls of a function between refits of its model")
+		->capture_default_str()
+		->check(CLI::Range(1, 100000000));
+	det->add_option("--restarts", da.restarts, "k-means++ initialisations per component count (best kept)")
+		->capture_default_str()
+		->check(CLI::Range(1, 100));
+	det->add_option("--seed", da.seed, "Seed of the k-means++ initialisation")->capture_default_str();
+	det->add_option("--var-floor", da.var_floor, "Smallest component variance, in standard deviations squared")
+		->capture_default_str()
+		->check(CLI::Range(1e-9, 1.0));
+	det->add_option("--min-weight", da.min_weight, "Smallest share of calls a component may hold (rarer modes "
+						       "are not learnt as normal)")
+		->capture_default_str()
+		->check(CLI::Range(0.0, 0.5));
+	det->add_option("--layers", da.layers, "Only spans of these layers, comma separated")->delimiter(',');
+	det->add_flag("--no-store", da.no_store, "Do not write the anomalies into the recording");
+	det->add_option("--max-rows", da.max_rows, "Anomalies printed (0: all)")->capture_default_str();
+	det->footer("Features, model and causes: see README (Anomaly detection) and src/detect/features.h.");
 
 	auto *doc = app.add_subcommand("doctor", "Check kernel features, privileges, libraries and Pythons");
 
@@ -125,6 +170,8 @@ int main(int argc, char **argv)
 		return run_export(db, perfetto);
 	if (sum->parsed())
 		return run_summary(db);
+	if (det->parsed())
+		return run_detect(da);
 	if (doc->parsed())
 		return run_doctor();
 	if (probes->parsed()) {

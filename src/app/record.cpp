@@ -20,6 +20,7 @@
 #include "export/summary.h"
 #include "ingest/recorder.h"
 #include "probe/attacher.h"
+#include "detect/online.h"
 #include "layers/collector.h"
 #include "layers/gpu.h"
 #include "layers/host.h"
@@ -240,6 +241,13 @@ int run_record(const RecordArgs &a)
 	}
 
 	Recorder recorder(attacher, **engine, **tracker, store.value(), py.get());
+	// Online detection: a model per function, trained on its first calls,
+	// refitted in the background; anomalies go to the store as they come.
+	std::optional<detect::OnlineDetector> detector;
+	if (a.detect) {
+		detector.emplace();
+		recorder.set_detector(&*detector);
+	}
 	if (auto r = recorder.open(); !r)
 		return fail(r.error().message);
 
@@ -283,6 +291,9 @@ int run_record(const RecordArgs &a)
 			      : a.python_entries == "all" ? "every call exactly on 3.8-3.10 and entries from C on 3.11+, "
 							  : "entries from C exactly on 3.11+, ")
 			  << "the stack behind each CUDA/NCCL/torch call\n";
+	if (detector)
+		std::cerr << "eacgm: detect: scoring each CUDA/NCCL/torch call online; each function's first "
+			  << detector->options().cold_start << " calls train its model (cold start)\n";
 	if (attacher.attached().empty())
 		std::cerr << "eacgm: note: no traced library is loaded yet; probes attach when the target loads one\n";
 
@@ -313,6 +324,12 @@ int run_record(const RecordArgs &a)
 			c->collect(now, traced, metrics, events);
 			for (auto &w : c->take_warnings())
 				std::cerr << "eacgm: warning: " << c->layer() << ": " << w << "\n";
+		}
+		if (detector) { // context for the calls around them
+			for (auto &m : metrics)
+				detector->observe(m);
+			for (auto &e : events)
+				detector->observe(e);
 		}
 		if (auto r = store->add_metrics(metrics); !r)
 			return r;
@@ -370,6 +387,8 @@ int run_record(const RecordArgs &a)
 		return fail(r.error().message);
 	if (auto r = recorder.finish(); !r)
 		return fail(r.error().message);
+	if (detector)
+		detector->flush();
 	double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 	(void)store->set_meta("duration_s", std::to_string(secs));
 	if (auto r = store->finish(); !r)

@@ -76,6 +76,22 @@ struct Event {
 	nlohmann::json args = nlohmann::json::object();
 };
 
+// An event the detector (src/detect) found unusual for its key (layer and
+// name): its score under the key's mixture model, the threshold it fell
+// below, per-feature values and attributions, and ranked causes.
+struct Anomaly {
+	uint64_t ts_ns = 0; // the span's start
+	uint64_t dur_ns = 0;
+	uint32_t pid = 0;
+	uint32_t tid = 0;
+	std::string layer;
+	std::string name;
+	double score = 0;     // log density (natural log); lower is rarer
+	double threshold = 0; // flagged because score < threshold
+	nlohmann::json features = nlohmann::json::object(); // name -> {value, typical, z, contribution}
+	nlohmann::json causes = nlohmann::json::array();    // ranked, each with its evidence
+};
+
 struct Recording {
 	std::map<std::string, std::string> meta; // command, version, start time ...
 	int64_t wall_offset_ns = 0;               // unix_ns = mono_ns + wall_offset_ns
@@ -85,6 +101,7 @@ struct Recording {
 	std::vector<Drop> drops;
 	std::vector<Metric> metrics; // by ts_ns
 	std::vector<Event> events;   // by ts_ns
+	std::vector<Anomaly> anomalies; // by ts_ns; written by `eacgm detect`
 };
 
 } // namespace eacgm

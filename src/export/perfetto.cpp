@@ -92,6 +92,21 @@ json instant_event(const Event &e)
 	return ev;
 }
 
+// An anomaly on the thread of the span it flags, at the span's start, with
+// what made it anomalous; Perfetto lists instant events in its own track.
+json anomaly_event(const Anomaly &a)
+{
+	json args = {{"score", a.score}, {"threshold", a.threshold}, {"dur_ns", a.dur_ns}, {"layer", a.layer}};
+	if (!a.causes.empty() && a.causes[0].contains("what"))
+		args["cause"] = a.causes[0]["what"];
+	args["causes"] = a.causes;
+	args["features"] = a.features;
+	return {{"ph", "i"},   {"name", "anomaly: " + a.name},
+		{"cat", "anomaly"}, {"ts", static_cast<double>(a.ts_ns) / 1000.0},
+		{"pid", a.pid},     {"tid", a.tid ? a.tid : a.pid},
+		{"s", "t"},         {"args", std::move(args)}};
+}
+
 } // namespace
 
 std::string perfetto_json(const Recording &rec)
@@ -118,6 +133,8 @@ std::string perfetto_json(const Recording &rec)
 	add_metrics(rec, events);
 	for (const Event &e : rec.events)
 		events.push_back(instant_event(e));
+	for (const Anomaly &a : rec.anomalies)
+		events.push_back(anomaly_event(a));
 
 	json other = json::object();
 	for (const auto &[k, v] : rec.meta)

@@ -183,6 +183,49 @@ std::string metrics_section(const Recording &rec, size_t max_rows_per_layer)
 	return out;
 }
 
+// What `eacgm detect` found: how many per key, then the most anomalous
+// (lowest score relative to the threshold) with their first cause.
+std::string anomalies_section(const Recording &rec, size_t max_rows)
+{
+	if (rec.anomalies.empty())
+		return "";
+	std::map<std::pair<std::string, std::string>, size_t> per_key;
+	for (const Anomaly &a : rec.anomalies)
+		per_key[{a.layer, a.name}]++;
+	std::vector<std::pair<std::string, size_t>> keys;
+	for (const auto &[k, n] : per_key)
+		keys.emplace_back(k.first + " " + k.second, n);
+	std::stable_sort(keys.begin(), keys.end(), [](const auto &x, const auto &y) { return x.second > y.second; });
+	std::string out = "\nanomalies: " + std::to_string(rec.anomalies.size()) + " (";
+	for (size_t i = 0; i < keys.size() && i < 8; i++)
+		out += (i ? ", " : "") + keys[i].first + " x" + std::to_string(keys[i].second);
+	if (keys.size() > 8)
+		out += ", ... " + std::to_string(keys.size() - 8) + " more functions";
+	out += ")\n";
+	std::vector<const Anomaly *> top;
+	for (const Anomaly &a : rec.anomalies)
+		top.push_back(&a);
+	std::stable_sort(top.begin(), top.end(), [](const Anomaly *x, const Anomaly *y) {
+		return x->score - x->threshold < y->score - y->threshold;
+	});
+	size_t n = max_rows ? std::min(max_rows, top.size()) : top.size();
+	uint64_t first = rec.spans.empty() ? 0 : rec.spans.front().start_ns;
+	for (size_t i = 0; i < n; i++) {
+		const Anomaly &a = *top[i];
+		char head[96];
+		std::snprintf(head, sizeof head, "  +%s pid %u score %.1f < %.1f  ",
+			      format_duration(static_cast<double>(a.ts_ns >= first ? a.ts_ns - first : 0)).c_str(), a.pid,
+			      a.score, a.threshold);
+		std::string cause = !a.causes.empty() && a.causes[0].contains("what") && a.causes[0]["what"].is_string()
+					    ? a.causes[0]["what"].get<std::string>()
+					    : a.layer + " " + a.name;
+		out += head + cause + "\n";
+	}
+	if (n < top.size())
+		out += "  ... " + std::to_string(top.size() - n) + " more (eacgm detect --json lists all)\n";
+	return out;
+}
+
 } // namespace
 
 // Which errors, not only how many: the most frequent return names.
@@ -342,6 +385,7 @@ std::string format_summary(const Recording &rec, size_t max_rows_per_layer)
 		out += "\nno spans recorded\n";
 	out += errors_line(rec.spans);
 	out += metrics_section(rec, max_rows_per_layer);
+	out += anomalies_section(rec, max_rows_per_layer);
 	out += "\n" + drops_line(rec.drops) + "\n";
 	return out;
 }

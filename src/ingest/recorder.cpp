@@ -333,10 +333,19 @@ Result<void> Recorder::flush(bool force)
 	auto now = std::chrono::steady_clock::now();
 	if (force || decoded_.size() >= kBatch || now - last_store_ > std::chrono::milliseconds(200)) {
 		last_store_ = now;
+		// Each call scored as it is stored, against its function's model of the moment.
+		std::vector<Anomaly> anomalies;
+		if (detector_)
+			for (const Span &sp : decoded_)
+				if (auto a = detector_->observe(sp))
+					anomalies.push_back(std::move(*a));
+		anomalies_seen_ += anomalies.size();
 		auto r = store_.add_spans(decoded_);
 		decoded_.clear();
 		if (!r)
 			return r;
+		if (auto a = store_.add_anomalies(anomalies); !a)
+			return a;
 	}
 	for (auto &raw : pending_samples_) {
 		auto frames = resolve_stack(raw.pid, raw.frames.data(), raw.frames.size(), false);

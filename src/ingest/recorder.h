@@ -12,6 +12,7 @@
 
 #include "common/model.h"
 #include "common/result.h"
+#include "detect/online.h"
 #include "eacgm/abi/events.h"
 #include "ingest/python_spans.h"
 #include "layers/nccl.h"
@@ -57,6 +58,9 @@ public:
 	// Writes the process and thread tables and the loss counters.
 	Result<void> finish();
 	uint64_t spans_seen() const { return spans_seen_; }
+	// Scores every CUDA/NCCL/torch call online as it is stored (null: off).
+	void set_detector(detect::OnlineDetector *d) { detector_ = d; }
+	uint64_t anomalies_seen() const { return anomalies_seen_; }
 	// Sampled Python stacks in the collapsed format of flame graph tools:
 	// "outer;...;inner count" per line, frames as "qualname (file:def line)".
 	std::string folded_stacks() const;
@@ -118,6 +122,8 @@ private:
 	std::vector<std::string> warnings_;
 	std::set<std::string> warned_;
 	uint64_t spans_seen_ = 0;
+	detect::OnlineDetector *detector_ = nullptr;
+	uint64_t anomalies_seen_ = 0;
 };
 
 // Reads a file under /proc into a string without the trailing newline;

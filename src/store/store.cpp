@@ -105,7 +105,10 @@ CREATE TABLE drops(layer TEXT, reason TEXT, count INTEGER);
 CREATE TABLE metrics(ts_ns INTEGER, layer TEXT, name TEXT, key TEXT, pid INTEGER, value REAL);
 CREATE TABLE events(ts_ns INTEGER, layer TEXT, name TEXT, key TEXT, pid INTEGER, tid INTEGER,
                     args TEXT /* JSON object */);
-INSERT INTO meta VALUES('schema_version', '2');
+CREATE TABLE anomalies(ts_ns INTEGER, dur_ns INTEGER, pid INTEGER, tid INTEGER, layer TEXT, name TEXT,
+                       score REAL, threshold REAL, features TEXT /* JSON object */,
+                       causes TEXT /* JSON array, ranked */);
+INSERT INTO meta VALUES('schema_version', '3');
 COMMIT;
 )";
 
@@ -117,7 +120,7 @@ CREATE INDEX spans_by_thread ON spans(pid, tid, start_ns);
 CREATE INDEX metrics_by_name ON metrics(layer, name, key, ts_ns);
 )";
 
-static_assert(kSchemaVersion == 2, "update the schema_version row in kSchema");
+static_assert(kSchemaVersion == 3, "update the schema_version row in kSchema");
 
 } // namespace
 
@@ -305,6 +308,27 @@ Result<void> StoreWriter::add_events(const std::vector<Event> &events)
 				  bind_param(st, 7, e.args.dump(-1, ' ', false,
 								nlohmann::json::error_handler_t::replace));
 			  });
+}
+
+constexpr const char *kInsertAnomaly = "INSERT INTO anomalies VALUES(?,?,?,?,?,?,?,?,?,?)";
+
+static void bind_anomaly(sqlite3_stmt *st, const Anomaly &a)
+{
+	bind_param(st, 1, a.ts_ns);
+	bind_param(st, 2, a.dur_ns);
+	bind_param(st, 3, a.pid);
+	bind_param(st, 4, a.tid);
+	bind_param(st, 5, a.layer);
+	bind_param(st, 6, a.name);
+	bind_param(st, 7, a.score);
+	bind_param(st, 8, a.threshold);
+	bind_param(st, 9, a.features.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+	bind_param(st, 10, a.causes.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+}
+
+Result<void> StoreWriter::add_anomalies(const std::vector<Anomaly> &anomalies)
+{
+	return insert_all(kInsertAnomaly, anomalies, "anomalies", bind_anomaly);
 }
 
 Result<void> StoreWriter::upsert_process(const Process &p)
@@ -571,6 +595,29 @@ Result<Recording> load_recording(const std::string &path)
 	if (!r)
 		return r.error();
 
+	r = read("SELECT ts_ns, dur_ns, pid, tid, layer, name, score, threshold, features, causes FROM anomalies"
+		 " ORDER BY ts_ns, rowid",
+		 [&](sqlite3_stmt *st) -> Result<void> {
+			 Anomaly a{
+				 .ts_ns = static_cast<uint64_t>(col_int(st, 0)),
+				 .dur_ns = static_cast<uint64_t>(col_int(st, 1)),
+				 .pid = static_cast<uint32_t>(col_int(st, 2)),
+				 .tid = static_cast<uint32_t>(col_int(st, 3)),
+				 .layer = col_text(st, 4),
+				 .name = col_text(st, 5),
+				 .score = sqlite3_column_double(st, 6),
+				 .threshold = sqlite3_column_double(st, 7),
+				 .features = nlohmann::json::parse(col_text(st, 8), nullptr, false),
+				 .causes = nlohmann::json::parse(col_text(st, 9), nullptr, false),
+			 };
+			 if (!a.features.is_object() || !a.causes.is_array())
+				 return make_error("anomaly features or causes are not valid JSON");
+			 rec.anomalies.push_back(std::move(a));
+			 return {};
+		 });
+	if (!r)
+		return r.error();
+
 	r = read("SELECT layer, reason, count FROM drops ORDER BY rowid",
 		 [&](sqlite3_stmt *st) -> Result<void> {
 			 rec.drops.push_back(Drop{
@@ -583,6 +630,39 @@ Result<Recording> load_recording(const std::string &path)
 	if (!r)
 		return r.error();
 	return rec;
+}
+
+Result<void> replace_anomalies(const std::string &path, const std::vector<Anomaly> &anomalies)
+{
+	// Reading it first checks that it is a recording of this version.
+	if (auto rec = load_recording(path); !rec)
+		return rec.error();
+	sqlite3 *raw = nullptr;
+	int rc = sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READWRITE, nullptr);
+	DbHandle db(raw);
+	auto fail = [&](const std::string &m) {
+		(void)sqlite3_exec(db.get(), "ROLLBACK", nullptr, nullptr, nullptr);
+		return make_error("cannot write anomalies to " + path + ": " + m +
+				  "; check that the file is writable (or pass --no-store)");
+	};
+	if (rc != SQLITE_OK)
+		return fail(raw ? sqlite3_errmsg(raw) : sqlite3_errstr(rc));
+	sqlite3_busy_timeout(db.get(), 5000);
+	if (sqlite3_exec(db.get(), "BEGIN IMMEDIATE; DELETE FROM anomalies;", nullptr, nullptr, nullptr) != SQLITE_OK)
+		return fail(sqlite3_errmsg(db.get()));
+	auto st = prepare(db.get(), kInsertAnomaly);
+	if (!st)
+		return fail(st.error().message);
+	for (const Anomaly &a : anomalies) {
+		bind_anomaly(st->get(), a);
+		rc = sqlite3_step(st->get());
+		sqlite3_reset(st->get());
+		if (rc != SQLITE_DONE)
+			return fail(sqlite3_errmsg(db.get()));
+	}
+	if (sqlite3_exec(db.get(), "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK)
+		return fail(sqlite3_errmsg(db.get()));
+	return {};
 }
 
 } // namespace eacgm

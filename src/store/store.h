@@ -31,7 +31,7 @@ using DbHandle = std::unique_ptr<sqlite3, detail::DbCloser>;
 using StmtHandle = std::unique_ptr<sqlite3_stmt, detail::StmtFinalizer>;
 
 // Version of the table layout below; load_recording() refuses other versions.
-inline constexpr int kSchemaVersion = 2;
+inline constexpr int kSchemaVersion = 3;
 
 class StoreWriter {
 public:
@@ -48,6 +48,7 @@ public:
 	Result<void> add_spans(const std::vector<Span> &spans); // one transaction
 	Result<void> add_metrics(const std::vector<Metric> &metrics); // one transaction
 	Result<void> add_events(const std::vector<Event> &events);    // one transaction
+	Result<void> add_anomalies(const std::vector<Anomaly> &anomalies); // one transaction
 	Result<void> upsert_process(const Process &p);
 	Result<void> upsert_thread(const Thread &t);
 	Result<void> set_drops(const std::vector<Drop> &drops); // replaces all
@@ -78,5 +79,9 @@ private:
 // Reads a finished recording. Spans come ordered by start_ns (ties in the
 // order they were written); meta holds the free-form keys only.
 Result<Recording> load_recording(const std::string &path);
+
+// Replaces the anomalies of a finished recording (what `eacgm detect`
+// found), in one transaction: the rest of the file is left as it is.
+Result<void> replace_anomalies(const std::string &path, const std::vector<Anomaly> &anomalies);
 
 } // namespace eacgm

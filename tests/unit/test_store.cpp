@@ -66,6 +66,12 @@ Recording sample()
 		{.ts_ns = 150, .layer = "gpu", .name = "xid", .key = "gpu1", .pid = 0, .tid = 0,
 		 .args = {{"xid", 79}}},
 	};
+	r.anomalies = {
+		{.ts_ns = 1500, .dur_ns = 10000, .pid = 100, .tid = 100, .layer = "torch", .name = "aten::matmul",
+		 .score = -41.25, .threshold = -7.5,
+		 .features = {{"log_duration", {{"value", 10000.0}, {"typical", 20.0}, {"z", 31.5}, {"contribution", 0.97}}}},
+		 .causes = {{{"kind", "feature"}, {"feature", "log_duration"}, {"strength", 0.97}}}},
+	};
 	return r;
 }
 
@@ -98,6 +104,7 @@ void write(const Recording &rec, const std::string &path)
 	ASSERT_TRUE(writer.add_metrics(rec.metrics).ok());
 	ASSERT_TRUE(writer.add_metrics({}).ok());
 	ASSERT_TRUE(writer.add_events(rec.events).ok());
+	ASSERT_TRUE(writer.add_anomalies(rec.anomalies).ok());
 	ASSERT_TRUE(writer.set_drops({{"cuda", "ringbuf_full", 1}}).ok());
 	ASSERT_TRUE(writer.set_drops(rec.drops).ok());
 	auto f = writer.finish();
@@ -156,6 +163,13 @@ void expect_equal(const Recording &a, const Recording &b)
 		const Event &x = a.events[i], &y = b.events[i];
 		EXPECT_EQ(std::tie(x.ts_ns, x.layer, x.name, x.key, x.pid, x.tid, x.args),
 			  std::tie(y.ts_ns, y.layer, y.name, y.key, y.pid, y.tid, y.args));
+	}
+	ASSERT_EQ(a.anomalies.size(), b.anomalies.size());
+	for (size_t i = 0; i < a.anomalies.size(); i++) {
+		SCOPED_TRACE("anomaly " + std::to_string(i));
+		const Anomaly &x = a.anomalies[i], &y = b.anomalies[i];
+		EXPECT_EQ(std::tie(x.ts_ns, x.dur_ns, x.pid, x.tid, x.layer, x.name, x.score, x.threshold, x.features, x.causes),
+			  std::tie(y.ts_ns, y.dur_ns, y.pid, y.tid, y.layer, y.name, y.score, y.threshold, y.features, y.causes));
 	}
 	ASSERT_EQ(a.drops.size(), b.drops.size());
 	for (size_t i = 0; i < a.drops.size(); i++) {
@@ -349,8 +363,28 @@ TEST_F(StoreTest, LoadNewerSchema)
 {
 	std::string path = file("future.db");
 	make_sqlite(path, "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT);"
-			  "INSERT INTO meta VALUES('schema_version', '3')");
+			  "INSERT INTO meta VALUES('schema_version', '4')");
 	std::string msg = load_error(path);
-	EXPECT_NE(msg.find("schema version 3"), std::string::npos) << msg;
-	EXPECT_NE(msg.find("reads version 2"), std::string::npos) << msg;
+	EXPECT_NE(msg.find("schema version 4"), std::string::npos) << msg;
+	EXPECT_NE(msg.find("reads version 3"), std::string::npos) << msg;
+}
+
+TEST_F(StoreTest, ReplaceAnomaliesRewritesOnlyThem)
+{
+	Recording rec = sample();
+	std::string path = file("run.db");
+	write(rec, path);
+	Anomaly b = rec.anomalies[0];
+	b.ts_ns = 9000;
+	b.name = "ncclAllReduce";
+	ASSERT_TRUE(replace_anomalies(path, {b, rec.anomalies[0]}).ok());
+	auto loaded = load_recording(path);
+	ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+	rec.anomalies = {rec.anomalies[0], b}; // loaded by time
+	expect_equal(rec, loaded.value());
+	ASSERT_TRUE(replace_anomalies(path, {}).ok());
+	EXPECT_TRUE(load_recording(path)->anomalies.empty());
+	auto missing = replace_anomalies(file("missing.db"), {});
+	ASSERT_FALSE(missing.ok());
+	EXPECT_NE(missing.error().message.find("eacgm record"), std::string::npos) << missing.error().message;
 }

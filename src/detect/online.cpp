@@ -1,0 +1,182 @@
+#include "detect/online.h"
+
+#include "detect/rootcause.h"
+
+namespace eacgm::detect {
+
+OnlineDetector::OnlineDetector(DetectOptions opt) : opt_(std::move(opt))
+{
+	if (opt_.background)
+		thread_ = std::thread([this] { worker(); });
+}
+
+OnlineDetector::~OnlineDetector()
+{
+	{
+		std::lock_guard lk(mu_);
+		stop_ = true;
+	}
+	cv_.notify_all();
+	if (thread_.joinable())
+		thread_.join();
+}
+
+void OnlineDetector::observe(const Metric &m)
+{
+	std::lock_guard lk(mu_);
+	ctx_.add(m);
+}
+
+void OnlineDetector::observe(const Event &e)
+{
+	std::lock_guard lk(mu_);
+	ctx_.add(e);
+}
+
+std::optional<OnlineDetector::Job> OnlineDetector::maybe_refit(const std::string &key, KeyState &ks, uint64_t now)
+{
+	if (ks.pending)
+		return std::nullopt;
+	// Refit when the window has doubled since the last fit (a model from
+	// the first 200 calls, often warm-up, is soon replaced by one from more),
+	// then every refit_every calls or refit_interval, whichever comes first.
+	size_t every = ks.model ? std::min(opt_.refit_every, std::max<size_t>(ks.model->trained_on(), 1)) : 0;
+	bool due = ks.model ? (ks.since_fit >= every || now - ks.last_fit_ns >= opt_.refit_interval_ns)
+			    : ks.window.size() >= std::max<size_t>(opt_.cold_start, KeyModel::kMinTrain) &&
+				      (!ks.tried || ks.since_fit >= opt_.refit_every);
+	if (!due)
+		return std::nullopt;
+	size_t flagged = 0;
+	for (const Row &r : ks.window)
+		flagged += r.flagged;
+	bool all = 2 * flagged > ks.window.size();
+	Job job{key, {}, {}};
+	job.rows.reserve(ks.window.size());
+	for (const Row &r : ks.window) {
+		job.rows.push_back(r.o);
+		job.excluded.push_back(!all && r.flagged);
+	}
+	ks.pending = true;
+	ks.tried = true;
+	ks.since_fit = 0;
+	ks.last_fit_ns = now;
+	return job;
+}
+
+// Trains without the lock (the slow part), then swaps the model in.
+void OnlineDetector::run_job(Job job)
+{
+	std::vector<const Observation *> rows;
+	rows.reserve(job.rows.size());
+	for (const Observation &o : job.rows)
+		rows.push_back(&o);
+	auto m = KeyModel::train(rows, opt_.model, job.excluded);
+	std::lock_guard lk(mu_);
+	KeyState &ks = keys_[job.key];
+	ks.pending = false;
+	if (!m) {
+		ks.st.note = "not trained: " + m.error().message;
+		return;
+	}
+	ks.model = std::make_shared<const KeyModel>(std::move(*m));
+	ks.st.refits++;
+	ks.st.trained = true;
+	ks.st.trained_on = ks.model->trained_on();
+	ks.st.components = ks.model->gmm().components();
+	ks.st.features.clear();
+	for (unsigned f : ks.model->used())
+		ks.st.features.push_back(kFeatures[f].name);
+	ks.st.threshold = ks.model->threshold().value;
+	ks.st.extrapolated = ks.model->threshold().extrapolated;
+	if (ks.st.refits == 1)
+		ks.st.note = "cold start: the first " + std::to_string(ks.model->trained_on()) +
+			     " events trained the first model and were not scored";
+}
+
+std::optional<Anomaly> OnlineDetector::observe(const Span &s)
+{
+	std::optional<Anomaly> out;
+	std::optional<Job> job;
+	{
+		std::lock_guard lk(mu_);
+		uint64_t now = s.start_ns;
+		if (now > opt_.window_ns && now - opt_.window_ns > last_trim_ + opt_.window_ns / 16) {
+			last_trim_ = now - opt_.window_ns;
+			ctx_.trim(last_trim_);
+		}
+		std::string key = key_of(s);
+		KeyState &ks = keys_[key];
+		if (ks.st.key.empty())
+			ks.st.key = key;
+		ks.st.seen++;
+		Row row{ext_.observe(s, ctx_), false};
+		if (ks.model) {
+			Scored sc = ks.model->score(row.o);
+			ks.st.scored++;
+			if (ks.model->anomalous(sc)) {
+				row.flagged = true;
+				ks.st.flagged++;
+				Anomaly a{.ts_ns = s.start_ns, .dur_ns = s.dur_ns, .pid = s.pid, .tid = s.tid,
+					  .layer = s.layer, .name = s.name, .score = sc.score,
+					  .threshold = ks.model->threshold().value};
+				explain(a, s, row.o, *ks.model, sc, ctx_, opt_.context_margin_ns);
+				out = std::move(a);
+			}
+		} else if (ks.st.note.empty() || ks.st.note.starts_with("cold start") ||
+			   ks.st.note.starts_with("too few")) {
+			ks.st.note = "too few events: " + std::to_string(ks.st.seen) + " seen, the first model needs " +
+				     std::to_string(std::max<size_t>(opt_.cold_start, KeyModel::kMinTrain));
+		}
+		ks.window.push_back(std::move(row));
+		ks.since_fit++;
+		while (!ks.window.empty() &&
+		       (ks.window.size() > opt_.max_window_events ||
+			(now > opt_.window_ns && ks.window.front().o.start_ns < now - opt_.window_ns)))
+			ks.window.pop_front();
+		job = maybe_refit(key, ks, now);
+		if (job && opt_.background) {
+			jobs_.push_back(std::move(*job));
+			job.reset();
+			cv_.notify_one();
+		}
+	}
+	if (job) // inline: the next span already sees the new model
+		run_job(std::move(*job));
+	return out;
+}
+
+void OnlineDetector::worker()
+{
+	std::unique_lock lk(mu_);
+	for (;;) {
+		cv_.wait(lk, [&] { return stop_ || !jobs_.empty(); });
+		if (stop_)
+			return;
+		Job job = std::move(jobs_.front());
+		jobs_.pop_front();
+		busy_ = true;
+		lk.unlock();
+		run_job(std::move(job));
+		lk.lock();
+		busy_ = false;
+		if (jobs_.empty())
+			idle_cv_.notify_all();
+	}
+}
+
+void OnlineDetector::flush()
+{
+	std::unique_lock lk(mu_);
+	idle_cv_.wait(lk, [&] { return !thread_.joinable() || (jobs_.empty() && !busy_); });
+}
+
+std::vector<KeyStatus> OnlineDetector::status() const
+{
+	std::lock_guard lk(mu_);
+	std::vector<KeyStatus> out;
+	for (const auto &[k, ks] : keys_)
+		out.push_back(ks.st);
+	return out;
+}
+
+} // namespace eacgm::detect

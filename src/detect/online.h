@@ -1,0 +1,115 @@
+// Online detection: one model per key (layer/name), trained on a sliding
+// window of the key's recent events, refitted in the background, and every
+// new event scored on arrival against the model of the moment.
+//
+//   detect::OnlineDetector det(detect::DetectOptions{});   // background refits
+//   det.observe(metric);  det.observe(event);               // context, as it arrives
+//   if (auto a = det.observe(span)) store_anomaly(*a);      // scored at once
+//   ...
+//   for (auto &k : det.status()) ...;                       // per key: trained? on how many?
+//
+// Cold start: a key's first `cold_start` events train its first model and
+// are not scored themselves (status() says so per key). Events flagged as
+// anomalous stay out of later training windows, so a burst of anomalies
+// does not become the new normal at the next refit; if more than half of a
+// window is flagged, the behaviour has changed for good and the whole
+// window is trained on (a level shift is accepted, not alarmed forever).
+// Thread-safe: every public method may be called from any thread.
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/model.h"
+#include "detect/features.h"
+#include "detect/keymodel.h"
+
+namespace eacgm::detect {
+
+struct DetectOptions {
+	ModelOptions model;
+	uint64_t window_ns = 3600'000'000'000ull; // training window: the last hour
+	size_t cold_start = 200;                  // events of a key before its first model
+	size_t refit_every = 1000;                // events of a key between refits (sooner while the
+						  // window is young: whenever it doubled) ...
+	uint64_t refit_interval_ns = 60'000'000'000ull; // ... or this much time, whichever first
+	size_t max_window_events = 20000;        // per key, the most recent (memory bound)
+	bool background = true; // false: refit inline, deterministic (eacgm detect on a file)
+	uint64_t context_margin_ns = 100'000'000; // root cause looks this far around an event
+};
+
+struct KeyStatus {
+	std::string key; // layer/name
+	size_t seen = 0, scored = 0, flagged = 0;
+	bool trained = false;
+	size_t trained_on = 0; // events in the model's training window
+	unsigned components = 0;
+	std::vector<std::string> features; // the ones the model uses
+	double threshold = 0;
+	bool extrapolated = false; // the threshold needed the tail fit (fpr * n < 10)
+	size_t refits = 0;
+	std::string note; // cold start, too few events, a failed fit: said here
+};
+
+class OnlineDetector {
+public:
+	explicit OnlineDetector(DetectOptions opt = {});
+	~OnlineDetector();
+	OnlineDetector(const OnlineDetector &) = delete;
+	OnlineDetector &operator=(const OnlineDetector &) = delete;
+
+	// Context for features and root cause; feed before the spans they cover.
+	void observe(const Metric &m);
+	void observe(const Event &e);
+	// Scores the span against its key's current model; an anomaly if the
+	// score falls below the key's threshold.
+	std::optional<Anomaly> observe(const Span &s);
+
+	// Waits until the background refits asked for so far are done.
+	void flush();
+	std::vector<KeyStatus> status() const;
+	const DetectOptions &options() const { return opt_; }
+
+private:
+	struct Row {
+		Observation o;
+		bool flagged = false;
+	};
+	struct KeyState {
+		std::deque<Row> window;
+		std::shared_ptr<const KeyModel> model;
+		size_t since_fit = 0;
+		uint64_t last_fit_ns = 0;
+		bool pending = false;
+		bool tried = false; // a first fit was attempted (and may have failed)
+		KeyStatus st;
+	};
+	struct Job {
+		std::string key;
+		std::vector<Observation> rows;
+		std::vector<bool> excluded; // from the fit, not from the calibration
+	};
+	std::optional<Job> maybe_refit(const std::string &key, KeyState &ks, uint64_t now);
+	void run_job(Job job);
+	void worker();
+
+	DetectOptions opt_;
+	mutable std::mutex mu_;
+	std::condition_variable cv_, idle_cv_;
+	Context ctx_;
+	Extractor ext_;
+	std::map<std::string, KeyState> keys_;
+	std::deque<Job> jobs_;
+	bool busy_ = false, stop_ = false;
+	uint64_t last_trim_ = 0;
+	std::thread thread_;
+};
+
+} // namespace eacgm::detect

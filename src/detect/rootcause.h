@@ -1,0 +1,54 @@
+// Why an event is anomalous: which of its features made it so, and what
+// else happened around it (host, network, GPU, Python).
+//
+// Feature attribution, under the component the event was scored against
+// (mean mu, precision P = cov^-1, standardised features z, delta = z - mu,
+// h = P delta):
+//  - contribution_j = delta_j * h_j. These sum to the squared Mahalanobis
+//    distance delta' P delta, which is what lowers the log density
+//    (log N = const - D^2 / 2), so share_j = contribution_j / D^2 says how
+//    much of the "distance from normal" feature j accounts for. With
+//    correlated features a share can be negative (the feature is where
+//    the others predict it, pulling the event back).
+//  - conditional z_j = h_j / sqrt(P_jj): feature j's distance, in standard
+//    deviations, from the value the other features predict for it under
+//    that component (E[z_j | z_-j] = mu_j - h_j / P_jj + delta_j ...).
+//    It reads as "given everything else, duration is 40 sd too long".
+//  - The call site is a categorical factor of the score (keymodel.h): its
+//    part is its surprisal beyond the expected one (the entropy of the
+//    training sites). Shares are of D^2 / 2 + that excess, the two things
+//    that lower the log density below the mode's.
+// Context causes, each with its evidence, found in [start - margin,
+// end + margin]: TCP retransmits of the process, CPU interference (host
+// interference_ns, key "<comm>:<pid>", and run-queue delay), GPU clock
+// throttling (gpu event clock_throttle, metric throttle_reasons_mask), a
+// call site the key rarely or never had in training. Causes are ranked by
+// strength in [0, 1]: a feature's share, and for a context cause 0.5 plus
+// half the share of the feature that measures it (so a retransmit beside a
+// slow call ranks below the duration itself unless the retransmit feature
+// carried the distance too).
+#pragma once
+#include <nlohmann/json.hpp>
+
+#include "common/model.h"
+#include "detect/features.h"
+#include "detect/keymodel.h"
+
+namespace eacgm::detect {
+
+struct Attribution {
+	unsigned feature = 0;
+	double value = 0;   // display units (log undone)
+	double typical = 0; // the component's mean, display units
+	double z = 0;       // conditional z
+	double share = 0;   // of the squared Mahalanobis distance
+};
+
+// One per feature the model uses, largest share first.
+std::vector<Attribution> attribute(const KeyModel &m, const Scored &s);
+
+// Fills a.features and a.causes.
+void explain(Anomaly &a, const Span &span, const Observation &o, const KeyModel &m, const Scored &s,
+	     const Context &ctx, uint64_t margin_ns);
+
+} // namespace eacgm::detect

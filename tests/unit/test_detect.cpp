@@ -1,0 +1,326 @@
+// The detector end to end on synthetic spans: features, per-key models,
+// online scoring with cold start and refits (inline and in the
+// background), root causes from context, and the surfaces (store, trace,
+// summary).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <thread>
+
+#include "detect/features.h"
+#include "detect/offline.h"
+#include "detect/online.h"
+#include "detect/rootcause.h"
+#include "export/perfetto.h"
+#include "export/summary.h"
+
+using namespace eacgm;
+using namespace eacgm::detect;
+using nlohmann::json;
+
+namespace {
+
+constexpr uint64_t kMs = 1'000'000;
+
+// A torch op called from two sites with two typical durations (forward
+// ~20 us, backward ~60 us), 100 us apart; spans[planted] lasts 2 ms.
+std::vector<Span> op_stream(size_t n, size_t planted, uint64_t seed, uint32_t tid = 7)
+{
+	std::mt19937_64 rng(seed);
+	std::normal_distribution<double> noise(0, 0.1);
+	std::vector<Span> out;
+	uint64_t t = 1'000'000'000;
+	for (size_t i = 0; i < n; i++) {
+		bool back = i % 2;
+		double dur = (back ? 60e3 : 20e3) * std::exp(noise(rng));
+		if (i == planted)
+			dur = 2e6;
+		Span s{.start_ns = t, .dur_ns = static_cast<uint64_t>(dur), .pid = 1, .tid = tid, .layer = "torch",
+		       .name = "aten::mm"};
+		s.py_stack = {back ? "backward (train.py:20)" : "forward (model.py:10)"};
+		out.push_back(s);
+		t += s.dur_ns + static_cast<uint64_t>(100e3 * std::exp(noise(rng)));
+	}
+	return out;
+}
+
+DetectOptions inline_options()
+{
+	DetectOptions o;
+	o.background = false;
+	o.cold_start = 200;
+	o.refit_every = 500;
+	return o;
+}
+
+} // namespace
+
+TEST(Features, DurationBytesGapAndSite)
+{
+	Context ctx;
+	Extractor ex;
+	Span a{.start_ns = 1000, .dur_ns = 500, .pid = 1, .tid = 2, .layer = "cuda", .name = "cudaMemcpy", .bytes = 1000};
+	a.py_stack = {"f (x.py:1)", "g (x.py:2)"};
+	Observation o = ex.observe(a, ctx);
+	EXPECT_DOUBLE_EQ(o.x[kLogDuration], std::log(500.0));
+	EXPECT_DOUBLE_EQ(o.x[kLogBytes], std::log1p(1000.0));
+	EXPECT_DOUBLE_EQ(o.x[kLogBandwidth], std::log(1000.0 * 1e9 / 500.0));
+	EXPECT_TRUE(std::isnan(o.x[kLogGap])); // first call on the thread
+	EXPECT_EQ(o.site, "f (x.py:1)");
+	EXPECT_TRUE(std::isnan(o.x[kGpuUtil]));
+	Span b = a;
+	b.start_ns = 4000; // 2500 ns after a ended
+	b.bytes = 0;
+	Observation p = ex.observe(b, ctx);
+	EXPECT_DOUBLE_EQ(p.x[kLogGap], std::log1p(2500.0));
+	EXPECT_DOUBLE_EQ(p.x[kLogBytes], 0.0);
+	EXPECT_TRUE(std::isnan(p.x[kLogBandwidth]));
+	EXPECT_EQ(key_of(b), "cuda/cudaMemcpy");
+}
+
+TEST(Features, GpuAndHostJoins)
+{
+	Context ctx;
+	// GPU gauges every 100 ms on two devices; host intervals of 100 ms ending at ts.
+	for (uint64_t t = 0; t <= 1000 * kMs; t += 100 * kMs) {
+		ctx.add(Metric{t, "gpu", "util_gpu_pct", "gpu0", 0, 50.0});
+		ctx.add(Metric{t, "gpu", "util_gpu_pct", "gpu1", 0, 70.0});
+		ctx.add(Metric{t, "host", "sched_delay_ns", "", 1, t == 400 * kMs ? 9e6 : 1e3});
+		ctx.add(Metric{t, "host", "tcp_retransmits", "a->b", 1, t == 400 * kMs ? 3.0 : 0.0});
+	}
+	Observation o;
+	o.pid = 1;
+	o.start_ns = 310 * kMs; // inside the interval ending at 400 ms
+	o.dur_ns = 20 * kMs;
+	ctx.fill(o);
+	EXPECT_DOUBLE_EQ(o.x[kGpuUtil], 60.0); // last round before the span, mean over GPUs
+	EXPECT_DOUBLE_EQ(o.x[kHostSchedDelay], std::log1p(9e6));
+	EXPECT_DOUBLE_EQ(o.x[kHostRetransmits], std::log1p(3.0));
+	EXPECT_TRUE(std::isnan(o.x[kGpuPower]));
+	Observation other = o;
+	other.pid = 2; // no host samples for this process
+	ctx.fill(other);
+	EXPECT_TRUE(std::isnan(other.x[kHostSchedDelay]));
+}
+
+TEST(KeyModel, UsesWhatVariesAndNamesTheFirstCause)
+{
+	Context ctx;
+	Extractor ex;
+	std::vector<Observation> obs;
+	for (const Span &s : op_stream(400, 399, 1))
+		obs.push_back(ex.observe(s, ctx));
+	std::vector<const Observation *> rows;
+	for (size_t i = 0; i < 399; i++)
+		rows.push_back(&obs[i]);
+	auto m = KeyModel::train(rows, ModelOptions{});
+	ASSERT_TRUE(m.ok()) << m.error().message;
+	// Bytes are 0 and there is no context: duration and gap remain. The
+	// two call sites are equally common, so their surprisal is the same
+	// (call_site measures rarity, not identity) and does not vary.
+	std::vector<unsigned> want = {kLogDuration, kLogGap};
+	EXPECT_EQ(m->used(), want);
+	EXPECT_EQ(m->gmm().components(), 2u); // forward and backward
+	EXPECT_EQ(m->common_site(), "forward (model.py:10)"); // 200 of 399
+	EXPECT_EQ(m->site_count("backward (train.py:20)"), 199u);
+	Scored s = m->score(obs[399]);
+	EXPECT_TRUE(m->anomalous(s));
+	auto attr = attribute(*m, s);
+	ASSERT_FALSE(attr.empty());
+	EXPECT_EQ(attr[0].feature, kLogDuration);
+	EXPECT_GT(attr[0].share, 0.9);
+	EXPECT_NEAR(attr[0].value, 2e6, 1); // display units: ns
+	EXPECT_GT(attr[0].z, 20);
+
+	std::vector<const Observation *> few(rows.begin(), rows.begin() + 10);
+	auto f = KeyModel::train(few, ModelOptions{});
+	ASSERT_FALSE(f.ok());
+	EXPECT_NE(f.error().message.find("too few"), std::string::npos) << f.error().message;
+}
+
+TEST(OnlineDetector, ColdStartRefitsAndThePlantedSlowCall)
+{
+	const size_t n = 3000, planted = 1500;
+	OnlineDetector det(inline_options());
+	std::vector<size_t> flagged;
+	std::optional<Anomaly> hit;
+	auto spans = op_stream(n, planted, 2);
+	for (size_t i = 0; i < n; i++)
+		if (auto a = det.observe(spans[i])) {
+			flagged.push_back(i);
+			if (i == planted)
+				hit = a;
+		}
+	ASSERT_TRUE(hit) << "the planted 2 ms call was not flagged";
+	EXPECT_EQ(hit->name, "aten::mm");
+	EXPECT_EQ(hit->ts_ns, spans[planted].start_ns);
+	EXPECT_LT(hit->score, hit->threshold);
+	ASSERT_FALSE(hit->causes.empty());
+	EXPECT_EQ(hit->causes[0]["kind"], "feature");
+	EXPECT_EQ(hit->causes[0]["feature"], "log_duration");
+	EXPECT_TRUE(hit->features.contains("log_duration"));
+	for (size_t i : flagged)
+		EXPECT_GE(i, 200u) << "a cold-start event was scored";
+	// False alarms among the clean scored events: fpr 0.01, a binomial
+	// tolerance of 4 sd on 2800 events, plus the threshold's own error.
+	double fa = static_cast<double>(flagged.size() - 1) / (n - 200 - 1);
+	EXPECT_NEAR(fa, 0.01, 4 * std::sqrt(0.01 * 0.99 * (1.0 / 2800 + 1.0 / 200)));
+	auto st = det.status();
+	ASSERT_EQ(st.size(), 1u);
+	EXPECT_EQ(st[0].key, "torch/aten::mm");
+	EXPECT_EQ(st[0].seen, n);
+	EXPECT_EQ(st[0].scored, n - 200);
+	EXPECT_EQ(st[0].flagged, flagged.size());
+	// First fit at 200 events; then whenever the window doubled (400, about
+	// 800), then every 500: about 1300, 1800, 2300, 2800.
+	EXPECT_EQ(st[0].refits, 7u);
+	EXPECT_NE(st[0].note.find("cold start: the first 200 events"), std::string::npos) << st[0].note;
+	// Flagged events (the planted one among them) stay out of the last
+	// fit, on a window of at most 2800 events.
+	EXPECT_LE(st[0].trained_on, 2800u - 1);
+	EXPECT_GE(st[0].trained_on, 2700u - flagged.size());
+}
+
+TEST(OnlineDetector, TooFewEventsIsSaid)
+{
+	OnlineDetector det(inline_options());
+	for (const Span &s : op_stream(50, 99, 3))
+		EXPECT_FALSE(det.observe(s));
+	auto st = det.status();
+	ASSERT_EQ(st.size(), 1u);
+	EXPECT_FALSE(st[0].trained);
+	EXPECT_EQ(st[0].note, "too few events: 50 seen, the first model needs 200");
+}
+
+TEST(OnlineDetector, BackgroundRefitsSwapModelsIn)
+{
+	DetectOptions o = inline_options();
+	o.background = true;
+	OnlineDetector det(o);
+	auto spans = op_stream(2000, 1500, 4);
+	for (size_t i = 0; i < 1500; i++)
+		(void)det.observe(spans[i]);
+	det.flush(); // the models asked for so far are in
+	auto a = det.observe(spans[1500]);
+	ASSERT_TRUE(a);
+	EXPECT_EQ(a->causes[0]["feature"], "log_duration");
+	for (size_t i = 1501; i < 2000; i++)
+		(void)det.observe(spans[i]);
+	det.flush();
+	auto st = det.status();
+	EXPECT_TRUE(st[0].trained);
+	// 200 (cold start) and the one asked for at 1500; refits asked for
+	// while one runs wait for it (how many depends on the fit's speed).
+	EXPECT_GE(st[0].refits, 2u);
+	EXPECT_EQ(st[0].seen, 2000u);
+}
+
+TEST(OnlineDetector, ThreadSafeUnderConcurrentCallers)
+{
+	DetectOptions o = inline_options();
+	o.background = true;
+	o.refit_every = 300;
+	OnlineDetector det(o);
+	auto feed = [&](uint32_t tid, uint64_t seed) {
+		for (Span s : op_stream(3000, 5000, seed, tid)) {
+			s.name = "aten::mm_" + std::to_string(tid);
+			(void)det.observe(s);
+			if (s.start_ns % 7 == 0)
+				det.observe(Metric{s.start_ns, "host", "sched_delay_ns", "", 1, 1e3});
+		}
+	};
+	std::thread a(feed, 1, 5), b(feed, 2, 6);
+	for (int i = 0; i < 200; i++)
+		(void)det.status();
+	a.join();
+	b.join();
+	det.flush();
+	auto st = det.status();
+	ASSERT_EQ(st.size(), 2u);
+	for (const auto &k : st) {
+		EXPECT_EQ(k.seen, 3000u);
+		EXPECT_TRUE(k.trained);
+	}
+}
+
+TEST(RootCause, ContextCausesWithEvidence)
+{
+	const size_t planted = 1500;
+	auto spans = op_stream(2000, planted, 8);
+	const Span &slow = spans[planted];
+	Recording rec;
+	rec.spans = spans;
+	rec.spans[planted].py_stack = {"slow_path (model.py:99)"};
+	uint64_t t = slow.start_ns + slow.dur_ns / 2;
+	rec.metrics = {
+		{t, "host", "interference_ns", "stress-ng:4242", 1, 1.5e6},
+		{t, "host", "interference_ns", "kworker:12", 1, 1e4},
+		{t, "host", "tcp_retransmits", "10.0.0.1:5000->10.0.0.2:40000", 1, 4},
+	};
+	rec.events = {{t, "gpu", "clock_throttle", "gpu0", 0, 0, {{"reasons", {"hw_slowdown"}}}}};
+	auto rep = detect_recording(rec, inline_options());
+	const Anomaly *a = nullptr;
+	for (const Anomaly &x : rep.anomalies)
+		if (x.ts_ns == slow.start_ns)
+			a = &x;
+	ASSERT_NE(a, nullptr);
+	std::map<std::string, json> by_kind;
+	for (const json &c : a->causes)
+		by_kind.try_emplace(c["kind"], c);
+	ASSERT_TRUE(by_kind.count("cpu_interference")) << a->causes.dump(1);
+	EXPECT_EQ(by_kind["cpu_interference"]["evidence"]["interference_ns"]["stress-ng:4242"], 1.5e6);
+	EXPECT_NE(by_kind["cpu_interference"]["what"].get<std::string>().find("stress-ng:4242"), std::string::npos);
+	ASSERT_TRUE(by_kind.count("network"));
+	EXPECT_EQ(by_kind["network"]["evidence"]["retransmits"], 4.0);
+	ASSERT_TRUE(by_kind.count("gpu_throttle"));
+	EXPECT_EQ(by_kind["gpu_throttle"]["evidence"]["events"][0]["key"], "gpu0");
+	ASSERT_TRUE(by_kind.count("call_site"));
+	EXPECT_EQ(by_kind["call_site"]["evidence"]["seen"], 0);
+	EXPECT_NE(by_kind["call_site"]["what"].get<std::string>().find("never seen in training"), std::string::npos);
+	// The duration explains most of the distance: it ranks first.
+	EXPECT_EQ(a->causes[0]["feature"], "log_duration");
+	for (size_t i = 1; i < a->causes.size(); i++)
+		EXPECT_LE(a->causes[i]["strength"].get<double>(), a->causes[i - 1]["strength"].get<double>());
+}
+
+TEST(Offline, DeterministicAndLayerFilter)
+{
+	Recording rec;
+	rec.spans = op_stream(1500, 1000, 9);
+	auto a = detect_recording(rec, inline_options());
+	auto b = detect_recording(rec, inline_options());
+	ASSERT_EQ(a.anomalies.size(), b.anomalies.size());
+	for (size_t i = 0; i < a.anomalies.size(); i++) {
+		EXPECT_EQ(a.anomalies[i].ts_ns, b.anomalies[i].ts_ns);
+		EXPECT_EQ(a.anomalies[i].score, b.anomalies[i].score);
+	}
+	EXPECT_EQ(a.spans, 1500u);
+	auto none = detect_recording(rec, inline_options(), {"cuda"});
+	EXPECT_EQ(none.spans, 0u);
+	EXPECT_TRUE(none.anomalies.empty());
+}
+
+TEST(Surfaces, TraceAndSummaryShowAnomalies)
+{
+	Recording rec;
+	rec.spans = op_stream(1500, 1000, 10);
+	rec.anomalies = detect_recording(rec, inline_options()).anomalies;
+	ASSERT_FALSE(rec.anomalies.empty());
+	json trace = json::parse(perfetto_json(rec));
+	size_t instants = 0;
+	for (const json &e : trace["traceEvents"])
+		if (e["ph"] == "i" && e["cat"] == "anomaly") {
+			instants++;
+			EXPECT_EQ(e["name"], "anomaly: aten::mm");
+			EXPECT_EQ(e["s"], "t");
+			EXPECT_EQ(e["tid"], 7);
+			EXPECT_TRUE(e["args"].contains("score"));
+			EXPECT_TRUE(e["args"]["causes"].is_array());
+		}
+	EXPECT_EQ(instants, rec.anomalies.size());
+	std::string sum = format_summary(rec);
+	EXPECT_NE(sum.find("anomalies: " + std::to_string(rec.anomalies.size()) + " (torch aten::mm x"), std::string::npos)
+		<< sum;
+	EXPECT_NE(sum.find("aten::mm: log_duration 2.00 ms"), std::string::npos) << sum;
+}
