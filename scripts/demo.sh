@@ -21,7 +21,7 @@ echo "== 2. PyTorch CPU training, 4 Linear layers, 20 steps: eacgm record -- ${t
 
 echo
 echo "== the recordings stay queryable: eacgm summary $out/torch.db (first lines)"
-"$build/eacgm" summary "$out/torch.db" | head -6
+"$build/eacgm" summary "$out/torch.db" | sed -n 1,6p # sed reads all of it: no SIGPIPE under pipefail
 echo
 echo "Open $out/cuda.trace.json or $out/torch.trace.json in https://ui.perfetto.dev to see the timelines;"
-echo "query the .db files with sqlite3 (tables: spans, processes, threads, drops, meta)."
+echo "query the .db files with sqlite3 (tables: spans, metrics, events, anomalies, processes, threads, drops, meta)."

@@ -19,7 +19,7 @@ struct RecordArgs {
 	int pid = 0;
 	unsigned ring_buffer_kb = 8192;
 	unsigned sample_hz = 1000; // Python stack samples per second per CPU
-	std::string python_entries = "auto"; // eval-loop entries: auto (3.11+), all, off
+	std::string python_entries = "off"; // eval-loop entries: auto (3.11+), all, off
 	double gpu_hz = 10;                 // NVML samples per second
 	unsigned host_interval_ms = 100;    // host layer aggregation interval
 	std::vector<std::string> torch_ops; // extra operators (names or regexes) for the torch layer

@@ -60,6 +60,7 @@ std::string reason_text(const std::string &reason)
 		{"depth_overflow", "calls nested deeper than 32 (Python imports nest so)"},
 		{"unresolved_entry", "Python calls whose code was freed before it was read"},
 		{"unresolved_stack", "Python stacks whose code was freed before it was read"},
+		{"contradicted_call", "Python calls whose return the kernel missed (a sample showed them gone)"},
 	};
 	if (auto it = known.find(reason); it != known.end())
 		return it->second;

@@ -92,8 +92,24 @@ std::vector<Sampled> sampled_spans(uint32_t pid, uint32_t tid, const std::vector
 } // namespace
 
 std::vector<Span> python_function_spans(uint32_t pid, uint32_t tid, const std::vector<PyStackSample> &samples,
-					const std::vector<PyCall> &calls)
+					const std::vector<PyCall> &all_calls, size_t *dropped)
 {
+	// Samples are in time order: those during a call are a range.
+	std::vector<PyCall> calls;
+	for (const PyCall &c : all_calls) {
+		auto it = std::upper_bound(samples.begin(), samples.end(), c.start_ns,
+					   [](uint64_t t, const PyStackSample &s) { return t < s.ts_ns; });
+		bool contradicted = false;
+		for (; it != samples.end() && it->ts_ns < c.end_ns && !contradicted; ++it)
+			contradicted = !it->truncated &&
+				       std::none_of(it->frames.begin(), it->frames.end(),
+						    [&](const PyFrame &f) { return same_function(f, c.frame); });
+		if (contradicted && dropped)
+			++*dropped;
+		if (!contradicted)
+			calls.push_back(c);
+	}
+
 	// Measured calls are the truth for their function: a sampled span of the
 	// same function that overlaps any gives way to them (back-to-back calls
 	// a sampler merged come apart; the ends become exact). What the samples
@@ -101,25 +117,29 @@ std::vector<Span> python_function_spans(uint32_t pid, uint32_t tid, const std::v
 	auto sampled = sampled_spans(pid, tid, samples, calls);
 	std::vector<bool> replaced(sampled.size(), false);
 	std::vector<uint32_t> call_depth(calls.size(), UINT32_MAX); // from the samples, where they saw it
+	auto overlaps = [](const PyCall &c, const Span &s) {
+		return c.start_ns <= s.start_ns + s.dur_ns && c.end_ns >= s.start_ns;
+	};
 	for (size_t k = 0; k < sampled.size(); k++) {
-		Span &s = sampled[k].span;
-		uint64_t lo = UINT64_MAX, hi = 0;
+		std::vector<size_t> mine;
 		for (size_t i = 0; i < calls.size(); i++)
-			if (calls[i].start_ns <= s.start_ns + s.dur_ns && calls[i].end_ns >= s.start_ns &&
-			    same_function(calls[i].frame, sampled[k].frame)) {
-				replaced[k] = true;
-				call_depth[i] = std::min(call_depth[i], s.depth);
-				lo = std::min(lo, calls[i].start_ns);
-				hi = std::max(hi, calls[i].end_ns);
+			if (overlaps(calls[i], sampled[k].span) && same_function(calls[i].frame, sampled[k].frame)) {
+				mine.push_back(i);
+				call_depth[i] = std::min(call_depth[i], sampled[k].span.depth);
 			}
-		if (!replaced[k])
-			continue;
-		for (size_t p = sampled[k].parent; p != kNone; p = sampled[p].parent) {
-			Span &a = sampled[p].span;
-			uint64_t end = std::max(a.start_ns + a.dur_ns, hi);
-			a.start_ns = std::min(a.start_ns, lo);
-			a.dur_ns = end - a.start_ns;
-		}
+		replaced[k] = !mine.empty();
+		// A caller the samples saw during part of a call was on the stack
+		// for all of it. Only calls that overlap the caller's own extent
+		// say so (a sampled span can merge several calls far apart).
+		for (size_t p = sampled[k].parent; p != kNone; p = sampled[p].parent)
+			for (size_t i : mine) {
+				Span &a = sampled[p].span;
+				if (!overlaps(calls[i], a))
+					continue;
+				uint64_t end = std::max(a.start_ns + a.dur_ns, calls[i].end_ns);
+				a.start_ns = std::min(a.start_ns, calls[i].start_ns);
+				a.dur_ns = end - a.start_ns;
+			}
 	}
 	std::vector<Span> out;
 	for (size_t k = 0; k < sampled.size(); k++)

@@ -21,6 +21,7 @@ struct PyFrame {
 struct PyStackSample {
 	uint64_t ts_ns = 0;
 	std::vector<PyFrame> frames; // innermost first
+	bool truncated = false;      // deeper than the walker keeps: outer frames missing
 };
 
 // A call measured at both ends (the eval loop's entry probe).
@@ -34,8 +35,11 @@ struct PyCall {
 // self_ns (time not in a nested Python function) and "exact": true for a
 // measured call; the measured calls replace the sampled spans of their
 // function that they overlap, and nesting follows time.
+// A measured call that a whole sample taken during it contradicts (its
+// function is not on that stack: the kernel missed the call's return and
+// paired its entry with a later one) is left out and counted in *dropped.
 std::vector<Span> python_function_spans(uint32_t pid, uint32_t tid, const std::vector<PyStackSample> &samples,
-					const std::vector<PyCall> &calls = {});
+					const std::vector<PyCall> &calls = {}, size_t *dropped = nullptr);
 
 // "train_step (train.py:42)", innermost first: how a span shows its stack.
 std::vector<std::string> format_py_stack(const std::vector<PyFrame> &frames);

@@ -356,7 +356,7 @@ Result<void> Recorder::flush(bool force)
 			key += ";" + f->qualname + " (" + f->filename.substr(f->filename.rfind('/') + 1) + ":" +
 			       std::to_string(f->first_line) + ")";
 		folded_[key]++;
-		samples_[{raw.pid, raw.tid}].push_back({raw.ts, std::move(*frames)});
+		samples_[{raw.pid, raw.tid}].push_back({raw.ts, std::move(*frames), (raw.flags & EACGM_PY_TRUNCATED) != 0});
 	}
 	pending_samples_.clear();
 	return {};
@@ -382,7 +382,8 @@ Result<void> Recorder::finish()
 		auto calls = calls_.find(key);
 		if (auto r = store_.add_spans(python_function_spans(key.first, key.second, samples,
 								    calls == calls_.end() ? std::vector<PyCall>{}
-											  : calls->second));
+											  : calls->second,
+								    &py_calls_contradicted_));
 		    !r)
 			return r;
 	}
@@ -399,6 +400,7 @@ Result<void> Recorder::finish()
 		drops.push_back({"python", "unreadable_stack", p[EACGM_PY_CNT_READ_FAILED]});
 		drops.push_back({"python", "unresolved_stack", py_unresolved_});
 		drops.push_back({"python", "unresolved_entry", py_entries_lost_});
+		drops.push_back({"python", "contradicted_call", py_calls_contradicted_});
 	}
 	return store_.set_drops(drops);
 }

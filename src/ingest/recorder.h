@@ -118,6 +118,7 @@ private:
 	std::map<std::pair<uint32_t, uint32_t>, std::vector<PyStackSample>> samples_; // (pid, tid)
 	uint64_t py_unresolved_ = 0;
 	uint64_t py_entries_lost_ = 0; // eval-loop entries whose code object did not resolve
+	size_t py_calls_contradicted_ = 0; // measured calls a sample showed were not running
 	std::map<std::string, uint64_t> folded_; // collapsed sampled stacks -> samples
 	std::vector<std::string> warnings_;
 	std::set<std::string> warned_;

@@ -134,7 +134,7 @@ class PythonEntries(unittest.TestCase):
 
     def test_entries_from_c_are_exact_on_3_11_and_later(self):
         for version in ("debian-3.11", "3.12", "3.13"):
-            rec, by_name = self.record(version)
+            rec, by_name = self.record(version, "--python-entries", "auto")
             self.assertIn("entries from C exactly", rec.stderr)
             self.check_exact(version, by_name, ["<module>"])
             self.assertFalse(any(s["args"].get("exact") for s in by_name["work"] + by_name["main"]),
@@ -147,8 +147,10 @@ class PythonEntries(unittest.TestCase):
             self.assertEqual(len(by_name["work"]), 6, by_name["work"])
             self.assertEqual(len(by_name["main"]), 1)
 
-    def test_auto_leaves_3_8_to_3_10_sampled(self):
-        rec, by_name = self.record("3.9")
+    def test_auto_leaves_3_8_to_3_10_sampled_and_off_is_the_default(self):
+        rec, by_name = self.record("3.9", "--python-entries", "auto")
+        self.assertFalse([s for v in by_name.values() for s in v if s["args"].get("exact")])
+        rec, by_name = self.record("debian-3.11")
         self.assertFalse([s for v in by_name.values() for s in v if s["args"].get("exact")])
 
 

@@ -119,14 +119,33 @@ TEST(PythonSpans, WhatTheSamplesSawBelowACallCoversIt)
 TEST(PythonSpans, ASampledParentCoversTheCallsItHolds)
 {
 	PyFrame main = f("main", 1), cb = f("callback", 10);
-	// main's last sample is at 200, the callback it made ran to 260.
-	auto spans = python_function_spans(1, 1, {at(100, {main}), at(200, {main})}, {{150, 260, cb}});
+	// main's last sample is at 200, inside the callback it made, which ran to 260.
+	auto spans = python_function_spans(1, 1, {at(100, {main}), at(200, {main, cb})}, {{150, 260, cb}});
 	ASSERT_EQ(spans.size(), 2u);
 	const Span *m = find(spans, "main", 100), *c = find(spans, "callback", 150);
 	ASSERT_TRUE(m && c);
 	EXPECT_EQ(m->dur_ns, 160u);
 	EXPECT_EQ(c->depth, 1u);
 	EXPECT_EQ(c->dur_ns, 110u);
+}
+
+TEST(PythonSpans, ACallASampleContradictsIsLeftOutAndCounted)
+{
+	PyFrame main = f("main", 1), a = f("a", 5);
+	// The call "ran" to 500, but at 300 the stack held main alone: its
+	// return was missed and it was paired with a later one.
+	size_t dropped = 0;
+	auto spans = python_function_spans(1, 1, {at(100, {main, a}), at(300, {main}), at(400, {main})},
+					   {{90, 500, a}}, &dropped);
+	EXPECT_EQ(dropped, 1u);
+	EXPECT_EQ(find(spans, "a", 90), nullptr);
+	EXPECT_NE(find(spans, "a", 100), nullptr); // what the samples saw stays
+	// A truncated sample (outer frames missing) contradicts nothing.
+	PyStackSample cut = at(300, {main});
+	cut.truncated = true;
+	dropped = 0;
+	python_function_spans(1, 1, {at(100, {main, a}), cut}, {{90, 500, a}}, &dropped);
+	EXPECT_EQ(dropped, 0u);
 }
 
 TEST(PythonSpans, CallsAloneNestByTime)
