@@ -146,6 +146,10 @@ int run_doctor()
 	       false);
 	if (nvml)
 		dlclose(nvml);
+	// The host layer's machine-wide pressure (its per-process counts need
+	// only the tracepoints the self-test above exercises).
+	bool psi = access("/proc/pressure/cpu", R_OK) == 0;
+	c.line(psi, "PSI", psi ? "/proc/pressure readable" : "/proc/pressure missing (kernel without CONFIG_PSI): no pressure metrics", false);
 
 	// Which interpreters the Python layer can read: a frame layout is known
 	// for their minor version.
