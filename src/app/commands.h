@@ -24,6 +24,7 @@ struct RecordArgs {
 	unsigned host_interval_ms = 100;    // host layer aggregation interval
 	std::vector<std::string> torch_ops; // extra operators (names or regexes) for the torch layer
 	bool detect = true;                 // score calls online against per-function models
+	double detect_fpr = 1e-4;           // online: target false alarms per call
 	std::vector<std::string> command; // after "--"
 };
 int run_record(const RecordArgs &args);

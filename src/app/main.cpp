@@ -74,6 +74,11 @@ int main(int argc, char **argv)
 		->check(CLI::Range(10u, 60000u));
 	record->add_flag("!--no-detect", rec.detect,
 			 "Do not score calls online for anomalies (eacgm detect can still do it on the recording)");
+	record->add_option("--detect-fpr", rec.detect_fpr,
+			   "Online detection's target false-alarm rate per call (a training step makes tens of calls: "
+			   "1e-4 is a false alarm every few hundred steps)")
+		->capture_default_str()
+		->check(CLI::Range(1e-9, 0.5));
 	record->add_option("--ring-buffer-kb", rec.ring_buffer_kb,
 			   "Span ring buffer size in KiB, a power of two (records beyond it are counted as lost)")
 		->capture_default_str();

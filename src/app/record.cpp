@@ -245,7 +245,9 @@ int run_record(const RecordArgs &a)
 	// refitted in the background; anomalies go to the store as they come.
 	std::optional<detect::OnlineDetector> detector;
 	if (a.detect) {
-		detector.emplace();
+		detect::DetectOptions dopt;
+		dopt.model.fpr = a.detect_fpr;
+		detector.emplace(dopt);
 		recorder.set_detector(&*detector);
 	}
 	if (auto r = recorder.open(); !r)
