@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
+#include <tuple>
 
 namespace eacgm {
 
@@ -73,15 +75,33 @@ std::vector<Sampled> sampled_spans(uint32_t pid, uint32_t tid, const std::vector
 					close_from(d);
 					break;
 				}
-		size_t n = smp.frames.size();
+		// A truncated sample lacks its outer frames: it continues the open
+		// stack where its outermost frame sits there, or says nothing.
+		std::vector<PyFrame> whole;
+		const std::vector<PyFrame> *frames = &smp.frames;
+		if (smp.truncated) {
+			if (smp.frames.empty())
+				continue;
+			size_t at = open.size();
+			for (size_t d = 0; d < open.size() && at == open.size(); d++)
+				if (same_function(open[d].frame, smp.frames.back()))
+					at = d;
+			if (at == open.size())
+				continue;
+			whole = smp.frames;
+			for (size_t d = at; d-- > 0;)
+				whole.push_back(open[d].frame);
+			frames = &whole;
+		}
+		size_t n = frames->size();
 		size_t common = 0;
-		while (common < open.size() && common < n && same_function(open[common].frame, smp.frames[n - 1 - common]))
+		while (common < open.size() && common < n && same_function(open[common].frame, (*frames)[n - 1 - common]))
 			common++;
 		close_from(common);
 		for (auto &o : open)
 			o.last = smp.ts_ns;
 		for (size_t d = common; d < n; d++) {
-			open.push_back({smp.frames[n - 1 - d], smp.ts_ns, smp.ts_ns, out.size(), d ? open.back().id : kNone});
+			open.push_back({(*frames)[n - 1 - d], smp.ts_ns, smp.ts_ns, out.size(), d ? open.back().id : kNone});
 			out.emplace_back();
 		}
 	}
@@ -120,21 +140,51 @@ std::vector<Span> python_function_spans(uint32_t pid, uint32_t tid, const std::v
 	auto overlaps = [](const PyCall &c, const Span &s) {
 		return c.start_ns <= s.start_ns + s.dur_ns && c.end_ns >= s.start_ns;
 	};
+	// A function that calls itself (importlib's _find_and_load does, one
+	// import inside another) has calls and sampled spans at several levels
+	// of its own recursion: a sampled span stands for the calls at its level.
+	std::vector<size_t> call_level(calls.size(), 0), span_level(sampled.size(), 0);
+	{
+		std::vector<size_t> order(calls.size());
+		for (size_t i = 0; i < order.size(); i++)
+			order[i] = i;
+		std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+			if (calls[a].start_ns != calls[b].start_ns)
+				return calls[a].start_ns < calls[b].start_ns;
+			return calls[a].end_ns > calls[b].end_ns;
+		});
+		std::map<std::tuple<std::string, std::string, int>, std::vector<uint64_t>> open_ends; // per function
+		for (size_t i : order) {
+			const PyFrame &f = calls[i].frame;
+			auto &ends = open_ends[{f.qualname, f.filename, f.first_line}];
+			while (!ends.empty() && ends.back() <= calls[i].start_ns)
+				ends.pop_back();
+			call_level[i] = ends.size();
+			ends.push_back(calls[i].end_ns);
+		}
+	}
+	for (size_t k = 0; k < sampled.size(); k++)
+		for (size_t p = sampled[k].parent; p != kNone; p = sampled[p].parent)
+			span_level[k] += same_function(sampled[p].frame, sampled[k].frame);
+	std::vector<Span> original; // extents as the samples gave them: what the covering rule asks
+	for (auto &x : sampled)
+		original.push_back(x.span);
 	for (size_t k = 0; k < sampled.size(); k++) {
 		std::vector<size_t> mine;
 		for (size_t i = 0; i < calls.size(); i++)
-			if (overlaps(calls[i], sampled[k].span) && same_function(calls[i].frame, sampled[k].frame)) {
+			if (call_level[i] == span_level[k] && overlaps(calls[i], sampled[k].span) &&
+			    same_function(calls[i].frame, sampled[k].frame)) {
 				mine.push_back(i);
 				call_depth[i] = std::min(call_depth[i], sampled[k].span.depth);
 			}
 		replaced[k] = !mine.empty();
 		// A caller the samples saw during part of a call was on the stack
-		// for all of it. Only calls that overlap the caller's own extent
-		// say so (a sampled span can merge several calls far apart).
+		// for all of it. Only calls that overlap the caller's own sampled
+		// extent say so (a sampled span can merge several calls far apart).
 		for (size_t p = sampled[k].parent; p != kNone; p = sampled[p].parent)
 			for (size_t i : mine) {
 				Span &a = sampled[p].span;
-				if (!overlaps(calls[i], a))
+				if (!overlaps(calls[i], original[p]))
 					continue;
 				uint64_t end = std::max(a.start_ns + a.dur_ns, calls[i].end_ns);
 				a.start_ns = std::min(a.start_ns, calls[i].start_ns);

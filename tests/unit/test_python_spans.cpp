@@ -148,6 +148,24 @@ TEST(PythonSpans, ACallASampleContradictsIsLeftOutAndCounted)
 	EXPECT_EQ(dropped, 0u);
 }
 
+TEST(PythonSpans, ATruncatedSampleContinuesTheOpenStackOrSaysNothing)
+{
+	PyFrame m = f("<module>", 1), a = f("a", 5), b = f("b", 9), c = f("c", 13);
+	PyStackSample cut = at(200, {b, c}); // <module> and a beyond the walker's depth
+	cut.truncated = true;
+	PyStackSample lost = at(300, {f("z", 50)}); // z is not open: nothing to hang it on
+	lost.truncated = true;
+	auto spans = python_function_spans(1, 1, {at(100, {m, a, b}), cut, lost, at(400, {m, a, b, c})});
+	// One <module> and one a throughout; b and c continue across the cut sample.
+	EXPECT_EQ(spans.size(), 4u);
+	ASSERT_TRUE(find(spans, "<module>", 100) && find(spans, "a", 100) && find(spans, "b", 100));
+	EXPECT_EQ(find(spans, "<module>", 100)->dur_ns, 300u);
+	EXPECT_EQ(find(spans, "b", 100)->dur_ns, 300u);
+	ASSERT_TRUE(find(spans, "c", 200));
+	EXPECT_EQ(find(spans, "c", 200)->dur_ns, 200u);
+	EXPECT_EQ(find(spans, "c", 200)->depth, 3u);
+}
+
 TEST(PythonSpans, CallsAloneNestByTime)
 {
 	PyFrame mod = f("<module>", 1), a = f("a", 5), b = f("b", 9);
