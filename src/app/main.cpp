@@ -60,8 +60,8 @@ int main(int argc, char **argv)
 			   "Python layer: trace entries into the eval loop exactly (a uprobe on "
 			   "_PyEval_EvalFrameDefault). auto: on 3.11+, where only calls from C enter it (callbacks, "
 			   "hooks, module calls, threads); all: on 3.8-3.10 too, where every Python call enters it "
-			   "(exact calls, a uprobe each); off (default: imports make tens of thousands of entries, "
-			   "nested too deep to pair reliably)")
+			   "(exact calls, a uprobe each); off (the default: importing a large package makes tens of "
+			   "thousands of entries, and the import phase's nesting comes out too deep)")
 		->capture_default_str()
 		->check(CLI::IsMember({"auto", "all", "off"}));
 	record->add_option("--gpu-hz", rec.gpu_hz, "GPU layer: NVML samples per second per device")
