@@ -101,7 +101,7 @@ struct py_walk {
 	__u64 frame;
 	__u64 code_type;
 	__u32 n, max;
-	__u16 minor, frame_previous, frame_code, frame_instr, frame_owner, code_name;
+	__u16 minor, frame_previous, frame_code, frame_instr, frame_owner, code_name, code_filename;
 	bool ok;
 };
 
@@ -125,6 +125,7 @@ static long py_walk_step(__u32 i, void *data)
 	if (w->ok && py_read64(code + 8 /* ob_type */, &w->ok) != w->code_type)
 		return 1;
 	__u64 name = py_read64(code + w->code_name, &w->ok);
+	__u64 file = py_read64(code + w->code_filename, &w->ok);
 	__u64 instr;
 	if (w->minor <= 10) {
 		__s32 lasti = 0;
@@ -140,6 +141,7 @@ static long py_walk_step(__u32 i, void *data)
 	e->frames[n].code = code;
 	e->frames[n].instr = instr;
 	e->frames[n].name = name;
+	e->frames[n].file = file;
 	w->n++;
 	return 0;
 }
@@ -151,7 +153,8 @@ static __always_inline void py_walk(const struct eacgm_py_process *p, __u64 tsta
 {
 	struct py_walk w = {.e = e, .code_type = p->code_type, .max = max, .minor = p->minor, .frame_previous = p->frame_previous,
 			    .frame_code = p->frame_code, .frame_instr = p->frame_instr,
-			    .frame_owner = p->frame_owner, .code_name = p->code_name, .ok = true};
+			    .frame_owner = p->frame_owner, .code_name = p->code_name,
+			    .code_filename = p->code_filename, .ok = true};
 	if (p->minor >= 11 && p->minor <= 12) {
 		__u64 cframe = py_read64(tstate + p->tstate_cframe, &w.ok);
 		w.frame = py_read64(cframe + p->cframe_current_frame, &w.ok);

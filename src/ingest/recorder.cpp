@@ -176,7 +176,7 @@ std::optional<std::vector<PyFrame>> Recorder::resolve_stack(uint32_t pid, const 
 	const PyOffsets *o = &proc->second.offsets;
 	std::vector<PyFrame> out;
 	for (uint32_t i = 0; i < n; i++) {
-		auto f = resolver_.resolve(pid, *o, frames[i].code, frames[i].instr, frames[i].name);
+		auto f = resolver_.resolve(pid, *o, frames[i].code, frames[i].instr, frames[i].name, frames[i].file);
 		if (!f) {
 			// Past a module's top-level code there is no more Python: a
 			// frame there is a stale link (seen on 3.11's outermost entry

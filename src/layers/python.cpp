@@ -76,6 +76,7 @@ eacgm_py_process py_process_config(const PythonRuntime &rt, const PyOffsets &o)
 	p.frame_instr = o.frame_instr;
 	p.frame_owner = o.frame_owner;
 	p.code_name = o.code_name;
+	p.code_filename = o.code_filename;
 	return p;
 }
 

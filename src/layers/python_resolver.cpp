@@ -312,7 +312,7 @@ static bool memory_gone(uint32_t pid)
 }
 
 std::optional<PyFrameInfo> PythonResolver::resolve(uint32_t pid, const PyOffsets &o, uint64_t code_addr,
-						   uint64_t instr, uint64_t name_ptr)
+						   uint64_t instr, uint64_t name_ptr, uint64_t file_ptr)
 {
 	stats_.lookups++;
 	if (!supported(o) || code_addr == 0) {
@@ -325,15 +325,23 @@ std::optional<PyFrameInfo> PythonResolver::resolve(uint32_t pid, const PyOffsets
 		// The cached answer holds while the object at this address still
 		// has the same type, names, file, line table and first line.
 		Identity now;
-		if (!read_identity(pid, o, code_addr, now)) {
+		auto cached = [&] {
+			stats_.hits++;
+			PyFrameInfo info = it->second.info;
+			info.line = line_at(it->second.lines, instr_byte_offset(o, code_addr, instr), info.first_line);
+			return info;
+		};
+		bool readable = read_identity(pid, o, code_addr, now);
+		// Freed since the walk (no longer a code object): the walker's
+		// names say whether the cached one is the object it saw.
+		if (readable && now.type != it->second.id.type && name_ptr && file_ptr &&
+		    name_ptr == it->second.id.name && file_ptr == it->second.id.filename)
+			return cached();
+		if (!readable) {
 			// An exited process's memory can no longer change: what was
 			// cached for it is still right (its last samples arrive late).
-			if (memory_gone(pid) && (!name_ptr || name_ptr == it->second.id.name)) {
-				stats_.hits++;
-				PyFrameInfo info = it->second.info;
-				info.line = line_at(it->second.lines, instr_byte_offset(o, code_addr, instr), info.first_line);
-				return info;
-			}
+			if (memory_gone(pid) && (!name_ptr || name_ptr == it->second.id.name))
+				return cached();
 			stats_.failures++;
 			return std::nullopt;
 		}
@@ -342,12 +350,8 @@ std::optional<PyFrameInfo> PythonResolver::resolve(uint32_t pid, const PyOffsets
 			stats_.failures++;
 			return std::nullopt;
 		}
-		if (now == it->second.id) {
-			stats_.hits++;
-			PyFrameInfo info = it->second.info;
-			info.line = line_at(it->second.lines, instr_byte_offset(o, code_addr, instr), info.first_line);
-			return info;
-		}
+		if (now == it->second.id)
+			return cached();
 		stats_.stale++;
 		p.entries.erase(it);
 	}

@@ -61,8 +61,13 @@ public:
 	// name_ptr, when not 0: the co_name pointer the walker saw in the code
 	// object; an object found at that address now with another name is a
 	// replacement, and the frame is not resolved (nullopt), not misnamed.
+	// file_ptr, when not 0 with name_ptr: its co_filename pointer. An
+	// object found gone (no longer a code object) is answered from the
+	// cache when the walker saw the cached names: the one it saw was alive
+	// then and has been freed since (a program's last stacks: its module
+	// body's code is freed before the process exits).
 	std::optional<PyFrameInfo> resolve(uint32_t pid, const PyOffsets &o, uint64_t code_addr, uint64_t instr,
-					   uint64_t name_ptr = 0);
+					   uint64_t name_ptr = 0, uint64_t file_ptr = 0);
 	void forget(uint32_t pid);
 	const PyResolverStats &stats() const { return stats_; }
 

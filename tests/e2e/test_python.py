@@ -200,9 +200,9 @@ class PythonStackBehindTorch(unittest.TestCase):
             call_line = next(i for i, text in enumerate(f, 1) if "return F.linear(input, self.weight, self.bias)" in text)
         for s in linear:
             self.assertEqual(s["py_stack"][0], "Linear.forward (linear.py:%d)" % call_line, s)
-            # Either it reaches the script's top level, or it says where it was cut.
-            self.assertTrue(s["py_stack"][-1] == "..." or
-                            s["py_stack"][-1].startswith("<module> (torch_train.py:"), s)
+            # It reaches the script's top level, also for the last calls, read
+            # after the module's code was freed (named from the walker's names).
+            self.assertTrue(s["py_stack"][-1].startswith("<module> (torch_train.py:"), s)
 
 
 if __name__ == "__main__":

@@ -263,6 +263,27 @@ TEST(PythonResolver, NoticesACodeObjectReplacedAtTheSameAddress)
 	EXPECT_FALSE(r.resolve(self, f.o, FakeCode::addr(f.code), f.instr(4)));
 }
 
+TEST(PythonResolver, AnObjectFreedAfterTheWalkIsNamedFromTheCacheWhenTheWalkerSawItsNames)
+{
+	FakeCode f;
+	PythonResolver r;
+	uint32_t self = getpid();
+	uint64_t code = FakeCode::addr(f.code), name = FakeCode::addr(f.name), file = FakeCode::addr(f.file);
+	ASSERT_TRUE(r.resolve(self, f.o, code, f.instr(4), name, file)); // cached while alive
+	// Freed (malloc's free list pointers over its header) before a late
+	// stack that walked it, with its names, is read.
+	FakeCode::put(f.code, 0, uint64_t(0x1234560));
+	FakeCode::put(f.code, 8, uint64_t(0x1234570));
+	auto late = r.resolve(self, f.o, code, f.instr(4), name, file);
+	ASSERT_TRUE(late);
+	EXPECT_EQ(late->qualname, "Fake.run");
+	EXPECT_EQ(late->line, 12);
+	// Another file seen by the walker: another object was there; not named.
+	EXPECT_FALSE(r.resolve(self, f.o, code, f.instr(4), name, file + 8));
+	// Without the walker's names there is nothing to go by.
+	EXPECT_FALSE(r.resolve(self, f.o, code, f.instr(4)));
+}
+
 TEST(PythonResolver, StringsOfEveryKindBecomeUtf8)
 {
 	FakeCode f;

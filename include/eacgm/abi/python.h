@@ -36,6 +36,7 @@ struct eacgm_py_process {
 	__u16 frame_instr;
 	__u16 frame_owner;
 	__u16 code_name;
+	__u16 code_filename;
 };
 
 struct eacgm_py_frame {
@@ -43,6 +44,8 @@ struct eacgm_py_frame {
 	__u64 instr; /* f_lasti (3.8-3.10) or the instruction pointer (3.11+) */
 	__u64 name;  /* its co_name pointer, read now: names are resolved later, and
 			by then the code object may be gone and its address reused */
+	__u64 file;  /* its co_filename pointer: with name, what a cached name must
+			match to stand for an object freed before it was read */
 };
 
 enum eacgm_py_flags {
