@@ -1,5 +1,8 @@
 #include "detect/online.h"
 
+#include <pthread.h>
+#include <sched.h>
+
 #include "detect/rootcause.h"
 
 namespace eacgm::detect {
@@ -147,6 +150,10 @@ std::optional<Anomaly> OnlineDetector::observe(const Span &s)
 
 void OnlineDetector::worker()
 {
+	// Refits are never urgent: they run only on CPU time the traced job
+	// (and everything else) leaves idle, so they cannot stall it.
+	sched_param idle{};
+	pthread_setschedparam(pthread_self(), SCHED_IDLE, &idle);
 	std::unique_lock lk(mu_);
 	for (;;) {
 		cv_.wait(lk, [&] { return stop_ || !jobs_.empty(); });

@@ -28,7 +28,8 @@ class DetectSlowOperator(unittest.TestCase):
         # builds, a run at normal priority is preempted for milliseconds now
         # and then, which makes real, unplanted anomalies of a 10 us matmul.
         db = os.path.join(cls.tmp, "r.db")
-        p = E.run(["nice", "-n", "-20", E.EACGM, "record", "-o", db, "--layers", "torch,python", "--",
+        # Offline detection is what is tested: no online scoring during the run.
+        p = E.run(["nice", "-n", "-20", E.EACGM, "record", "-o", db, "--layers", "torch,python", "--no-detect", "--",
                    "/usr/bin/python3", PROG, str(STEPS), ",".join(map(str, SLOW)), str(FACTOR)], timeout=300)
         cls.rec = E.Recording(None, p.returncode, p.stdout, p.stderr, db, os.path.join(cls.tmp, "r.trace.json"))
         cls.steps, cls.slow = {}, {}
