@@ -114,16 +114,21 @@ std::vector<Sampled> sampled_spans(uint32_t pid, uint32_t tid, const std::vector
 std::vector<Span> python_function_spans(uint32_t pid, uint32_t tid, const std::vector<PyStackSample> &samples,
 					const std::vector<PyCall> &all_calls, size_t *dropped)
 {
-	// Samples are in time order: those during a call are a range.
+	// Samples are in time order: those during a call are a range. The
+	// interpreter links a frame just after the eval loop's entry and unlinks
+	// it just before its return, and a walk can meet a chain mid-update: one
+	// sample is not enough, two are (a call paired with a later return
+	// spans many).
 	std::vector<PyCall> calls;
 	for (const PyCall &c : all_calls) {
 		auto it = std::upper_bound(samples.begin(), samples.end(), c.start_ns,
 					   [](uint64_t t, const PyStackSample &s) { return t < s.ts_ns; });
-		bool contradicted = false;
-		for (; it != samples.end() && it->ts_ns < c.end_ns && !contradicted; ++it)
-			contradicted = !it->truncated &&
-				       std::none_of(it->frames.begin(), it->frames.end(),
-						    [&](const PyFrame &f) { return same_function(f, c.frame); });
+		int against = 0;
+		for (; it != samples.end() && it->ts_ns < c.end_ns && against < 2; ++it)
+			against += !it->truncated &&
+				   std::none_of(it->frames.begin(), it->frames.end(),
+						[&](const PyFrame &f) { return same_function(f, c.frame); });
+		bool contradicted = against >= 2;
 		if (contradicted && dropped)
 			++*dropped;
 		if (!contradicted)

@@ -369,9 +369,14 @@ Result<void> Recorder::finish()
 	for (auto &[pid, p] : processes_)
 		if (auto r = store_.upsert_process(p); !r)
 			return r;
-	for (auto &[key, name] : threads_)
+	for (auto &[key, name] : threads_) {
+		// A short-lived process may be gone before its thread was named,
+		// and its fork record (with the name) read after its first span.
+		if (name.empty())
+			name = process(key.first).comm;
 		if (auto r = store_.upsert_thread({key.first, key.second, name}); !r)
 			return r;
+	}
 	// Python function spans, from each thread's samples in time order.
 	for (auto &[key, calls] : calls_)
 		samples_[key]; // a thread with calls and no samples

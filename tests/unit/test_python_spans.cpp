@@ -132,14 +132,18 @@ TEST(PythonSpans, ASampledParentCoversTheCallsItHolds)
 TEST(PythonSpans, ACallASampleContradictsIsLeftOutAndCounted)
 {
 	PyFrame main = f("main", 1), a = f("a", 5);
-	// The call "ran" to 500, but at 300 the stack held main alone: its
-	// return was missed and it was paired with a later one.
+	// The call "ran" to 500, but at 300 and 400 the stack held main alone:
+	// its return was missed and it was paired with a later one.
 	size_t dropped = 0;
 	auto spans = python_function_spans(1, 1, {at(100, {main, a}), at(300, {main}), at(400, {main})},
 					   {{90, 500, a}}, &dropped);
 	EXPECT_EQ(dropped, 1u);
 	EXPECT_EQ(find(spans, "a", 90), nullptr);
 	EXPECT_NE(find(spans, "a", 100), nullptr); // what the samples saw stays
+	// One sample alone (a walk that met the chain mid-update) is not enough.
+	dropped = 0;
+	python_function_spans(1, 1, {at(100, {main, a}), at(300, {main}), at(400, {main, a})}, {{90, 500, a}}, &dropped);
+	EXPECT_EQ(dropped, 0u);
 	// A truncated sample (outer frames missing) contradicts nothing.
 	PyStackSample cut = at(300, {main});
 	cut.truncated = true;
