@@ -148,18 +148,12 @@ Result<StoreWriter> StoreWriter::create(const std::string &path)
 		return r.error();
 	if (auto r = s.exec(kSchema); !r)
 		return r.error();
-	auto st = prepare(s.db_.get(),
-			  "INSERT INTO spans(pid, tid, layer, name, start_ns, dur_ns, depth, ret,"
-			  " ret_name, bytes, args, py_stack) VALUES(?,?,?,?,?,?,?,?,?,?,?,?)");
-	if (!st)
-		return make_error("cannot write " + s.partial_ + ": " + st.error().message);
-	s.insert_span_ = std::move(*st);
 	return s;
 }
 
 StoreWriter::StoreWriter(StoreWriter &&o) noexcept
 	: path_(std::move(o.path_)), partial_(std::exchange(o.partial_, {})),
-	  db_(std::move(o.db_)), insert_span_(std::move(o.insert_span_))
+	  db_(std::move(o.db_))
 {
 }
 
@@ -170,7 +164,6 @@ StoreWriter &StoreWriter::operator=(StoreWriter &&o) noexcept
 		path_ = std::move(o.path_);
 		partial_ = std::exchange(o.partial_, {});
 		db_ = std::move(o.db_);
-		insert_span_ = std::move(o.insert_span_);
 	}
 	return *this;
 }
@@ -179,7 +172,6 @@ StoreWriter::~StoreWriter() { discard(); }
 
 void StoreWriter::discard()
 {
-	insert_span_.reset();
 	db_.reset();
 	if (!partial_.empty())
 		remove_db_files(partial_);
@@ -201,52 +193,6 @@ Result<void> StoreWriter::exec(const char *sql)
 		sqlite3_free(msg);
 		return make_error("cannot write " + partial_ + ": " + m +
 				  "; check free disk space and permissions");
-	}
-	return {};
-}
-
-Result<void> StoreWriter::add_spans(const std::vector<Span> &spans)
-{
-	if (auto r = ready(); !r)
-		return r;
-	if (spans.empty())
-		return {};
-	if (auto r = exec("BEGIN"); !r)
-		return r;
-	sqlite3_stmt *st = insert_span_.get();
-	for (const Span &s : spans) {
-		// replace: captured strings may hold bytes that are not UTF-8, and
-		// one odd argument must not cost the whole batch.
-		std::string args = s.args.is_null()
-			? "{}" : s.args.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-		bind_param(st, 1, s.pid);
-		bind_param(st, 2, s.tid);
-		bind_param(st, 3, s.layer);
-		bind_param(st, 4, s.name);
-		bind_param(st, 5, s.start_ns);
-		bind_param(st, 6, s.dur_ns);
-		bind_param(st, 7, s.depth);
-		bind_param(st, 8, s.ret);
-		bind_param(st, 9, s.ret_name);
-		bind_param(st, 10, s.bytes);
-		bind_param(st, 11, args);
-		if (s.py_stack.empty())
-			sqlite3_bind_null(st, 12);
-		else
-			bind_param(st, 12, nlohmann::json(s.py_stack).dump(-1, ' ', false,
-									  nlohmann::json::error_handler_t::replace));
-		int rc = sqlite3_step(st);
-		sqlite3_reset(st);
-		if (rc != SQLITE_DONE) {
-			std::string m = sqlite3_errmsg(db_.get());
-			(void)exec("ROLLBACK");
-			return make_error("cannot write spans to " + partial_ + ": " + m +
-					  "; check free disk space");
-		}
-	}
-	if (auto r = exec("COMMIT"); !r) {
-		(void)exec("ROLLBACK");
-		return r;
 	}
 	return {};
 }
@@ -280,6 +226,34 @@ Result<void> StoreWriter::insert_all(const char *sql, const std::vector<T> &rows
 		return r;
 	}
 	return {};
+}
+
+Result<void> StoreWriter::add_spans(const std::vector<Span> &spans)
+{
+	return insert_all("INSERT INTO spans(pid, tid, layer, name, start_ns, dur_ns, depth, ret,"
+			  " ret_name, bytes, args, py_stack) VALUES(?,?,?,?,?,?,?,?,?,?,?,?)",
+			  spans, "spans", [](sqlite3_stmt *st, const Span &s) {
+				  // replace: captured strings may hold bytes that are not UTF-8,
+				  // and one odd argument must not cost the whole batch.
+				  std::string args = s.args.is_null()
+					  ? "{}" : s.args.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+				  bind_param(st, 1, s.pid);
+				  bind_param(st, 2, s.tid);
+				  bind_param(st, 3, s.layer);
+				  bind_param(st, 4, s.name);
+				  bind_param(st, 5, s.start_ns);
+				  bind_param(st, 6, s.dur_ns);
+				  bind_param(st, 7, s.depth);
+				  bind_param(st, 8, s.ret);
+				  bind_param(st, 9, s.ret_name);
+				  bind_param(st, 10, s.bytes);
+				  bind_param(st, 11, args);
+				  if (s.py_stack.empty())
+					  sqlite3_bind_null(st, 12);
+				  else
+					  bind_param(st, 12, nlohmann::json(s.py_stack).dump(
+								     -1, ' ', false, nlohmann::json::error_handler_t::replace));
+			  });
 }
 
 Result<void> StoreWriter::add_metrics(const std::vector<Metric> &metrics)
@@ -412,7 +386,6 @@ Result<void> StoreWriter::finish()
 		return r;
 	if (auto r = exec(kIndexes); !r)
 		return r;
-	insert_span_.reset();
 	// Leaving WAL mode checkpoints and deletes the -wal file, so the result
 	// is one self-contained file that can be copied or mailed as is.
 	auto st = prepare(db_.get(), "PRAGMA journal_mode=DELETE");
@@ -437,7 +410,8 @@ Result<void> StoreWriter::finish()
 	return {};
 }
 
-Result<Recording> load_recording(const std::string &path)
+// Opens a recording and checks that it is one this eacgm reads.
+static Result<DbHandle> open_recording(const std::string &path, int flags)
 {
 	struct stat sb;
 	if (stat(path.c_str(), &sb) != 0)
@@ -449,7 +423,7 @@ Result<Recording> load_recording(const std::string &path)
 				  ": it is a directory; give the .db file");
 
 	sqlite3 *raw = nullptr;
-	int rc = sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READONLY, nullptr);
+	int rc = sqlite3_open_v2(path.c_str(), &raw, flags, nullptr);
 	DbHandle db(raw);
 	if (rc != SQLITE_OK)
 		return make_error("cannot open recording " + path + ": " +
@@ -475,6 +449,16 @@ Result<Recording> load_recording(const std::string &path)
 		return make_error("recording " + path + " has schema version " + version +
 				  ", this eacgm reads version " + std::to_string(kSchemaVersion) +
 				  "; use the eacgm release that recorded it");
+
+	return db;
+}
+
+Result<Recording> load_recording(const std::string &path)
+{
+	auto opened = open_recording(path, SQLITE_OPEN_READONLY);
+	if (!opened)
+		return opened.error();
+	DbHandle db = std::move(*opened);
 
 	Recording rec;
 	auto read = [&](const char *sql, auto fn) -> Result<void> {
@@ -634,19 +618,17 @@ Result<Recording> load_recording(const std::string &path)
 
 Result<void> replace_anomalies(const std::string &path, const std::vector<Anomaly> &anomalies)
 {
-	// Reading it first checks that it is a recording of this version.
-	if (auto rec = load_recording(path); !rec)
-		return rec.error();
-	sqlite3 *raw = nullptr;
-	int rc = sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READWRITE, nullptr);
-	DbHandle db(raw);
+	// Only a recording of this version is written to.
+	auto opened = open_recording(path, SQLITE_OPEN_READWRITE);
+	if (!opened)
+		return opened.error();
+	DbHandle db = std::move(*opened);
 	auto fail = [&](const std::string &m) {
 		(void)sqlite3_exec(db.get(), "ROLLBACK", nullptr, nullptr, nullptr);
 		return make_error("cannot write anomalies to " + path + ": " + m +
 				  "; check that the file is writable (or pass --no-store)");
 	};
-	if (rc != SQLITE_OK)
-		return fail(raw ? sqlite3_errmsg(raw) : sqlite3_errstr(rc));
+	int rc;
 	sqlite3_busy_timeout(db.get(), 5000);
 	if (sqlite3_exec(db.get(), "BEGIN IMMEDIATE; DELETE FROM anomalies;", nullptr, nullptr, nullptr) != SQLITE_OK)
 		return fail(sqlite3_errmsg(db.get()));

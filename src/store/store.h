@@ -73,7 +73,6 @@ private:
 	std::string path_;
 	std::string partial_;
 	DbHandle db_;
-	StmtHandle insert_span_;
 };
 
 // Reads a finished recording. Spans come ordered by start_ns (ties in the
