@@ -57,8 +57,9 @@ Result<std::optional<PythonRuntime>> find_python_runtime(uint32_t pid)
 	return std::optional<PythonRuntime>();
 }
 
-eacgm_py_process py_process_config(const PythonRuntime &rt, const PyOffsets &o)
+eacgm_py_process py_process_config(const PythonRuntime &rt)
 {
+	const PyOffsets &o = rt.offsets;
 	eacgm_py_process p{};
 	p.runtime = rt.runtime_addr;
 	p.code_type = rt.code_type;
@@ -177,7 +178,7 @@ Result<std::optional<PythonRuntime>> PythonTracer::add_process(uint32_t pid)
 	auto rt = find_python_runtime(pid);
 	if (!rt || !rt->has_value())
 		return rt;
-	const PythonRuntime &r = **rt;
+	PythonRuntime r = **rt;
 	const PyOffsets *o = r.major == 3 ? offsets(r.minor) : nullptr;
 	if (!o) {
 		std::string v = std::to_string(r.major) + "." + std::to_string(r.minor);
@@ -187,8 +188,7 @@ Result<std::optional<PythonRuntime>> PythonTracer::add_process(uint32_t pid)
 					    "layers go on (supported: 3.8 to 3.13)");
 		return std::optional<PythonRuntime>();
 	}
-	PythonRuntime r2 = r;
-	r2.offsets = *o;
+	r.offsets = *o;
 	if (r.minor >= 13) {
 		// The interpreter states its own layout: trust it over the table
 		// where they differ (a patched or newer build), and say so.
@@ -201,7 +201,7 @@ Result<std::optional<PythonRuntime>> PythonTracer::add_process(uint32_t pid)
 			if (warned_.insert(what + checked.error().message).second)
 				warnings_.push_back(what + ": " + checked.error().message + "; using eacgm's offsets table");
 		} else {
-			r2.offsets = checked->offsets;
+			r.offsets = checked->offsets;
 			std::string list;
 			for (auto &d : checked->differ)
 				list += (list.empty() ? "" : "; ") + d;
@@ -210,11 +210,11 @@ Result<std::optional<PythonRuntime>> PythonTracer::add_process(uint32_t pid)
 						    "); using the interpreter's");
 		}
 	}
-	eacgm_py_process cfg = py_process_config(r2, r2.offsets);
+	eacgm_py_process cfg = py_process_config(r);
 	if (bpf_map__update_elem(skel_->maps.py_procs, &pid, sizeof(pid), &cfg, sizeof(cfg), BPF_ANY))
 		return make_error("cannot register Python process " + std::to_string(pid) + ": " + std::strerror(errno));
-	procs_[pid] = r2;
-	return std::optional<PythonRuntime>(r2);
+	procs_[pid] = r;
+	return std::optional<PythonRuntime>(r);
 }
 
 void PythonTracer::inherit(uint32_t child, uint32_t parent)

@@ -36,7 +36,7 @@ struct PythonRuntime {
 Result<std::optional<PythonRuntime>> find_python_runtime(uint32_t pid);
 
 // What the BPF walker gets for a process.
-eacgm_py_process py_process_config(const PythonRuntime &rt, const PyOffsets &o);
+eacgm_py_process py_process_config(const PythonRuntime &rt);
 
 // The function whose entries eval_entry_probes() traces; spans with this
 // name and layer "python" carry (code, code_name) arguments.
