@@ -91,9 +91,7 @@ int run_doctor()
 
 	std::cout << "libraries\n";
 	auto installed = installed_libraries();
-	for (auto &layer : kAllLayers) {
-		if (layer == "python" || layer == "gpu" || layer == "host")
-			continue; // not library functions: see below
+	for (auto &layer : kSpecLayers) { // python, gpu and host: see below
 		auto specs = load_builtin_spec(layer);
 		if (!specs) {
 			c.line(false, layer + " spec", specs.error().message);

@@ -31,6 +31,7 @@
 namespace eacgm {
 
 const std::vector<std::string> kAllLayers = {"cuda", "nccl", "torch", "python", "gpu", "host"};
+const std::vector<std::string> kSpecLayers = {"cuda", "nccl", "torch"};
 
 namespace {
 
@@ -134,18 +135,18 @@ int run_record(const RecordArgs &a)
 		return fail(r.error().message);
 
 	SpecSet specs;
-	bool python = std::find(layers.begin(), layers.end(), "python") != layers.end();
-	auto has = [&](const char *l) { return std::find(layers.begin(), layers.end(), l) != layers.end(); };
-	for (auto &l : layers) {
-		if (l == "python" || l == "gpu" || l == "host")
-			continue; // not specs of functions
+	auto has = [&](const std::string &l) { return std::find(layers.begin(), layers.end(), l) != layers.end(); };
+	bool python = has("python");
+	for (auto &l : kSpecLayers) {
+		if (!has(l))
+			continue;
 		auto s = load_builtin_spec(l);
 		if (!s)
 			return fail(s.error().message);
 		specs.merge(std::move(s.value()));
 	}
 	if (!a.torch_ops.empty()) {
-		if (std::find(layers.begin(), layers.end(), "torch") == layers.end())
+		if (!has("torch"))
 			return fail("--torch-ops needs the torch layer; add torch to --layers", 2);
 		auto extra = torch_ops_spec(a.torch_ops);
 		if (!extra)

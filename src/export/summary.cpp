@@ -96,10 +96,7 @@ std::string drops_line(const std::vector<Drop> &drops)
 // A metric value in the unit its name ends with.
 std::string format_metric(const std::string &name, double v)
 {
-	auto ends = [&](const char *suffix) {
-		std::string x = suffix;
-		return name.size() >= x.size() && name.compare(name.size() - x.size(), x.size(), x) == 0;
-	};
+	auto ends = [&](const char *suffix) { return name.ends_with(suffix); };
 	if (ends("_ns"))
 		return format_duration(v);
 	if (ends("_us"))
