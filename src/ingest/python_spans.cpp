@@ -142,12 +142,16 @@ std::vector<Span> python_function_spans(uint32_t pid, uint32_t tid, const std::v
 	auto sampled = sampled_spans(pid, tid, samples, calls);
 	std::vector<bool> replaced(sampled.size(), false);
 	std::vector<uint32_t> call_depth(calls.size(), UINT32_MAX); // from the samples, where they saw it
-	auto overlaps = [](const PyCall &c, const Span &s) {
-		return c.start_ns <= s.start_ns + s.dur_ns && c.end_ns >= s.start_ns;
+	auto overlaps = [](const PyCall &c, uint64_t start, uint64_t end) {
+		return c.start_ns <= end && c.end_ns >= start;
 	};
-	// A function that calls itself (importlib's _find_and_load does, one
-	// import inside another) has calls and sampled spans at several levels
-	// of its own recursion: a sampled span stands for the calls at its level.
+	// The calls of each function, in start order. A function that calls
+	// itself (importlib's _find_and_load does, one import inside another)
+	// has calls and sampled spans at several levels of its own recursion: a
+	// sampled span stands for the calls at its level.
+	using Identity = std::tuple<std::string, std::string, int>;
+	auto identity = [](const PyFrame &f) { return Identity{f.qualname, f.filename, f.first_line}; };
+	std::map<Identity, std::vector<size_t>> calls_of;
 	std::vector<size_t> call_level(calls.size(), 0), span_level(sampled.size(), 0);
 	{
 		std::vector<size_t> order(calls.size());
@@ -158,27 +162,31 @@ std::vector<Span> python_function_spans(uint32_t pid, uint32_t tid, const std::v
 				return calls[a].start_ns < calls[b].start_ns;
 			return calls[a].end_ns > calls[b].end_ns;
 		});
-		std::map<std::tuple<std::string, std::string, int>, std::vector<uint64_t>> open_ends; // per function
+		std::map<Identity, std::vector<uint64_t>> open_ends; // per function
 		for (size_t i : order) {
-			const PyFrame &f = calls[i].frame;
-			auto &ends = open_ends[{f.qualname, f.filename, f.first_line}];
+			Identity id = identity(calls[i].frame);
+			auto &ends = open_ends[id];
 			while (!ends.empty() && ends.back() <= calls[i].start_ns)
 				ends.pop_back();
 			call_level[i] = ends.size();
 			ends.push_back(calls[i].end_ns);
+			calls_of[id].push_back(i);
 		}
 	}
 	for (size_t k = 0; k < sampled.size(); k++)
 		for (size_t p = sampled[k].parent; p != kNone; p = sampled[p].parent)
 			span_level[k] += same_function(sampled[p].frame, sampled[k].frame);
-	std::vector<Span> original; // extents as the samples gave them: what the covering rule asks
+	// Extents as the samples gave them: what the covering rule asks.
+	std::vector<std::pair<uint64_t, uint64_t>> sampled_extent;
 	for (auto &x : sampled)
-		original.push_back(x.span);
+		sampled_extent.emplace_back(x.span.start_ns, x.span.start_ns + x.span.dur_ns);
 	for (size_t k = 0; k < sampled.size(); k++) {
+		auto same = calls_of.find(identity(sampled[k].frame));
+		if (same == calls_of.end())
+			continue;
 		std::vector<size_t> mine;
-		for (size_t i = 0; i < calls.size(); i++)
-			if (call_level[i] == span_level[k] && overlaps(calls[i], sampled[k].span) &&
-			    same_function(calls[i].frame, sampled[k].frame)) {
+		for (size_t i : same->second)
+			if (call_level[i] == span_level[k] && overlaps(calls[i], sampled_extent[k].first, sampled_extent[k].second)) {
 				mine.push_back(i);
 				call_depth[i] = std::min(call_depth[i], sampled[k].span.depth);
 			}
@@ -189,7 +197,7 @@ std::vector<Span> python_function_spans(uint32_t pid, uint32_t tid, const std::v
 		for (size_t p = sampled[k].parent; p != kNone; p = sampled[p].parent)
 			for (size_t i : mine) {
 				Span &a = sampled[p].span;
-				if (!overlaps(calls[i], original[p]))
+				if (!overlaps(calls[i], sampled_extent[p].first, sampled_extent[p].second))
 					continue;
 				uint64_t end = std::max(a.start_ns + a.dur_ns, calls[i].end_ns);
 				a.start_ns = std::min(a.start_ns, calls[i].start_ns);
