@@ -24,6 +24,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/clock.h"
+
 namespace eacgm {
 namespace {
 
@@ -229,13 +231,6 @@ Result<Nvml> load_nvml(const std::string &library)
 	return n;
 }
 
-uint64_t clock_ns(clockid_t c)
-{
-	timespec t{};
-	clock_gettime(c, &t);
-	return uint64_t(t.tv_sec) * 1000000000ull + uint64_t(t.tv_nsec);
-}
-uint64_t mono_ns() { return clock_ns(CLOCK_MONOTONIC); }
 
 // --- Devices ----------------------------------------------------------------
 // What is read per device, each with its own memory of "not supported".
