@@ -8,8 +8,10 @@
 #include <fstream>
 #include <sstream>
 #include <csignal>
+#include <poll.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "eacgm/abi/events.h"
 #include "ingest/decode.h"
 
@@ -66,10 +68,24 @@ Result<void> Recorder::open()
 		return make_error(std::string("cannot open the process ring buffer: ") + std::strerror(errno));
 	if (python_ && ring_buffer__add(rb_, bpf_map__fd(python_->events_map()), on_py, this))
 		return make_error(std::string("cannot open the Python ring buffer: ") + std::strerror(errno));
+	auto w = PidWatch::open();
+	if (!w)
+		return w.error();
+	exits_ = std::move(w.value());
 	return {};
 }
 
-Process &Recorder::process(uint32_t pid)
+void Recorder::watch(uint32_t pid, UniqueFd pidfd)
+{
+	auto st = exits_.add(pid, std::move(pidfd));
+	if (st && *st != PidState::alive)
+		exited_.push_back(pid); // ended after this round's records
+	// Without a pidfd (out of descriptors) its BPF exit record still ends it.
+	if (!st && warned_.insert(st.error().message).second)
+		warnings_.push_back(st.error().message);
+}
+
+Process &Recorder::process(uint32_t pid, UniqueFd pidfd)
 {
 	auto it = processes_.find(pid);
 	if (it != processes_.end())
@@ -82,14 +98,15 @@ Process &Recorder::process(uint32_t pid)
 	if (auto ppid = parent_pid(pid))
 		p.ppid = *ppid;
 	live_.insert(pid);
+	watch(pid, std::move(pidfd));
 	symbolizer_.snapshot(pid);
 	watch_python(pid);
 	return p;
 }
 
-void Recorder::add_root(uint32_t pid, uint32_t ppid, uint64_t start_ns)
+void Recorder::add_root(uint32_t pid, uint32_t ppid, uint64_t start_ns, UniqueFd pidfd)
 {
-	Process &p = process(pid);
+	Process &p = process(pid, std::move(pidfd));
 	if (ppid)
 		p.ppid = ppid; // else as /proc says
 	p.start_ns = start_ns;
@@ -102,6 +119,19 @@ void Recorder::set_exit(uint32_t pid, int exit_code, uint64_t end_ns)
 	if (!p.end_ns)
 		p.end_ns = end_ns;
 	live_.erase(pid);
+	exits_.remove(pid);
+}
+
+void Recorder::end_exited_processes()
+{
+	for (uint32_t pid : exits_.take_exited())
+		exited_.push_back(pid);
+	if (exited_.empty())
+		return;
+	uint64_t now = mono_ns();
+	for (uint32_t pid : std::exchange(exited_, {}))
+		if (live_.count(pid)) // the exit code, while its parent has not reaped it
+			set_exit(pid, zombie_exit_status(pid).value_or(-1), now);
 }
 
 void Recorder::note_thread(uint32_t pid, uint32_t tid)
@@ -273,14 +303,17 @@ void Recorder::handle_proc(const eacgm_proc_event &e)
 Result<int> Recorder::poll(int timeout_ms)
 {
 	// The BPF side wakes us only when a buffer fills up (a wakeup per record
-	// would cost more than the probe), so read whatever is there after each wait.
-	int n = ring_buffer__poll(rb_, timeout_ms);
-	if (n >= 0) {
-		int more = ring_buffer__consume(rb_);
-		n = more < 0 ? more : n + more;
-	}
+	// would cost more than the probe), so read whatever is there after each
+	// wait. A traced process's exit wakes us too (its pidfd).
+	pollfd fds[2] = {{ring_buffer__epoll_fd(rb_), POLLIN, 0}, {exits_.fd(), POLLIN, 0}};
+	if (::poll(fds, 2, timeout_ms) < 0 && errno != EINTR)
+		return make_error(std::string("waiting for events failed: ") + std::strerror(errno));
+	int n = ring_buffer__consume(rb_);
 	if (n < 0 && n != -EINTR)
 		return make_error(std::string("reading the ring buffers failed: ") + std::strerror(-n));
+	// After the records: an exit the kernel reported there (with its code and
+	// time) is already handled; the kernel writes it before the pidfd wakes.
+	end_exited_processes();
 	if (auto r = flush(); !r)
 		return r.error();
 	return n < 0 ? 0 : n;

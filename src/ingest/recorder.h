@@ -19,6 +19,7 @@
 #include "layers/python.h"
 #include "layers/python_resolver.h"
 #include "probe/attacher.h"
+#include "probe/pid_watch.h"
 #include "probe/symbolizer.h"
 #include "store/store.h"
 
@@ -36,10 +37,14 @@ public:
 	Recorder &operator=(const Recorder &) = delete;
 
 	Result<void> open();
-	// A process traced from the start (launched or attached with -p).
-	void add_root(uint32_t pid, uint32_t ppid, uint64_t start_ns);
-	// Waits up to timeout_ms for events and handles them. Returns the
-	// number of records consumed, or an error (a store write failed).
+	// A process traced from the start (launched or attached with -p). Its
+	// exit is watched through pidfd when given (opened before the process
+	// was tracked, so that a pid reused since cannot stand in for it), else
+	// through a new one, as for every process from the moment it is seen.
+	void add_root(uint32_t pid, uint32_t ppid, uint64_t start_ns, UniqueFd pidfd = {});
+	// Waits up to timeout_ms for events or a traced process's exit and
+	// handles them. Returns the number of records consumed, or an error (a
+	// store write failed).
 	Result<int> poll(int timeout_ms);
 	// Consumes whatever is left in the buffers.
 	Result<void> drain();
@@ -77,7 +82,12 @@ private:
 	std::optional<std::vector<PyFrame>> resolve_stack(uint32_t pid, const eacgm_py_frame *frames, uint32_t n,
 							  bool partial);
 	void handle_proc(const struct eacgm_proc_event &e);
-	Process &process(uint32_t pid);
+	Process &process(uint32_t pid, UniqueFd pidfd = {});
+	void watch(uint32_t pid, UniqueFd pidfd);
+	// Ends the processes whose pidfds say they exited and whose exit the
+	// BPF side has not reported: those that exited before they were
+	// tracked (during attach), or whose exit record was lost.
+	void end_exited_processes();
 	void note_thread(uint32_t pid, uint32_t tid);
 	// Decodes what was read; writes to the store when enough has gathered
 	// (or force).
@@ -92,6 +102,8 @@ private:
 	struct ring_buffer *rb_ = nullptr;
 	std::map<uint32_t, Process> processes_;
 	std::set<uint32_t> live_;
+	PidWatch exits_;
+	std::vector<uint32_t> exited_; // known exited from their pidfd, not yet ended
 	std::map<std::pair<uint32_t, uint32_t>, std::string> threads_;
 	std::vector<eacgm_span_event> pending_; // read, not yet decoded
 	std::vector<Span> decoded_;             // decoded, not yet stored

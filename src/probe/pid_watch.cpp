@@ -1,0 +1,145 @@
+#include "probe/pid_watch.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <poll.h>
+#include <sstream>
+#include <sys/epoll.h>
+#include <sys/syscall.h>
+
+namespace eacgm {
+
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434 // the same number on every architecture
+#endif
+
+Result<std::optional<UniqueFd>> open_pidfd(uint32_t pid)
+{
+	int fd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+	if (fd >= 0)
+		return std::optional<UniqueFd>(UniqueFd(fd));
+	if (errno == ESRCH)
+		return std::optional<UniqueFd>();
+	if (errno == ENOSYS)
+		return make_error("this kernel has no pidfd_open (Linux 5.3 or later is needed to follow processes)");
+	return make_error("cannot watch process " + std::to_string(pid) + ": pidfd_open: " + std::strerror(errno) +
+			  (errno == EMFILE ? " (raise the open-file limit: ulimit -n)" : ""));
+}
+
+bool pidfd_exited(const UniqueFd &pidfd)
+{
+	pollfd p = {pidfd.get(), POLLIN, 0};
+	return ::poll(&p, 1, 0) == 1 && (p.revents & (POLLIN | POLLHUP | POLLERR));
+}
+
+// /proc/PID/stat: "pid (comm) state ppid ..."; comm may hold spaces and
+// parentheses, so fields are counted from the last ')'. Field 3 is the
+// state and field 52 the exit code (Linux 3.5+), a wait status.
+static std::optional<std::pair<char, int>> stat_state_and_exit(uint32_t pid)
+{
+	std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+	std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+	auto paren = stat.rfind(')');
+	if (paren == std::string::npos)
+		return std::nullopt;
+	std::istringstream fields(stat.substr(paren + 1));
+	std::string f;
+	char state = 0;
+	int exit_code = -1;
+	for (int i = 3; fields >> f; i++) {
+		if (i == 3)
+			state = f[0];
+		if (i == 52)
+			exit_code = std::atoi(f.c_str());
+	}
+	return std::make_pair(state, exit_code);
+}
+
+std::optional<int> zombie_exit_status(uint32_t pid)
+{
+	auto s = stat_state_and_exit(pid);
+	if (!s || s->first != 'Z' || s->second < 0)
+		return std::nullopt;
+	int code = s->second;
+	return (code & 0x7f) == 0 ? (code >> 8) & 0xff : 128 + (code & 0x7f);
+}
+
+Result<UniqueFd> open_live_process(uint32_t pid)
+{
+	std::string name = "process " + std::to_string(pid);
+	auto fd = open_pidfd(pid);
+	if (!fd)
+		return fd.error();
+	if (!*fd)
+		return make_error("no process with PID " + std::to_string(pid) + "; check it with 'ps -p " +
+				  std::to_string(pid) + "'");
+	if (pidfd_exited(**fd)) {
+		std::string ppid;
+		std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+		for (std::string line; std::getline(in, line);)
+			if (line.rfind("PPid:", 0) == 0)
+				ppid = line.substr(line.find_first_not_of(" \t", 5));
+		return make_error(name + " has already exited: it is a zombie" +
+				  (ppid.empty() ? "" : " that its parent (PID " + ppid + ") has not reaped") +
+				  "; there is nothing to record");
+	}
+	return std::move(**fd);
+}
+
+Result<PidWatch> PidWatch::open()
+{
+	PidWatch w;
+	w.epoll_.reset(epoll_create1(EPOLL_CLOEXEC));
+	if (!w.epoll_)
+		return make_error(std::string("epoll_create1: ") + std::strerror(errno));
+	return w;
+}
+
+Result<PidState> PidWatch::add(uint32_t pid, UniqueFd pidfd)
+{
+	if (watching(pid))
+		return PidState::alive;
+	if (!pidfd) {
+		auto fd = open_pidfd(pid);
+		if (!fd)
+			return fd.error();
+		if (!*fd)
+			return PidState::gone;
+		pidfd = std::move(**fd);
+	}
+	if (pidfd_exited(pidfd))
+		return PidState::exited;
+	epoll_event ev = {};
+	ev.events = EPOLLIN;
+	ev.data.u32 = pid;
+	if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, pidfd.get(), &ev) != 0)
+		return make_error("cannot watch process " + std::to_string(pid) + ": epoll_ctl: " + std::strerror(errno));
+	fds_.emplace(pid, std::move(pidfd));
+	return PidState::alive;
+}
+
+void PidWatch::remove(uint32_t pid)
+{
+	// Closing the pidfd takes it out of the epoll set.
+	fds_.erase(pid);
+}
+
+std::vector<uint32_t> PidWatch::take_exited()
+{
+	std::vector<uint32_t> out;
+	epoll_event evs[64];
+	int n;
+	while ((n = epoll_wait(epoll_.get(), evs, 64, 0)) > 0) {
+		for (int i = 0; i < n; i++) {
+			out.push_back(evs[i].data.u32);
+			remove(evs[i].data.u32);
+		}
+		if (n < 64)
+			break;
+	}
+	return out;
+}
+
+} // namespace eacgm
