@@ -52,12 +52,24 @@ Result<std::string> resolve_command(const std::string &name)
 
 Result<LaunchedCommand> LaunchedCommand::start(const std::vector<std::string> &argv, const std::string &exe)
 {
+	// eacgm has threads by now (samplers, detector): between fork and exec
+	// the child may only make async-signal-safe calls, so everything it
+	// needs (argv, the message it prints if exec fails) is made here.
+	std::vector<char *> args;
+	for (auto &a : argv)
+		args.push_back(const_cast<char *>(a.c_str()));
+	args.push_back(nullptr);
+	const std::string cannot_run = "eacgm: cannot run " + exe + ": ";
 	int fds[2];
 	if (pipe2(fds, O_CLOEXEC) != 0)
 		return make_error(std::string("pipe: ") + std::strerror(errno));
 	pid_t pid = fork();
-	if (pid < 0)
-		return make_error(std::string("fork: ") + std::strerror(errno));
+	if (pid < 0) {
+		int err = errno;
+		close(fds[0]);
+		close(fds[1]);
+		return make_error(std::string("cannot start the command: fork: ") + std::strerror(err));
+	}
 	if (pid == 0) {
 		close(fds[1]);
 		char go = 0;
@@ -65,12 +77,11 @@ Result<LaunchedCommand> LaunchedCommand::start(const std::vector<std::string> &a
 		if (read(fds[0], &go, 1) != 1)
 			_exit(127);
 		close(fds[0]);
-		std::vector<char *> args;
-		for (auto &a : argv)
-			args.push_back(const_cast<char *>(a.c_str()));
-		args.push_back(nullptr);
 		execv(exe.c_str(), args.data());
-		fprintf(stderr, "eacgm: cannot run %s: %s\n", exe.c_str(), strerror(errno));
+		const char *why = strerrordesc_np(errno); // a constant string: no locale, no allocation
+		if (write(2, cannot_run.data(), cannot_run.size()) > 0 && write(2, why, strlen(why)) > 0 &&
+		    write(2, "\n", 1) > 0) {
+		}
 		_exit(127);
 	}
 	close(fds[0]);

@@ -1,5 +1,6 @@
 #include "probe/attacher.h"
 
+#include <cerrno>
 #include <cstdio>
 #include <dirent.h>
 #include <fcntl.h>
@@ -208,35 +209,44 @@ Result<void> Attacher::attach_installed(const std::vector<std::string> &extra_li
 	return {};
 }
 
+// Runs a helper program (the dynamic linker, ldconfig) and returns its
+// standard output; empty when it cannot run. eacgm has threads by now, so
+// everything the child needs is made before fork (no allocation after it).
 static std::string run_capture(const std::vector<std::string> &argv)
 {
+	std::vector<char *> args;
+	for (auto &a : argv)
+		args.push_back(const_cast<char *>(a.c_str()));
+	args.push_back(nullptr);
 	int fds[2];
-	if (pipe(fds) != 0)
+	if (pipe2(fds, O_CLOEXEC) != 0)
 		return "";
+	int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
 	pid_t pid = fork();
 	if (pid == 0) {
-		dup2(fds[1], 1);
-		int null = ::open("/dev/null", O_WRONLY);
-		if (null >= 0)
-			dup2(null, 2);
-		close(fds[0]);
-		close(fds[1]);
-		std::vector<char *> args;
-		for (auto &a : argv)
-			args.push_back(const_cast<char *>(a.c_str()));
-		args.push_back(nullptr);
+		// dup2 clears close-on-exec on the copies.
+		if (dup2(fds[1], 1) < 0 || (null >= 0 && dup2(null, 2) < 0))
+			_exit(127);
 		execv(args[0], args.data());
 		_exit(127);
 	}
 	close(fds[1]);
+	if (null >= 0)
+		close(null);
 	std::string out;
+	if (pid < 0) { // fork failed: nothing to wait for
+		close(fds[0]);
+		return out;
+	}
 	char buf[4096];
 	ssize_t n;
-	while ((n = read(fds[0], buf, sizeof(buf))) > 0)
-		out.append(buf, n);
+	while ((n = read(fds[0], buf, sizeof(buf))) > 0 || (n < 0 && errno == EINTR))
+		if (n > 0)
+			out.append(buf, n);
 	close(fds[0]);
 	int status;
-	waitpid(pid, &status, 0);
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+	}
 	return out;
 }
 
