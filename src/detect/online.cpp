@@ -173,6 +173,13 @@ void OnlineDetector::worker()
 
 void OnlineDetector::flush()
 {
+	// The refits left are what stands between the end of the traced job and
+	// eacgm's exit: on a busy node a SCHED_IDLE thread might wait seconds
+	// for a free CPU, so it finishes them at normal priority.
+	if (thread_.joinable()) {
+		sched_param normal{};
+		pthread_setschedparam(thread_.native_handle(), SCHED_OTHER, &normal);
+	}
 	std::unique_lock lk(mu_);
 	idle_cv_.wait(lk, [&] { return !thread_.joinable() || (jobs_.empty() && !busy_); });
 }

@@ -72,7 +72,8 @@ public:
 	// score falls below the key's threshold.
 	std::optional<Anomaly> observe(const Span &s);
 
-	// Waits until the background refits asked for so far are done.
+	// Waits until the background refits asked for so far are done, running
+	// them at normal priority from then on (for the end of a recording).
 	void flush();
 	std::vector<KeyStatus> status() const;
 	const DetectOptions &options() const { return opt_; }
