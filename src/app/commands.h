@@ -16,6 +16,7 @@ struct RecordArgs {
 	std::string output;
 	std::string perfetto;
 	std::string flamegraph; // collapsed Python stacks, with the python layer
+	std::string ready_file; // written once every probe is attached
 	int pid = 0;
 	unsigned ring_buffer_kb = 8192;
 	unsigned sample_hz = 1000; // Python stack samples per second per CPU

@@ -4,16 +4,9 @@
 #include <iostream>
 
 #include "app/commands.h"
+#include "common/text.h"
 
 using namespace eacgm;
-
-static std::string join(const std::vector<std::string> &v)
-{
-	std::string s;
-	for (auto &x : v)
-		s += (s.empty() ? "" : ",") + x;
-	return s;
-}
 
 int main(int argc, char **argv)
 {
@@ -46,6 +39,12 @@ int main(int argc, char **argv)
 			   "Python layer: write the sampled stacks in the collapsed format of flame graph tools "
 			   "(flamegraph.pl, speedscope)");
 	record->add_option("-p,--pid", rec.pid, "Attach to this running process and its descendants");
+	record->add_option("--ready-file", rec.ready_file,
+			   "Write this file once every probe is attached (before the command starts; with -p, once "
+			   "the process tree is followed): one line of JSON with eacgm's pid, the probes and processes "
+			   "traced and the CLOCK_MONOTONIC time in ns. Written whole (by rename); a stale one is "
+			   "removed at start and the file is left in place at the end. Wait on it (or on the stderr "
+			   "line 'eacgm: recording (...)') instead of guessing when tracing has begun");
 	record->add_option("--torch-ops", rec.torch_ops,
 			   "Extra PyTorch operators to trace, comma separated, named as in at::_ops (an overload is "
 			   "joined with '_': add__Tensor) or as regular expressions ('add_.*'); each call costs a "
@@ -82,9 +81,11 @@ int main(int argc, char **argv)
 	record->add_option("--ring-buffer-kb", rec.ring_buffer_kb,
 			   "Span ring buffer size in KiB, a power of two (records beyond it are counted as lost)")
 		->capture_default_str();
-	record->footer("Ends when the command exits (eacgm then exits with its exit code), when every attached "
-		       "process has exited, or on Ctrl-C (a second Ctrl-C discards the recording).\nNeeds root "
-		       "(CAP_BPF, CAP_PERFMON).");
+	record->footer("Ends when every traced process has exited: the command and the processes it started "
+		       "(eacgm then exits with the command's exit code), or the process attached to and its "
+		       "descendants, whether they exit before, during or after the attach; or on Ctrl-C (a second "
+		       "Ctrl-C discards the recording). A process given with -p that is gone or a zombie is an "
+		       "error (exit 1).\nNeeds root (CAP_BPF, CAP_PERFMON).");
 
 	std::string db, perfetto;
 	auto *exp = app.add_subcommand("export", "Write a recording as a Perfetto trace");

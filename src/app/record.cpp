@@ -1,6 +1,6 @@
 // eacgm record: sets up the probes, runs or attaches to the target, streams
-// events into the store until the target is done, then writes the trace and
-// prints the summary.
+// events into the store until every traced process has exited, then writes
+// the trace and prints the summary.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -11,20 +11,26 @@
 #include <limits.h>
 #include <optional>
 #include <set>
+#include <sys/resource.h>
 #include <unistd.h>
+
+#include <nlohmann/json.hpp>
 
 #include "app/commands.h"
 #include "app/target.h"
+#include "common/clock.h"
 #include "common/fs.h"
+#include "common/text.h"
+#include "detect/online.h"
 #include "export/perfetto.h"
 #include "export/summary.h"
 #include "ingest/recorder.h"
-#include "probe/attacher.h"
-#include "detect/online.h"
 #include "layers/collector.h"
 #include "layers/gpu.h"
 #include "layers/host.h"
 #include "layers/python.h"
+#include "probe/attacher.h"
+#include "probe/pid_watch.h"
 #include "probe/spec.h"
 #include "store/store.h"
 
@@ -32,6 +38,8 @@ namespace eacgm {
 
 const std::vector<std::string> kAllLayers = {"cuda", "nccl", "torch", "python", "gpu", "host"};
 const std::vector<std::string> kSpecLayers = {"cuda", "nccl", "torch"};
+
+Result<SpecSet> torch_ops_spec(const std::vector<std::string> &ops);
 
 namespace {
 
@@ -60,20 +68,7 @@ void on_signal(int sig, siginfo_t *info, void *)
 	}
 }
 
-uint64_t mono_ns()
-{
-	timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000000000ull + ts.tv_nsec;
-}
-
-int64_t wall_offset_ns()
-{
-	timespec r, m;
-	clock_gettime(CLOCK_REALTIME, &r);
-	clock_gettime(CLOCK_MONOTONIC, &m);
-	return (r.tv_sec - m.tv_sec) * 1000000000ll + (r.tv_nsec - m.tv_nsec);
-}
+int64_t wall_offset_ns() { return int64_t(clock_ns(CLOCK_REALTIME)) - int64_t(mono_ns()); }
 
 std::string default_output()
 {
@@ -91,18 +86,478 @@ std::string trace_path_for(const std::string &db)
 	return stem + ".trace.json";
 }
 
+// Prints the message and gives the exit code to stop with.
 int fail(const std::string &msg, int code = 1)
 {
 	std::cerr << "eacgm: " << msg << "\n";
 	return code;
 }
 
-std::string join(const std::vector<std::string> &v, const char *sep = ",")
+// One pidfd per traced process (and one per thousands of short-lived
+// ones): the soft limit on open files is raised to the hard one.
+void raise_open_file_limit()
 {
-	std::string s;
-	for (auto &x : v)
-		s += (s.empty() ? "" : sep) + x;
-	return s;
+	rlimit r;
+	if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
+		r.rlim_cur = r.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &r);
+	}
+}
+
+// One `record` run, as steps that each either go on or give the exit code
+// to stop with: check the arguments, open the outputs, load the probes,
+// start or attach to the target, record until it is done, write it all.
+class RecordSession {
+public:
+	explicit RecordSession(const RecordArgs &a) : a_(a) {}
+	int run();
+
+private:
+	using Stop = std::optional<int>; // an exit code: the recording cannot go on
+	bool has(const std::string &layer) const
+	{
+		return std::find(layers_.begin(), layers_.end(), layer) != layers_.end();
+	}
+	Stop check_args();
+	Stop build_specs();
+	Stop check_target();
+	Stop open_outputs();
+	Stop open_probes();
+	void open_collectors();
+	Stop open_recorder();
+	Stop launch_command();
+	Stop attach_tree();
+	Stop announce_ready();
+	void begin();
+	Result<void> collect();
+	Stop record_until_done();
+	int finish();
+
+	const RecordArgs &a_;
+	std::vector<std::string> layers_;
+	SpecSet specs_;
+	std::string exe_;   // the command's executable, resolved
+	UniqueFd root_fd_;  // -p: the process named, pinned by a pidfd
+	std::string db_, trace_;
+	std::optional<StoreWriter> store_;
+	std::unique_ptr<ProcTracker> tracker_;
+	std::unique_ptr<PythonTracer> python_;
+	std::unique_ptr<SpanEngine> engine_;
+	std::optional<Attacher> attacher_;
+	std::vector<std::unique_ptr<Collector>> collectors_;
+	std::optional<detect::OnlineDetector> detector_;
+	std::optional<Recorder> recorder_;
+	std::optional<LaunchedCommand> launched_;
+	bool command_exited_ = false;
+	int exit_code_ = 0;
+	std::chrono::steady_clock::time_point start_;
+	std::vector<Metric> metrics_;
+	std::vector<Event> events_;
+};
+
+RecordSession::Stop RecordSession::check_args()
+{
+	if (a_.pid && !a_.command.empty())
+		return fail("give either -p PID or -- COMMAND, not both", 2);
+	if (!a_.pid && a_.command.empty())
+		return fail("nothing to record: give -p PID or -- COMMAND [ARGS...]", 2);
+	layers_ = a_.layers.empty() ? kAllLayers : a_.layers;
+	for (auto &l : layers_)
+		if (std::find(kAllLayers.begin(), kAllLayers.end(), l) == kAllLayers.end())
+			return fail("unknown layer '" + l + "'; choose from " + join(kAllLayers), 2);
+	if (!a_.torch_ops.empty() && !has("torch"))
+		return fail("--torch-ops needs the torch layer; add torch to --layers", 2);
+	if (!a_.flamegraph.empty() && !has("python"))
+		return fail("--flamegraph needs the python layer; add python to --layers", 2);
+	if (auto r = check_bpf_privileges(); !r)
+		return fail(r.error().message);
+	return {};
+}
+
+RecordSession::Stop RecordSession::build_specs()
+{
+	for (auto &l : kSpecLayers) {
+		if (!has(l))
+			continue;
+		auto s = load_builtin_spec(l);
+		if (!s)
+			return fail(s.error().message);
+		specs_.merge(std::move(s.value()));
+	}
+	if (!a_.torch_ops.empty()) {
+		auto extra = torch_ops_spec(a_.torch_ops);
+		if (!extra)
+			return fail(extra.error().message, 2);
+		specs_.merge(std::move(extra.value()));
+	}
+	for (auto &f : a_.specs) {
+		auto s = load_spec_file(f, true);
+		if (!s)
+			return fail(s.error().message, 2);
+		specs_.merge(std::move(s.value()));
+	}
+	return {};
+}
+
+// Before anything is loaded: the command exists, or the process is alive.
+// The pidfd taken here is the process from now on, even if its pid is reused.
+RecordSession::Stop RecordSession::check_target()
+{
+	if (!a_.command.empty()) {
+		auto r = resolve_command(a_.command[0]);
+		if (!r)
+			return fail(r.error().message, 127);
+		exe_ = r.value();
+		return {};
+	}
+	auto fd = open_live_process(a_.pid);
+	if (!fd)
+		return fail(fd.error().message);
+	root_fd_ = std::move(fd.value());
+	return {};
+}
+
+RecordSession::Stop RecordSession::open_outputs()
+{
+	db_ = a_.output.empty() ? default_output() : a_.output;
+	trace_ = a_.perfetto.empty() ? trace_path_for(db_) : a_.perfetto;
+	std::vector<std::string> outputs = {db_, trace_};
+	for (auto *extra : {&a_.flamegraph, &a_.ready_file})
+		if (!extra->empty())
+			outputs.push_back(*extra);
+	for (auto &p : outputs)
+		if (auto r = check_writable(p); !r)
+			return fail(r.error().message, 2);
+	// A ready file left by an earlier run must not say this one is ready.
+	if (!a_.ready_file.empty())
+		unlink(a_.ready_file.c_str());
+	auto store = StoreWriter::create(db_);
+	if (!store)
+		return fail(store.error().message);
+	store_.emplace(std::move(store.value()));
+	// StoreWriter's work file and SQLite's WAL files beside it.
+	snprintf(g_partial[0], PATH_MAX, "%s.partial", db_.c_str());
+	snprintf(g_partial[2], PATH_MAX, "%s.partial-wal", db_.c_str());
+	snprintf(g_partial[3], PATH_MAX, "%s.partial-shm", db_.c_str());
+	snprintf(g_partial[1], PATH_MAX, "%s.tmp.%d", trace_.c_str(), (int)getpid()); // write_file_atomic's
+	return {};
+}
+
+RecordSession::Stop RecordSession::open_probes()
+{
+	auto tracker = ProcTracker::open(false);
+	if (!tracker)
+		return fail(tracker.error().message);
+	tracker_ = std::move(tracker.value());
+	SpanEngine::Options eo;
+	eo.ring_buffer_bytes = a_.ring_buffer_kb * 1024u;
+	if (has("python")) {
+		auto p = PythonTracer::open(tracker_->traced_map_fd(), a_.sample_hz);
+		if (!p)
+			return fail(p.error().message);
+		python_ = std::move(p.value());
+		eo.py_procs = python_->procs_map();
+		eo.py_tstates = python_->tstates_map();
+		eo.py_events = python_->events_map();
+		eo.py_counters = python_->counters_map();
+		if (a_.python_entries != "off")
+			specs_.merge(python_->eval_entry_probes(a_.python_entries == "all"));
+	}
+	auto engine = SpanEngine::open(eo, tracker_->traced_map_fd());
+	if (!engine)
+		return fail(engine.error().message, 2);
+	engine_ = std::move(engine.value());
+	attacher_.emplace(*engine_, *tracker_, std::move(specs_));
+	if (auto r = attacher_->load_specs(); !r)
+		return fail(r.error().message);
+	char ld[PATH_MAX];
+	if (realpath("/lib64/ld-linux-x86-64.so.2", ld))
+		if (auto r = tracker_->watch_dynamic_linker(ld); !r)
+			std::cerr << "eacgm: warning: " << r.error().message << "\n";
+	return {};
+}
+
+// Layers read from user space. One that cannot work here says why once and
+// the others go on (a machine without a GPU still has a host).
+void RecordSession::open_collectors()
+{
+	if (has("gpu")) {
+		GpuOptions go;
+		go.hz = a_.gpu_hz;
+		if (auto c = open_gpu_collector(go))
+			collectors_.push_back(std::move(c.value()));
+		else
+			std::cerr << "eacgm: " << c.error().message << "\n";
+	}
+	if (has("host")) {
+		HostOptions ho;
+		ho.interval_ms = a_.host_interval_ms;
+		if (auto c = open_host_collector(tracker_->traced_map_fd(), ho))
+			collectors_.push_back(std::move(c.value()));
+		else
+			std::cerr << "eacgm: host layer unavailable: " << c.error().message << "\n";
+	}
+}
+
+RecordSession::Stop RecordSession::open_recorder()
+{
+	recorder_.emplace(*attacher_, *engine_, *tracker_, *store_, python_.get());
+	// Online detection: a model per function, trained on its first calls,
+	// refitted in the background; anomalies go to the store as they come.
+	if (a_.detect) {
+		detect::DetectOptions dopt;
+		dopt.model.fpr = a_.detect_fpr;
+		detector_.emplace(dopt);
+		recorder_->set_detector(&*detector_);
+	}
+	if (auto r = recorder_->open(); !r)
+		return fail(r.error().message);
+	return {};
+}
+
+// The command waits at a gate until every probe is in place: nothing it
+// does, and no process it starts, is missed.
+RecordSession::Stop RecordSession::launch_command()
+{
+	auto l = LaunchedCommand::start(a_.command, exe_);
+	if (!l)
+		return fail(l.error().message);
+	launched_.emplace(std::move(l.value()));
+	if (auto r = tracker_->track(launched_->pid()); !r)
+		return fail(r.error().message);
+	recorder_->add_root(launched_->pid(), getpid(), mono_ns());
+	if (auto r = attacher_->attach_installed(linked_libraries(exe_)); !r)
+		return fail(r.error().message, 2); // the gate closes: the command never runs
+	return {};
+}
+
+// The process named and every process below it. The kernel side follows
+// forks only from a process already tracked, so /proc is walked until a
+// walk finds nothing new: a child forked while its parent was being tracked
+// is found by the next walk. Each process is watched through a pidfd taken
+// before it is tracked, so one that exits meanwhile (reaped or a zombie)
+// ends as surely as one that exits later.
+RecordSession::Stop RecordSession::attach_tree()
+{
+	std::set<uint32_t> seen;
+	for (bool found = true; found;) {
+		found = false;
+		for (uint32_t p : process_tree(a_.pid)) {
+			if (!seen.insert(p).second)
+				continue;
+			found = true;
+			UniqueFd fd;
+			if (p == (uint32_t)a_.pid) {
+				fd = std::move(root_fd_);
+			} else {
+				auto f = open_pidfd(p);
+				if (!f)
+					return fail(f.error().message);
+				if (!*f)
+					continue; // gone before it was tracked: nothing of it to record
+				fd = std::move(**f);
+			}
+			if (auto r = tracker_->track(p); !r)
+				return fail(r.error().message);
+			recorder_->add_root(p, 0, mono_ns(), std::move(fd));
+			// A process that exits while it is scanned has nothing left to probe.
+			auto r = attacher_->scan_process(p);
+			if (!r && p == (uint32_t)a_.pid && process_exists(p) && !zombie_exit_status(p))
+				return fail(r.error().message, 2);
+		}
+	}
+	if (auto r = attacher_->attach_installed({}); !r)
+		return fail(r.error().message, 2);
+	return {};
+}
+
+// Once every probe is in place: one line on stderr and, when asked, the
+// ready file (written whole, by rename), for wrappers and tests that must
+// not guess when tracing has begun.
+RecordSession::Stop RecordSession::announce_ready()
+{
+	uint64_t now = mono_ns();
+	// What happened while attaching (exits included) before counting.
+	if (auto n = recorder_->poll(0); !n)
+		return fail(n.error().message);
+	size_t probes = attacher_->attached().size();
+	size_t processes = recorder_->live_processes();
+	// The file first: whoever reads the line may look for the file next.
+	if (!a_.ready_file.empty()) {
+		nlohmann::json ready = {{"pid", getpid()}, {"probes", probes}, {"processes", processes},
+					{"mono_ns", now}, {"output", db_}};
+		if (auto r = write_file_atomic(a_.ready_file, ready.dump() + "\n"); !r)
+			return fail(r.error().message);
+	}
+	std::cerr << "eacgm: recording (" << plural(probes, "probe", "probes") << ", "
+		  << plural(processes, "process", "processes") << ")\n";
+	if (!launched_ && processes == 0)
+		std::cerr << "eacgm: warning: process " << a_.pid
+			  << " exited while eacgm was attaching: the recording holds only what it did after its probes "
+			     "were in place\n";
+	return {};
+}
+
+// Says what runs how, sets the signal handlers and the recording's meta,
+// then releases the command.
+void RecordSession::begin()
+{
+	for (auto &w : attacher_->take_warnings())
+		std::cerr << "eacgm: warning: " << w << "\n";
+	// Which mode the Python layer runs in: CPython's USDT function probes
+	// miss Python-to-Python calls in 3.11 to 3.14, so frames are sampled.
+	if (python_)
+		std::cerr << "eacgm: python: "
+			  << (a_.sample_hz ? "sampling stacks at " + std::to_string(a_.sample_hz) + " Hz of CPU time, "
+					   : std::string("no sampling, "))
+			  << (a_.python_entries == "off"   ? ""
+			      : a_.python_entries == "all" ? "every call exactly on 3.8-3.10 and entries from C on 3.11+, "
+							   : "entries from C exactly on 3.11+, ")
+			  << "the stack behind each CUDA/NCCL/torch call\n";
+	if (detector_)
+		std::cerr << "eacgm: detect: scoring each CUDA/NCCL/torch call online; each function's first "
+			  << detector_->options().cold_start << " calls train its model (cold start)\n";
+	if (attacher_->attached().empty())
+		std::cerr << "eacgm: note: no traced library is loaded yet; probes attach when the target loads one\n";
+
+	if (launched_)
+		g_child = launched_->pid();
+	struct sigaction sa = {};
+	sa.sa_sigaction = on_signal;
+	sa.sa_flags = SA_SIGINFO;
+	sigaction(SIGINT, &sa, nullptr);
+	sigaction(SIGTERM, &sa, nullptr);
+
+	start_ = std::chrono::steady_clock::now();
+	(void)store_->set_meta("command", a_.command.empty() ? "pid " + std::to_string(a_.pid) : join(a_.command, " "));
+	(void)store_->set_meta("layers", join(layers_));
+	(void)store_->set_meta("eacgm_version", EACGM_VERSION);
+	(void)store_->set_meta("start_mono_ns", std::to_string(mono_ns()));
+	(void)store_->set_wall_offset(wall_offset_ns());
+	if (launched_)
+		launched_->release();
+}
+
+Result<void> RecordSession::collect()
+{
+	uint64_t now = mono_ns();
+	std::set<uint32_t> traced = recorder_->pids();
+	for (auto &c : collectors_) {
+		c->collect(now, traced, metrics_, events_);
+		for (auto &w : c->take_warnings())
+			std::cerr << "eacgm: warning: " << c->layer() << ": " << w << "\n";
+	}
+	if (detector_) { // context for the calls around them
+		for (auto &m : metrics_)
+			detector_->observe(m);
+		for (auto &e : events_)
+			detector_->observe(e);
+	}
+	if (auto r = store_->add_metrics(metrics_); !r)
+		return r;
+	if (auto r = store_->add_events(events_); !r)
+		return r;
+	metrics_.clear();
+	events_.clear();
+	return {};
+}
+
+// Until every traced process has exited (the command, the processes it
+// started, the processes attached to), or Ctrl-C.
+RecordSession::Stop RecordSession::record_until_done()
+{
+	using clock = std::chrono::steady_clock;
+	bool tty = isatty(2);
+	auto last_status = start_;
+	std::optional<clock::time_point> interrupted_at;
+	for (;;) {
+		auto n = recorder_->poll(50);
+		if (!n)
+			return fail(n.error().message);
+		for (auto &w : recorder_->take_warnings())
+			std::cerr << "eacgm: warning: " << w << "\n";
+		if (auto r = collect(); !r)
+			return fail(r.error().message);
+		int status;
+		if (launched_ && !command_exited_ && launched_->poll_exit(status)) {
+			exit_code_ = status;
+			command_exited_ = true;
+			recorder_->set_exit(launched_->pid(), status, mono_ns());
+			if (size_t left = recorder_->live_processes())
+				std::cerr << "eacgm: the command exited (" << status << "); recording its "
+					  << plural(left, "process", "processes")
+					  << " still running until they exit (Ctrl-C stops)\n";
+		}
+		if (recorder_->live_processes() == 0 && (!launched_ || command_exited_))
+			return {};
+		if (g_interrupts.load() && !interrupted_at) {
+			interrupted_at = clock::now();
+			if (!launched_ || command_exited_)
+				return {}; // eacgm alone was asked to stop: the processes go on
+		}
+		// After Ctrl-C the launched command got SIGINT too: give it a moment
+		// to finish its last calls, then stop regardless.
+		if (interrupted_at && clock::now() - *interrupted_at > std::chrono::seconds(2)) {
+			exit_code_ = 130;
+			return {};
+		}
+		if (tty && clock::now() - last_status > std::chrono::seconds(1)) {
+			last_status = clock::now();
+			fprintf(stderr, "\reacgm: recording: %llu spans, %zu live processes ",
+				(unsigned long long)recorder_->spans_seen(), recorder_->live_processes());
+		}
+	}
+}
+
+int RecordSession::finish()
+{
+	if (isatty(2))
+		fprintf(stderr, "\r\033[K");
+	for (auto &c : collectors_)
+		c->stop();
+	if (auto r = collect(); !r)
+		return fail(r.error().message);
+	if (auto r = recorder_->finish(); !r)
+		return fail(r.error().message);
+	if (detector_)
+		detector_->flush();
+	double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+	(void)store_->set_meta("duration_s", std::to_string(secs));
+	if (auto r = store_->finish(); !r)
+		return fail(r.error().message);
+	g_partial[0][0] = 0;
+
+	auto rec = load_recording(db_);
+	if (!rec)
+		return fail(rec.error().message);
+	if (auto r = write_perfetto(rec.value(), trace_); !r)
+		return fail(r.error().message);
+	if (!a_.flamegraph.empty())
+		if (auto r = write_file_atomic(a_.flamegraph, recorder_->folded_stacks()); !r)
+			return fail(r.error().message);
+	std::cerr << format_summary(rec.value());
+	std::cerr << "recording: " << db_ << "\ntrace:     " << trace_ << " (open in ui.perfetto.dev)\n";
+	if (!a_.flamegraph.empty())
+		std::cerr << "flame graph stacks: " << a_.flamegraph << "\n";
+	return exit_code_;
+}
+
+int RecordSession::run()
+{
+	raise_open_file_limit();
+	for (auto step : {&RecordSession::check_args, &RecordSession::build_specs, &RecordSession::check_target,
+			  &RecordSession::open_outputs, &RecordSession::open_probes})
+		if (auto stop = (this->*step)())
+			return *stop;
+	open_collectors();
+	auto start = a_.command.empty() ? &RecordSession::attach_tree : &RecordSession::launch_command;
+	for (auto step : {&RecordSession::open_recorder, start, &RecordSession::announce_ready})
+		if (auto stop = (this->*step)())
+			return *stop;
+	begin();
+	if (auto stop = record_until_done())
+		return *stop;
+	return finish();
 }
 
 } // namespace
@@ -121,296 +576,6 @@ Result<SpecSet> torch_ops_spec(const std::vector<std::string> &ops)
 	return s;
 }
 
-int run_record(const RecordArgs &a)
-{
-	if (a.pid && !a.command.empty())
-		return fail("give either -p PID or -- COMMAND, not both", 2);
-	if (!a.pid && a.command.empty())
-		return fail("nothing to record: give -p PID or -- COMMAND [ARGS...]", 2);
-	std::vector<std::string> layers = a.layers.empty() ? kAllLayers : a.layers;
-	for (auto &l : layers)
-		if (std::find(kAllLayers.begin(), kAllLayers.end(), l) == kAllLayers.end())
-			return fail("unknown layer '" + l + "'; choose from " + join(kAllLayers), 2);
-	if (auto r = check_bpf_privileges(); !r)
-		return fail(r.error().message);
-
-	SpecSet specs;
-	auto has = [&](const std::string &l) { return std::find(layers.begin(), layers.end(), l) != layers.end(); };
-	bool python = has("python");
-	for (auto &l : kSpecLayers) {
-		if (!has(l))
-			continue;
-		auto s = load_builtin_spec(l);
-		if (!s)
-			return fail(s.error().message);
-		specs.merge(std::move(s.value()));
-	}
-	if (!a.torch_ops.empty()) {
-		if (!has("torch"))
-			return fail("--torch-ops needs the torch layer; add torch to --layers", 2);
-		auto extra = torch_ops_spec(a.torch_ops);
-		if (!extra)
-			return fail(extra.error().message, 2);
-		specs.merge(std::move(extra.value()));
-	}
-	for (auto &f : a.specs) {
-		auto s = load_spec_file(f, true);
-		if (!s)
-			return fail(s.error().message, 2);
-		specs.merge(std::move(s.value()));
-	}
-
-	std::string exe;
-	if (!a.command.empty()) {
-		auto r = resolve_command(a.command[0]);
-		if (!r)
-			return fail(r.error().message, 127);
-		exe = r.value();
-	} else if (!process_exists(a.pid)) {
-		return fail("no process with PID " + std::to_string(a.pid) + "; check it with 'ps -p " +
-			    std::to_string(a.pid) + "'", 2);
-	}
-
-	std::string db = a.output.empty() ? default_output() : a.output;
-	std::string trace = a.perfetto.empty() ? trace_path_for(db) : a.perfetto;
-	for (auto &p : {db, trace})
-		if (auto r = check_writable(p); !r)
-			return fail(r.error().message, 2);
-	if (!a.flamegraph.empty()) {
-		if (!python)
-			return fail("--flamegraph needs the python layer; add python to --layers", 2);
-		if (auto r = check_writable(a.flamegraph); !r)
-			return fail(r.error().message, 2);
-	}
-
-	auto store = StoreWriter::create(db);
-	if (!store)
-		return fail(store.error().message);
-	// StoreWriter's work file and SQLite's WAL files beside it.
-	snprintf(g_partial[0], PATH_MAX, "%s.partial", db.c_str());
-	snprintf(g_partial[2], PATH_MAX, "%s.partial-wal", db.c_str());
-	snprintf(g_partial[3], PATH_MAX, "%s.partial-shm", db.c_str());
-	snprintf(g_partial[1], PATH_MAX, "%s.tmp.%d", trace.c_str(), (int)getpid()); // write_file_atomic's
-
-	auto tracker = ProcTracker::open(false);
-	if (!tracker)
-		return fail(tracker.error().message);
-	std::unique_ptr<PythonTracer> py;
-	SpanEngine::Options eo;
-	eo.ring_buffer_bytes = a.ring_buffer_kb * 1024u;
-	if (python) {
-		auto p = PythonTracer::open((*tracker)->traced_map_fd(), a.sample_hz);
-		if (!p)
-			return fail(p.error().message);
-		py = std::move(p.value());
-		eo.py_procs = py->procs_map();
-		eo.py_tstates = py->tstates_map();
-		eo.py_events = py->events_map();
-		eo.py_counters = py->counters_map();
-		if (a.python_entries != "off")
-			specs.merge(py->eval_entry_probes(a.python_entries == "all"));
-	}
-	auto engine = SpanEngine::open(eo, (*tracker)->traced_map_fd());
-	if (!engine)
-		return fail(engine.error().message, 2);
-	Attacher attacher(**engine, **tracker, std::move(specs));
-	if (auto r = attacher.load_specs(); !r)
-		return fail(r.error().message);
-	char ld[PATH_MAX];
-	if (realpath("/lib64/ld-linux-x86-64.so.2", ld))
-		if (auto r = (*tracker)->watch_dynamic_linker(ld); !r)
-			std::cerr << "eacgm: warning: " << r.error().message << "\n";
-
-	// Layers read from user space. One that cannot work here says why once
-	// and the others go on (a machine without a GPU still has a host).
-	std::vector<std::unique_ptr<Collector>> collectors;
-	if (has("gpu")) {
-		GpuOptions go;
-		go.hz = a.gpu_hz;
-		if (auto c = open_gpu_collector(go))
-			collectors.push_back(std::move(c.value()));
-		else
-			std::cerr << "eacgm: " << c.error().message << "\n";
-	}
-	if (has("host")) {
-		HostOptions ho;
-		ho.interval_ms = a.host_interval_ms;
-		if (auto c = open_host_collector((*tracker)->traced_map_fd(), ho))
-			collectors.push_back(std::move(c.value()));
-		else
-			std::cerr << "eacgm: host layer unavailable: " << c.error().message << "\n";
-	}
-
-	Recorder recorder(attacher, **engine, **tracker, store.value(), py.get());
-	// Online detection: a model per function, trained on its first calls,
-	// refitted in the background; anomalies go to the store as they come.
-	std::optional<detect::OnlineDetector> detector;
-	if (a.detect) {
-		detect::DetectOptions dopt;
-		dopt.model.fpr = a.detect_fpr;
-		detector.emplace(dopt);
-		recorder.set_detector(&*detector);
-	}
-	if (auto r = recorder.open(); !r)
-		return fail(r.error().message);
-
-	std::optional<LaunchedCommand> launched;
-	std::vector<uint32_t> roots;
-	if (!a.command.empty()) {
-		auto l = LaunchedCommand::start(a.command, exe);
-		if (!l)
-			return fail(l.error().message);
-		launched.emplace(std::move(l.value()));
-		if (auto r = (*tracker)->track(launched->pid()); !r)
-			return fail(r.error().message);
-		recorder.add_root(launched->pid(), getpid(), mono_ns());
-		if (auto r = attacher.attach_installed(linked_libraries(exe)); !r)
-			return fail(r.error().message, 2); // the gate closes: the command never runs
-		roots.push_back(launched->pid());
-	} else {
-		for (uint32_t p : process_tree(a.pid)) {
-			if (auto r = (*tracker)->track(p); !r)
-				return fail(r.error().message);
-			recorder.add_root(p, 0, mono_ns());
-			if (auto r = attacher.scan_process(p); !r && p == (uint32_t)a.pid && process_exists(p))
-				return fail(r.error().message, 2);
-			roots.push_back(p);
-		}
-		if (auto r = attacher.attach_installed({}); !r)
-			return fail(r.error().message, 2);
-		if (!process_exists(a.pid))
-			return fail("process " + std::to_string(a.pid) +
-				    " exited while eacgm was attaching; nothing was recorded", 1);
-	}
-	for (auto &w : attacher.take_warnings())
-		std::cerr << "eacgm: warning: " << w << "\n";
-	// Which mode the Python layer runs in: CPython's USDT function probes
-	// miss Python-to-Python calls in 3.11 to 3.14, so frames are sampled.
-	if (python)
-		std::cerr << "eacgm: python: "
-			  << (a.sample_hz ? "sampling stacks at " + std::to_string(a.sample_hz) + " Hz of CPU time, "
-					  : std::string("no sampling, "))
-			  << (a.python_entries == "off"   ? ""
-			      : a.python_entries == "all" ? "every call exactly on 3.8-3.10 and entries from C on 3.11+, "
-							  : "entries from C exactly on 3.11+, ")
-			  << "the stack behind each CUDA/NCCL/torch call\n";
-	if (detector)
-		std::cerr << "eacgm: detect: scoring each CUDA/NCCL/torch call online; each function's first "
-			  << detector->options().cold_start << " calls train its model (cold start)\n";
-	if (attacher.attached().empty())
-		std::cerr << "eacgm: note: no traced library is loaded yet; probes attach when the target loads one\n";
-
-	if (launched)
-		g_child = launched->pid();
-	struct sigaction sa = {};
-	sa.sa_sigaction = on_signal;
-	sa.sa_flags = SA_SIGINFO;
-	sigaction(SIGINT, &sa, nullptr);
-	sigaction(SIGTERM, &sa, nullptr);
-
-	auto start = std::chrono::steady_clock::now();
-	uint64_t start_ns = mono_ns();
-	(void)store->set_meta("command", a.command.empty() ? "pid " + std::to_string(a.pid) : join(a.command, " "));
-	(void)store->set_meta("layers", join(layers));
-	(void)store->set_meta("eacgm_version", EACGM_VERSION);
-	(void)store->set_meta("start_mono_ns", std::to_string(start_ns));
-	(void)store->set_wall_offset(wall_offset_ns());
-	if (launched)
-		launched->release();
-
-	std::vector<Metric> metrics;
-	std::vector<Event> events;
-	auto collect = [&]() -> Result<void> {
-		uint64_t now = mono_ns();
-		std::set<uint32_t> traced = recorder.pids();
-		for (auto &c : collectors) {
-			c->collect(now, traced, metrics, events);
-			for (auto &w : c->take_warnings())
-				std::cerr << "eacgm: warning: " << c->layer() << ": " << w << "\n";
-		}
-		if (detector) { // context for the calls around them
-			for (auto &m : metrics)
-				detector->observe(m);
-			for (auto &e : events)
-				detector->observe(e);
-		}
-		if (auto r = store->add_metrics(metrics); !r)
-			return r;
-		if (auto r = store->add_events(events); !r)
-			return r;
-		metrics.clear();
-		events.clear();
-		return {};
-	};
-
-	int exit_code = 0;
-	bool done = false;
-	bool tty = isatty(2);
-	auto last_status = start;
-	std::optional<std::chrono::steady_clock::time_point> interrupted_at;
-	while (!done) {
-		auto n = recorder.poll(50);
-		if (!n)
-			return fail(n.error().message);
-		for (auto &w : recorder.take_warnings())
-			std::cerr << "eacgm: warning: " << w << "\n";
-		if (auto r = collect(); !r)
-			return fail(r.error().message);
-		int status;
-		if (launched && launched->poll_exit(status)) {
-			exit_code = status;
-			recorder.set_exit(launched->pid(), status, mono_ns());
-			done = true;
-		}
-		if (!launched && recorder.live_processes() == 0)
-			done = true;
-		if (g_interrupts.load() && !interrupted_at) {
-			interrupted_at = std::chrono::steady_clock::now();
-			if (!launched)
-				done = true;
-		}
-		// After Ctrl-C the launched command got SIGINT too: give it a moment
-		// to finish its last calls, then stop regardless.
-		if (interrupted_at && std::chrono::steady_clock::now() - *interrupted_at > std::chrono::seconds(2)) {
-			exit_code = 130;
-			done = true;
-		}
-		auto now = std::chrono::steady_clock::now();
-		if (tty && now - last_status > std::chrono::seconds(1)) {
-			last_status = now;
-			fprintf(stderr, "\reacgm: recording: %llu spans, %zu live processes ",
-				(unsigned long long)recorder.spans_seen(), recorder.live_processes());
-		}
-	}
-	if (tty)
-		fprintf(stderr, "\r\033[K");
-	for (auto &c : collectors)
-		c->stop();
-	if (auto r = collect(); !r)
-		return fail(r.error().message);
-	if (auto r = recorder.finish(); !r)
-		return fail(r.error().message);
-	if (detector)
-		detector->flush();
-	double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-	(void)store->set_meta("duration_s", std::to_string(secs));
-	if (auto r = store->finish(); !r)
-		return fail(r.error().message);
-	g_partial[0][0] = 0;
-
-	auto rec = load_recording(db);
-	if (!rec)
-		return fail(rec.error().message);
-	if (auto r = write_perfetto(rec.value(), trace); !r)
-		return fail(r.error().message);
-	if (!a.flamegraph.empty())
-		if (auto r = write_file_atomic(a.flamegraph, recorder.folded_stacks()); !r)
-			return fail(r.error().message);
-	std::cerr << format_summary(rec.value());
-	std::cerr << "recording: " << db << "\ntrace:     " << trace << " (open in ui.perfetto.dev)\n";
-	if (!a.flamegraph.empty())
-		std::cerr << "flame graph stacks: " << a.flamegraph << "\n";
-	return exit_code;
-}
+int run_record(const RecordArgs &args) { return RecordSession(args).run(); }
 
 } // namespace eacgm
