@@ -5,6 +5,8 @@ run by hand, the defaults point into ../../build.
 """
 import json
 import os
+import re
+import select
 import shutil
 import signal
 import sqlite3
@@ -175,33 +177,55 @@ def span_as_event(s):
     return {"name": s["name"], "ts": s["start_ns"] / 1000.0, "dur": s["dur_ns"] / 1000.0}
 
 
-def perf_event_fds(pid):
-    n = 0
-    try:
-        for fd in os.listdir("/proc/%d/fd" % pid):
-            try:
-                if "perf_event" in os.readlink("/proc/%d/fd/%s" % (pid, fd)):
-                    n += 1
-            except OSError:
-                pass
-    except OSError:
-        pass
-    return n
+# The line eacgm prints once every probe is attached (after writing --ready-file).
+READY_LINE = re.compile(r"eacgm: recording \((\d+) probes?, (\d+) process(?:es)?\)")
 
 
-def wait_attached(pid, settle=0.5, timeout=15.0):
-    """Waits until eacgm (pid) holds uprobe perf events and their number has
-    stopped growing for `settle` seconds (eacgm prints nothing on attach)."""
+class Started:
+    """An `eacgm record` that has said it is ready: every probe attached."""
+
+    def __init__(self, proc, db, ready_file, stderr_so_far):
+        self.proc, self.pid, self.db, self.ready_file = proc, proc.pid, db, ready_file
+        self._stderr = stderr_so_far
+
+    def ready(self):
+        """The ready file: eacgm's pid, probes, processes, mono_ns (CLOCK_MONOTONIC) and output."""
+        with open(self.ready_file) as f:
+            return json.load(f)
+
+    def wait(self, timeout=300):
+        """Waits for eacgm to exit; returns the Recording."""
+        try:
+            out, err = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.communicate()
+            raise
+        trace = self.db[:-3] + ".trace.json"
+        return Recording(self.pid, self.proc.returncode, out, self._stderr + err, self.db, trace)
+
+
+def start_record(tmp, *options, name="r", env=None, timeout=60.0):
+    """Starts `eacgm record -o tmp/name.db --ready-file tmp/name.ready OPTIONS` (-p PID, or
+    -- COMMAND) and returns a Started once eacgm has printed its ready line: a wait on eacgm's
+    own signal, not a guess. Fails if eacgm exits or stays silent for `timeout` s first."""
+    db = os.path.join(tmp, name + ".db")
+    ready = os.path.join(tmp, name + ".ready")
+    p = subprocess.Popen([EACGM, "record", "-o", db, "--ready-file", ready, *options], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=dict(os.environ, **(env or {})))
+    fd, data = p.stderr.fileno(), b""
     deadline = time.monotonic() + timeout
-    last, since = -1, time.monotonic()
-    while time.monotonic() < deadline:
-        n = perf_event_fds(pid)
-        if n != last:
-            last, since = n, time.monotonic()
-        elif n > 0 and time.monotonic() - since >= settle:
-            return n
-        time.sleep(0.05)
-    raise AssertionError("eacgm %d did not finish attaching in %.0f s (%d perf events)" % (pid, timeout, last))
+    while not READY_LINE.search(data.decode(errors="replace")):
+        left = deadline - time.monotonic()
+        readable = select.select([fd], [], [], max(left, 0))[0] if left > 0 else []
+        chunk = os.read(fd, 65536) if readable else b""
+        if not chunk:  # eacgm exited, or the deadline passed
+            p.kill()
+            out, err = p.communicate()
+            raise AssertionError("eacgm record did not become ready (exit %s): %s" %
+                                 (p.returncode, (data.decode(errors="replace") + err)[-3000:]))
+        data += chunk
+    return Started(p, db, ready, data.decode(errors="replace"))
 
 
 def children(pid):

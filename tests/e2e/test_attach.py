@@ -23,23 +23,23 @@ class Attach(unittest.TestCase):
         self.addCleanup(lambda: target.poll() is None and (target.kill(), target.wait()))
         self.assertEqual(target.stdout.readline(), "waiting %d\n" % target.pid)
 
-        db = os.path.join(self.tmp, "r.db")
-        rec = subprocess.Popen([E.EACGM, "record", "-p", str(target.pid), "--spec", self.spec, "-o", db],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.addCleanup(lambda: rec.poll() is None and (rec.kill(), rec.wait()))
-        E.wait_attached(rec.pid)
-        open(go, "w").close()
+        rec = E.start_record(self.tmp, "-p", str(target.pid), "--spec", self.spec)
+        self.addCleanup(lambda: rec.proc.poll() is None and (rec.proc.kill(), rec.proc.wait()))
+        ready = rec.ready()
+        self.assertEqual((ready["pid"], ready["processes"], ready["output"]), (rec.pid, 1, rec.db))
+        self.assertRegex(rec._stderr, r"eacgm: recording \(\d+ probes?, 1 process\)")
+        open(go, "w").close()  # every probe is in place: the target may start its calls
 
-        out, err = rec.communicate(timeout=120)  # ends when the target exits
-        self.assertEqual(rec.returncode, 0, err)
+        r = rec.wait(timeout=120)  # ends when the target exits
+        self.assertEqual(r.rc, 0, r.stderr)
         self.assertEqual(target.wait(timeout=10), 0)
         self.assertEqual(target.stdout.read(), "done %d\n" % sum(range(500)))
-        spans = E.load_spans(db)
+        spans = r.spans()
         self.assertEqual([(s["name"], s["args"], s["pid"]) for s in spans],
                          [("tl_noop", {"x": i}, target.pid) for i in range(500)])
-        procs = E.query(db, "SELECT pid, exit_code FROM processes")
+        procs = r.query("SELECT pid, exit_code FROM processes")
         self.assertEqual(procs, [{"pid": target.pid, "exit_code": 0}])
-        self.assertEqual(sorted(os.listdir(self.tmp)), ["go", "r.db", "r.trace.json", "spec.json"])
+        self.assertEqual(sorted(os.listdir(self.tmp)), ["go", "r.db", "r.ready", "r.trace.json", "spec.json"])
 
     def test_library_loaded_later(self):
         # A copy under another name: the probes must find it when it is loaded, not at start.
