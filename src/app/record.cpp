@@ -476,6 +476,8 @@ RecordSession::Stop RecordSession::record_until_done()
 			return fail(n.error().message);
 		for (auto &w : recorder_->take_warnings())
 			std::cerr << "eacgm: warning: " << w << "\n";
+		for (auto &m : recorder_->take_notes())
+			std::cerr << "eacgm: " << m << "\n";
 		if (auto r = collect(); !r)
 			return fail(r.error().message);
 		int status;

@@ -286,8 +286,10 @@ void Recorder::handle_proc(const eacgm_proc_event &e)
 			p.comm = std::string(e.comm, strnlen(e.comm, sizeof(e.comm)));
 			p.cmdline = read_proc_text("/proc/" + std::to_string(e.tgid) + "/cmdline");
 		}
+		size_t before = attacher_.attached().size();
 		if (auto r = attacher_.scan_process(e.tgid); !r)
 			warn(r.error().message);
+		note_attached(before, e.tgid);
 		symbolizer_.snapshot(e.tgid);
 		watch_python(e.tgid);
 		break;
@@ -299,6 +301,22 @@ void Recorder::handle_proc(const eacgm_proc_event &e)
 	for (auto &w : attacher_.take_warnings())
 		warn(w);
 }
+
+// Probes placed after the start, on a library a process loaded (dlopen) or
+// an exec'd program maps: said once per library, since calls made before
+// this moment were not seen.
+void Recorder::note_attached(size_t before, uint32_t pid)
+{
+	std::map<std::string, size_t> per_library;
+	const auto &attached = attacher_.attached();
+	for (size_t i = before; i < attached.size(); i++)
+		per_library[attached[i].path]++;
+	for (auto &[path, n] : per_library)
+		notes_.push_back("attached " + std::to_string(n) + (n == 1 ? " probe to " : " probes to ") + path +
+				 " (loaded by pid " + std::to_string(pid) + ")");
+}
+
+std::vector<std::string> Recorder::take_notes() { return std::exchange(notes_, {}); }
 
 Result<int> Recorder::poll(int timeout_ms)
 {

@@ -71,6 +71,8 @@ public:
 	std::string folded_stacks() const;
 	// Messages for the user (rescans that failed, ...), at most once each.
 	std::vector<std::string> take_warnings();
+	// What the user should know as it happens (probes attached late, ...).
+	std::vector<std::string> take_notes();
 
 private:
 	static int on_span(void *ctx, void *data, size_t size);
@@ -88,6 +90,7 @@ private:
 	// BPF side has not reported: those that exited before they were
 	// tracked (during attach), or whose exit record was lost.
 	void end_exited_processes();
+	void note_attached(size_t before, uint32_t pid);
 	void note_thread(uint32_t pid, uint32_t tid);
 	// Decodes what was read; writes to the store when enough has gathered
 	// (or force).
@@ -133,6 +136,7 @@ private:
 	size_t py_calls_contradicted_ = 0; // measured calls a sample showed were not running
 	std::map<std::string, uint64_t> folded_; // collapsed sampled stacks -> samples
 	std::vector<std::string> warnings_;
+	std::vector<std::string> notes_;
 	std::set<std::string> warned_;
 	uint64_t spans_seen_ = 0;
 	detect::OnlineDetector *detector_ = nullptr;

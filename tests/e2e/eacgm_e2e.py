@@ -182,11 +182,30 @@ READY_LINE = re.compile(r"eacgm: recording \((\d+) probes?, (\d+) process(?:es)?
 
 
 class Started:
-    """An `eacgm record` that has said it is ready: every probe attached."""
+    """An `eacgm record` running: started by start_record, which returns once eacgm is ready."""
 
-    def __init__(self, proc, db, ready_file, stderr_so_far):
+    def __init__(self, proc, db, ready_file):
         self.proc, self.pid, self.db, self.ready_file = proc, proc.pid, db, ready_file
-        self._stderr = stderr_so_far
+        self._stderr = ""
+
+    def wait_for_line(self, pattern, timeout=60.0):
+        """Reads eacgm's stderr until a line matches `pattern` (a regex); returns the match.
+        Fails if eacgm exits or stays silent for `timeout` s first."""
+        fd, deadline = self.proc.stderr.fileno(), time.monotonic() + timeout
+        seen = len(self._stderr)
+        while True:
+            m = re.compile(pattern, re.M).search(self._stderr, max(0, self._stderr.rfind("\n", 0, seen) + 1))
+            if m:
+                return m
+            left = deadline - time.monotonic()
+            readable = select.select([fd], [], [], left)[0] if left > 0 else []
+            chunk = os.read(fd, 65536) if readable else b""
+            if not chunk:  # eacgm exited, or the deadline passed
+                self.proc.kill()
+                _, err = self.proc.communicate()
+                raise AssertionError("eacgm record never printed /%s/ (exit %s): %s" %
+                                     (pattern, self.proc.returncode, (self._stderr + err)[-3000:]))
+            self._stderr += chunk.decode(errors="replace")
 
     def ready(self):
         """The ready file: eacgm's pid, probes, processes, mono_ns (CLOCK_MONOTONIC) and output."""
@@ -207,25 +226,15 @@ class Started:
 
 def start_record(tmp, *options, name="r", env=None, timeout=60.0):
     """Starts `eacgm record -o tmp/name.db --ready-file tmp/name.ready OPTIONS` (-p PID, or
-    -- COMMAND) and returns a Started once eacgm has printed its ready line: a wait on eacgm's
-    own signal, not a guess. Fails if eacgm exits or stays silent for `timeout` s first."""
+    -- COMMAND) and returns a Started once eacgm has printed its ready line (every probe
+    attached): a wait on eacgm's own signal, not a guess."""
     db = os.path.join(tmp, name + ".db")
     ready = os.path.join(tmp, name + ".ready")
     p = subprocess.Popen([EACGM, "record", "-o", db, "--ready-file", ready, *options], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, env=dict(os.environ, **(env or {})))
-    fd, data = p.stderr.fileno(), b""
-    deadline = time.monotonic() + timeout
-    while not READY_LINE.search(data.decode(errors="replace")):
-        left = deadline - time.monotonic()
-        readable = select.select([fd], [], [], max(left, 0))[0] if left > 0 else []
-        chunk = os.read(fd, 65536) if readable else b""
-        if not chunk:  # eacgm exited, or the deadline passed
-            p.kill()
-            out, err = p.communicate()
-            raise AssertionError("eacgm record did not become ready (exit %s): %s" %
-                                 (p.returncode, (data.decode(errors="replace") + err)[-3000:]))
-        data += chunk
-    return Started(p, db, ready, data.decode(errors="replace"))
+    started = Started(p, db, ready)
+    started.wait_for_line(READY_LINE.pattern, timeout)
+    return started
 
 
 def children(pid):

@@ -53,7 +53,18 @@ class BadInput(unittest.TestCase):
     def test_pid_does_not_exist(self):
         with open("/proc/sys/kernel/pid_max") as f:
             pid = str(int(f.read()) + 1)
-        self.expect_error(["record", "-o", self.db, "-p", pid], 2, "no process with PID " + pid)
+        self.expect_error(["record", "-o", self.db, "-p", pid], 1, "no process with PID " + pid)
+
+    def test_pid_is_a_zombie(self):
+        # A child of this test that has exited and is not reaped: /proc/PID is still there.
+        child = subprocess.Popen(["true"])
+        os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)  # exited; still a zombie
+        try:
+            self.expect_error(["record", "-o", self.db, "-p", str(child.pid)], 1,
+                              "process %d has already exited: it is a zombie" % child.pid,
+                              "its parent (PID %d) has not reaped" % os.getpid())
+        finally:
+            child.wait()
 
     def test_pid_and_command(self):
         self.expect_error(["record", "-o", self.db, "-p", str(os.getpid()), "--", "true"], 2, "-p", "not both")

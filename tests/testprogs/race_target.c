@@ -10,7 +10,10 @@
  * tree: the child also starts a grandchild every 10 ms until then, each
  * calling for 100 ms (every other one after exec'ing this program as
  * "race_target loop 100 LOG"), and exits after the last of them: processes
- * appear, exec and exit throughout eacgm's attach. */
+ * appear, exec and exit throughout eacgm's attach.
+ * Usage: race_target orphan N LOG GO_FILE
+ * Exits 3 at once, leaving a child that logs "orphan PID", waits until
+ * GO_FILE exists, then calls tl_noop(0..N-1), logging each call as above. */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -112,8 +115,25 @@ static int child(long delay_ms, int tree, const char *log_path)
 	return 0;
 }
 
+static int orphan(long n, const char *log_path, const char *go_file)
+{
+	log_fd = open(log_path, O_WRONLY | O_APPEND | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (log_fd < 0)
+		return 3;
+	if (fork() != 0)
+		return 3;
+	log_line("orphan %d\n", (int)getpid());
+	while (access(go_file, F_OK) != 0)
+		pause_ms();
+	for (long i = 0; i < n; i++)
+		call(i);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
+	if (argc == 5 && !strcmp(argv[1], "orphan"))
+		return orphan(atol(argv[2]), argv[3], argv[4]);
 	if (argc == 4 && !strcmp(argv[1], "loop")) {
 		log_fd = open(argv[3], O_WRONLY | O_APPEND | O_CLOEXEC);
 		return log_fd < 0 ? 3 : loop(atol(argv[2]));

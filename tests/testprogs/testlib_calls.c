@@ -7,7 +7,10 @@
  *   escape N    N calls of tl_escape (longjmp out of tl_jump_deep)
  * With WAIT_FILE set, it first waits until that file exists (for -p tests).
  * With DLOPEN set to a library path, it loads the library then, and calls
- * through dlsym after a pause, as a program that imports late would. */
+ * through dlsym, as a program that imports late would; with LOADED_WAIT_FILE
+ * too, it first waits until that file exists (the test creates it once eacgm
+ * says it attached to the library: probes on a library loaded late are
+ * placed after the load, and calls in between are not seen). */
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -41,7 +44,9 @@ int main(int argc, char **argv)
 			return 3;
 		}
 		noop = (long (*)(long))dlsym(h, "tl_noop");
-		usleep(300000); /* the agent attaches asynchronously */
+		const char *loaded = getenv("LOADED_WAIT_FILE");
+		while (loaded && access(loaded, F_OK) != 0)
+			usleep(10000);
 	}
 	long acc = 0;
 	if (!strcmp(p, "noop"))

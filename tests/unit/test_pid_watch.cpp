@@ -1,0 +1,142 @@
+// Process exits as the kernel reports them through pidfds: a child that
+// exits is reported once, whether its parent reaps it or leaves a zombie.
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "probe/pid_watch.h"
+
+using namespace eacgm;
+
+namespace {
+
+// A child that exits with `code` when its pipe closes (or at once).
+struct Child {
+	pid_t pid = -1;
+	int gate = -1;
+	explicit Child(int code)
+	{
+		int fds[2];
+		EXPECT_EQ(pipe(fds), 0);
+		pid = fork();
+		if (pid == 0) {
+			close(fds[1]);
+			char c;
+			while (read(fds[0], &c, 1) > 0) {
+			}
+			_exit(code);
+		}
+		close(fds[0]);
+		gate = fds[1];
+	}
+	void let_exit()
+	{
+		close(gate);
+		gate = -1;
+	}
+	// Blocks until it has exited, leaving it a zombie (not reaped).
+	void wait_zombie() { siginfo_t si; waitid(P_PID, pid, &si, WEXITED | WNOWAIT); }
+	void reap() { waitpid(pid, nullptr, 0); pid = -1; }
+	~Child()
+	{
+		if (gate >= 0)
+			close(gate);
+		if (pid > 0)
+			waitpid(pid, nullptr, 0);
+	}
+};
+
+bool readable(int fd, int timeout_ms)
+{
+	pollfd p = {fd, POLLIN, 0};
+	return poll(&p, 1, timeout_ms) == 1;
+}
+
+} // namespace
+
+TEST(PidWatch, ReportsAnExitOnceAndWakesPoll)
+{
+	auto w = PidWatch::open();
+	ASSERT_TRUE(w) << w.error().message;
+	Child c(0);
+	auto st = w->add(c.pid);
+	ASSERT_TRUE(st);
+	EXPECT_EQ(*st, PidState::alive);
+	EXPECT_EQ(w->size(), 1u);
+	EXPECT_FALSE(readable(w->fd(), 0));
+	EXPECT_TRUE(w->take_exited().empty());
+	c.let_exit();
+	// No timing: poll blocks until the exit, however long the child takes.
+	EXPECT_TRUE(readable(w->fd(), -1));
+	EXPECT_EQ(w->take_exited(), std::vector<uint32_t>{uint32_t(c.pid)});
+	EXPECT_EQ(w->size(), 0u);
+	EXPECT_TRUE(w->take_exited().empty());
+}
+
+TEST(PidWatch, AZombieHasExitedAndKeepsItsExitStatus)
+{
+	Child c(7);
+	c.let_exit();
+	c.wait_zombie();
+	auto w = PidWatch::open();
+	ASSERT_TRUE(w);
+	auto st = w->add(c.pid);
+	ASSERT_TRUE(st);
+	EXPECT_EQ(*st, PidState::exited);
+	EXPECT_FALSE(w->watching(c.pid));
+	EXPECT_EQ(zombie_exit_status(c.pid), 7);
+	auto live = open_live_process(c.pid);
+	ASSERT_FALSE(live);
+	EXPECT_EQ(live.error().message, "process " + std::to_string(c.pid) +
+						" has already exited: it is a zombie that its parent (PID " +
+						std::to_string(getpid()) + ") has not reaped; there is nothing to record");
+}
+
+TEST(PidWatch, AReapedProcessIsGone)
+{
+	Child c(0);
+	pid_t pid = c.pid;
+	c.let_exit();
+	c.reap();
+	auto w = PidWatch::open();
+	ASSERT_TRUE(w);
+	auto st = w->add(pid);
+	ASSERT_TRUE(st);
+	EXPECT_EQ(*st, PidState::gone);
+	EXPECT_EQ(zombie_exit_status(pid), std::nullopt);
+	auto live = open_live_process(pid);
+	ASSERT_FALSE(live);
+	EXPECT_EQ(live.error().message,
+		  "no process with PID " + std::to_string(pid) + "; check it with 'ps -p " + std::to_string(pid) + "'");
+}
+
+TEST(PidWatch, AKilledProcessReportsTheShellsNumberForItsSignal)
+{
+	Child c(0);
+	kill(c.pid, SIGKILL);
+	c.wait_zombie();
+	EXPECT_EQ(zombie_exit_status(c.pid), 128 + SIGKILL);
+}
+
+TEST(PidWatch, TheGivenPidfdIsTheOneWatched)
+{
+	Child c(0);
+	auto fd = open_live_process(c.pid);
+	ASSERT_TRUE(fd) << fd.error().message;
+	auto w = PidWatch::open();
+	ASSERT_TRUE(w);
+	ASSERT_TRUE(w->add(c.pid, std::move(fd.value())));
+	// Adding it again (as a process first seen through one of its records) keeps it.
+	auto again = w->add(c.pid);
+	ASSERT_TRUE(again);
+	EXPECT_EQ(*again, PidState::alive);
+	EXPECT_EQ(w->size(), 1u);
+	w->remove(c.pid);
+	EXPECT_FALSE(w->watching(c.pid));
+	c.let_exit();
+	c.reap();
+	EXPECT_FALSE(readable(w->fd(), 0)); // removed: its exit is not reported
+}
