@@ -26,6 +26,7 @@ struct RecordArgs {
 	std::vector<std::string> torch_ops; // extra operators (names or regexes) for the torch layer
 	bool detect = true;                 // score calls online against per-function models
 	double detect_fpr = 1e-4;           // online: target false alarms per call
+	double stop_timeout_s = 2;          // after Ctrl-C: how long the command gets to exit
 	std::vector<std::string> command; // after "--"
 };
 int run_record(const RecordArgs &args);

@@ -78,13 +78,19 @@ int main(int argc, char **argv)
 			   "1e-4 is a false alarm every few hundred steps)")
 		->capture_default_str()
 		->check(CLI::Range(1e-9, 0.5));
+	record->add_option("--stop-timeout", rec.stop_timeout_s,
+			   "After Ctrl-C (or SIGINT/SIGTERM sent to eacgm, which passes it on): seconds the command "
+			   "gets to finish (a job that saves a checkpoint on SIGINT needs longer) before the recording "
+			   "stops without it; the command goes on running, untraced")
+		->capture_default_str()
+		->check(CLI::Range(0.0, 86400.0));
 	record->add_option("--ring-buffer-kb", rec.ring_buffer_kb,
 			   "Span ring buffer size in KiB, a power of two (records beyond it are counted as lost)")
 		->capture_default_str();
 	record->footer("Ends when every traced process has exited: the command and the processes it started "
 		       "(eacgm then exits with the command's exit code), or the process attached to and its "
-		       "descendants, whether they exit before, during or after the attach; or on Ctrl-C (a second "
-		       "Ctrl-C discards the recording). A process given with -p that is gone or a zombie is an "
+		       "descendants, whether they exit before, during or after the attach; or on Ctrl-C (the command gets "
+		       "--stop-timeout to finish; a second Ctrl-C discards the recording). A process given with -p that is gone or a zombie is an "
 		       "error (exit 1).\nNeeds root (CAP_BPF, CAP_PERFMON).");
 
 	std::string db, perfetto;

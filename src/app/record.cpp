@@ -496,10 +496,16 @@ RecordSession::Stop RecordSession::record_until_done()
 			interrupted_at = clock::now();
 			if (!launched_ || command_exited_)
 				return {}; // eacgm alone was asked to stop: the processes go on
+			std::cerr << (tty ? "\r\033[K" : "") << "eacgm: interrupted: waiting up to " << a_.stop_timeout_s
+				  << " s (--stop-timeout) for the command to exit; interrupt again to discard the "
+				     "recording\n";
 		}
-		// After Ctrl-C the launched command got SIGINT too: give it a moment
-		// to finish its last calls, then stop regardless.
-		if (interrupted_at && clock::now() - *interrupted_at > std::chrono::seconds(2)) {
+		// After Ctrl-C the launched command got SIGINT too: give it time to
+		// finish its last calls, then stop regardless.
+		if (interrupted_at && clock::now() - *interrupted_at > std::chrono::duration<double>(a_.stop_timeout_s)) {
+			std::cerr << (tty ? "\r\033[K" : "") << "eacgm: the command did not exit within " << a_.stop_timeout_s
+				  << " s of the interrupt: the recording stops without it (it goes on running, "
+				     "untraced)\n";
 			exit_code_ = 130;
 			return {};
 		}

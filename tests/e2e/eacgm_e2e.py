@@ -265,6 +265,20 @@ def wait_child_exec(pid, name, timeout=15.0):
     raise AssertionError("no child of %d ran %s within %.0f s" % (pid, name, timeout))
 
 
+def wait_for_text(path, pattern, proc, timeout=60.0):
+    """Waits until the file at `path` (where eacgm's stderr goes) holds a line
+    matching `pattern`; fails if `proc` exits or `timeout` s pass first."""
+    deadline, rx = time.monotonic() + timeout, re.compile(pattern, re.M)
+    while True:
+        with open(path, errors="replace") as f:
+            text = f.read()
+        if rx.search(text):
+            return
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise AssertionError("eacgm never printed /%s/ (exit %s): %s" % (pattern, proc.poll(), text[-3000:]))
+        time.sleep(0.02)
+
+
 def kill_group(pgid):
     """Kills what is left of a process group this test started (start_new_session)."""
     try:

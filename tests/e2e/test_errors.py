@@ -125,30 +125,37 @@ class BadInput(unittest.TestCase):
 
 
 class Interrupt(unittest.TestCase):
-    """SIGINT sent to eacgm alone (os.kill, as `timeout` or a scheduler would), while it records."""
+    """SIGINT sent to eacgm alone (os.kill, as `timeout` or a scheduler would), while it records.
+    Each case waits on eacgm's own lines (ready, interrupted) before signalling, and is
+    given a --stop-timeout far from what it checks, so that no bound depends on load."""
 
     SLEEP = ["sleep", "30"]
     # A command that ignores SIGINT (the disposition survives exec).
     STUBBORN = ["sh", "-c", "trap '' INT; exec sleep 30"]
+    LONG = 60  # s: a --stop-timeout no case may wait out
+    HANG = 30  # s: an exit later than this is a hang (and well before LONG)
 
     @classmethod
-    def interrupt(cls, command, twice):
+    def interrupt(cls, command, twice, stop_timeout):
         out = E.make_tempdir(cls)  # eacgm's output dir: checked for leftovers
         logs = E.make_tempdir(cls)
-        with open(os.path.join(logs, "err"), "w+") as err:
+        err_path = os.path.join(logs, "err")
+        with open(err_path, "w+") as err:
             # Output to files, not pipes: a leftover `sleep` would hold a pipe open.
-            p = subprocess.Popen([E.EACGM, "record", "-o", os.path.join(out, "r.db"), "--", *command],
+            p = subprocess.Popen([E.EACGM, "record", "-o", os.path.join(out, "r.db"), "--stop-timeout",
+                                  str(stop_timeout), "--", *command],
                                  stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
             cls.addClassCleanup(E.kill_group, p.pid)
+            E.wait_for_text(err_path, E.READY_LINE.pattern, p)
             sleeper = E.wait_child_exec(p.pid, "sleep")
+            t = time.monotonic()  # before the signal: eacgm's wait starts later
             os.kill(p.pid, signal.SIGINT)
-            t = time.monotonic()
             if twice:
-                time.sleep(0.5)
-                os.kill(p.pid, signal.SIGINT)
+                E.wait_for_text(err_path, "^eacgm: interrupted: waiting", p)
                 t = time.monotonic()
+                os.kill(p.pid, signal.SIGINT)
             try:
-                rc = p.wait(timeout=60)
+                rc = p.wait(timeout=cls.LONG + 30)
             finally:
                 elapsed = time.monotonic() - t
                 E.kill_group(p.pid)
@@ -159,9 +166,9 @@ class Interrupt(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         E.require_root()
-        cls.forwarded = cls.interrupt(cls.SLEEP, twice=False)
-        cls.once = cls.interrupt(cls.STUBBORN, twice=False)
-        cls.twice = cls.interrupt(cls.STUBBORN, twice=True)
+        cls.forwarded = cls.interrupt(cls.SLEEP, twice=False, stop_timeout=cls.LONG)
+        cls.once = cls.interrupt(cls.STUBBORN, twice=False, stop_timeout=1)
+        cls.twice = cls.interrupt(cls.STUBBORN, twice=True, stop_timeout=cls.LONG)
 
     def assert_complete_recording(self, r, command, exit_code):
         self.assertEqual(r["rc"], 130, r["err"])
@@ -178,27 +185,34 @@ class Interrupt(unittest.TestCase):
         self.assertIn("traceEvents", E.load_trace(os.path.join(r["out"], "r.trace.json")))
 
     def test_signal_is_passed_on_to_the_command(self):
-        # sleep dies of the forwarded SIGINT (exit 130) and the recording ends with it.
+        # sleep dies of the forwarded SIGINT (exit 130) and the recording ends
+        # with it, not by waiting out the 60 s stop timeout.
         self.assert_complete_recording(self.forwarded, self.SLEEP, 130)
-        self.assertLess(self.forwarded["elapsed"], 1.5, "exit %.2f s after SIGINT" % self.forwarded["elapsed"])
+        self.assertIn("eacgm: interrupted: waiting up to 60 s (--stop-timeout)", self.forwarded["err"])
+        self.assertNotIn("did not exit within", self.forwarded["err"])
+        self.assertLess(self.forwarded["elapsed"], self.HANG, "exit %.2f s after SIGINT" % self.forwarded["elapsed"])
 
     def test_once_keeps_a_complete_recording(self):
-        # The command outlives the grace period: eacgm stops without it (exit code unknown: -1).
+        # The command outlives the stop timeout: eacgm stops without it (exit code unknown: -1).
         self.assert_complete_recording(self.once, self.STUBBORN, -1)
+        self.assertIn("eacgm: the command did not exit within 1 s of the interrupt: the recording stops "
+                      "without it (it goes on running, untraced)", self.once["err"])
 
-    def test_once_stops_after_the_grace_period(self):
-        # eacgm gives the command 2 s to finish after SIGINT, then stops.
+    def test_once_stops_after_the_stop_timeout(self):
+        # eacgm gives the command --stop-timeout (1 s) to finish after SIGINT, then stops.
         e = self.once["elapsed"]
-        self.assertTrue(1.9 <= e < 3.5, "exit %.2f s after SIGINT" % e)
+        self.assertTrue(1.0 <= e < self.HANG, "exit %.2f s after SIGINT" % e)
 
     def test_twice_discards_the_recording(self):
         r = self.twice
         self.assertEqual(r["rc"], 130, r["err"])
         self.assertIn("interrupted twice", r["err"])
+        self.assertNotIn("did not exit within", r["err"])
         self.assertEqual(r["files"], [])  # no r.db, r.db.partial*, trace json or its temp file
 
-    def test_twice_exits_promptly(self):
-        self.assertLess(self.twice["elapsed"], 1.5, "exit %.2f s after the second SIGINT" % self.twice["elapsed"])
+    def test_twice_exits_without_waiting_for_the_command(self):
+        # The second SIGINT ends eacgm at once, long before the 60 s stop timeout.
+        self.assertLess(self.twice["elapsed"], self.HANG, "exit %.2f s after the second SIGINT" % self.twice["elapsed"])
 
 
 if __name__ == "__main__":
