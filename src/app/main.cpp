@@ -90,8 +90,8 @@ int main(int argc, char **argv)
 	record->footer("Ends when every traced process has exited: the command and the processes it started "
 		       "(eacgm then exits with the command's exit code), or the process attached to and its "
 		       "descendants, whether they exit before, during or after the attach; or on Ctrl-C (the command gets "
-		       "--stop-timeout to finish; a second Ctrl-C discards the recording). A process given with -p that is gone or a zombie is an "
-		       "error (exit 1).\nNeeds root (CAP_BPF, CAP_PERFMON).");
+		       "--stop-timeout to finish; a second Ctrl-C discards the recording). A process given with -p that is gone or a zombie, or "
+		       "that exits before eacgm has tracked it, is an error (exit 1).\nNeeds root (CAP_BPF, CAP_PERFMON).");
 
 	std::string db, perfetto;
 	auto *exp = app.add_subcommand("export", "Write a recording as a Perfetto trace");

@@ -123,6 +123,7 @@ private:
 	Stop check_target();
 	Stop open_outputs();
 	Stop open_probes();
+	Stop check_target_alive();
 	void open_collectors();
 	Stop open_recorder();
 	Stop launch_command();
@@ -243,12 +244,26 @@ RecordSession::Stop RecordSession::open_outputs()
 	return {};
 }
 
+// -p: the process named exited before any of it was tracked. The children
+// it had were handed to another parent at its exit and cannot be found from
+// it any more: nothing is left to record, so the attach (seconds of BPF
+// loading on a busy node) is abandoned rather than finished.
+RecordSession::Stop RecordSession::check_target_alive()
+{
+	if (!root_fd_ || !pidfd_exited(root_fd_))
+		return {};
+	return fail("process " + std::to_string(a_.pid) +
+		    " exited while eacgm was attaching, before any probe was in place: nothing was recorded");
+}
+
 RecordSession::Stop RecordSession::open_probes()
 {
 	auto tracker = ProcTracker::open(false);
 	if (!tracker)
 		return fail(tracker.error().message);
 	tracker_ = std::move(tracker.value());
+	if (auto stop = check_target_alive())
+		return stop;
 	SpanEngine::Options eo;
 	eo.ring_buffer_bytes = a_.ring_buffer_kb * 1024u;
 	if (has("python")) {
@@ -262,11 +277,15 @@ RecordSession::Stop RecordSession::open_probes()
 		eo.py_counters = python_->counters_map();
 		if (a_.python_entries != "off")
 			specs_.merge(python_->eval_entry_probes(a_.python_entries == "all"));
+		if (auto stop = check_target_alive())
+			return stop;
 	}
 	auto engine = SpanEngine::open(eo, tracker_->traced_map_fd());
 	if (!engine)
 		return fail(engine.error().message, 2);
 	engine_ = std::move(engine.value());
+	if (auto stop = check_target_alive())
+		return stop;
 	attacher_.emplace(*engine_, *tracker_, std::move(specs_));
 	if (auto r = attacher_->load_specs(); !r)
 		return fail(r.error().message);
@@ -559,7 +578,8 @@ int RecordSession::run()
 			return *stop;
 	open_collectors();
 	auto start = a_.command.empty() ? &RecordSession::attach_tree : &RecordSession::launch_command;
-	for (auto step : {&RecordSession::open_recorder, start, &RecordSession::announce_ready})
+	for (auto step : {&RecordSession::check_target_alive, &RecordSession::open_recorder, start,
+			  &RecordSession::announce_ready})
 		if (auto stop = (this->*step)())
 			return *stop;
 	begin();

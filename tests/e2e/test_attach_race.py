@@ -1,8 +1,8 @@
 """`record -p` against a process that exits while eacgm starts: before, during and after the
 attach, reaped at once by its parent or left a zombie, and a process tree that forks and execs
 throughout. Whatever the moment, the recording must end within 2 s of the last exit and hold every
-call made once eacgm said it was ready; a process already gone (or a zombie) when eacgm looks at it
-is an error that names it. Every outcome is checked exactly, so the test cannot pass by luck: the
+call made once eacgm said it was ready; a process already gone (or a zombie) when eacgm looks at it,
+or gone before eacgm tracked it, is an error that names it. Every outcome is checked exactly, so the test cannot pass by luck: the
 target logs each call with its own CLOCK_MONOTONIC time, which is eacgm's clock too."""
 import collections
 import os
@@ -84,11 +84,16 @@ class AttachRace(unittest.TestCase):
                         "%s: record ended %.2f s after the last exit" % (what, (ended_ns - exit_ns) / 1e9))
 
     def check_gone_at_start(self, what, mode, child, err, tmp):
-        """The process had exited when eacgm first looked: an error naming it, and no files."""
-        self.outcomes[mode + ": gone at start"] += 1
-        if mode == "zombie":
+        """The process had exited before any of it was tracked (when eacgm first
+        looked, or while it loaded its probes): an error naming it, and no files."""
+        if "exited while eacgm was attaching, before any probe was in place" in err:
+            self.outcomes[mode + ": gone during the attach"] += 1
+            self.assertIn("process %d exited while eacgm was attaching" % child, err, what)
+        elif mode == "zombie":
+            self.outcomes[mode + ": gone at start"] += 1
             self.assertIn("process %d has already exited: it is a zombie" % child, err, what)
         else:
+            self.outcomes[mode + ": gone at start"] += 1
             self.assertIn("no process with PID %d" % child, err, what)
         self.assertEqual(sorted(os.listdir(tmp)), ["calls.log", "spec.json"], what)
 
