@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/text.h"
 #include "eacgm/abi/events.h"
 #include "ingest/decode.h"
 
@@ -33,18 +34,6 @@ std::string read_proc_text(const std::string &path)
 		if (c == '\0')
 			c = ' ';
 	return s;
-}
-
-std::optional<uint32_t> parent_pid(uint32_t pid)
-{
-	// "pid (comm) state ppid ...": comm may hold spaces and parentheses.
-	std::string stat = read_proc_text("/proc/" + std::to_string(pid) + "/stat");
-	auto paren = stat.rfind(')');
-	char state;
-	unsigned ppid;
-	if (paren != std::string::npos && sscanf(stat.c_str() + paren + 1, " %c %u", &state, &ppid) == 2)
-		return ppid;
-	return std::nullopt;
 }
 
 Recorder::Recorder(Attacher &attacher, SpanEngine &engine, ProcTracker &tracker, StoreWriter &store,
@@ -312,8 +301,8 @@ void Recorder::note_attached(size_t before, uint32_t pid)
 	for (size_t i = before; i < attached.size(); i++)
 		per_library[attached[i].path]++;
 	for (auto &[path, n] : per_library)
-		notes_.push_back("attached " + std::to_string(n) + (n == 1 ? " probe to " : " probes to ") + path +
-				 " (loaded by pid " + std::to_string(pid) + ")");
+		notes_.push_back("attached " + plural(n, "probe", "probes") + " to " + path + " (loaded by pid " +
+				 std::to_string(pid) + ")");
 }
 
 std::vector<std::string> Recorder::take_notes() { return std::exchange(notes_, {}); }

@@ -147,7 +147,4 @@ private:
 // cmdline's NUL separators become spaces.
 std::string read_proc_text(const std::string &path);
 
-// The parent of a process, from /proc/PID/stat; nothing once it is gone.
-std::optional<uint32_t> parent_pid(uint32_t pid);
-
 } // namespace eacgm

@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <poll.h>
@@ -34,10 +35,18 @@ bool pidfd_exited(const UniqueFd &pidfd)
 	return ::poll(&p, 1, 0) == 1 && (p.revents & (POLLIN | POLLHUP | POLLERR));
 }
 
+namespace {
+
+struct ProcStat {
+	char state = 0;
+	std::optional<uint32_t> ppid;
+	int exit_code = -1; // a wait status; -1 when the kernel does not say
+};
+
 // /proc/PID/stat: "pid (comm) state ppid ..."; comm may hold spaces and
 // parentheses, so fields are counted from the last ')'. Field 3 is the
-// state and field 52 the exit code (Linux 3.5+), a wait status.
-static std::optional<std::pair<char, int>> stat_state_and_exit(uint32_t pid)
+// state, 4 the parent and 52 the exit code (Linux 3.5+), a wait status.
+std::optional<ProcStat> read_stat(uint32_t pid)
 {
 	std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
 	std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -46,23 +55,32 @@ static std::optional<std::pair<char, int>> stat_state_and_exit(uint32_t pid)
 		return std::nullopt;
 	std::istringstream fields(stat.substr(paren + 1));
 	std::string f;
-	char state = 0;
-	int exit_code = -1;
+	ProcStat st;
 	for (int i = 3; fields >> f; i++) {
 		if (i == 3)
-			state = f[0];
+			st.state = f[0];
+		if (i == 4)
+			st.ppid = uint32_t(std::strtoul(f.c_str(), nullptr, 10));
 		if (i == 52)
-			exit_code = std::atoi(f.c_str());
+			st.exit_code = std::atoi(f.c_str());
 	}
-	return std::make_pair(state, exit_code);
+	return st;
+}
+
+} // namespace
+
+std::optional<uint32_t> parent_pid(uint32_t pid)
+{
+	auto s = read_stat(pid);
+	return s ? s->ppid : std::nullopt;
 }
 
 std::optional<int> zombie_exit_status(uint32_t pid)
 {
-	auto s = stat_state_and_exit(pid);
-	if (!s || s->first != 'Z' || s->second < 0)
+	auto s = read_stat(pid);
+	if (!s || s->state != 'Z' || s->exit_code < 0)
 		return std::nullopt;
-	int code = s->second;
+	int code = s->exit_code;
 	return (code & 0x7f) == 0 ? (code >> 8) & 0xff : 128 + (code & 0x7f);
 }
 
@@ -76,13 +94,9 @@ Result<UniqueFd> open_live_process(uint32_t pid)
 		return make_error("no process with PID " + std::to_string(pid) + "; check it with 'ps -p " +
 				  std::to_string(pid) + "'");
 	if (pidfd_exited(**fd)) {
-		std::string ppid;
-		std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-		for (std::string line; std::getline(in, line);)
-			if (line.rfind("PPid:", 0) == 0)
-				ppid = line.substr(line.find_first_not_of(" \t", 5));
+		auto ppid = parent_pid(pid);
 		return make_error(name + " has already exited: it is a zombie" +
-				  (ppid.empty() ? "" : " that its parent (PID " + ppid + ") has not reaped") +
+				  (ppid ? " that its parent (PID " + std::to_string(*ppid) + ") has not reaped" : "") +
 				  "; there is nothing to record");
 	}
 	return std::move(**fd);

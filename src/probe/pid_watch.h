@@ -27,6 +27,9 @@ Result<std::optional<UniqueFd>> open_pidfd(uint32_t pid);
 // Whether the process of a pidfd has exited (its pidfd is readable).
 bool pidfd_exited(const UniqueFd &pidfd);
 
+// The parent of a process, from /proc/PID/stat; nothing once it is gone.
+std::optional<uint32_t> parent_pid(uint32_t pid);
+
 // What /proc says of a process that has exited but is not yet reaped: its
 // exit status (the shell's number) while it is a zombie, else nothing.
 std::optional<int> zombie_exit_status(uint32_t pid);
