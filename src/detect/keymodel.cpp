@@ -88,13 +88,19 @@ Result<KeyModel> KeyModel::train(const std::vector<const Observation *> &all, co
 		m.mean_(j) = m.all_mean_[m.used_[j]];
 		m.scale_(j) = m.all_sd_[m.used_[j]];
 	}
-	arma::mat Z(d, n);
-	for (size_t i = 0; i < n; i++)
+	// EM costs rows x components x iterations x restarts: past max_fit_rows
+	// an evenly spaced subsample fits the mixture (its shape does not need
+	// more), while the moments above and the threshold below use every row.
+	const size_t fit_n = opt.max_fit_rows && n > opt.max_fit_rows ? opt.max_fit_rows : n;
+	arma::mat Z(d, fit_n);
+	for (size_t k = 0; k < fit_n; k++) {
+		size_t i = fit_n == n ? k : k * n / fit_n;
 		for (size_t j = 0; j < d; j++) {
 			double v = raw(m.used_[j], i);
 			// A missing value is the mean: it neither helps nor hurts.
-			Z(j, i) = std::isfinite(v) ? (v - m.mean_(j)) / m.scale_(j) : 0;
+			Z(j, k) = std::isfinite(v) ? (v - m.mean_(j)) / m.scale_(j) : 0;
 		}
+	}
 	auto sel = select_by_bic(Z, opt.gmm);
 	if (!sel)
 		return sel.error();

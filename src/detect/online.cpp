@@ -1,5 +1,8 @@
 #include "detect/online.h"
 
+#include <algorithm>
+#include <chrono>
+#include <ctime>
 #include <pthread.h>
 #include <sched.h>
 
@@ -148,22 +151,58 @@ std::optional<Anomaly> OnlineDetector::observe(const Span &s)
 	return out;
 }
 
+static double thread_cpu_s()
+{
+	timespec ts;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
+}
+
+// The next job to run, once the CPU budget allows: a key's first model
+// before any refit. Empty when stopping.
+std::optional<OnlineDetector::Job> OnlineDetector::next_job(std::unique_lock<std::mutex> &lk, double &credit)
+{
+	using clock = std::chrono::steady_clock;
+	auto last = clock::now();
+	for (;;) {
+		if (stop_)
+			return std::nullopt;
+		auto now = clock::now();
+		credit = std::min(opt_.refit_burst_s,
+				  credit + opt_.refit_cpu_share * std::chrono::duration<double>(now - last).count());
+		last = now;
+		auto first = std::find_if(jobs_.begin(), jobs_.end(), [&](const Job &j) { return !keys_[j.key].model; });
+		auto it = first != jobs_.end() ? first : jobs_.begin();
+		bool limited = opt_.refit_cpu_share > 0 && !unlimited_ && first == jobs_.end();
+		if (it != jobs_.end() && (!limited || credit >= 0)) {
+			Job job = std::move(*it);
+			jobs_.erase(it);
+			return job;
+		}
+		if (it == jobs_.end())
+			cv_.wait(lk);
+		else // until the budget has earned back what the last refits spent
+			cv_.wait_for(lk, std::chrono::duration<double>(-credit / opt_.refit_cpu_share));
+	}
+}
+
 void OnlineDetector::worker()
 {
 	// Refits are never urgent: they run only on CPU time the traced job
 	// (and everything else) leaves idle, so they cannot stall it.
 	sched_param idle{};
 	pthread_setschedparam(pthread_self(), SCHED_IDLE, &idle);
+	double credit = opt_.refit_burst_s;
 	std::unique_lock lk(mu_);
 	for (;;) {
-		cv_.wait(lk, [&] { return stop_ || !jobs_.empty(); });
-		if (stop_)
+		auto job = next_job(lk, credit);
+		if (!job)
 			return;
-		Job job = std::move(jobs_.front());
-		jobs_.pop_front();
 		busy_ = true;
 		lk.unlock();
-		run_job(std::move(job));
+		double t0 = thread_cpu_s();
+		run_job(std::move(*job));
+		credit -= thread_cpu_s() - t0;
 		lk.lock();
 		busy_ = false;
 		if (jobs_.empty())
@@ -171,7 +210,7 @@ void OnlineDetector::worker()
 	}
 }
 
-void OnlineDetector::flush()
+void OnlineDetector::flush(bool skip_refits)
 {
 	// The refits left are what stands between the end of the traced job and
 	// eacgm's exit: on a busy node a SCHED_IDLE thread might wait seconds
@@ -181,6 +220,16 @@ void OnlineDetector::flush()
 		pthread_setschedparam(thread_.native_handle(), SCHED_OTHER, &normal);
 	}
 	std::unique_lock lk(mu_);
+	for (auto it = jobs_.begin(); skip_refits && it != jobs_.end();) {
+		if (keys_[it->key].model) {
+			keys_[it->key].pending = false;
+			it = jobs_.erase(it);
+		} else {
+			++it;
+		}
+	}
+	unlimited_ = true;
+	cv_.notify_all();
 	idle_cv_.wait(lk, [&] { return !thread_.joinable() || (jobs_.empty() && !busy_); });
 }
 
