@@ -255,6 +255,7 @@ void Recorder::handle_proc(const eacgm_proc_event &e)
 	switch (e.kind) {
 	case EACGM_PROC_FORK: {
 		symbolizer_.inherit(e.tgid, e.ppid);
+		attacher_.inherit(e.tgid, e.ppid);
 		if (python_)
 			python_->inherit(e.tgid, e.ppid);
 		Process &p = process(e.tgid);
@@ -268,27 +269,53 @@ void Recorder::handle_proc(const eacgm_proc_event &e)
 			p.cmdline = processes_[e.ppid].cmdline;
 		break;
 	}
-	case EACGM_PROC_EXEC:
-	case EACGM_PROC_DLOPEN: {
+	case EACGM_PROC_EXEC: {
 		Process &p = process(e.tgid);
-		if (e.kind == EACGM_PROC_EXEC) {
-			p.comm = std::string(e.comm, strnlen(e.comm, sizeof(e.comm)));
-			p.cmdline = read_proc_text("/proc/" + std::to_string(e.tgid) + "/cmdline");
-		}
-		size_t before = attacher_.attached().size();
-		if (auto r = attacher_.scan_process(e.tgid); !r)
-			warn(r.error().message);
-		note_attached(before, e.tgid);
-		symbolizer_.snapshot(e.tgid);
-		watch_python(e.tgid);
+		p.comm = std::string(e.comm, strnlen(e.comm, sizeof(e.comm)));
+		p.cmdline = read_proc_text("/proc/" + std::to_string(e.tgid) + "/cmdline");
+		attacher_.forget(e.tgid); // a new image
+		rescan_.insert(e.tgid);
 		break;
 	}
+	case EACGM_PROC_DLOPEN:
+		// A dlopen reports twice (adding, consistent) and an import loads
+		// libraries in bursts: one rescan per process per round is enough.
+		process(e.tgid);
+		rescan_.insert(e.tgid);
+		break;
 	case EACGM_PROC_EXIT:
 		set_exit(e.tgid, exit_status(e.exit_code), e.ts_ns);
+		attacher_.forget(e.tgid);
 		break;
 	}
 	for (auto &w : attacher_.take_warnings())
 		warn(w);
+}
+
+// After an exec or dlopen: probes for what the process maps now, the maps
+// kept for symbols, and the interpreter found if it just loaded one.
+void Recorder::rescan_processes()
+{
+	for (uint32_t pid : std::exchange(rescan_, {})) {
+		auto maps = read_maps(pid);
+		if (!maps)
+			continue; // gone: nothing more to attach for it
+		size_t before = attacher_.attached().size();
+		auto fresh = attacher_.scan_maps(pid, maps.value());
+		if (!fresh && warned_.insert(fresh.error().message).second)
+			warnings_.push_back(fresh.error().message);
+		note_attached(before, pid);
+		symbolizer_.adopt(pid, std::move(maps).value());
+		bool interpreter = false;
+		if (fresh)
+			for (auto &f : fresh.value())
+				interpreter |= f.find("python") != std::string::npos;
+		if (interpreter)
+			watch_python(pid);
+	}
+	for (auto &w : attacher_.take_warnings())
+		if (warned_.insert(w).second)
+			warnings_.push_back(w);
 }
 
 // Probes placed after the start, on a library a process loaded (dlopen) or
@@ -318,6 +345,7 @@ Result<int> Recorder::poll(int timeout_ms)
 	int n = ring_buffer__consume(rb_);
 	if (n < 0 && n != -EINTR)
 		return make_error(std::string("reading the ring buffers failed: ") + std::strerror(-n));
+	rescan_processes();
 	// After the records: an exit the kernel reported there (with its code and
 	// time) is already handled; the kernel writes it before the pidfd wakes.
 	end_exited_processes();
@@ -331,6 +359,7 @@ Result<void> Recorder::drain()
 	int n = ring_buffer__consume(rb_);
 	if (n < 0)
 		return make_error(std::string("reading the ring buffers failed: ") + std::strerror(-n));
+	rescan_processes();
 	return flush(true);
 }
 

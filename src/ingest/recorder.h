@@ -79,6 +79,7 @@ private:
 	static int on_proc(void *ctx, void *data, size_t size);
 	static int on_py(void *ctx, void *data, size_t size);
 	void watch_python(uint32_t pid);
+	void rescan_processes();
 	// partial: a frame that does not resolve cuts the stack there (marked
 	// "...") instead of dropping it.
 	std::optional<std::vector<PyFrame>> resolve_stack(uint32_t pid, const eacgm_py_frame *frames, uint32_t n,
@@ -107,6 +108,7 @@ private:
 	std::set<uint32_t> live_;
 	PidWatch exits_;
 	std::vector<uint32_t> exited_; // known exited from their pidfd, not yet ended
+	std::set<uint32_t> rescan_;    // exec'd or dlopen'd this round: maps to rescan
 	std::map<std::pair<uint32_t, uint32_t>, std::string> threads_;
 	std::vector<eacgm_span_event> pending_; // read, not yet decoded
 	std::vector<Span> decoded_;             // decoded, not yet stored

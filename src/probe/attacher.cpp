@@ -172,12 +172,22 @@ Result<void> Attacher::expand_pattern(size_t pattern, const ElfFile &elf,
 	return {};
 }
 
-Result<void> Attacher::scan_process(uint32_t pid)
+Result<std::vector<std::string>> Attacher::scan_process(uint32_t pid)
 {
 	auto maps = read_maps(pid);
 	if (!maps)
 		return maps.error();
-	for (auto &file : mapped_files(maps.value())) {
+	return scan_maps(pid, maps.value());
+}
+
+Result<std::vector<std::string>> Attacher::scan_maps(uint32_t pid, const std::vector<Mapping> &maps)
+{
+	std::vector<std::string> fresh;
+	auto &judged = judged_[pid];
+	for (auto &file : mapped_files(maps)) {
+		if (!judged.insert(file).second)
+			continue;
+		fresh.push_back(file);
 		std::string p = host_path(pid, file);
 		if (is_dynamic_linker(file)) {
 			if (auto r = tracker_.watch_dynamic_linker(p); !r)
@@ -186,9 +196,16 @@ Result<void> Attacher::scan_process(uint32_t pid)
 		}
 		if (wanted(file) || wanted(p))
 			if (auto r = attach_library(p); !r)
-				return r;
+				return r.error();
 	}
-	return {};
+	return fresh;
+}
+
+void Attacher::inherit(uint32_t child, uint32_t parent)
+{
+	auto it = judged_.find(parent);
+	if (it != judged_.end())
+		judged_[child] = it->second;
 }
 
 Result<void> Attacher::attach_installed(const std::vector<std::string> &extra_libraries)

@@ -64,6 +64,15 @@ void Symbolizer::snapshot(uint32_t pid) {
 	if (read(pid, p)) p.results.clear();
 }
 
+void Symbolizer::adopt(uint32_t pid, std::vector<Mapping> maps) {
+	if (maps.empty()) return; // an exited process: keep what was read before
+	std::lock_guard lock(mu_);
+	Proc &p = procs_[pid];
+	p.maps = std::make_shared<const std::vector<Mapping>>(std::move(maps));
+	p.own = true;
+	p.results.clear();
+}
+
 void Symbolizer::inherit(uint32_t child, uint32_t parent) {
 	std::lock_guard lock(mu_);
 	Proc &par = procs_[parent];

@@ -33,6 +33,8 @@ public:
 	// or dlopen. When the read succeeds the pid's cached results are dropped
 	// (after an exec they describe the old image).
 	void snapshot(uint32_t pid);
+	// The same with maps the caller has just read.
+	void adopt(uint32_t pid, std::vector<Mapping> maps);
 	// A forked child shares its parent's mappings: the parent's maps (read now
 	// if not yet cached) serve the child until the child's own maps are read,
 	// and whenever its /proc entry is gone.
