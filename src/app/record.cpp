@@ -19,6 +19,7 @@
 #include "app/commands.h"
 #include "app/target.h"
 #include "common/clock.h"
+#include "common/usage.h"
 #include "common/fs.h"
 #include "common/text.h"
 #include "detect/online.h"
@@ -132,6 +133,7 @@ private:
 	void begin();
 	Result<void> collect();
 	Stop record_until_done();
+	void note_own_cost();
 	int finish();
 
 	const RecordArgs &a_;
@@ -152,6 +154,7 @@ private:
 	bool command_exited_ = false;
 	int exit_code_ = 0;
 	std::chrono::steady_clock::time_point start_;
+	SelfUsage usage_at_start_; // eacgm's own CPU when the recording began
 	std::vector<Metric> metrics_;
 	std::vector<Event> events_;
 };
@@ -324,7 +327,7 @@ RecordSession::Stop RecordSession::open_recorder()
 	// Online detection: a model per function, trained on its first calls,
 	// refitted in the background; anomalies go to the store as they come.
 	if (a_.detect) {
-		detect::DetectOptions dopt;
+		auto dopt = detect::DetectOptions::always_on();
 		dopt.model.fpr = a_.detect_fpr;
 		detector_.emplace(dopt);
 		recorder_->set_detector(&*detector_);
@@ -448,6 +451,7 @@ void RecordSession::begin()
 	sigaction(SIGTERM, &sa, nullptr);
 
 	start_ = std::chrono::steady_clock::now();
+	usage_at_start_ = self_usage();
 	(void)store_->set_meta("command", a_.command.empty() ? "pid " + std::to_string(a_.pid) : join(a_.command, " "));
 	(void)store_->set_meta("layers", join(layers_));
 	(void)store_->set_meta("eacgm_version", EACGM_VERSION);
@@ -536,8 +540,21 @@ RecordSession::Stop RecordSession::record_until_done()
 	}
 }
 
+// What eacgm itself cost while attached (the recording's steady state:
+// start-up and the final flush excluded), for `summary` and the benchmarks.
+void RecordSession::note_own_cost()
+{
+	SelfUsage now = self_usage();
+	double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+	(void)store_->set_meta("attached_s", std::to_string(secs));
+	(void)store_->set_meta("agent_cpu_attached_s", std::to_string(now.cpu_s - usage_at_start_.cpu_s));
+	(void)store_->set_meta("agent_cpu_s", std::to_string(now.cpu_s));
+	(void)store_->set_meta("agent_max_rss_kb", std::to_string(now.max_rss_kb));
+}
+
 int RecordSession::finish()
 {
+	note_own_cost();
 	if (isatty(2))
 		fprintf(stderr, "\r\033[K");
 	for (auto &c : collectors_)
@@ -547,7 +564,7 @@ int RecordSession::finish()
 	if (auto r = recorder_->finish(); !r)
 		return fail(r.error().message);
 	if (detector_)
-		detector_->flush();
+		detector_->flush(true); // refits would score nothing more
 	double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
 	(void)store_->set_meta("duration_s", std::to_string(secs));
 	if (auto r = store_->finish(); !r)
