@@ -11,6 +11,8 @@
 #include <csignal>
 #include <cstring>
 
+#include "common/clock.h"
+
 namespace eacgm {
 
 namespace {
@@ -331,6 +333,10 @@ std::optional<PyFrameInfo> PythonResolver::resolve(uint32_t pid, const PyOffsets
 			info.line = line_at(it->second.lines, instr_byte_offset(o, code_addr, instr), info.first_line);
 			return info;
 		};
+		uint64_t t = mono_ns();
+		if (name_ptr && file_ptr && name_ptr == it->second.id.name && file_ptr == it->second.id.filename &&
+		    t - it->second.checked_ns < kTrustNs)
+			return cached();
 		bool readable = read_identity(pid, o, code_addr, now);
 		// Freed since the walk (no longer a code object): the walker's
 		// names say whether the cached one is the object it saw.
@@ -350,8 +356,10 @@ std::optional<PyFrameInfo> PythonResolver::resolve(uint32_t pid, const PyOffsets
 			stats_.failures++;
 			return std::nullopt;
 		}
-		if (now == it->second.id)
+		if (now == it->second.id) {
+			it->second.checked_ns = t;
 			return cached();
+		}
 		stats_.stale++;
 		p.entries.erase(it);
 	}
@@ -367,6 +375,7 @@ std::optional<PyFrameInfo> PythonResolver::resolve(uint32_t pid, const PyOffsets
 	}
 	if (p.entries.size() >= kMaxEntries)
 		p.entries.clear();
+	e->checked_ns = mono_ns();
 	PyFrameInfo info = e->info;
 	info.line = line_at(e->lines, instr_byte_offset(o, code_addr, instr), info.first_line);
 	p.entries.emplace(code_addr, std::move(*e));
