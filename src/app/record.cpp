@@ -133,6 +133,7 @@ private:
 	void begin();
 	Result<void> collect();
 	Stop record_until_done();
+	int poll_timeout_ms() const;
 	void note_own_cost();
 	int finish();
 
@@ -485,6 +486,19 @@ Result<void> RecordSession::collect()
 	return {};
 }
 
+// Until the earliest collector is due, at most 250 ms: every wake-up of
+// eacgm is CPU taken from the job (records wake it sooner, when their
+// buffer fills; a traced process's exit wakes it at once).
+int RecordSession::poll_timeout_ms() const
+{
+	uint64_t due = UINT64_MAX, now = mono_ns();
+	for (auto &c : collectors_)
+		due = std::min(due, c->next_due_ns());
+	if (due == UINT64_MAX || due > now + 250'000'000)
+		return 250;
+	return due <= now ? 0 : int((due - now + 999'999) / 1'000'000);
+}
+
 // Until every traced process has exited (the command, the processes it
 // started, the processes attached to), or Ctrl-C.
 RecordSession::Stop RecordSession::record_until_done()
@@ -494,7 +508,7 @@ RecordSession::Stop RecordSession::record_until_done()
 	auto last_status = start_;
 	std::optional<clock::time_point> interrupted_at;
 	for (;;) {
-		auto n = recorder_->poll(50);
+		auto n = recorder_->poll(poll_timeout_ms());
 		if (!n)
 			return fail(n.error().message);
 		for (auto &w : recorder_->take_warnings())

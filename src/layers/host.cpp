@@ -189,6 +189,7 @@ public:
 	void collect(uint64_t now_ns, const std::set<uint32_t> &traced, std::vector<Metric> &metrics,
 		     std::vector<Event> &events) override;
 	void stop() override { stopping_ = true; }
+	uint64_t next_due_ns() const override { return interval_start_ + uint64_t(o_.interval_ms) * 1000000; }
 	std::vector<std::string> take_warnings() override;
 
 private:
@@ -396,18 +397,19 @@ void HostCollector::drain(unsigned g, uint64_t ts, const std::set<uint32_t> &tra
 // delete would lose its update, and on a busy machine that window is hit
 // constantly. So the programs write the generation `gen` names; at an
 // interval's end this flips `gen`, and reads and clears the old generation
-// at the next collect (about 50 ms later), when no program that looked up
-// `gen` before the flip can still be running (a tracepoint program runs for
-// microseconds, with preemption off). The metrics carry the flip's time.
+// at the next interval's end, just before the next flip, when no program
+// that looked up `gen` before the first flip can still be running (a
+// tracepoint program runs for microseconds, with preemption off). One
+// wake-up per interval does both. The metrics carry the flip's time.
 void HostCollector::collect(uint64_t now, const std::set<uint32_t> &traced, std::vector<Metric> &metrics,
 			    std::vector<Event> &)
 {
 	uint64_t cpu0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
-	if (pending_ >= 0) {
-		drain(pending_, pending_ts_, traced, metrics);
-		pending_ = -1;
-	}
-	if (stopping_ || now >= interval_start_ + uint64_t(o_.interval_ms) * 1000000) {
+	if (stopping_ || now >= next_due_ns()) {
+		if (pending_ >= 0) {
+			drain(pending_, pending_ts_, traced, metrics);
+			pending_ = -1;
+		}
 		unsigned old = __atomic_load_n(&skel_->bss->gen, __ATOMIC_RELAXED);
 		__atomic_store_n(&skel_->bss->gen, old ^ 1, __ATOMIC_SEQ_CST);
 		pending_ = old;
