@@ -491,6 +491,10 @@ Result<void> RecordSession::collect()
 // buffer fills; a traced process's exit wakes it at once).
 int RecordSession::poll_timeout_ms() const
 {
+	// The kernel reports an exit (tracepoint, pidfd) a moment before the
+	// process can be reaped, and nothing wakes eacgm then: look again soon.
+	if (launched_ && !command_exited_ && !recorder_->live(launched_->pid()))
+		return 1;
 	uint64_t due = UINT64_MAX, now = mono_ns();
 	for (auto &c : collectors_)
 		due = std::min(due, c->next_due_ns());

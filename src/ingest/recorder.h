@@ -50,6 +50,7 @@ public:
 	Result<void> drain();
 	// Traced processes that have not exited yet.
 	size_t live_processes() const { return live_.size(); }
+	bool live(uint32_t pid) const { return live_.count(pid) != 0; }
 	// Every process of the recording, exited ones included.
 	std::set<uint32_t> pids() const
 	{
