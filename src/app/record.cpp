@@ -455,6 +455,8 @@ void RecordSession::begin()
 	usage_at_start_ = self_usage();
 	(void)store_->set_meta("command", a_.command.empty() ? "pid " + std::to_string(a_.pid) : join(a_.command, " "));
 	(void)store_->set_meta("layers", join(layers_));
+	if (python_ && python_->sample_period_ns()) // what a sampled span's "samples" count is worth
+		(void)store_->set_meta("python_sample_period_ns", std::to_string(python_->sample_period_ns()));
 	(void)store_->set_meta("eacgm_version", EACGM_VERSION);
 	(void)store_->set_meta("start_mono_ns", std::to_string(mono_ns()));
 	(void)store_->set_wall_offset(wall_offset_ns());

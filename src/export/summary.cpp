@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <set>
 #include <tuple>
@@ -281,11 +283,27 @@ std::string format_bytes(uint64_t bytes)
 	return sig3(v, units[u]);
 }
 
+// The sampler's period, which a sampled span's count of samples is worth;
+// 0 when the recording does not say (made before eacgm kept it).
+static uint64_t sample_period_ns(const Recording &rec)
+{
+	auto it = rec.meta.find("python_sample_period_ns");
+	return it == rec.meta.end() ? 0 : std::strtoull(it->second.c_str(), nullptr, 10);
+}
+
 std::vector<FunctionStats> compute_stats(const Recording &rec)
 {
+	const uint64_t period = sample_period_ns(rec);
 	std::map<std::pair<std::string, std::string>, std::pair<FunctionStats, std::vector<uint64_t>>> acc;
 	for (const Span &s : rec.spans) {
 		auto &[st, durs] = acc[{s.layer, s.name}];
+		if (auto n = s.args.find("samples"); n != s.args.end() && n->is_number_integer() && n->get<int64_t>() >= 0) {
+			auto k = n->get<uint64_t>();
+			st.runs++;
+			st.samples += k;
+			st.total_ns += period ? k * period : s.dur_ns;
+			continue;
+		}
 		st.calls++;
 		st.errors += is_error_span(s);
 		st.total_ns += s.dur_ns;
@@ -299,14 +317,33 @@ std::vector<FunctionStats> compute_stats(const Recording &rec)
 		std::sort(durs.begin(), durs.end());
 		st.layer = key.first;
 		st.name = key.second;
-		st.p50_ns = percentile(durs, 50);
-		st.p99_ns = percentile(durs, 99);
+		st.p50_ns = durs.empty() ? 0 : percentile(durs, 50);
+		st.p99_ns = durs.empty() ? 0 : percentile(durs, 99);
+		st.error_ns = 2.0 * static_cast<double>(period) * std::sqrt(static_cast<double>(st.runs) / 6.0);
 		out.push_back(std::move(st));
 	}
 	std::sort(out.begin(), out.end(), [](const FunctionStats &a, const FunctionStats &b) {
 		return std::tie(a.layer, b.total_ns, a.name) < std::tie(b.layer, a.total_ns, b.name);
 	});
 	return out;
+}
+
+// One table row's cells; a layer with sampled functions shows samples and
+// the time's error where the others show errors and bytes.
+static std::vector<std::string> stat_cells(const FunctionStats &f, bool sampled_layer)
+{
+	auto dur = [](double ns) { return format_duration(ns); };
+	std::string calls = f.calls || !f.runs ? std::to_string(f.calls) : "-";
+	std::string mean = f.calls ? dur(static_cast<double>(f.total_ns) / static_cast<double>(f.calls)) : "-";
+	if (!sampled_layer)
+		return {calls, std::to_string(f.errors), dur(static_cast<double>(f.total_ns)), mean,
+			dur(static_cast<double>(f.p50_ns)), dur(static_cast<double>(f.p99_ns)),
+			f.bytes ? format_bytes(f.bytes) : ""};
+	if (f.runs) // the mean of a call is not known where some of them were sampled
+		mean = "-";
+	return {calls, f.runs ? std::to_string(f.samples) : "-", dur(static_cast<double>(f.total_ns)),
+		f.runs ? "±" + dur(f.error_ns) : "", mean, f.calls ? dur(static_cast<double>(f.p50_ns)) : "-",
+		f.calls ? dur(static_cast<double>(f.p99_ns)) : "-"};
 }
 
 std::string format_summary(const Recording &rec, size_t max_rows_per_layer)
@@ -356,7 +393,13 @@ std::string format_summary(const Recording &rec, size_t max_rows_per_layer)
 
 	for (size_t i = 0; i < stats.size();) {
 		const std::string &layer = stats[i].layer;
-		out += "\n" + row(layer, {"calls", "errors", "total", "mean", "p50", "p99", "bytes"});
+		bool sampled = false;
+		for (size_t j = i; j < stats.size() && stats[j].layer == layer; j++)
+			sampled |= stats[j].runs > 0;
+		out += "\n" + row(layer, sampled ? std::vector<std::string>{"calls", "samples", "time", "± 2 sd", "mean",
+									      "p50", "p99"}
+						: std::vector<std::string>{"calls", "errors", "total", "mean", "p50", "p99",
+									      "bytes"});
 		size_t shown = 0, hidden = 0;
 		uint64_t hidden_ns = 0;
 		for (; i < stats.size() && stats[i].layer == layer; i++) {
@@ -367,13 +410,7 @@ std::string format_summary(const Recording &rec, size_t max_rows_per_layer)
 				continue;
 			}
 			shown++;
-			out += row("  " + truncate(f.name, name_w),
-				   {std::to_string(f.calls), std::to_string(f.errors),
-				    format_duration(static_cast<double>(f.total_ns)),
-				    format_duration(static_cast<double>(f.total_ns) / static_cast<double>(f.calls)),
-				    format_duration(static_cast<double>(f.p50_ns)),
-				    format_duration(static_cast<double>(f.p99_ns)),
-				    f.bytes ? format_bytes(f.bytes) : ""});
+			out += row("  " + truncate(f.name, name_w), stat_cells(f, sampled));
 		}
 		if (hidden)
 			out += "  ... " + std::to_string(hidden) + " more functions, " +

@@ -17,6 +17,12 @@ struct FunctionStats {
 	uint64_t p50_ns = 0;   // nearest-rank percentiles of dur_ns
 	uint64_t p99_ns = 0;
 	uint64_t bytes = 0;    // sum over calls
+	// Sampled spans (args "samples", from a stack sampler) are runs, not
+	// calls: they count here, not in calls, p50 or p99 (exact calls only).
+	// total_ns holds samples x the period for them (their unbiased time).
+	uint64_t runs = 0, samples = 0;
+	double error_ns = 0; // 2 sd of that estimate: each run's two edges are
+			     // off by up to a period, sd period/sqrt(6) a run
 };
 
 // A span failed when its decoded return names something other than success:
@@ -32,7 +38,8 @@ bool is_error_span(const Span &s);
 std::vector<FunctionStats> compute_stats(const Recording &rec);
 
 // Header (processes, threads, spans, duration), a table per layer with calls,
-// errors, total, mean, p50, p99 and bytes, and a "lost records" line. Shows
+// errors, total, mean, p50, p99 and bytes (a layer with sampled functions:
+// calls, samples, time, its error, mean, p50, p99), and a "lost records" line. Shows
 // the max_rows_per_layer functions with the most total time per layer
 // (0: all) and says how many were left out.
 std::string format_summary(const Recording &rec, size_t max_rows_per_layer = 20);

@@ -19,6 +19,7 @@ struct Open {
 	uint64_t start, last;
 	size_t id; // the span it becomes: sampled_spans()'s index order is by id
 	size_t parent; // id of the frame that called it, kNone at the bottom
+	uint64_t samples = 0; // periodic samples that saw it
 };
 
 constexpr size_t kNone = SIZE_MAX;
@@ -66,6 +67,7 @@ std::vector<Sampled> sampled_spans(uint32_t pid, uint32_t tid, const std::vector
 			Open &o = open.back();
 			out[o.id] = {function_span(pid, tid, o.frame, o.start, o.last), o.frame, o.parent};
 			out[o.id].span.depth = open.size() - 1;
+			out[o.id].span.args["samples"] = o.samples; // an estimate, not a call
 		}
 	};
 	for (const PyStackSample &smp : samples) {
@@ -98,10 +100,13 @@ std::vector<Sampled> sampled_spans(uint32_t pid, uint32_t tid, const std::vector
 		while (common < open.size() && common < n && same_function(open[common].frame, (*frames)[n - 1 - common]))
 			common++;
 		close_from(common);
-		for (auto &o : open)
+		for (auto &o : open) {
 			o.last = smp.ts_ns;
+			o.samples += smp.periodic;
+		}
 		for (size_t d = common; d < n; d++) {
-			open.push_back({(*frames)[n - 1 - d], smp.ts_ns, smp.ts_ns, out.size(), d ? open.back().id : kNone});
+			open.push_back({(*frames)[n - 1 - d], smp.ts_ns, smp.ts_ns, out.size(), d ? open.back().id : kNone,
+					smp.periodic});
 			out.emplace_back();
 		}
 	}

@@ -22,6 +22,10 @@ struct PyStackSample {
 	uint64_t ts_ns = 0;
 	std::vector<PyFrame> frames; // innermost first
 	bool truncated = false;      // deeper than the walker keeps: outer frames missing
+	// From the periodic sampler (one per sample period of the thread's CPU
+	// time); false for a stack read at a traced call's start or end, an
+	// exact moment that counts no time.
+	bool periodic = true;
 };
 
 // A call measured at both ends (the eval loop's entry probe).
@@ -35,9 +39,12 @@ struct PyCall {
 // self_ns (time not in a nested Python function) and "exact": true for a
 // measured call; the measured calls replace the sampled spans of their
 // function that they overlap, and nesting follows time.
-// A measured call that a whole sample taken during it contradicts (its
-// function is not on that stack: the kernel missed the call's return and
-// paired its entry with a later one) is left out and counted in *dropped.
+// A sampled span is an estimate, and says so: args "samples", the periodic
+// samples that saw it. Its time is samples x the sampler's period (unbiased;
+// `summary` shows it with its error), while its edges stay at its first and
+// last sample: what was certainly seen, never outside the call, so about a
+// period short on average. Back-to-back calls with no sample between them
+// are one span: a sampled span is a run of calls, not a call.
 std::vector<Span> python_function_spans(uint32_t pid, uint32_t tid, const std::vector<PyStackSample> &samples,
 					const std::vector<PyCall> &calls = {}, size_t *dropped = nullptr);
 

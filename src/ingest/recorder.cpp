@@ -388,8 +388,8 @@ Result<void> Recorder::flush(bool force)
 					// stack would mislead them: it stays out).
 					if (frames->back().qualname != "..." && !(flags & EACGM_PY_TRUNCATED)) {
 						auto &thread = samples_[{s.pid, s.tid}];
-						thread.push_back({s.start_ns, *frames});
-						thread.push_back({s.start_ns + s.dur_ns, *frames});
+						thread.push_back({s.start_ns, *frames, false, false});
+						thread.push_back({s.start_ns + s.dur_ns, *frames, false, false});
 					}
 				}
 				span_stacks_.erase(stack);

@@ -132,6 +132,7 @@ Result<std::unique_ptr<PythonTracer>> PythonTracer::open(int traced_map_fd, unsi
 	t->links_.push_back(fork_link);
 	if (!sample_hz)
 		return t;
+	t->sample_hz_ = sample_hz;
 	// One CPU-clock sampling event per CPU, all processes: the program keeps
 	// only traced ones.
 	int ncpu = libbpf_num_possible_cpus();

@@ -59,6 +59,8 @@ public:
 	// its registration already).
 	void inherit(uint32_t child, uint32_t parent);
 	const PyOffsets *offsets(int minor) const; // the built-in table's
+	// The sampler's period of a thread's CPU time; 0 without sampling.
+	uint64_t sample_period_ns() const { return sample_hz_ ? 1'000'000'000ull / sample_hz_ : 0; }
 
 	// Probes on the eval loop's entry, _PyEval_EvalFrameDefault, of every
 	// CPython with known offsets: each call is a Python function entered
@@ -85,6 +87,7 @@ private:
 	std::map<uint32_t, PythonRuntime> procs_;
 	std::set<std::string> warned_;
 	std::vector<std::string> warnings_;
+	unsigned sample_hz_ = 0;
 };
 
 } // namespace eacgm

@@ -234,3 +234,30 @@ TEST(Summary, MetricsAndEvents)
 	EXPECT_NE(text.find("gpu xid x1: gpu0 xid=79"), std::string::npos) << text;
 	EXPECT_EQ(text.find("no spans recorded"), std::string::npos) << text;
 }
+
+// Sampled spans are runs: their time is samples x the recorded period, they
+// count no calls, and the error is 2 sd of the edge errors (period/sqrt(6) a run).
+TEST(Summary, SampledFunctionsAreEstimates)
+{
+	Recording r;
+	r.meta["python_sample_period_ns"] = "1000000";
+	auto span = [](uint64_t start, uint64_t dur, nlohmann::json args) {
+		return Span{.start_ns = start, .dur_ns = dur, .pid = 1, .tid = 1, .layer = "python", .name = "step",
+			    .args = std::move(args)};
+	};
+	r.spans = {span(0, 9'000'000, {{"samples", 10}}), span(20'000'000, 4'000'000, {{"samples", 5}}),
+		   span(30'000'000, 7'000'000, {{"exact", true}})};
+	auto stats = compute_stats(r);
+	ASSERT_EQ(stats.size(), 1u);
+	EXPECT_EQ(stats[0].calls, 1u); // the measured call only
+	EXPECT_EQ(stats[0].runs, 2u);
+	EXPECT_EQ(stats[0].samples, 15u);
+	EXPECT_EQ(stats[0].total_ns, 15'000'000u + 7'000'000u);
+	EXPECT_EQ(stats[0].p50_ns, 7'000'000u); // over measured calls
+	EXPECT_NEAR(stats[0].error_ns, 2e6 * std::sqrt(2.0 / 6.0), 1e-6);
+	std::string text = format_summary(r);
+	EXPECT_NE(text.find("python        calls samples      time    ± 2 sd      mean       p50       p99\n"), std::string::npos)
+		<< text;
+	EXPECT_NE(text.find("  step            1      15   22.0 ms  ±1.15 ms         -   7.00 ms   7.00 ms\n"), std::string::npos)
+		<< text;
+}

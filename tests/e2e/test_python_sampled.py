@@ -1,0 +1,68 @@
+"""Sampled Python numbers say what they are: a function the sampler saw is
+reported as samples and an estimated time with its error, never as a call
+count, and the estimate is right. The workload (tests/testprogs/py_stdlib.py:
+difflib, json, textwrap and re passes, 25 calls each, taken in turn) measures
+the CPU time of each call itself; eacgm's estimate, samples x the sampler's
+period, must be within 5% of it for each pass (each is over 90 ms in all)."""
+import json
+import os
+import re
+import unittest
+
+import eacgm_e2e as E
+
+WORK = os.path.join(E.SOURCE_DIR, "tests", "testprogs", "py_stdlib.py")
+PASSES = ("difflib_pass", "json_pass", "textwrap_pass", "regex_pass")
+
+
+class SampledPythonEstimates(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        E.require_root()
+        cls.tmp = E.make_tempdir(cls)
+        cls.truth_path = os.path.join(cls.tmp, "truth.json")
+        cls.rec = E.record(cls.tmp, ["/usr/bin/python3", WORK, cls.truth_path], "--layers", "python")
+
+    def setUp(self):
+        self.assertEqual(self.rec.rc, 0, self.rec.stderr)
+        with open(self.truth_path) as f:
+            self.truth = json.load(f)
+        self.period = int(E.meta(self.rec.db)["python_sample_period_ns"])
+
+    def samples(self, name):
+        spans = self.rec.spans("layer = 'python' AND name = ?", (name,))
+        self.assertTrue(spans, name + ": no span")
+        for s in spans:
+            self.assertIn("samples", s["args"], (name, s))
+            self.assertNotIn("exact", s["args"], (name, s))
+        return sum(s["args"]["samples"] for s in spans), len(spans)
+
+    def test_period_is_the_default_rate(self):
+        self.assertEqual(self.period, 1_000_000)  # --sample-hz 1000
+
+    def test_estimates_within_5_percent_of_the_programs_cpu_time(self):
+        for name in PASSES:
+            truth = self.truth["cpu_ns"][name]
+            self.assertGreater(truth, 10_000_000, name + ": the workload must run over 10 ms")
+            n, runs = self.samples(name)
+            est = n * self.period
+            self.assertLessEqual(abs(est - truth), 0.05 * truth,
+                                 "%s: %d samples = %.1f ms, the program measured %.1f ms (%d runs)" %
+                                 (name, n, est / 1e6, truth / 1e6, runs))
+
+    def test_summary_shows_samples_and_error_not_calls(self):
+        out = E.eacgm("summary", self.rec.db)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertRegex(out.stdout, r"\npython +calls +samples +time +± 2 sd +mean +p50 +p99\n")
+        for name in PASSES:
+            n, runs = self.samples(name)
+            row = re.search(r"\n  %s +(\S+) +(\d+) +(\S+ \S+) +±(\S+ \S+) +(\S+)" % name, out.stdout)
+            self.assertIsNotNone(row, name + " row missing:\n" + out.stdout)
+            calls, samples, _, _, mean = row.groups()
+            self.assertEqual(calls, "-", name + ": a sampled function has no call count")
+            self.assertEqual(int(samples), n, name)
+            self.assertEqual(mean, "-", name + ": nor a mean per call")
+
+
+if __name__ == "__main__":
+    unittest.main()
