@@ -1,0 +1,211 @@
+#!/usr/bin/env python3
+"""What eacgm costs a real CPU training job, next to torch.profiler.
+
+For each workload in bench/workloads (ResNet-18 and a small GPT), runs four
+configurations, each a fresh process, in alternating rounds (A B C D A B C D ...,
+so that drift on a noisy machine hits every configuration alike):
+
+  untraced            python3 WORKLOAD STEPS
+  eacgm default       eacgm record -o DB -- python3 WORKLOAD STEPS
+  eacgm every layer   the same with EVERY_LAYER_ARGS
+  torch.profiler      python3 WORKLOAD STEPS --profiler
+
+and prints per configuration the median of the per-run median step times, its
+ratio to untraced, the range of the per-round ratios, and eacgm's own CPU (% of
+one core while attached) and peak RSS, read from each recording's meta table.
+
+Usage: bench/train_cost.py EACGM [ROUNDS (5)] [--steps N (60)] [--only resnet18|gpt]
+(needs root for eacgm). Progress goes to stderr, the report to stdout.
+
+The default run (both workloads, 4 configurations, 5 rounds of 60 steps: 40
+fresh processes) took 511 to 535 s (under 9 minutes) on a 2-vCPU Xeon VM with
+torch 1.13 on 1 intra-op thread; ROUNDS=2 takes about 3.5 minutes. Most of a
+GPT round is torch.profiler's run, where building the event list after the
+timed loop costs about 0.25 s per step."""
+import argparse
+import os
+import platform
+import re
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+# Extra `eacgm record` arguments for the every-layer configuration; kept apart
+# so that it can follow eacgm's options as they change.
+EVERY_LAYER_ARGS = ["--sample-hz", "1000", "--python-entries", "auto"]
+
+PYTHON = "/usr/bin/python3"
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WORKLOADS = {
+    "resnet18": ("resnet18_train.py", "batch 16, 64x64"),
+    "gpt": ("gpt_train.py", "vocab 512, d 128, 4 heads, 4 layers, T 64, batch 8"),
+}
+CONFIGS = ["untraced", "eacgm default", "eacgm every layer", "torch.profiler"]
+# The workload's own line, matched whole so that nothing in eacgm's summary
+# (which shares stdout) can be taken for it.
+STEP_RE = re.compile(r"^\w+_train: \d+ steps, median step ([0-9.]+) us$", re.M)
+EVENTS_RE = re.compile(r"^profiler: (\d+) events$", re.M)
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("eacgm")
+    p.add_argument("rounds", nargs="?", type=int, default=5)
+    p.add_argument("--steps", type=int, default=60)
+    p.add_argument("--only", choices=sorted(WORKLOADS))
+    return p.parse_args()
+
+
+def command(eacgm, config, workload, steps, db):
+    run = [PYTHON, os.path.join(ROOT, "bench", "workloads", workload), str(steps)]
+    if config == "untraced":
+        return run
+    if config == "torch.profiler":
+        return run + ["--profiler"]
+    extra = EVERY_LAYER_ARGS if config == "eacgm every layer" else []
+    return [eacgm, "record", "-o", db, *extra, "--", *run]
+
+
+def run_checked(cmd, what):
+    """stdout of cmd; any failure ends the benchmark, since a ratio built on a
+    run that did not finish would be meaningless."""
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+    except OSError as e:
+        sys.exit("train_cost: %s could not start: %s" % (what, e))
+    if proc.returncode != 0:
+        sys.stderr.write("\n".join(proc.stderr.splitlines()[-25:]) + "\n")
+        sys.exit("train_cost: %s failed (exit %d): %s" % (what, proc.returncode, " ".join(cmd)))
+    return proc.stdout
+
+
+def read_meta(db):
+    with sqlite3.connect(db) as conn:
+        return dict(conn.execute("SELECT key, value FROM meta").fetchall())
+
+
+def agent_cost(db):
+    """eacgm's CPU (% of one core while attached) and peak RSS (MB), None
+    where the recording does not have the key (older eacgm)."""
+    meta = read_meta(db)
+    cpu, attached, rss = (meta.get(k) for k in ("agent_cpu_attached_s", "attached_s", "agent_max_rss_kb"))
+    cpu_pct = 100 * float(cpu) / float(attached) if cpu and attached and float(attached) > 0 else None
+    return cpu_pct, float(rss) / 1024 if rss else None
+
+
+def remove_recording(db):
+    """Only the last recording of a configuration is kept (for `eacgm
+    summary`): a long run would otherwise fill the temporary directory."""
+    if db is None:
+        return
+    for path in (db, os.path.splitext(db)[0] + ".trace.json"):
+        if os.path.exists(path):
+            os.remove(path)
+
+
+def run_once(args, name, config, rnd, tmp, last_db):
+    """One run: a dict with its step time and, for eacgm, its own cost."""
+    db = os.path.join(tmp, "%s-%s-r%d.db" % (name, config.replace(" ", "_"), rnd))
+    cmd = command(args.eacgm, config, WORKLOADS[name][0], args.steps, db)
+    began = time.monotonic()
+    out = run_checked(cmd, "%s %s round %d" % (name, config, rnd + 1))
+    step = STEP_RE.search(out)
+    if not step:
+        sys.exit("train_cost: no 'median step' line in the output of %s" % " ".join(cmd))
+    result = {"step_us": float(step.group(1))}
+    if config.startswith("eacgm"):
+        result["cpu_pct"], result["rss_mb"] = agent_cost(db)
+        remove_recording(last_db.get(config))
+        last_db[config] = db
+    events = EVENTS_RE.search(out)
+    if events:
+        result["events"] = int(events.group(1))
+    print("%-9s round %d/%d  %-18s median step %10.1f us  (run took %.1f s)" % (
+        name, rnd + 1, args.rounds, config, result["step_us"], time.monotonic() - began), file=sys.stderr, flush=True)
+    return result
+
+
+def measure(args, name, tmp):
+    """Per configuration, the list of its runs (one per round), and the first
+    line of `eacgm summary` on its last recording."""
+    runs, last_db = {c: [] for c in CONFIGS}, {}
+    for rnd in range(args.rounds):
+        for config in CONFIGS:
+            runs[config].append(run_once(args, name, config, rnd, tmp, last_db))
+    summaries = {c: run_checked([args.eacgm, "summary", db], "eacgm summary").splitlines()[0]
+                 for c, db in last_db.items()}
+    return runs, summaries
+
+
+def median_of(runs, key):
+    values = [r[key] for r in runs if r.get(key) is not None]
+    return statistics.median(values) if values else None
+
+
+def fmt(value, pattern):
+    return "n/a" if value is None else pattern % value
+
+
+def table_line(config, runs, base):
+    step = median_of(runs, "step_us")
+    line = "  %-18s %10.1f us  %.3fx" % (config, step, step / median_of(base, "step_us"))
+    if config == "untraced":
+        return line
+    # Each round's ratio pairs runs made next to each other, so its spread
+    # shows how far the machine's noise moves a single comparison.
+    ratios = [r["step_us"] / b["step_us"] for r, b in zip(runs, base)]
+    line += " (%.2f..%.2f)" % (min(ratios), max(ratios))
+    if config.startswith("eacgm"):
+        line += "  cpu %s of a core  rss %s" % (fmt(median_of(runs, "cpu_pct"), "%.1f%%"),
+                                               fmt(median_of(runs, "rss_mb"), "%.0f MB"))
+    elif median_of(runs, "events") is not None:
+        line += "  %d profiler events" % median_of(runs, "events")
+    return line
+
+
+def report(args, name, runs, summaries):
+    print("%s (%s; median of %d steps, %d rounds)" % (name, WORKLOADS[name][1], args.steps, args.rounds))
+    for config in CONFIGS:
+        print(table_line(config, runs[config], runs["untraced"]))
+    for config, line in summaries.items():
+        print("  last %s recording: %s" % (config, line))
+
+
+def proc_field(path, pattern):
+    with open(path) as f:
+        match = re.search(pattern, f.read(), re.M)
+    return match.group(1) if match else None
+
+
+def machine():
+    """One line on what the numbers were taken on: they mean little without it."""
+    model = proc_field("/proc/cpuinfo", r"^model name\s*:\s*(.*)$") or platform.machine()
+    mem_kb = proc_field("/proc/meminfo", r"^MemTotal:\s*(\d+) kB") or 0
+    # Asked of the interpreter the workloads run under, not of this one.
+    torch = run_checked([PYTHON, "-c", "import torch, torchvision; print(torch.__version__, "
+                         "torchvision.__version__, torch.get_num_threads())"], "torch version").split()
+    return "%s, nproc %d, %.1f GiB, kernel %s, torch %s (torchvision %s, intra-op threads %s)" % (
+        model, len(os.sched_getaffinity(0)), int(mem_kb) / 2**20, platform.release(), *torch)
+
+
+def main():
+    args = parse_args()
+    # Found out now rather than after the first untraced run.
+    if not os.access(args.eacgm, os.X_OK):
+        sys.exit("train_cost: %s is not an executable eacgm" % args.eacgm)
+    start = time.monotonic()
+    print("machine: " + machine())
+    print("eacgm every layer: " + " ".join(EVERY_LAYER_ARGS))
+    with tempfile.TemporaryDirectory(prefix="train_cost.") as tmp:
+        for name in [args.only] if args.only else list(WORKLOADS):
+            print()
+            report(args, name, *measure(args, name, tmp))
+            sys.stdout.flush()
+    print("train_cost: done in %.0f s" % (time.monotonic() - start), file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
