@@ -102,46 +102,54 @@ struct py_walk {
 	__u64 code_type;
 	__u32 n, max;
 	__u16 minor, frame_previous, frame_code, frame_instr, frame_owner, code_name, code_filename;
+	__u16 frame_lo, frame_len, code_len;
 	bool ok;
 };
 
+/* A field from a span read whole: off is relative to the span's start. */
+static __always_inline __u64 py_field64(const __u8 *buf, __u32 size, __u32 off)
+{
+	__u64 v = 0;
+	if (off <= size - 8)
+		__builtin_memcpy(&v, buf + off, 8);
+	return v;
+}
+
 /* One frame per call, from bpf_loop: the verifier checks the body once
- * instead of once per unrolled frame. Returns 1 to stop. */
+ * instead of once per unrolled frame. Returns 1 to stop. Two reads a frame:
+ * its fields in one, its code object's type, name and file in the other. */
 static long py_walk_step(__u32 i, void *data)
 {
 	struct py_walk *w = data;
 	if (!w->ok || !w->frame || w->n >= w->max || w->n >= EACGM_PY_MAX_FRAMES)
 		return 1;
-	__u64 frame = w->frame;
-	w->frame = py_read64(frame + w->frame_previous, &w->ok);
-	if (w->minor >= 12) {
-		__u8 owner = 0;
-		bpf_probe_read_user(&owner, sizeof(owner), (void *)(frame + w->frame_owner));
-		if (owner == EACGM_PY_OWNED_BY_CSTACK)
-			return 0;
+	__u8 fb[EACGM_PY_FRAME_READ] = {}, cb[EACGM_PY_CODE_READ] = {};
+	__u32 flen = w->frame_len, clen = w->code_len;
+	if (flen > sizeof(fb) || clen > sizeof(cb) ||
+	    bpf_probe_read_user(fb, flen, (void *)(w->frame + w->frame_lo))) {
+		w->ok = false;
+		return 1;
 	}
-	__u64 code = py_read64(frame + w->frame_code, &w->ok);
+	w->frame = py_field64(fb, sizeof(fb), w->frame_previous - w->frame_lo);
+	if (w->minor >= 12 && (__u8)py_field64(fb, sizeof(fb), w->frame_owner - w->frame_lo) == EACGM_PY_OWNED_BY_CSTACK)
+		return 0;
+	__u64 code = py_field64(fb, sizeof(fb), w->frame_code - w->frame_lo);
+	if (!code || bpf_probe_read_user(cb, clen, (void *)(code + 8))) {
+		w->ok = false;
+		return 1;
+	}
 	/* Not a code object (the chain's end can hold a stale link): stop. */
-	if (w->ok && py_read64(code + 8 /* ob_type */, &w->ok) != w->code_type)
+	if (py_field64(cb, sizeof(cb), 0) != w->code_type)
 		return 1;
-	__u64 name = py_read64(code + w->code_name, &w->ok);
-	__u64 file = py_read64(code + w->code_filename, &w->ok);
-	__u64 instr;
-	if (w->minor <= 10) {
-		__s32 lasti = 0;
-		bpf_probe_read_user(&lasti, sizeof(lasti), (void *)(frame + w->frame_instr));
-		instr = (__u64)(__s64)lasti;
-	} else {
-		instr = py_read64(frame + w->frame_instr, &w->ok);
-	}
-	if (!w->ok)
-		return 1;
+	__u64 instr = py_field64(fb, sizeof(fb), w->frame_instr - w->frame_lo);
+	if (w->minor <= 10) /* f_lasti, an int */
+		instr = (__u64)(__s64)(__s32)instr;
 	struct eacgm_py_stack_event *e = w->e;
 	__u32 n = w->n & (EACGM_PY_MAX_FRAMES - 1);
 	e->frames[n].code = code;
 	e->frames[n].instr = instr;
-	e->frames[n].name = name;
-	e->frames[n].file = file;
+	e->frames[n].name = py_field64(cb, sizeof(cb), w->code_name - 8);
+	e->frames[n].file = py_field64(cb, sizeof(cb), w->code_filename - 8);
 	w->n++;
 	return 0;
 }
@@ -154,7 +162,8 @@ static __always_inline void py_walk(const struct eacgm_py_process *p, __u64 tsta
 	struct py_walk w = {.e = e, .code_type = p->code_type, .max = max, .minor = p->minor, .frame_previous = p->frame_previous,
 			    .frame_code = p->frame_code, .frame_instr = p->frame_instr,
 			    .frame_owner = p->frame_owner, .code_name = p->code_name,
-			    .code_filename = p->code_filename, .ok = true};
+			    .code_filename = p->code_filename, .frame_lo = p->frame_lo,
+			    .frame_len = p->frame_len, .code_len = p->code_len, .ok = true};
 	if (p->minor >= 11 && p->minor <= 12) {
 		__u64 cframe = py_read64(tstate + p->tstate_cframe, &w.ok);
 		w.frame = py_read64(cframe + p->cframe_current_frame, &w.ok);

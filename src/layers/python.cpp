@@ -78,6 +78,17 @@ eacgm_py_process py_process_config(const PythonRuntime &rt)
 	p.frame_owner = o.frame_owner;
 	p.code_name = o.code_name;
 	p.code_filename = o.code_filename;
+	// The spans the walker reads whole (EACGM_PY_*_READ bound them: the
+	// table's offsets for 3.8-3.13 need 88 and 120 bytes).
+	uint16_t lo = UINT16_MAX, hi = 0;
+	for (uint16_t f : {o.frame_previous, o.frame_code, o.frame_instr, o.frame_owner})
+		if (f != kNoOffset) {
+			lo = std::min(lo, f);
+			hi = std::max<uint16_t>(hi, f + 8);
+		}
+	p.frame_lo = lo;
+	p.frame_len = hi - lo;
+	p.code_len = std::max(o.code_name, o.code_filename); // from ob_type at 8 to the later one's end
 	return p;
 }
 
@@ -212,6 +223,11 @@ Result<std::optional<PythonRuntime>> PythonTracer::add_process(uint32_t pid)
 		}
 	}
 	eacgm_py_process cfg = py_process_config(r);
+	if (cfg.frame_len > EACGM_PY_FRAME_READ || cfg.code_len > EACGM_PY_CODE_READ)
+		return make_error("Python " + std::to_string(r.minor) + " in process " + std::to_string(pid) +
+				  ": its frame and code fields lie further apart than the walker reads (" +
+				  std::to_string(cfg.frame_len) + " and " + std::to_string(cfg.code_len) +
+				  " bytes); its stacks are not recorded");
 	if (bpf_map__update_elem(skel_->maps.py_procs, &pid, sizeof(pid), &cfg, sizeof(cfg), BPF_ANY))
 		return make_error("cannot register Python process " + std::to_string(pid) + ": " + std::strerror(errno));
 	procs_[pid] = r;
