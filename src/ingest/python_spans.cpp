@@ -80,17 +80,17 @@ std::vector<Sampled> sampled_spans(uint32_t pid, uint32_t tid, const std::vector
 		// A truncated sample lacks its outer frames: it continues the open
 		// stack where its outermost frame sits there, or says nothing.
 		std::vector<PyFrame> whole;
-		const std::vector<PyFrame> *frames = &smp.frames;
+		const std::vector<PyFrame> *frames = &*smp.frames;
 		if (smp.truncated) {
-			if (smp.frames.empty())
+			if (smp.frames->empty())
 				continue;
 			size_t at = open.size();
 			for (size_t d = 0; d < open.size() && at == open.size(); d++)
-				if (same_function(open[d].frame, smp.frames.back()))
+				if (same_function(open[d].frame, smp.frames->back()))
 					at = d;
 			if (at == open.size())
 				continue;
-			whole = smp.frames;
+			whole = *smp.frames;
 			for (size_t d = at; d-- > 0;)
 				whole.push_back(open[d].frame);
 			frames = &whole;
@@ -131,7 +131,7 @@ std::vector<Span> python_function_spans(uint32_t pid, uint32_t tid, const std::v
 		int against = 0;
 		for (; it != samples.end() && it->ts_ns < c.end_ns && against < 2; ++it)
 			against += !it->truncated &&
-				   std::none_of(it->frames.begin(), it->frames.end(),
+				   std::none_of(it->frames->begin(), it->frames->end(),
 						[&](const PyFrame &f) { return same_function(f, c.frame); });
 		bool contradicted = against >= 2;
 		if (contradicted && dropped)

@@ -5,6 +5,7 @@
 // always contain its span in the timeline.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -18,9 +19,32 @@ struct PyFrame {
 	int first_line = 0; // where its function starts: with the names, its identity
 };
 
+// An immutable stack, innermost first, shared by every sample that saw it:
+// a training loop makes the same few hundred stacks millions of times, and a
+// copy per sample was most of the recorder's memory.
+class SharedFrames {
+public:
+	SharedFrames() : p_(empty()) {}
+	SharedFrames(std::vector<PyFrame> frames) // NOLINT: a stack is its frames
+		: p_(std::make_shared<const std::vector<PyFrame>>(std::move(frames)))
+	{
+	}
+	SharedFrames(std::shared_ptr<const std::vector<PyFrame>> p) : p_(p ? std::move(p) : empty()) {}
+	const std::vector<PyFrame> &operator*() const { return *p_; }
+	const std::vector<PyFrame> *operator->() const { return p_.get(); }
+
+private:
+	static const std::shared_ptr<const std::vector<PyFrame>> &empty()
+	{
+		static const auto e = std::make_shared<const std::vector<PyFrame>>();
+		return e;
+	}
+	std::shared_ptr<const std::vector<PyFrame>> p_;
+};
+
 struct PyStackSample {
 	uint64_t ts_ns = 0;
-	std::vector<PyFrame> frames; // innermost first
+	SharedFrames frames; // innermost first
 	bool truncated = false;      // deeper than the walker keeps: outer frames missing
 	// From the periodic sampler (one per sample period of the thread's CPU
 	// time); false for a stack read at a traced call's start or end, an

@@ -179,11 +179,42 @@ int Recorder::on_py(void *ctx, void *data, size_t size)
 		// Named now, within milliseconds of the walk, not when the span
 		// ends: by then a short program may be finalising and freeing the
 		// code objects (its module body's first).
-		self->span_stacks_[e.id] = {e.flags, self->resolve_stack(e.tgid, e.frames, n, true)};
+		self->span_stacks_[e.id] = {e.flags, self->resolved(e.tgid, e.frames, n, true)};
 		return 0;
 	}
 	self->pending_samples_.push_back({e.ts_ns, e.tgid, e.tid, e.flags, std::vector<eacgm_py_frame>(e.frames, e.frames + n)});
 	return 0;
+}
+
+// The cache holds while the resolver trusts what it resolved: past that a
+// code object at the same address may be another, and is looked at anew.
+void Recorder::retire_stack_cache()
+{
+	uint64_t now = mono_ns();
+	if (now - stack_cache_since_ns_ < PythonResolver::kTrustNs && stack_cache_.size() < 65536)
+		return;
+	stack_cache_.clear();
+	stack_cache_since_ns_ = now;
+}
+
+const Recorder::ResolvedStack &Recorder::resolved(uint32_t pid, const eacgm_py_frame *frames, uint32_t n,
+						  bool partial)
+{
+	std::string key(sizeof pid + 1 + n * sizeof *frames, '\0');
+	memcpy(key.data(), &pid, sizeof pid);
+	key[sizeof pid] = partial;
+	memcpy(key.data() + sizeof pid + 1, frames, n * sizeof *frames);
+	auto [it, fresh] = stack_cache_.try_emplace(std::move(key));
+	if (fresh) {
+		auto f = resolve_stack(pid, frames, n, partial);
+		if (f) {
+			it->second.shown = std::make_shared<const std::vector<std::string>>(format_py_stack(*f));
+			it->second.frames = SharedFrames(std::move(*f));
+		}
+	} else if (!it->second.frames && !partial) {
+		py_unresolved_++; // counted per sample, as when each was resolved
+	}
+	return it->second;
 }
 
 std::optional<std::vector<PyFrame>> Recorder::resolve_stack(uint32_t pid, const eacgm_py_frame *frames, uint32_t n,
@@ -380,16 +411,17 @@ Result<void> Recorder::flush(bool force)
 				continue;
 			}
 			if (stack != span_stacks_.end()) {
-				auto &[flags, frames] = stack->second;
-				if (frames) {
-					s.py_stack = format_py_stack(*frames);
+				auto &[flags, rs] = stack->second;
+				if (rs.frames) {
+					const SharedFrames &frames = *rs.frames;
+					s.py_stack = *rs.shown;
 					// The functions that made the call contain it: they join
 					// the samples at its start and end (a cut or truncated
 					// stack would mislead them: it stays out).
 					if (frames->back().qualname != "..." && !(flags & EACGM_PY_TRUNCATED)) {
 						auto &thread = samples_[{s.pid, s.tid}];
-						thread.push_back({s.start_ns, *frames, false, false});
-						thread.push_back({s.start_ns + s.dur_ns, *frames, false, false});
+						thread.push_back({s.start_ns, frames, false, false});
+						thread.push_back({s.start_ns + s.dur_ns, frames, false, false});
 					}
 				}
 				span_stacks_.erase(stack);
@@ -417,17 +449,19 @@ Result<void> Recorder::flush(bool force)
 			return a;
 	}
 	for (auto &raw : pending_samples_) {
-		auto frames = resolve_stack(raw.pid, raw.frames.data(), raw.frames.size(), false);
-		if (!frames || frames->empty())
+		const ResolvedStack &rs = resolved(raw.pid, raw.frames.data(), raw.frames.size(), false);
+		if (!rs.frames || (*rs.frames)->empty())
 			continue;
+		const auto &frames = **rs.frames;
 		std::string key = process(raw.pid).comm;
-		for (auto f = frames->rbegin(); f != frames->rend(); ++f)
+		for (auto f = frames.rbegin(); f != frames.rend(); ++f)
 			key += ";" + f->qualname + " (" + f->filename.substr(f->filename.rfind('/') + 1) + ":" +
 			       std::to_string(f->first_line) + ")";
 		folded_[key]++;
-		samples_[{raw.pid, raw.tid}].push_back({raw.ts, std::move(*frames), (raw.flags & EACGM_PY_TRUNCATED) != 0});
+		samples_[{raw.pid, raw.tid}].push_back({raw.ts, *rs.frames, (raw.flags & EACGM_PY_TRUNCATED) != 0});
 	}
 	pending_samples_.clear();
+	retire_stack_cache();
 	return {};
 }
 

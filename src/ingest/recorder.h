@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <unordered_map>
 #include <optional>
 #include <set>
 #include <string>
@@ -85,6 +86,17 @@ private:
 	// "...") instead of dropping it.
 	std::optional<std::vector<PyFrame>> resolve_stack(uint32_t pid, const eacgm_py_frame *frames, uint32_t n,
 							  bool partial);
+	// A resolved stack and how spans show it, shared by every walk that
+	// read the same frames: a loop issues the same calls from the same
+	// lines, and resolving and formatting each walk anew was most of
+	// eacgm's CPU with Python stacks behind torch calls (measured on a GPT
+	// step). Kept while the resolver trusts its entries (1 s).
+	struct ResolvedStack {
+		std::optional<SharedFrames> frames;
+		std::shared_ptr<const std::vector<std::string>> shown; // format_py_stack
+	};
+	const ResolvedStack &resolved(uint32_t pid, const eacgm_py_frame *frames, uint32_t n, bool partial);
+	void retire_stack_cache();
 	void handle_proc(const struct eacgm_proc_event &e);
 	Process &process(uint32_t pid, UniqueFd pidfd = {});
 	void watch(uint32_t pid, UniqueFd pidfd);
@@ -129,8 +141,10 @@ private:
 	std::map<std::pair<uint32_t, uint32_t>, std::vector<PyCall>> calls_; // (pid, tid)
 	struct SpanStack {
 		uint16_t flags; // enum eacgm_py_flags
-		std::optional<std::vector<PyFrame>> frames; // resolved when read
+		ResolvedStack stack; // resolved when read (shares the cache's)
 	};
+	std::unordered_map<std::string, ResolvedStack> stack_cache_; // raw walk -> resolved
+	uint64_t stack_cache_since_ns_ = 0;
 	std::map<uint64_t, SpanStack> span_stacks_;
 	std::vector<RawStack> pending_samples_;
 	std::map<std::pair<uint32_t, uint32_t>, std::vector<PyStackSample>> samples_; // (pid, tid)
