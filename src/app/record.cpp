@@ -20,6 +20,7 @@
 #include "app/target.h"
 #include "common/clock.h"
 #include "common/usage.h"
+#include "probe/prog_stats.h"
 #include "common/fs.h"
 #include "common/text.h"
 #include "detect/online.h"
@@ -156,6 +157,7 @@ private:
 	int exit_code_ = 0;
 	std::chrono::steady_clock::time_point start_;
 	SelfUsage usage_at_start_; // eacgm's own CPU when the recording began
+	UniqueFd prog_stats_;      // the kernel counts our programs' runs and time while held
 	std::vector<Metric> metrics_;
 	std::vector<Event> events_;
 };
@@ -453,6 +455,7 @@ void RecordSession::begin()
 
 	start_ = std::chrono::steady_clock::now();
 	usage_at_start_ = self_usage();
+	prog_stats_ = enable_prog_stats(); // from here: the attached phase only
 	(void)store_->set_meta("command", a_.command.empty() ? "pid " + std::to_string(a_.pid) : join(a_.command, " "));
 	(void)store_->set_meta("layers", join(layers_));
 	if (python_ && python_->sample_period_ns()) // what a sampled span's "samples" count is worth
@@ -570,6 +573,18 @@ void RecordSession::note_own_cost()
 	(void)store_->set_meta("agent_cpu_attached_s", std::to_string(now.cpu_s - usage_at_start_.cpu_s));
 	(void)store_->set_meta("agent_cpu_s", std::to_string(now.cpu_s));
 	(void)store_->set_meta("agent_max_rss_kb", std::to_string(now.max_rss_kb));
+	// And what its BPF programs cost the traced processes and the machine
+	// (the uprobe traps themselves come on top: the kernel's, not ours).
+	uint64_t total = 0;
+	for (const ProgStats &p : own_prog_stats()) {
+		if (!p.runs)
+			continue;
+		total += p.run_ns;
+		(void)store_->set_meta("bpf_runs:" + p.name, std::to_string(p.runs));
+		(void)store_->set_meta("bpf_ns:" + p.name, std::to_string(p.run_ns));
+	}
+	if (prog_stats_)
+		(void)store_->set_meta("bpf_run_ns", std::to_string(total));
 }
 
 int RecordSession::finish()
