@@ -12,6 +12,8 @@ packages=(
   libgtest-dev
   python3 sqlite3       # e2e tests read the outputs with the standard library
   python3-torch         # the torch layer's tests, benchmark and demo (CPU build)
+  python3-torchvision   # the cost benchmark's ResNet-18 (real third-party model code)
+  bpftrace              # the cost benchmark's peer: the same entry/return pairing in bpftrace
   libopenblas0-pthread  # makes Debian's torch use OpenBLAS (about 14x faster than the reference BLAS)
   stress-ng iproute2    # the host layer's e2e tests: CPU contention, network namespaces, tc netem
   iptables              # ... and their netem stand-in (NFQUEUE) on kernels without sch_netem
