@@ -7,6 +7,7 @@
 #include <csignal>
 #include <cstring>
 #include <ctime>
+#include <future>
 #include <iostream>
 #include <limits.h>
 #include <optional>
@@ -150,6 +151,10 @@ private:
 	std::unique_ptr<SpanEngine> engine_;
 	std::optional<Attacher> attacher_;
 	std::vector<std::unique_ptr<Collector>> collectors_;
+	// The host layer's programs load while the span and Python ones do:
+	// verifying and relocating each BPF object takes tens of milliseconds,
+	// and start-up is what a user waits for.
+	std::future<Result<std::unique_ptr<Collector>>> host_loading_;
 	std::optional<detect::OnlineDetector> detector_;
 	std::optional<Recorder> recorder_;
 	std::optional<LaunchedCommand> launched_;
@@ -270,6 +275,13 @@ RecordSession::Stop RecordSession::open_probes()
 	tracker_ = std::move(tracker.value());
 	if (auto stop = check_target_alive())
 		return stop;
+	if (has("host")) {
+		HostOptions ho;
+		ho.interval_ms = a_.host_interval_ms;
+		host_loading_ = std::async(std::launch::async, [fd = tracker_->traced_map_fd(), ho] {
+			return open_host_collector(fd, ho);
+		});
+	}
 	SpanEngine::Options eo;
 	eo.ring_buffer_bytes = a_.ring_buffer_kb * 1024u;
 	if (has("python")) {
@@ -314,10 +326,8 @@ void RecordSession::open_collectors()
 		else
 			std::cerr << "eacgm: " << c.error().message << "\n";
 	}
-	if (has("host")) {
-		HostOptions ho;
-		ho.interval_ms = a_.host_interval_ms;
-		if (auto c = open_host_collector(tracker_->traced_map_fd(), ho))
+	if (host_loading_.valid()) {
+		if (auto c = host_loading_.get())
 			collectors_.push_back(std::move(c.value()));
 		else
 			std::cerr << "eacgm: host layer unavailable: " << c.error().message << "\n";

@@ -123,6 +123,7 @@ Result<void> Attacher::expand_pattern(size_t pattern, const ElfFile &elf,
 				      const std::function<Result<void>(uint32_t, const ElfSymbol &)> &add)
 {
 	std::regex re(specs_.probes[pattern].match);
+	const std::string prefix = anchored_literal_prefix(specs_.probes[pattern].match);
 	bool any = false;
 	// Tensor shapes need the TensorImpl layout of this file's torch version.
 	int tensors = specs_.probes[pattern].tensor_args;
@@ -138,7 +139,7 @@ Result<void> Attacher::expand_pattern(size_t pattern, const ElfFile &elf,
 					    "scripts/torch-layout.py measures one");
 	}
 	for (const ElfSymbol &sym : elf.symbols()) {
-		if (!sym.func || !std::regex_search(sym.demangled, re))
+		if (!sym.func || !sym.demangled.starts_with(prefix) || !std::regex_search(sym.demangled, re))
 			continue;
 		any = true;
 		ProbeSpec p = expand_match(specs_.probes[pattern], sym.name, sym.demangled);

@@ -2,6 +2,7 @@
 
 #include <fnmatch.h>
 #include <fstream>
+#include <string_view>
 #include <regex>
 #include <sstream>
 #include <unistd.h>
@@ -370,6 +371,50 @@ bool library_matches(const ProbeSpec &p, const std::string &path)
 		return p.library == path;
 	std::string base = path.substr(path.rfind('/') + 1);
 	return fnmatch(p.library.c_str(), base.c_str(), 0) == 0;
+}
+
+} // namespace eacgm
+
+namespace eacgm {
+
+std::string anchored_literal_prefix(const std::string &re)
+{
+	if (re.empty() || re[0] != '^')
+		return "";
+	// A '|' outside any group makes the anchor apply to one alternative only.
+	int depth = 0;
+	bool in_class = false;
+	for (size_t i = 1; i < re.size(); i++) {
+		char c = re[i];
+		if (c == '\\') {
+			i++;
+			continue;
+		}
+		if (in_class) {
+			in_class = c != ']';
+			continue;
+		}
+		if (c == '[')
+			in_class = true;
+		else if (c == '(')
+			depth++;
+		else if (c == ')')
+			depth--;
+		else if (c == '|' && depth == 0)
+			return "";
+	}
+	std::string out;
+	for (size_t i = 1; i < re.size(); i++) {
+		char c = re[i];
+		if (std::string_view(".[]()*+?{}|\\^$").find(c) != std::string_view::npos)
+			break;
+		out += c;
+	}
+	// A quantifier binds to the character before it: "^ab*" promises "a" only.
+	if (out.size() + 1 < re.size() && std::string_view("*+?{").find(re[out.size() + 1]) != std::string_view::npos &&
+	    !out.empty())
+		out.pop_back();
+	return out;
 }
 
 } // namespace eacgm

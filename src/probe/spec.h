@@ -84,6 +84,15 @@ int arg_width(const ArgSpec &a);
 // True when `file_name` (a base name) matches the spec's library glob.
 bool library_matches(const ProbeSpec &p, const std::string &path);
 
+// The text every match of an ECMAScript regular expression must start with,
+// when the expression is anchored (^) and begins with literal characters:
+// "^at::_ops::(mm|addmm)::call" -> "at::_ops::". Empty when there is none
+// (not anchored, a top-level alternative, a metacharacter first). A cheap
+// test that rules out most of a library's symbols before std::regex runs
+// (libtorch has over 300,000: the regex over all of them was the largest
+// part of attaching to a torch process).
+std::string anchored_literal_prefix(const std::string &re);
+
 // The probe for one function a `match` pattern found: `function` with $1..$9
 // replaced by the pattern's groups, `symbols` = {raw}, no pattern.
 ProbeSpec expand_match(const ProbeSpec &pattern, const std::string &raw, const std::string &demangled);

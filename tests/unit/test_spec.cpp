@@ -1,6 +1,8 @@
 // Probe spec parsing, lowering to the BPF layout, decoding of raw records.
 #include <gtest/gtest.h>
 
+#include <regex>
+
 #include "ingest/decode.h"
 #include "probe/spec.h"
 
@@ -272,4 +274,27 @@ TEST(Spec, BytesRuleNeedsAnEnumWithSizes)
 }
 
 } // namespace
+} // namespace eacgm
+
+namespace eacgm {
+
+TEST(Spec, AnchoredLiteralPrefix)
+{
+	EXPECT_EQ(anchored_literal_prefix("^at::_ops::(mm|addmm)::call\\("), "at::_ops::");
+	EXPECT_EQ(anchored_literal_prefix("^c10d::(ProcessGroup\\w*)::(allreduce)\\("), "c10d::");
+	EXPECT_EQ(anchored_literal_prefix("at::_ops::mm"), "");  // not anchored: a match may start anywhere
+	EXPECT_EQ(anchored_literal_prefix("^abc|def"), "");      // the anchor holds for one alternative only
+	EXPECT_EQ(anchored_literal_prefix("^(abc|def)x"), "");   // a group first: nothing literal
+	EXPECT_EQ(anchored_literal_prefix("^ab*c"), "a");        // b may be absent
+	EXPECT_EQ(anchored_literal_prefix("^ab[|]c"), "ab");     // a '|' in a class is a character
+	EXPECT_EQ(anchored_literal_prefix("^a\\|b"), "a");       // an escaped one too; the escape ends the literal
+	// Every symbol the regex accepts starts with the prefix.
+	std::regex re("^at::_ops::(mm|addmm)::call\\(");
+	for (const char *s : {"at::_ops::mm::call(", "at::_ops::addmm::call(x", "c10::mm", "xat::_ops::mm::call("}) {
+		if (std::regex_search(s, re)) {
+			EXPECT_TRUE(std::string(s).starts_with("at::_ops::")) << s;
+		}
+	}
+}
+
 } // namespace eacgm
