@@ -61,21 +61,20 @@ struct thread_calls {
 	struct open_call calls[EACGM_MAX_DEPTH];
 };
 
-/* About 2.8 KiB a thread; entries go when their thread exits. */
+/* About 2.8 KiB a thread, in the thread's own storage: found through the
+ * task pointer instead of hashing the tid on every entry and return (a hash
+ * lookup each way was a third of what the engine adds to the trap), and
+ * freed with the thread. */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 8192);
-	__type(key, __u32); /* tid */
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
 	__type(value, struct thread_calls);
 } open_calls SEC(".maps");
 
-/* A zeroed value to insert new threads from (too big for the BPF stack). */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct thread_calls);
-} empty_thread SEC(".maps");
+/* Threads holding state now: created at a thread's first traced call,
+ * given back when it exits (read by the agent, mmapped .bss). */
+__s64 threads_with_state = 0;
 
 static __always_inline void count(__u32 which, __u64 n)
 {
@@ -137,20 +136,15 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 	if (!spec)
 		return 0;
 	__u32 tid = (__u32)id;
-	struct thread_calls *tc = bpf_map_lookup_elem(&open_calls, &tid);
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct thread_calls *tc = bpf_task_storage_get(&open_calls, task, 0, 0);
 	if (!tc) {
-		__u32 zero = 0;
-		struct thread_calls *empty = bpf_map_lookup_elem(&empty_thread, &zero);
-		if (!empty)
-			return 0;
-		if (bpf_map_update_elem(&open_calls, &tid, empty, BPF_NOEXIST) &&
-		    !bpf_map_lookup_elem(&open_calls, &tid)) {
+		tc = bpf_task_storage_get(&open_calls, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (!tc) {
 			count(EACGM_CNT_NO_STATE, 1);
 			return 0;
 		}
-		tc = bpf_map_lookup_elem(&open_calls, &tid);
-		if (!tc)
-			return 0;
+		__sync_fetch_and_add(&threads_with_state, 1);
 	}
 	__u32 d = tc->depth;
 	if (d >= EACGM_MAX_DEPTH) {
@@ -193,12 +187,13 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 
 static __always_inline int on_exit(struct pt_regs *ctx)
 {
+	/* An untraced thread has no state: it leaves before reading the clock. */
+	struct thread_calls *tc = bpf_task_storage_get(&open_calls, bpf_get_current_task_btf(), 0, 0);
+	if (!tc)
+		return 0;
 	__u64 now = bpf_ktime_get_ns();
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tid = (__u32)id;
-	struct thread_calls *tc = bpf_map_lookup_elem(&open_calls, &tid);
-	if (!tc)
-		return 0;
 	/* At return the return address has been popped: sp = entry sp + 8.
 	 * Frames above the match were left by longjmp or an exception and
 	 * will never return: drop them. A miss means this call's entry was
@@ -279,12 +274,12 @@ int BPF_KPROBE(span_entry_multi) { return on_entry(ctx); }
 SEC("uretprobe")
 int BPF_KRETPROBE(span_exit_multi) { return on_exit(ctx); }
 
-/* A thread's open calls die with it: free its slot so thread churn (data
- * loader workers, thread pools) does not fill the table. */
+/* A thread's open calls die with it (the storage goes with the task);
+ * this keeps the count of threads holding state exact. */
 SEC("tp_btf/sched_process_exit")
 int BPF_PROG(span_thread_exit, struct task_struct *p)
 {
-	__u32 tid = BPF_CORE_READ(p, pid);
-	bpf_map_delete_elem(&open_calls, &tid);
+	if (bpf_task_storage_get(&open_calls, p, 0, 0) && !bpf_task_storage_delete(&open_calls, p))
+		__sync_fetch_and_add(&threads_with_state, -1);
 	return 0;
 }

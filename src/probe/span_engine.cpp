@@ -163,15 +163,7 @@ Result<void> SpanEngine::attach_multi(const std::string &path, const std::vector
 
 size_t SpanEngine::threads_with_state() const
 {
-	size_t n = 0;
-	uint32_t key, next;
-	uint32_t *prev = nullptr;
-	while (!bpf_map__get_next_key(skel_->maps.open_calls, prev, &next, sizeof(next))) {
-		n++;
-		key = next;
-		prev = &key;
-	}
-	return n;
+	return static_cast<size_t>(__atomic_load_n(&skel_->bss->threads_with_state, __ATOMIC_RELAXED));
 }
 
 struct bpf_map *SpanEngine::events_map() const { return skel_->maps.span_events; }
