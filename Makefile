@@ -25,12 +25,9 @@ test-gpu: build
 demo: build
 	@scripts/demo.sh $(BUILD)
 
+# Regenerates bench/RESULTS.md (about 25 minutes on the 2-core VM).
 bench: build
-	$(BUILD)/bench/bench_span_cost
-	$(BUILD)/bench/bench_host_cost
-	$(BUILD)/bench/bench_detect_cost
-	/usr/bin/python3 bench/torch_cost.py $(BUILD)/eacgm
-	/usr/bin/python3 bench/python_cost.py $(BUILD)/eacgm
+	bench/run_all.sh $(BUILD)
 
 clean:
 	rm -rf $(BUILD)
