@@ -16,14 +16,13 @@ Usage: gpt_train.py STEPS [--batch B (8)] [--size T (64)] [--warmup W (3)] [--pr
 torch.profiler (CPU activity, nothing exported: the cost a user pays for
 leaving it on) and then prints `profiler: K events`. Torch's default thread
 count is kept on purpose."""
-import argparse
 import math
-import statistics
-import time
 
 import torch
 from torch import nn
 from torch.nn import functional as F
+
+import steps
 
 
 class CausalSelfAttention(nn.Module):
@@ -76,12 +75,7 @@ class GPT(nn.Module):
 
 
 def parse_args():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("steps", type=int)
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--size", type=int, default=64, help="context length T")
-    p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--profiler", action="store_true")
+    p = steps.parser(__doc__, batch=8, size=64, size_help="context length T")
     p.add_argument("--vocab", type=int, default=512)
     p.add_argument("--dim", type=int, default=128)
     p.add_argument("--heads", type=int, default=4)
@@ -89,41 +83,19 @@ def parse_args():
     return p.parse_args()
 
 
-def run_steps(model, opt, x, y, steps):
-    """Seconds per step; the clock covers the whole step and nothing else."""
-    times = []
-    for _ in range(steps):
-        t = time.perf_counter()
-        opt.zero_grad()
-        logits = model(x)
-        loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), y.view(-1))
-        loss.backward()
-        opt.step()
-        times.append(time.perf_counter() - t)
-    return times
+def lm_loss(logits, y):
+    return F.cross_entropy(logits.view(-1, logits.shape[-1]), y.view(-1))
 
 
 def main():
     args = parse_args()
     torch.manual_seed(0)
     model = GPT(args.vocab, args.dim, args.heads, args.layers, args.size)
-    model.train()
     opt = torch.optim.AdamW(model.parameters())
     # Next-token targets: the same random sequence shifted by one.
     tokens = torch.randint(0, args.vocab, (args.batch, args.size + 1))
     x, y = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
-    total = args.warmup + args.steps
-    prof = None
-    if args.profiler:
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-            times = run_steps(model, opt, x, y, total)
-    else:
-        times = run_steps(model, opt, x, y, total)
-    median = statistics.median(times[args.warmup:])
-    print("gpt_train: %d steps, median step %.1f us" % (args.steps, 1e6 * median), flush=True)
-    # Counted after the median line so that walking the events is never timed.
-    if prof is not None:
-        print("profiler: %d events" % len(prof.events()))
+    steps.train_and_report("gpt_train", args, model, opt, x, y, lm_loss)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,51 @@
+"""What the benchmark workloads share: their common arguments, the timed
+training loop and the one line the benchmarks parse. A workload supplies its
+model, optimizer, batch and loss; the clock covers whole steps (zero_grad,
+forward, loss, backward, optimizer step) and nothing else."""
+import argparse
+import statistics
+import time
+
+import torch
+
+
+def parser(doc, batch, size, size_help=None):
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    p.add_argument("steps", type=int)
+    p.add_argument("--batch", type=int, default=batch)
+    p.add_argument("--size", type=int, default=size, help=size_help)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--profiler", action="store_true")
+    return p
+
+
+def run_steps(model, opt, x, y, loss_fn, steps):
+    """Seconds per step."""
+    times = []
+    for _ in range(steps):
+        t = time.perf_counter()
+        opt.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        times.append(time.perf_counter() - t)
+    return times
+
+
+def train_and_report(name, args, model, opt, x, y, loss_fn):
+    """Trains warm-up + steps, under torch.profiler with --profiler (CPU
+    activity, nothing exported: the cost a user pays for leaving it on), and
+    prints `NAME: N steps, median step X us` (then `profiler: K events`)."""
+    model.train()
+    total = args.warmup + args.steps
+    prof = None
+    if args.profiler:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            times = run_steps(model, opt, x, y, loss_fn, total)
+    else:
+        times = run_steps(model, opt, x, y, loss_fn, total)
+    median = statistics.median(times[args.warmup:])
+    print("%s: %d steps, median step %.1f us" % (name, args.steps, 1e6 * median), flush=True)
+    # Counted after the median line so that walking the events is never timed.
+    if prof is not None:
+        print("profiler: %d events" % len(prof.events()))
