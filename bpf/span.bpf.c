@@ -129,16 +129,14 @@ static __always_inline __u64 tensor_word(__u64 ref, struct eacgm_arg_spec *a)
 static __always_inline int on_entry(struct pt_regs *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
-	if (!eacgm_is_traced(id >> 32))
-		return 0;
-	__u32 spec_id = (__u32)bpf_get_attach_cookie(ctx);
-	struct eacgm_probe_spec *spec = bpf_map_lookup_elem(&probe_specs, &spec_id);
-	if (!spec)
-		return 0;
-	__u32 tid = (__u32)id;
+	/* A thread holds state only once its process was found traced, and a
+	 * process leaves the traced set only when it exits: state means traced,
+	 * and the hash lookup on the tgid is paid once per thread, not per call. */
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct thread_calls *tc = bpf_task_storage_get(&open_calls, task, 0, 0);
 	if (!tc) {
+		if (!eacgm_is_traced(id >> 32))
+			return 0;
 		tc = bpf_task_storage_get(&open_calls, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 		if (!tc) {
 			count(EACGM_CNT_NO_STATE, 1);
@@ -146,6 +144,11 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 		}
 		__sync_fetch_and_add(&threads_with_state, 1);
 	}
+	__u32 spec_id = (__u32)bpf_get_attach_cookie(ctx);
+	struct eacgm_probe_spec *spec = bpf_map_lookup_elem(&probe_specs, &spec_id);
+	if (!spec)
+		return 0;
+	__u32 tid = (__u32)id;
 	__u32 d = tc->depth;
 	if (d >= EACGM_MAX_DEPTH) {
 		/* Still counted as open so the exit of this call finds no frame
