@@ -328,6 +328,8 @@ void Recorder::handle_proc(const eacgm_proc_event &e)
 void Recorder::rescan_processes()
 {
 	for (uint32_t pid : std::exchange(rescan_, {})) {
+		if (!live_.count(pid))
+			continue; // exited this round: nothing more to attach for it
 		auto maps = read_maps(pid);
 		if (!maps)
 			continue; // gone: nothing more to attach for it
