@@ -17,6 +17,7 @@ packages=(
   libopenblas0-pthread  # makes Debian's torch use OpenBLAS (about 14x faster than the reference BLAS)
   stress-ng iproute2    # the host layer's e2e tests: CPU contention, network namespaces, tc netem
   iptables              # ... and their netem stand-in (NFQUEUE) on kernels without sch_netem
+  libcapstone-dev       # decodes a probed function's first instruction: emulated or single-stepped by the kernel
   libarmadillo-dev      # anomaly detection: EM for Gaussian mixtures (gmm_full / gmm_diag)
   python3-sklearn       # the detector's check against scikit-learn's GaussianMixture, and its benchmark
 )

@@ -164,6 +164,11 @@ int run_probes(const ProbesArgs &a)
 			std::cout << format_match(m, std::to_string(biggest).size()) << "\n";
 		std::cout << matches.size() << (matches.size() == 1 ? " function matches in " : " functions match in ")
 			  << *path << "\n";
+		std::vector<ProbeSite> sites;
+		for (auto &m : matches)
+			sites.push_back({*path, m.demangled, m.offset});
+		if (auto note = single_step_note(sites); !note.empty())
+			std::cerr << "eacgm: note: " << note << "\n";
 		return 0;
 	}
 	if (auto r = check_writable(a.output); !r)

@@ -439,6 +439,8 @@ void RecordSession::begin()
 {
 	for (auto &w : attacher_->take_warnings())
 		std::cerr << "eacgm: warning: " << w << "\n";
+	if (auto note = single_step_note(attacher_->sites()); !note.empty())
+		std::cerr << "eacgm: note: " << note << "\n";
 	// Which mode the Python layer runs in: CPython's USDT function probes
 	// miss Python-to-Python calls in 3.11 to 3.14, so frames are sampled.
 	if (python_)

@@ -363,6 +363,9 @@ void Recorder::note_attached(size_t before, uint32_t pid)
 	for (auto &[path, n] : per_library)
 		notes_.push_back("attached " + plural(n, "probe", "probes") + " to " + path + " (loaded by pid " +
 				 std::to_string(pid) + ")");
+	if (!per_library.empty())
+		if (auto note = single_step_note(attacher_.sites(before)); !note.empty())
+			notes_.push_back("note: " + note);
 }
 
 std::vector<std::string> Recorder::take_notes() { return std::exchange(notes_, {}); }

@@ -173,6 +173,16 @@ Result<void> Attacher::expand_pattern(size_t pattern, const ElfFile &elf,
 	return {};
 }
 
+std::vector<ProbeSite> Attacher::sites(size_t from) const
+{
+	std::vector<ProbeSite> out;
+	for (size_t i = from; i < attached_.size(); i++) {
+		const AttachedProbe &a = attached_[i];
+		out.push_back({a.path, specs_.probes[a.spec_id].function, a.offset});
+	}
+	return out;
+}
+
 Result<std::vector<std::string>> Attacher::scan_process(uint32_t pid)
 {
 	auto maps = read_maps(pid);

@@ -15,6 +15,7 @@
 
 #include "common/result.h"
 #include "probe/elf_symbols.h"
+#include "probe/first_insn.h"
 #include "probe/proc_maps.h"
 #include "probe/proc_tracker.h"
 #include "probe/span_engine.h"
@@ -54,6 +55,8 @@ public:
 
 	const SpecSet &specs() const { return specs_; }
 	const std::vector<AttachedProbe> &attached() const { return attached_; }
+	// attached()[from..] as places in files, named as spans show them.
+	std::vector<ProbeSite> sites(size_t from = 0) const;
 	// Things worth telling the user once (a built-in symbol missing, ...).
 	std::vector<std::string> take_warnings() { return std::exchange(warnings_, {}); }
 

@@ -1,0 +1,88 @@
+#include "probe/first_insn.h"
+
+#include <capstone/capstone.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "common/fd.h"
+
+namespace eacgm {
+
+namespace {
+
+bool is_emulated(csh h, const cs_insn &insn)
+{
+	const cs_x86 &x = insn.detail->x86;
+	if (insn.id == X86_INS_PUSH)
+		return x.op_count == 1 && x.operands[0].type == X86_OP_REG;
+	// Relative branches: the kernel computes the target itself.
+	bool branch = cs_insn_group(h, &insn, CS_GRP_JUMP) || cs_insn_group(h, &insn, CS_GRP_CALL);
+	return branch && x.op_count == 1 && x.operands[0].type == X86_OP_IMM;
+}
+
+} // namespace
+
+InsnDecoder::InsnDecoder()
+{
+	csh h = 0;
+	ok_ = cs_open(CS_ARCH_X86, CS_MODE_64, &h) == CS_ERR_OK;
+	handle_ = h;
+	if (ok_ && cs_option(h, CS_OPT_DETAIL, CS_OPT_ON) != CS_ERR_OK) {
+		cs_close(&h);
+		ok_ = false;
+	}
+}
+
+InsnDecoder::~InsnDecoder()
+{
+	csh h = handle_;
+	if (ok_)
+		cs_close(&h);
+}
+
+Result<FirstInsn> InsnDecoder::decode(const uint8_t *code, size_t n) const
+{
+	if (!ok_)
+		return make_error("cannot open the x86-64 disassembler (capstone)");
+	cs_insn *insn = nullptr;
+	if (cs_disasm(handle_, code, n, 0, 1, &insn) != 1)
+		return make_error("not a valid x86-64 instruction");
+	FirstInsn out{is_emulated(handle_, *insn), std::string(insn->mnemonic)};
+	if (insn->op_str[0])
+		out.text += std::string(" ") + insn->op_str;
+	cs_free(insn, 1);
+	return out;
+}
+
+Result<FirstInsn> InsnDecoder::at(const std::string &path, uint64_t offset) const
+{
+	UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+	if (!fd)
+		return make_error("cannot open " + path);
+	uint8_t code[16]; // the longest x86 instruction is 15 bytes
+	ssize_t n = pread(fd.get(), code, sizeof code, static_cast<off_t>(offset));
+	if (n <= 0)
+		return make_error("cannot read " + path + " at its offset " + std::to_string(offset));
+	return decode(code, static_cast<size_t>(n));
+}
+
+std::string single_step_note(const std::vector<ProbeSite> &sites)
+{
+	InsnDecoder dec;
+	std::vector<std::string> stepped;
+	for (const ProbeSite &s : sites)
+		if (auto i = dec.at(s.path, s.offset); i && !i->emulated)
+			stepped.push_back(s.name + " (`" + i->text + "`)");
+	if (stepped.empty())
+		return "";
+	std::string names;
+	for (size_t k = 0; k < stepped.size() && k < 5; k++)
+		names += (k ? ", " : "") + stepped[k];
+	if (stepped.size() > 5)
+		names += " and " + std::to_string(stepped.size() - 5) + " more";
+	return std::to_string(stepped.size()) + (stepped.size() == 1 ? " probed function starts" : " probed functions start") +
+	       " with an instruction the kernel single-steps rather than emulates, so each of its calls costs "
+	       "about 20x the trap of one that starts with a push or a relative branch: " + names;
+}
+
+} // namespace eacgm

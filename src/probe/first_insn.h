@@ -1,0 +1,51 @@
+// How the kernel takes a uprobe at a function's first instruction, which
+// decides what every traced call costs. On x86-64 (arch/x86/kernel/uprobes.c)
+// a `push` of a register and a relative call, jump or conditional jump are
+// emulated: the trap costs about 0.7 us here. Any other instruction is copied
+// out of line and single-stepped: about 15 us here, 20x more (bench_span_cost,
+// "single-stepped"). Functions built with frame pointers start with
+// `push %rbp` (libcudart's, libnccl's and libtorch's entry points do); an
+// optimised leaf function often does not.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+
+namespace eacgm {
+
+struct FirstInsn {
+	bool emulated = false;
+	std::string text; // as disassembled, e.g. "push rbp", "mov rax, rdi"
+};
+
+// Holds one disassembler (capstone) for many decodes; not thread-safe.
+class InsnDecoder {
+public:
+	InsnDecoder();
+	~InsnDecoder();
+	InsnDecoder(const InsnDecoder &) = delete;
+	InsnDecoder &operator=(const InsnDecoder &) = delete;
+
+	// The instruction at code[0..n) (x86-64).
+	Result<FirstInsn> decode(const uint8_t *code, size_t n) const;
+	// The instruction at a file offset (where a uprobe attaches).
+	Result<FirstInsn> at(const std::string &path, uint64_t offset) const;
+
+private:
+	size_t handle_ = 0; // capstone's csh
+	bool ok_ = false;
+};
+
+// "NAME starts with `INSN`, which the kernel single-steps ..." for the
+// probes among (path, offset, name) that are not emulated, one line naming
+// up to five of them; empty when all are emulated or none decodes.
+struct ProbeSite {
+	std::string path, name;
+	uint64_t offset = 0;
+};
+std::string single_step_note(const std::vector<ProbeSite> &sites);
+
+} // namespace eacgm

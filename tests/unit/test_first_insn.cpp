@@ -1,0 +1,61 @@
+// Which first instructions the kernel emulates for a uprobe on x86-64 (push
+// of a register, relative call/jump/jcc) and which it single-steps, decoded
+// with capstone; and the note record and probes print for the latter.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <unistd.h>
+
+#include "probe/first_insn.h"
+
+namespace eacgm {
+namespace {
+
+FirstInsn decode(std::vector<uint8_t> code)
+{
+	InsnDecoder dec;
+	auto r = dec.decode(code.data(), code.size());
+	EXPECT_TRUE(r) << (r ? "" : r.error().message);
+	return r ? r.value() : FirstInsn{};
+}
+
+TEST(FirstInsn, EmulatedAndSingleStepped)
+{
+	EXPECT_TRUE(decode({0x55}).emulated);                          // push rbp
+	EXPECT_EQ(decode({0x55}).text, "push rbp");
+	EXPECT_TRUE(decode({0x41, 0x57}).emulated);                    // push r15
+	EXPECT_TRUE(decode({0xe8, 0, 0, 0, 0}).emulated);              // call rel32
+	EXPECT_TRUE(decode({0xeb, 0x10}).emulated);                    // jmp rel8
+	EXPECT_TRUE(decode({0x75, 0x02}).emulated);                    // jne rel8
+	EXPECT_FALSE(decode({0x48, 0x89, 0xf8}).emulated);             // mov rax, rdi
+	EXPECT_EQ(decode({0x48, 0x89, 0xf8}).text, "mov rax, rdi");
+	EXPECT_FALSE(decode({0x48, 0x83, 0xec, 0x10}).emulated);       // sub rsp, 0x10
+	EXPECT_FALSE(decode({0xff, 0x30}).emulated);                   // push qword ptr [rax]: memory
+	EXPECT_FALSE(decode({0xff, 0xe0}).emulated);                   // jmp rax: not relative
+	EXPECT_FALSE(decode({0xf3, 0x0f, 0x1e, 0xfa}).emulated);       // endbr64
+	InsnDecoder dec;
+	uint8_t bad[] = {0x06}; // push es: invalid in 64-bit mode
+	EXPECT_FALSE(dec.decode(bad, sizeof bad));
+}
+
+TEST(FirstInsn, NoteNamesTheSingleSteppedOnes)
+{
+	char path[] = "/tmp/eacgm-first-insn-XXXXXX";
+	int fd = mkstemp(path);
+	ASSERT_GE(fd, 0);
+	const uint8_t code[] = {0x55, 0x48, 0x89, 0xe5, 0xc3, /* at 5: */ 0x48, 0x89, 0xf8, 0xc3};
+	ASSERT_EQ(write(fd, code, sizeof code), ssize_t(sizeof code));
+	close(fd);
+	EXPECT_EQ(single_step_note({{path, "framed", 0}}), "");
+	EXPECT_EQ(single_step_note({{path, "framed", 0}, {path, "leaf", 5}}),
+		  "1 probed function starts with an instruction the kernel single-steps rather than emulates, so each "
+		  "of its calls costs about 20x the trap of one that starts with a push or a relative branch: leaf "
+		  "(`mov rax, rdi`)");
+	// A file that cannot be read says nothing rather than guessing.
+	EXPECT_EQ(single_step_note({{"/nonexistent/eacgm", "gone", 0}}), "");
+	unlink(path);
+}
+
+} // namespace
+} // namespace eacgm
