@@ -70,8 +70,14 @@ void Recorder::watch(uint32_t pid, UniqueFd pidfd)
 	if (st && *st != PidState::alive)
 		exited_.push_back(pid); // ended after this round's records
 	// Without a pidfd (out of descriptors) its BPF exit record still ends it.
-	if (!st && warned_.insert(st.error().message).second)
-		warnings_.push_back(st.error().message);
+	if (!st)
+		warn_once(st.error().message);
+}
+
+void Recorder::warn_once(const std::string &message)
+{
+	if (warned_.insert(message).second)
+		warnings_.push_back(message);
 }
 
 Process &Recorder::process(uint32_t pid, UniqueFd pidfd)
@@ -161,11 +167,10 @@ void Recorder::watch_python(uint32_t pid)
 		return;
 	auto r = python_->add_process(pid);
 	// A process that is already gone has nothing left to say.
-	if (!r && access(("/proc/" + std::to_string(pid)).c_str(), F_OK) == 0 && warned_.insert(r.error().message).second)
-		warnings_.push_back(r.error().message);
+	if (!r && access(("/proc/" + std::to_string(pid)).c_str(), F_OK) == 0)
+		warn_once(r.error().message);
 	for (auto &w : python_->take_warnings())
-		if (warned_.insert(w).second)
-			warnings_.push_back(w);
+		warn_once(w);
 }
 
 int Recorder::on_py(void *ctx, void *data, size_t size)
@@ -279,10 +284,6 @@ static int exit_status(int32_t code)
 
 void Recorder::handle_proc(const eacgm_proc_event &e)
 {
-	auto warn = [this](const std::string &m) {
-		if (warned_.insert(m).second)
-			warnings_.push_back(m);
-	};
 	switch (e.kind) {
 	case EACGM_PROC_FORK: {
 		symbolizer_.inherit(e.tgid, e.ppid);
@@ -320,7 +321,7 @@ void Recorder::handle_proc(const eacgm_proc_event &e)
 		break;
 	}
 	for (auto &w : attacher_.take_warnings())
-		warn(w);
+		warn_once(w);
 }
 
 // After an exec or dlopen: probes for what the process maps now, the maps
@@ -335,8 +336,8 @@ void Recorder::rescan_processes()
 			continue; // gone: nothing more to attach for it
 		size_t before = attacher_.attached().size();
 		auto fresh = attacher_.scan_maps(pid, maps.value());
-		if (!fresh && warned_.insert(fresh.error().message).second)
-			warnings_.push_back(fresh.error().message);
+		if (!fresh)
+			warn_once(fresh.error().message);
 		note_attached(before, pid);
 		symbolizer_.adopt(pid, std::move(maps).value());
 		bool interpreter = false;
@@ -347,8 +348,7 @@ void Recorder::rescan_processes()
 			watch_python(pid);
 	}
 	for (auto &w : attacher_.take_warnings())
-		if (warned_.insert(w).second)
-			warnings_.push_back(w);
+		warn_once(w);
 }
 
 // Probes placed after the start, on a library a process loaded (dlopen) or

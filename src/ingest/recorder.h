@@ -82,6 +82,8 @@ private:
 	static int on_py(void *ctx, void *data, size_t size);
 	void watch_python(uint32_t pid);
 	void rescan_processes();
+	// Said to the user once, however often it happens.
+	void warn_once(const std::string &message);
 	// partial: a frame that does not resolve cuts the stack there (marked
 	// "...") instead of dropping it.
 	std::optional<std::vector<PyFrame>> resolve_stack(uint32_t pid, const eacgm_py_frame *frames, uint32_t n,

@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include "common/fd.h"
 
 namespace eacgm {
 
@@ -54,13 +53,16 @@ Result<FirstInsn> InsnDecoder::decode(const uint8_t *code, size_t n) const
 	return out;
 }
 
-Result<FirstInsn> InsnDecoder::at(const std::string &path, uint64_t offset) const
+Result<FirstInsn> InsnDecoder::at(const std::string &path, uint64_t offset)
 {
-	UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-	if (!fd)
+	if (!fd_ || path != path_) {
+		fd_ = UniqueFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+		path_ = path;
+	}
+	if (!fd_)
 		return make_error("cannot open " + path);
 	uint8_t code[16]; // the longest x86 instruction is 15 bytes
-	ssize_t n = pread(fd.get(), code, sizeof code, static_cast<off_t>(offset));
+	ssize_t n = pread(fd_.get(), code, sizeof code, static_cast<off_t>(offset));
 	if (n <= 0)
 		return make_error("cannot read " + path + " at its offset " + std::to_string(offset));
 	return decode(code, static_cast<size_t>(n));

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/fd.h"
 #include "common/result.h"
 
 namespace eacgm {
@@ -31,12 +32,16 @@ public:
 
 	// The instruction at code[0..n) (x86-64).
 	Result<FirstInsn> decode(const uint8_t *code, size_t n) const;
-	// The instruction at a file offset (where a uprobe attaches).
-	Result<FirstInsn> at(const std::string &path, uint64_t offset) const;
+	// The instruction at a file offset (where a uprobe attaches). The file
+	// stays open for the next call on the same path: a library's probes
+	// are decoded one after another.
+	Result<FirstInsn> at(const std::string &path, uint64_t offset);
 
 private:
 	size_t handle_ = 0; // capstone's csh
 	bool ok_ = false;
+	std::string path_; // the file fd_ has open
+	UniqueFd fd_;
 };
 
 // "NAME starts with `INSN`, which the kernel single-steps ..." for the

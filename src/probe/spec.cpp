@@ -2,9 +2,9 @@
 
 #include <fnmatch.h>
 #include <fstream>
-#include <string_view>
 #include <regex>
 #include <sstream>
+#include <string_view>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -372,10 +372,6 @@ bool library_matches(const ProbeSpec &p, const std::string &path)
 	std::string base = path.substr(path.rfind('/') + 1);
 	return fnmatch(p.library.c_str(), base.c_str(), 0) == 0;
 }
-
-} // namespace eacgm
-
-namespace eacgm {
 
 std::string anchored_literal_prefix(const std::string &re)
 {

@@ -4,14 +4,18 @@
 
 namespace eacgm {
 
-bool Symbolizer::read(uint32_t pid, Proc &p) {
-	auto maps = read_maps(pid, proc_root_);
+bool Symbolizer::take(Proc &p, std::vector<Mapping> maps) {
 	// An exited process that is not yet reaped still has a /proc entry, with
 	// empty maps: that is no reading, keep what was inherited or read before.
-	if (!maps || maps->empty()) return false;
-	p.maps = std::make_shared<const std::vector<Mapping>>(std::move(maps).value());
+	if (maps.empty()) return false;
+	p.maps = std::make_shared<const std::vector<Mapping>>(std::move(maps));
 	p.own = true;
 	return true;
+}
+
+bool Symbolizer::read(uint32_t pid, Proc &p) {
+	auto maps = read_maps(pid, proc_root_);
+	return maps && take(p, std::move(maps).value());
 }
 
 const ElfFile *Symbolizer::elf(const std::string &path) {
@@ -65,12 +69,9 @@ void Symbolizer::snapshot(uint32_t pid) {
 }
 
 void Symbolizer::adopt(uint32_t pid, std::vector<Mapping> maps) {
-	if (maps.empty()) return; // an exited process: keep what was read before
 	std::lock_guard lock(mu_);
 	Proc &p = procs_[pid];
-	p.maps = std::make_shared<const std::vector<Mapping>>(std::move(maps));
-	p.own = true;
-	p.results.clear();
+	if (take(p, std::move(maps))) p.results.clear();
 }
 
 void Symbolizer::inherit(uint32_t child, uint32_t parent) {

@@ -48,6 +48,7 @@ private:
 		bool own = false; // maps read from this pid's /proc entry (not inherited)
 		std::unordered_map<uint64_t, std::optional<std::string>> results;
 	};
+	static bool take(Proc &p, std::vector<Mapping> maps);
 	bool read(uint32_t pid, Proc &p);
 	std::optional<std::string> lookup(uint32_t pid, const std::vector<Mapping> &maps, uint64_t addr);
 	const ElfFile *elf(const std::string &path);
