@@ -126,6 +126,36 @@ static __always_inline __u64 tensor_word(__u64 ref, struct eacgm_arg_spec *a)
 	return (ndim & 0xff) | (__u64)(dtype & 0xff) << 8 | (size0 & 0xffffffffffff) << 16;
 }
 
+/* Frames whose function returned unseen, found at the next entry: a callee
+ * enters below every live frame of its thread (the stack grows down), so a
+ * frame at or below the entering sp is dead. Its return was missed because
+ * its probe was detached while it ran (--overhead-budget attaches the
+ * hottest functions in bursts) or longjmp left it. At the same sp only the
+ * same function counts as dead: a tail call enters another function at its
+ * caller's sp while the caller is live. The same function entered twice at
+ * one sp is also what two links on it for a moment look like (the budget
+ * replaces a library's link with one attached before the old one goes): the
+ * second entry replaces the first, and one span results. */
+static __always_inline __u32 drop_dead_frames(struct thread_calls *tc, __u64 sp, __u32 spec_id)
+{
+	__u32 d = tc->depth;
+	__u32 dead = 0;
+	for (__u32 k = 0; k < EACGM_MAX_DEPTH; k++) {
+		if (d == 0 || d > EACGM_MAX_DEPTH)
+			break;
+		struct open_call *top = &tc->calls[(d - 1) & (EACGM_MAX_DEPTH - 1)];
+		if (top->sp > sp || (top->sp == sp && top->spec_id != spec_id))
+			break;
+		d--;
+		dead++;
+	}
+	if (dead) {
+		tc->depth = d;
+		count(EACGM_CNT_UNPAIRED, dead);
+	}
+	return d;
+}
+
 static __always_inline int on_entry(struct pt_regs *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
@@ -149,7 +179,8 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 	if (!spec)
 		return 0;
 	__u32 tid = (__u32)id;
-	__u32 d = tc->depth;
+	__u64 sp = PT_REGS_SP(ctx);
+	__u32 d = drop_dead_frames(tc, sp, spec_id);
 	if (d >= EACGM_MAX_DEPTH) {
 		/* Still counted as open so the exit of this call finds no frame
 		 * with its sp and leaves the stack alone. */
@@ -157,7 +188,7 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 		return 0;
 	}
 	struct open_call *c = &tc->calls[d];
-	c->sp = PT_REGS_SP(ctx);
+	c->sp = sp;
 	c->spec_id = spec_id;
 	for (int i = 0; i < EACGM_MAX_ARGS; i++) {
 		struct eacgm_arg_spec *a = &spec->args[i];

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <bpf/libbpf.h>
 #include <thread>
+#include <utility>
 
 namespace eacgm {
 
@@ -20,6 +21,58 @@ void destroy_links(std::vector<struct bpf_link *> &links)
 	for (auto &w : workers)
 		w.join();
 	links.clear();
+}
+
+LinkSet::LinkSet(LinkSet &&o) noexcept : links_(std::move(o.links_)), fds_(std::move(o.fds_))
+{
+	o.links_.clear();
+	o.fds_.clear();
+}
+
+LinkSet &LinkSet::operator=(LinkSet &&o) noexcept
+{
+	if (this != &o) {
+		reset();
+		links_ = std::exchange(o.links_, {});
+		fds_ = std::exchange(o.fds_, {});
+	}
+	return *this;
+}
+
+void LinkSet::absorb(LinkSet &&o)
+{
+	for (auto *l : std::exchange(o.links_, {}))
+		links_.push_back(l);
+	for (auto &fd : std::exchange(o.fds_, {}))
+		fds_.push_back(std::move(fd));
+}
+
+void LinkSet::reset()
+{
+	// A raw link fd's last close detaches it: closed beside the libbpf
+	// links, on the same threads, so every grace period overlaps.
+	std::vector<struct bpf_link *> links = std::exchange(links_, {});
+	std::vector<UniqueFd> fds = std::exchange(fds_, {});
+	size_t n = links.size() + fds.size();
+	if (n <= 1) {
+		for (auto *l : links)
+			bpf_link__destroy(l);
+		return; // a lone fd closes with `fds`
+	}
+	size_t nthreads = std::min<size_t>(n, 64);
+	std::atomic<size_t> next{0};
+	std::vector<std::thread> workers;
+	for (size_t t = 0; t < nthreads; t++)
+		workers.emplace_back([&] {
+			for (size_t i; (i = next.fetch_add(1)) < n;) {
+				if (i < links.size())
+					bpf_link__destroy(links[i]);
+				else
+					fds[i - links.size()].reset();
+			}
+		});
+	for (auto &w : workers)
+		w.join();
 }
 
 std::vector<uint64_t> sum_percpu_counters(const struct bpf_map *map, uint32_t n)

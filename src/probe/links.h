@@ -3,6 +3,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/fd.h"
+
 struct bpf_link;
 struct bpf_map;
 
@@ -13,6 +15,30 @@ namespace eacgm {
 // Destroys the links from several threads at once, so that their grace
 // periods overlap: a recording with hundreds of probes still exits promptly.
 void destroy_links(std::vector<struct bpf_link *> &links);
+
+// One owner for a group of BPF links: libbpf's and raw link fds (the
+// uprobe_multi links libbpf 1.1 cannot make). Detached together, their
+// grace periods overlapping, when the set goes.
+class LinkSet {
+public:
+	LinkSet() = default;
+	LinkSet(LinkSet &&o) noexcept;
+	LinkSet &operator=(LinkSet &&o) noexcept;
+	LinkSet(const LinkSet &) = delete;
+	LinkSet &operator=(const LinkSet &) = delete;
+	~LinkSet() { reset(); }
+
+	void add(struct bpf_link *l) { links_.push_back(l); }
+	void add(UniqueFd fd) { fds_.push_back(std::move(fd)); }
+	void absorb(LinkSet &&o);
+	bool empty() const { return links_.empty() && fds_.empty(); }
+	// Detaches everything now (waits for the kernel's grace periods).
+	void reset();
+
+private:
+	std::vector<struct bpf_link *> links_;
+	std::vector<UniqueFd> fds_;
+};
 
 // Counters kept in a per-CPU array (keys 0..n-1), summed over the CPUs;
 // a counter that cannot be read stays 0.

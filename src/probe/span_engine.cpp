@@ -75,15 +75,19 @@ Result<std::unique_ptr<SpanEngine>> SpanEngine::open(const Options &opts, int tr
 	struct bpf_link *l = bpf_program__attach(e->skel_->progs.span_thread_exit);
 	if (!l)
 		return make_error("cannot attach the thread-exit tracepoint: " + errstr(errno));
-	e->links_.push_back(l);
+	e->thread_exit_.add(l);
 	return e;
 }
 
 SpanEngine::~SpanEngine()
 {
-	destroy_links(links_);
-	for (int fd : multi_fds_)
-		close(fd);
+	{
+		// Every library's links at once: one round of grace periods.
+		LinkSet all;
+		for (auto &g : groups_)
+			all.absorb(std::move(g.links));
+		all.absorb(std::move(thread_exit_));
+	}
 	if (skel_)
 		span_bpf__destroy(skel_);
 }
@@ -98,13 +102,22 @@ Result<void> SpanEngine::set_spec(uint32_t spec_id, const eacgm_probe_spec &spec
 	return {};
 }
 
-Result<void> SpanEngine::attach(const std::string &path, const std::vector<Target> &targets)
+std::vector<SpanEngine::Target> SpanEngine::wanted(const Group &g, bool throttled) const
+{
+	std::vector<Target> out;
+	for (auto &t : g.targets)
+		if (throttled_.count(t.spec_id) == throttled)
+			out.push_back(t);
+	return out;
+}
+
+Result<void> SpanEngine::link(const std::string &path, const std::vector<Target> &targets, LinkSet &into)
 {
 	if (targets.empty())
 		return {};
 	if (multi_) {
 		for (bool ret : {false, true})
-			if (auto r = attach_multi(path, targets, ret); !r)
+			if (auto r = attach_multi(path, targets, ret, into); !r)
 				return r;
 		return {};
 	}
@@ -116,9 +129,69 @@ Result<void> SpanEngine::attach(const std::string &path, const std::vector<Targe
 			if (!l)
 				return make_error("cannot attach uprobe to " + path + " at offset " +
 						  std::to_string(t.file_offset) + ": " + errstr(errno));
-			links_.push_back(l);
+			into.add(l);
 		}
 	return {};
+}
+
+Result<void> SpanEngine::attach(const std::string &path, const std::vector<Target> &targets)
+{
+	if (targets.empty())
+		return {};
+	std::lock_guard<std::mutex> lock(mu_);
+	Group g{path, targets, {}};
+	if (auto r = link(path, wanted(g, false), g.links); !r)
+		return r;
+	groups_.push_back(std::move(g));
+	return {};
+}
+
+Result<LinkSet> SpanEngine::attach_apart(const std::string &path, const std::vector<Target> &targets)
+{
+	LinkSet links;
+	if (auto r = link(path, targets, links); !r)
+		return r.error();
+	return links;
+}
+
+Result<LinkSet> SpanEngine::set_throttled(const std::set<uint32_t> &specs)
+{
+	std::lock_guard<std::mutex> lock(mu_);
+	std::set<uint32_t> before = std::exchange(throttled_, specs);
+	LinkSet old;
+	for (auto &g : groups_) {
+		bool changed = false;
+		for (auto &t : g.targets)
+			changed |= before.count(t.spec_id) != specs.count(t.spec_id);
+		if (!changed)
+			continue;
+		// The new links first, then the old ones go: no call is missed
+		// between them (per-function links could be detached one by one,
+		// but one rule for both is simpler and costs only the overlap).
+		LinkSet fresh;
+		if (auto r = link(g.path, wanted(g, false), fresh); !r) {
+			throttled_ = before;
+			return r.error();
+		}
+		old.absorb(std::exchange(g.links, std::move(fresh)));
+	}
+	return old;
+}
+
+Result<LinkSet> SpanEngine::attach_throttled()
+{
+	std::lock_guard<std::mutex> lock(mu_);
+	LinkSet burst;
+	for (auto &g : groups_)
+		if (auto r = link(g.path, wanted(g, true), burst); !r)
+			return r.error();
+	return burst;
+}
+
+std::set<uint32_t> SpanEngine::throttled() const
+{
+	std::lock_guard<std::mutex> lock(mu_);
+	return throttled_;
 }
 
 // libbpf 1.1 predates uprobe_multi links, so the link is made with the bpf()
@@ -138,7 +211,8 @@ struct UprobeMultiLinkAttr {
 	uint32_t pad;
 };
 
-Result<void> SpanEngine::attach_multi(const std::string &path, const std::vector<Target> &targets, bool ret)
+Result<void> SpanEngine::attach_multi(const std::string &path, const std::vector<Target> &targets, bool ret,
+				       LinkSet &into)
 {
 	std::vector<uint64_t> offsets, cookies;
 	for (auto &t : targets) {
@@ -157,8 +231,25 @@ Result<void> SpanEngine::attach_multi(const std::string &path, const std::vector
 	if (fd < 0)
 		return make_error("cannot attach " + std::to_string(targets.size()) + " uprobes to " + path + ": " +
 				  errstr(errno));
-	multi_fds_.push_back(fd);
+	into.add(UniqueFd(fd));
 	return {};
+}
+
+std::pair<uint64_t, uint64_t> SpanEngine::program_runs_ns() const
+{
+	uint64_t runs = 0, ns = 0;
+	for (auto *prog : {skel_->progs.span_entry, skel_->progs.span_exit, skel_->progs.span_entry_multi,
+			   skel_->progs.span_exit_multi}) {
+		int fd = bpf_program__fd(prog);
+		bpf_prog_info info{};
+		uint32_t len = sizeof(info);
+		if (fd < 0 || bpf_obj_get_info_by_fd(fd, &info, &len))
+			continue;
+		ns += info.run_time_ns;
+		if (prog == skel_->progs.span_entry || prog == skel_->progs.span_entry_multi)
+			runs += info.run_cnt;
+	}
+	return {runs, ns};
 }
 
 size_t SpanEngine::threads_with_state() const

@@ -4,11 +4,14 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "common/result.h"
 #include "eacgm/abi/events.h"
+#include "probe/links.h"
 
 struct span_bpf;
 struct bpf_link;
@@ -42,10 +45,31 @@ public:
 		uint32_t spec_id;     // the attach cookie
 	};
 	// Attaches the entry and exit programs to functions of one library, for
-	// every process that maps it.
+	// every process that maps it. Functions of throttled specs wait for the
+	// next burst (attach_throttled).
 	Result<void> attach(const std::string &path, const std::vector<Target> &targets);
+	// Links made apart from the library groups and owned by the caller: a
+	// probe on one of eacgm's own functions to time the trap.
+	Result<LinkSet> attach_apart(const std::string &path, const std::vector<Target> &targets);
 	// Whether one uprobe_multi link serves a whole library (kernel 6.6+).
 	bool multi_link() const { return multi_; }
+
+	// Duty-cycling (--overhead-budget). The functions of `specs` leave the
+	// libraries' links: each library's link is replaced by one without them,
+	// attached before the old one goes (the entry program drops the twin
+	// entry of a call seen by both). Returns the old links: the caller
+	// detaches them, which waits for grace periods, off the record path.
+	// An empty set puts every function back.
+	Result<LinkSet> set_throttled(const std::set<uint32_t> &specs);
+	// One burst: the throttled functions of every library, until the links
+	// returned go.
+	Result<LinkSet> attach_throttled();
+	std::set<uint32_t> throttled() const;
+
+	// Runs of the entry programs and run time of entry and exit programs,
+	// as the kernel counts them while run-time stats are on (prog_stats.h).
+	std::pair<uint64_t, uint64_t> program_runs_ns() const;
+
 	// Threads whose call stack the kernel keeps now (diagnostics, tests).
 	size_t threads_with_state() const;
 
@@ -54,12 +78,24 @@ public:
 
 private:
 	SpanEngine() = default;
-	Result<void> attach_multi(const std::string &path, const std::vector<Target> &targets, bool ret);
+	Result<void> link(const std::string &path, const std::vector<Target> &targets, LinkSet &into);
+	Result<void> attach_multi(const std::string &path, const std::vector<Target> &targets, bool ret, LinkSet &into);
+
+	// One library's probes and the links that serve those not throttled.
+	struct Group {
+		std::string path;
+		std::vector<Target> targets;
+		LinkSet links;
+	};
+	std::vector<Target> wanted(const Group &g, bool throttled) const;
 
 	struct span_bpf *skel_ = nullptr;
 	bool multi_ = false;
-	std::vector<struct bpf_link *> links_;
-	std::vector<int> multi_fds_; // uprobe_multi link fds
+	LinkSet thread_exit_;
+	// attach() runs on the record loop, the budget's bursts on their own thread.
+	mutable std::mutex mu_;
+	std::vector<Group> groups_;
+	std::set<uint32_t> throttled_;
 };
 
 } // namespace eacgm
