@@ -41,6 +41,7 @@ section() { # title, command...
 
 section "Per traced call, against the empty-probe floor and bpftrace" "$build/bench/bench_span_cost"
 section "User-space pipeline: records per second on one core" "$build/bench/bench_pipeline_cost"
+section "Overhead budget on a job it would otherwise exceed" /usr/bin/python3 "$here/budget_cost.py" "$eacgm" "$build"
 section "Start and stop" /usr/bin/python3 "$here/startstop.py" "$eacgm"
 section "Training steps: untraced, eacgm, torch.profiler" /usr/bin/python3 "$here/train_cost.py" "$eacgm"
 section "Where the cost goes, layer by layer" /usr/bin/python3 "$here/breakdown.py" "$eacgm"

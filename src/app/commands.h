@@ -27,6 +27,8 @@ struct RecordArgs {
 	bool detect = true;                 // score calls online against per-function models
 	double detect_fpr = 1e-4;           // online: target false alarms per call
 	double stop_timeout_s = 2;          // after Ctrl-C: how long the command gets to exit
+	double overhead_budget_pct = 2;     // traps' share of the traced processes' CPU; 0: off
+	double budget_after_s = 10;         // first budget decision after this long
 	std::vector<std::string> command; // after "--"
 };
 int run_record(const RecordArgs &args);

@@ -84,6 +84,18 @@ int main(int argc, char **argv)
 			   "stops without it; the command goes on running, untraced")
 		->capture_default_str()
 		->check(CLI::Range(0.0, 86400.0));
+	record->add_option("--overhead-budget", rec.overhead_budget_pct,
+			   "Percent of the traced processes' CPU their traced calls may cost (each costs a uprobe "
+			   "trap, about a microsecond). Past it the hottest functions are probed in bursts, a share "
+			   "of each second, and each call seen stands for those missed: their counts and totals "
+			   "become estimates, marked ~ in the summary. 0: every call, whatever it costs")
+		->capture_default_str()
+		->check(CLI::Range(0.0, 100.0));
+	record->add_option("--budget-after", rec.budget_after_s,
+			   "Seconds before the overhead budget first acts (the cost is measured meanwhile; a shorter "
+			   "recording keeps every call)")
+		->capture_default_str()
+		->check(CLI::Range(0.0, 86400.0));
 	record->add_option("--ring-buffer-kb", rec.ring_buffer_kb,
 			   "Span ring buffer size in KiB, a power of two (records beyond it are counted as lost)")
 		->capture_default_str();

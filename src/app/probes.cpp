@@ -22,26 +22,11 @@
 #include "common/fs.h"
 #include "probe/attacher.h"
 #include "probe/self_probe.h"
+#include "probe/budget.h"
 #include "probe/proc_tracker.h"
 #include "probe/span_engine.h"
 #include "probe/spec.h"
 
-// What measure_probe_cost() probes and calls: a function of eacgm itself that
-// starts with "push %rbp" like the functions of real libraries (the kernel
-// emulates that instruction; another first instruction costs a second trap).
-__asm__(".pushsection .text\n"
-	".globl eacgm_probes_cost_target\n"
-	".type eacgm_probes_cost_target, @function\n"
-	".p2align 4\n"
-	"eacgm_probes_cost_target:\n"
-	"  push %rbp\n"
-	"  mov %rsp, %rbp\n"
-	"  lea 1(%rdi), %rax\n"
-	"  pop %rbp\n"
-	"  ret\n"
-	".size eacgm_probes_cost_target, . - eacgm_probes_cost_target\n"
-	".popsection\n");
-extern "C" long eacgm_probes_cost_target(long x);
 
 namespace eacgm {
 

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/commands.h"
+#include "app/overhead.h"
 #include "app/target.h"
 #include "common/clock.h"
 #include "common/fs.h"
@@ -157,6 +158,7 @@ private:
 	std::future<Result<std::unique_ptr<Collector>>> host_loading_;
 	std::optional<detect::OnlineDetector> detector_;
 	std::optional<Recorder> recorder_;
+	std::optional<OverheadKeeper> budget_;
 	std::optional<LaunchedCommand> launched_;
 	bool command_exited_ = false;
 	int exit_code_ = 0;
@@ -468,6 +470,8 @@ void RecordSession::begin()
 	start_ = std::chrono::steady_clock::now();
 	usage_at_start_ = self_usage();
 	prog_stats_ = enable_prog_stats(); // from here: the attached phase only
+	if (a_.overhead_budget_pct > 0)
+		budget_.emplace(a_.overhead_budget_pct, a_.budget_after_s, *engine_, attacher_->specs());
 	(void)store_->set_meta("command", a_.command.empty() ? "pid " + std::to_string(a_.pid) : join(a_.command, " "));
 	(void)store_->set_meta("layers", join(layers_));
 	if (python_ && python_->sample_period_ns()) // what a sampled span's "samples" count is worth
@@ -534,7 +538,10 @@ RecordSession::Stop RecordSession::record_until_done()
 			return fail(n.error().message);
 		for (auto &w : recorder_->take_warnings())
 			std::cerr << "eacgm: warning: " << w << "\n";
-		for (auto &m : recorder_->take_notes())
+		std::vector<std::string> notes = recorder_->take_notes();
+		if (budget_)
+			budget_->tick(*recorder_, notes, events_);
+		for (auto &m : notes)
 			std::cerr << "eacgm: " << m << "\n";
 		if (auto r = collect(); !r)
 			return fail(r.error().message);
@@ -610,6 +617,10 @@ int RecordSession::finish()
 		return fail(r.error().message);
 	if (auto r = recorder_->finish(); !r)
 		return fail(r.error().message);
+	if (budget_) {
+		budget_->write_meta(*store_);
+		budget_.reset(); // the last burst ends
+	}
 	if (detector_)
 		detector_->flush(true); // refits would score nothing more
 	double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();

@@ -166,7 +166,9 @@ Observation Extractor::observe(const Span &s, const Context &ctx)
 	if (s.bytes)
 		o.x[kLogBandwidth] = std::log(static_cast<double>(s.bytes) * 1e9 / dur);
 	uint64_t &last = last_end_[{key_of(s), s.tid}];
-	if (last)
+	// A call seen in a burst of a throttled probe (args.weight): the gap
+	// before it spans the time the probe was detached, not the program's.
+	if (last && !s.args.contains("weight"))
 		o.x[kLogGap] = std::log1p(static_cast<double>(s.start_ns > last ? s.start_ns - last : 0));
 	last = std::max(last, s.start_ns + s.dur_ns);
 	// kCallSite is encoded by the key's model (its counts), not here.

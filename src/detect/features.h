@@ -14,7 +14,8 @@
 // | log_bandwidth    | ln(bytes / second), spans that move bytes              | 0.05   |
 // | log_gap          | ln(1 + ns since the previous span of the key on the     | 0.05   |
 // |                  | thread ended): inter-arrival, without the span's own    |        |
-// |                  | duration, so one slow call does not make the next odd   |        |
+// |                  | duration, so one slow call does not make the next odd;  |        |
+// |                  | absent on calls of a throttled probe (args.weight)      |        |
 // | call_site        | the Python call site (py_stack[0]): categorical, so not | -      |
 // |                  | a mixture dimension; the score adds ln p(site), its     |        |
 // |                  | share among the key's training events (a site never     |        |

@@ -295,6 +295,7 @@ std::vector<FunctionStats> compute_stats(const Recording &rec)
 {
 	const uint64_t period = sample_period_ns(rec);
 	std::map<std::pair<std::string, std::string>, std::pair<FunctionStats, std::vector<uint64_t>>> acc;
+	std::map<std::pair<std::string, std::string>, std::array<double, 4>> weighted; // calls, errors, ns, bytes
 	for (const Span &s : rec.spans) {
 		auto &[st, durs] = acc[{s.layer, s.name}];
 		if (auto n = s.args.find("samples"); n != s.args.end() && n->is_number_integer() && n->get<int64_t>() >= 0) {
@@ -304,11 +305,25 @@ std::vector<FunctionStats> compute_stats(const Recording &rec)
 			st.total_ns += period ? k * period : s.dur_ns;
 			continue;
 		}
-		st.calls++;
-		st.errors += is_error_span(s);
-		st.total_ns += s.dur_ns;
-		st.bytes += s.bytes;
+		double w = 1;
+		if (auto n = s.args.find("weight"); n != s.args.end() && n->is_number() && n->get<double>() >= 1) {
+			w = n->get<double>();
+			st.estimated = true;
+		}
+		auto &sums = weighted[{s.layer, s.name}];
+		sums[0] += w;
+		sums[1] += w * is_error_span(s);
+		sums[2] += w * static_cast<double>(s.dur_ns);
+		sums[3] += w * static_cast<double>(s.bytes);
+		st.seen++;
 		durs.push_back(s.dur_ns);
+	}
+	for (auto &[key, sums] : weighted) {
+		FunctionStats &st = acc[key].first;
+		st.calls = std::llround(sums[0]);
+		st.errors = std::llround(sums[1]);
+		st.total_ns += std::llround(sums[2]);
+		st.bytes = std::llround(sums[3]);
 	}
 	std::vector<FunctionStats> out;
 	out.reserve(acc.size());
@@ -333,10 +348,10 @@ std::vector<FunctionStats> compute_stats(const Recording &rec)
 static std::vector<std::string> stat_cells(const FunctionStats &f, bool sampled_layer)
 {
 	auto dur = [](double ns) { return format_duration(ns); };
-	std::string calls = f.calls || !f.runs ? std::to_string(f.calls) : "-";
+	std::string calls = f.calls || !f.runs ? (f.estimated ? "~" : "") + std::to_string(f.calls) : "-";
 	std::string mean = f.calls ? dur(static_cast<double>(f.total_ns) / static_cast<double>(f.calls)) : "-";
 	if (!sampled_layer)
-		return {calls, std::to_string(f.errors), dur(static_cast<double>(f.total_ns)), mean,
+		return {calls, (f.estimated && f.errors ? "~" : "") + std::to_string(f.errors), dur(static_cast<double>(f.total_ns)), mean,
 			dur(static_cast<double>(f.p50_ns)), dur(static_cast<double>(f.p99_ns)),
 			f.bytes ? format_bytes(f.bytes) : ""};
 	if (f.runs) // the mean of a call is not known where some of them were sampled
@@ -344,6 +359,36 @@ static std::vector<std::string> stat_cells(const FunctionStats &f, bool sampled_
 	return {calls, f.runs ? std::to_string(f.samples) : "-", dur(static_cast<double>(f.total_ns)),
 		f.runs ? "±" + dur(f.error_ns) : "", mean, f.calls ? dur(static_cast<double>(f.p50_ns)) : "-",
 		f.calls ? dur(static_cast<double>(f.p99_ns)) : "-"};
+}
+
+// What --overhead-budget did, from the recording's meta; empty when it
+// throttled nothing.
+static std::string budget_section(const Recording &rec)
+{
+	auto meta = [&](const char *key) {
+		auto it = rec.meta.find(key);
+		return it == rec.meta.end() ? std::string() : it->second;
+	};
+	auto throttled = nlohmann::json::parse(meta("overhead_throttled"), nullptr, false);
+	if (!throttled.is_array() || throttled.empty())
+		return "";
+	char buf[200];
+	snprintf(buf, sizeof(buf),
+		 "\noverhead budget %.1f%%: traced calls would have cost %.1f%% of the traced processes' CPU at "
+		 "most; the hottest were probed in bursts (about %.1f%% now):\n",
+		 std::atof(meta("overhead_budget_pct").c_str()), std::atof(meta("overhead_full_pct_max").c_str()),
+		 std::atof(meta("overhead_expected_pct").c_str()));
+	std::string out = buf;
+	for (auto &t : throttled) {
+		if (!t.is_object())
+			continue;
+		snprintf(buf, sizeof(buf), "  %s %s: attached %.1f%% of the time%s\n",
+			 t.value("layer", "").c_str(), t.value("function", "").c_str(), 100 * t.value("coverage", 1.0),
+			 t.value("now", false) ? "" : " (then attached again)");
+		out += buf;
+	}
+	return out + "  their calls, errors, totals and bytes (marked ~) are estimates: each call seen stands for "
+		     "those missed; p50/p99 are of the calls seen\n";
 }
 
 std::string format_summary(const Recording &rec, size_t max_rows_per_layer)
@@ -419,6 +464,7 @@ std::string format_summary(const Recording &rec, size_t max_rows_per_layer)
 	if (stats.empty() && rec.metrics.empty())
 		out += "\nno spans recorded\n";
 	out += errors_line(rec.spans);
+	out += budget_section(rec);
 	out += metrics_section(rec, max_rows_per_layer);
 	out += anomalies_section(rec, max_rows_per_layer);
 	out += "\n" + drops_line(rec.drops) + "\n";

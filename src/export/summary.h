@@ -23,6 +23,11 @@ struct FunctionStats {
 	uint64_t runs = 0, samples = 0;
 	double error_ns = 0; // 2 sd of that estimate: each run's two edges are
 			     // off by up to a period, sd period/sqrt(6) a run
+	// Calls of a probe throttled by --overhead-budget carry args.weight
+	// (the calls each stands for): calls, errors, total_ns and bytes are
+	// then weighted sums, estimates; `seen` counts the spans recorded.
+	bool estimated = false;
+	uint64_t seen = 0;
 };
 
 // A span failed when its decoded return names something other than success:

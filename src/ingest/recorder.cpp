@@ -156,6 +156,9 @@ int Recorder::on_span(void *ctx, void *data, size_t size)
 	// spans can be read before the fork record that says whose maps it has.
 	self->pending_.push_back(e);
 	self->spans_seen_++;
+	if (e.spec_id >= self->spans_per_spec_.size())
+		self->spans_per_spec_.resize(specs.probes.size());
+	self->spans_per_spec_[e.spec_id]++;
 	return 0;
 }
 
@@ -399,6 +402,23 @@ Result<void> Recorder::drain()
 	return flush(true);
 }
 
+void Recorder::set_weights(uint64_t from_ns, std::vector<double> weights)
+{
+	if (!weights_.empty() && weights_.back().first == from_ns)
+		weights_.back().second = std::move(weights);
+	else
+		weights_.push_back({from_ns, std::move(weights)});
+}
+
+double Recorder::weight(uint32_t spec_id, uint64_t start_ns) const
+{
+	// The budget changes rarely: the list is short, newest last.
+	for (auto it = weights_.rbegin(); it != weights_.rend(); ++it)
+		if (it->first <= start_ns)
+			return spec_id < it->second.size() ? it->second[spec_id] : 1.0;
+	return 1.0;
+}
+
 Result<void> Recorder::flush(bool force)
 {
 	const auto &specs = attacher_.specs();
@@ -407,6 +427,10 @@ Result<void> Recorder::flush(bool force)
 			const eacgm_span_event &e = pending_[k];
 			decoded_.push_back(decode_span(e, specs.probes[e.spec_id], specs, &symbolizer_));
 			Span &s = decoded_.back();
+			// A call seen in a burst of a throttled probe stands for those
+			// its probe was detached for (--overhead-budget).
+			if (double w = weight(e.spec_id, e.start_ns); w != 1.0)
+				s.args["weight"] = w;
 			nccl_.observe(s);
 			auto stack = e.py_stack ? span_stacks_.find(e.py_stack) : span_stacks_.end();
 			if (python_ && s.layer == "python" && s.name == kEvalEntryFunction) {

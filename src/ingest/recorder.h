@@ -9,6 +9,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/model.h"
@@ -65,6 +66,12 @@ public:
 	// Writes the process and thread tables and the loss counters.
 	Result<void> finish();
 	uint64_t spans_seen() const { return spans_seen_; }
+	// Spans read so far per spec id (the budget's hit counts).
+	const std::vector<uint64_t> &spans_per_spec() const { return spans_per_spec_; }
+	// What each span of a spec that starts at from_ns or later stands for
+	// (1: itself), stored with it as args.weight when it is not 1. A later
+	// call with the same from_ns replaces the weights.
+	void set_weights(uint64_t from_ns, std::vector<double> weights);
 	// Scores every CUDA/NCCL/torch call online as it is stored (null: off).
 	void set_detector(detect::OnlineDetector *d) { detector_ = d; }
 	uint64_t anomalies_seen() const { return anomalies_seen_; }
@@ -111,6 +118,7 @@ private:
 	// Decodes what was read; writes to the store when enough has gathered
 	// (or force).
 	Result<void> flush(bool force = false);
+	double weight(uint32_t spec_id, uint64_t start_ns) const;
 
 	Attacher &attacher_;
 	SpanEngine &engine_;
@@ -158,6 +166,8 @@ private:
 	std::vector<std::string> notes_;
 	std::set<std::string> warned_;
 	uint64_t spans_seen_ = 0;
+	std::vector<uint64_t> spans_per_spec_;
+	std::vector<std::pair<uint64_t, std::vector<double>>> weights_; // by from_ns, ascending
 	detect::OnlineDetector *detector_ = nullptr;
 	uint64_t anomalies_seen_ = 0;
 };

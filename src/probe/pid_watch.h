@@ -30,6 +30,10 @@ bool pidfd_exited(const UniqueFd &pidfd);
 // The parent of a process, from /proc/PID/stat; nothing once it is gone.
 std::optional<uint32_t> parent_pid(uint32_t pid);
 
+// The CPU time a process has used (all its threads, user and system), from
+// /proc/PID/stat; nothing once it is gone. Resolution: the clock tick.
+std::optional<uint64_t> process_cpu_ns(uint32_t pid);
+
 // What /proc says of a process that has exited but is not yet reaped: its
 // exit status (the shell's number) while it is a zombie, else nothing.
 std::optional<int> zombie_exit_status(uint32_t pid);

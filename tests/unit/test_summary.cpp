@@ -261,3 +261,39 @@ TEST(Summary, SampledFunctionsAreEstimates)
 	EXPECT_NE(text.find("  step            1      15   22.0 ms  ±1.15 ms         -   7.00 ms   7.00 ms\n"), std::string::npos)
 		<< text;
 }
+
+// Calls of a probe throttled by --overhead-budget carry args.weight: the
+// counts, errors, totals and bytes are weighted sums, marked "~"; p50/p99
+// are of the calls seen; the budget's section names the probe.
+TEST(Summary, ThrottledCallsAreWeightedEstimates)
+{
+	Recording r;
+	auto span = [](uint64_t dur, nlohmann::json args, int64_t ret = 0) {
+		return Span{.start_ns = 1000, .dur_ns = dur, .pid = 1, .tid = 1, .layer = "cuda", .name = "cudaMemcpy",
+			    .ret = ret, .ret_name = ret ? "cudaErrorInvalidValue" : "cudaSuccess", .bytes = 100,
+			    .args = std::move(args)};
+	};
+	r.spans = {span(10, {}), span(20, {{"weight", 10.0}}), span(30, {{"weight", 10.0}}, 1)};
+	r.meta["overhead_budget_pct"] = "2.000";
+	r.meta["overhead_full_pct_max"] = "12.500";
+	r.meta["overhead_expected_pct"] = "1.900";
+	r.meta["overhead_throttled"] =
+		R"([{"layer":"cuda","function":"cudaMemcpy","coverage":0.1,"now":true}])";
+	auto stats = compute_stats(r);
+	ASSERT_EQ(stats.size(), 1u);
+	EXPECT_TRUE(stats[0].estimated);
+	EXPECT_EQ(stats[0].seen, 3u);
+	EXPECT_EQ(stats[0].calls, 21u);
+	EXPECT_EQ(stats[0].errors, 10u);
+	EXPECT_EQ(stats[0].total_ns, 10u + 200u + 300u);
+	EXPECT_EQ(stats[0].bytes, 2100u);
+	EXPECT_EQ(stats[0].p50_ns, 20u);
+	std::string text = format_summary(r);
+	EXPECT_NE(text.find("  cudaMemcpy      ~21     ~10    510 ns     24 ns     20 ns     30 ns  2.05 KiB\n"), std::string::npos)
+		<< text;
+	EXPECT_NE(text.find("overhead budget 2.0%: traced calls would have cost 12.5% of the traced processes' CPU at "
+			    "most; the hottest were probed in bursts (about 1.9% now):\n  cuda cudaMemcpy: attached "
+			    "10.0% of the time\n"),
+		  std::string::npos)
+		<< text;
+}

@@ -1,0 +1,204 @@
+#include "app/overhead.h"
+
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "common/clock.h"
+#include "common/text.h"
+#include "probe/pid_watch.h"
+
+namespace eacgm {
+
+namespace {
+
+// Decisions every 2 s: enough calls and clock ticks (10 ms each) for a
+// stable estimate, soon enough to follow a job that changes phase.
+constexpr uint64_t kIntervalNs = 2'000'000'000;
+
+std::string pct(double v)
+{
+	char buf[32];
+	snprintf(buf, sizeof(buf), v < 10 ? "%.1f%%" : "%.0f%%", v);
+	return buf;
+}
+
+} // namespace
+
+OverheadKeeper::OverheadKeeper(double budget_pct, double warmup_s, SpanEngine &engine, const SpecSet &specs)
+    : budget_pct_(budget_pct), engine_(engine), specs_(specs),
+      next_ns_(mono_ns() + static_cast<uint64_t>(warmup_s * 1e9))
+{
+	// The Python layer's entry probes make Python function spans exactly;
+	// a scaled estimate of them would mean nothing there: they stay.
+	for (uint32_t id = 0; id < specs.probes.size(); id++)
+		if (specs.probes[id].layer != "python")
+			eligible_.insert(id);
+}
+
+double OverheadKeeper::traced_cpu_ns(const std::set<uint32_t> &pids)
+{
+	double sum = 0;
+	std::map<uint32_t, uint64_t> cpu;
+	for (uint32_t pid : pids) {
+		auto ns = process_cpu_ns(pid);
+		if (!ns)
+			continue; // exited: what it ran since the last interval is not known
+		cpu[pid] = *ns;
+		if (auto it = last_cpu_.find(pid); it != last_cpu_.end() && *ns >= it->second)
+			sum += static_cast<double>(*ns - it->second);
+	}
+	last_cpu_ = std::move(cpu);
+	return sum;
+}
+
+void OverheadKeeper::tick(Recorder &rec, std::vector<std::string> &notes, std::vector<Event> &events)
+{
+	uint64_t now = mono_ns();
+	if (cycler_)
+		if (auto e = cycler_->take_error(); !e.empty())
+			notes.push_back("warning: " + e);
+	if (now < next_ns_)
+		return;
+	next_ns_ = now + kIntervalNs;
+	decide(rec, now, notes, events);
+}
+
+void OverheadKeeper::decide(Recorder &rec, uint64_t now, std::vector<std::string> &notes,
+			    std::vector<Event> &events)
+{
+	const auto &hits = rec.spans_per_spec();
+	auto [runs, prog_ns] = engine_.program_runs_ns();
+	double cpu = traced_cpu_ns(rec.pids());
+	BudgetSample s;
+	for (uint32_t id = 0; id < hits.size(); id++) {
+		uint64_t before = id < last_hits_.size() ? last_hits_[id] : 0;
+		if (hits[id] > before)
+			s.hits[id] = hits[id] - before;
+	}
+	bool first = last_ns_ == 0;
+	uint64_t d_runs = runs - last_prog_runs_, d_ns = prog_ns - last_prog_ns_;
+	last_hits_ = hits;
+	last_prog_runs_ = runs;
+	last_prog_ns_ = prog_ns;
+	last_ns_ = now;
+	if (first) {
+		// The counts start here and the first interval ends next time;
+		// meanwhile the trap is timed, on a thread. Not earlier: a
+		// recording shorter than the warm-up has nothing to decide, and
+		// its start is when the machine is busiest.
+		trap_timing_ = std::async(std::launch::async, [this] { return measure_trap_ns(engine_); });
+		return;
+	}
+	if (trap_timing_.valid()) {
+		auto t = trap_timing_.get();
+		if (!t) {
+			notes.push_back("warning: overhead budget off: cannot time a uprobe hit (" + t.error().message +
+					")");
+			next_ns_ = UINT64_MAX;
+			return;
+		}
+		trap_ns_ = t.value();
+	}
+	s.traced_cpu_ns = cpu;
+	s.hit_ns = trap_ns_ + (d_runs ? static_cast<double>(d_ns) / static_cast<double>(d_runs) : 0);
+	// A job that barely ran says nothing about its cost: no change.
+	if (cpu < 0.05 * static_cast<double>(kIntervalNs))
+		return;
+	BudgetDecision d = decide_budget(s, now_, budget_pct_, eligible_);
+	decisions_++;
+	max_full_pct_ = std::max(max_full_pct_, d.full_pct);
+	bool changed = d.throttled != now_.throttled;
+	// A duty that moves by less than a quarter stays: small moves are the
+	// estimate's noise, and a new duty starts the coverage's measure again.
+	if (changed || std::abs(d.duty - now_.duty) > 0.25 * now_.duty) {
+		if (!cycler_)
+			cycler_.emplace(engine_);
+		cycler_->apply(d.throttled, d.duty);
+	} else {
+		d.duty = now_.duty;
+	}
+	set_weights(rec, d, changed ? now : throttled_from_ns_);
+	if (changed) {
+		throttled_from_ns_ = now;
+		notes.push_back(describe(d));
+		Event e;
+		e.ts_ns = now;
+		e.layer = "eacgm";
+		e.name = "overhead_budget";
+		e.args = {{"budget_pct", budget_pct_}, {"full_pct", d.full_pct}, {"expected_pct", d.expected_pct},
+			  {"duty", d.duty}, {"hit_ns", s.hit_ns}, {"throttled", nlohmann::json::array()}};
+		for (uint32_t id : d.throttled)
+			e.args["throttled"].push_back(specs_.probes[id].layer + "/" + specs_.probes[id].function);
+		events.push_back(std::move(e));
+	}
+	now_ = d;
+}
+
+// What each call of a throttled probe stands for: the inverse of the
+// coverage measured so far at this duty, or of the duty before a period ends.
+void OverheadKeeper::set_weights(Recorder &rec, const BudgetDecision &d, uint64_t from_ns)
+{
+	if (d.throttled.empty()) {
+		rec.set_weights(from_ns, {});
+		return;
+	}
+	auto [on, all] = cycler_->coverage_ns();
+	if (!all) // no whole period yet at this duty: as planned
+		on = static_cast<uint64_t>(d.duty * 1e9), all = 1'000'000'000;
+	double cov = effective_coverage(on, all, d.throttled_pct / 100);
+	std::vector<double> w(specs_.probes.size(), 1.0);
+	for (uint32_t id : d.throttled)
+		if (id < w.size()) {
+			w[id] = 1.0 / cov;
+			ever_throttled_[id] = cov;
+		}
+	rec.set_weights(from_ns, std::move(w));
+}
+
+std::string OverheadKeeper::describe(const BudgetDecision &d) const
+{
+	std::string head = "overhead budget " + pct(budget_pct_) + ": traced calls would cost " + pct(d.full_pct) +
+			   " of the traced processes' CPU";
+	if (d.throttled.empty())
+		return head + "; every probe is attached again";
+	std::vector<std::string> names;
+	for (uint32_t id : d.throttled)
+		if (names.size() < 5)
+			names.push_back(specs_.probes[id].function);
+	if (d.throttled.size() > 5)
+		names.push_back("...");
+	char buf[160];
+	snprintf(buf, sizeof(buf), " (%.2f us a call); probing the %zu hottest functions %.0f%% of the time, about %s: ",
+		 trap_ns_ / 1000, d.throttled.size(), d.duty * 100, pct(d.expected_pct).c_str());
+	return head + buf + join(names, ", ") + " (their counts are estimates)";
+}
+
+void OverheadKeeper::write_meta(StoreWriter &store) const
+{
+	auto num = [](double v) {
+		char buf[32];
+		snprintf(buf, sizeof(buf), "%.3f", v);
+		return std::string(buf);
+	};
+	(void)store.set_meta("overhead_budget_pct", num(budget_pct_));
+	if (trap_ns_ >= 0) {
+		(void)store.set_meta("overhead_hit_trap_ns", num(trap_ns_));
+		// Counted in bpf_runs:span_entry* and span_exit* with the traced calls.
+		(void)store.set_meta("overhead_timing_calls", std::to_string(kTrapTimingCalls));
+	}
+	if (!decisions_)
+		return;
+	(void)store.set_meta("overhead_full_pct", num(now_.full_pct));
+	(void)store.set_meta("overhead_full_pct_max", num(max_full_pct_));
+	(void)store.set_meta("overhead_expected_pct", num(now_.expected_pct));
+	nlohmann::json throttled = nlohmann::json::array();
+	for (auto [id, cov] : ever_throttled_)
+		throttled.push_back({{"layer", specs_.probes[id].layer},
+				     {"function", specs_.probes[id].function},
+				     {"coverage", cov},
+				     {"now", now_.throttled.count(id) != 0}});
+	(void)store.set_meta("overhead_throttled", throttled.dump());
+}
+
+} // namespace eacgm

@@ -1,0 +1,58 @@
+// The record loop's side of --overhead-budget: every interval it counts the
+// traced calls per probe, reads what the traced processes ran and what the
+// span programs cost, decides (probe/budget.h) and hands the decision to
+// the duty cycler and the weights to the recorder.
+#pragma once
+#include <cstdint>
+#include <future>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "ingest/recorder.h"
+#include "probe/budget.h"
+#include "probe/spec.h"
+#include "store/store.h"
+
+namespace eacgm {
+
+class OverheadKeeper {
+public:
+	// budget_pct > 0. The first decision comes after warmup_s: a short
+	// recording keeps every call, and the trap is timed meanwhile.
+	OverheadKeeper(double budget_pct, double warmup_s, SpanEngine &engine, const SpecSet &specs);
+	// Once per loop round; decides when an interval is due. Messages for
+	// the user go to `notes`; each change of what is throttled, as an event
+	// (layer "eacgm", name "overhead_budget"), to `events`.
+	void tick(Recorder &rec, std::vector<std::string> &notes, std::vector<Event> &events);
+	// What the budget did, in the recording's meta.
+	void write_meta(StoreWriter &store) const;
+
+private:
+	void decide(Recorder &rec, uint64_t now, std::vector<std::string> &notes, std::vector<Event> &events);
+	double traced_cpu_ns(const std::set<uint32_t> &pids);
+	std::string describe(const BudgetDecision &d) const;
+	void set_weights(Recorder &rec, const BudgetDecision &d, uint64_t from_ns);
+
+	const double budget_pct_;
+	SpanEngine &engine_;
+	const SpecSet &specs_;
+	std::set<uint32_t> eligible_; // specs that may be throttled
+	std::future<Result<double>> trap_timing_;
+	double trap_ns_ = -1;
+	uint64_t next_ns_, last_ns_ = 0;
+	std::vector<uint64_t> last_hits_;
+	std::map<uint32_t, uint64_t> last_cpu_; // per traced pid
+	uint64_t last_prog_ns_ = 0, last_prog_runs_ = 0;
+	BudgetDecision now_;
+	std::optional<DutyCycler> cycler_;
+	uint64_t throttled_from_ns_ = 0;
+	// For the meta: every spec throttled at some point, its last coverage.
+	std::map<uint32_t, double> ever_throttled_;
+	double max_full_pct_ = 0;
+	size_t decisions_ = 0;
+};
+
+} // namespace eacgm

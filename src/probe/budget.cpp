@@ -1,0 +1,234 @@
+#include "probe/budget.h"
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <unistd.h>
+#include <vector>
+
+#include "common/clock.h"
+#include "probe/proc_maps.h"
+
+// What measure_trap_ns() (and `probes`) probe and call: a function of eacgm
+// itself that starts with "push %rbp" like the functions of real libraries
+// (the kernel emulates that instruction; another first instruction would
+// cost a second trap).
+__asm__(".pushsection .text\n"
+	".globl eacgm_probes_cost_target\n"
+	".type eacgm_probes_cost_target, @function\n"
+	".p2align 4\n"
+	"eacgm_probes_cost_target:\n"
+	"  push %rbp\n"
+	"  mov %rsp, %rbp\n"
+	"  lea 1(%rdi), %rax\n"
+	"  pop %rbp\n"
+	"  ret\n"
+	".size eacgm_probes_cost_target, . - eacgm_probes_cost_target\n"
+	".popsection\n");
+
+namespace eacgm {
+
+BudgetDecision decide_budget(const BudgetSample &s, const BudgetDecision &now, double budget_pct,
+			     const std::set<uint32_t> &eligible)
+{
+	// Each spec's cost at full rate: a throttled one was seen `duty` of the time.
+	std::map<uint32_t, double> cost;
+	double full = 0, paid = 0;
+	for (auto [id, n] : s.hits) {
+		bool throttled = now.throttled.count(id) != 0;
+		double c = static_cast<double>(n) * s.hit_ns / (throttled ? now.duty : 1.0);
+		cost[id] = c;
+		full += c;
+		paid += throttled ? c * now.duty : c;
+	}
+	double job = s.traced_cpu_ns - paid; // the job's own CPU, without the traps it paid
+	BudgetDecision d = now;
+	if (job <= 0 || budget_pct <= 0)
+		return d;
+	const double budget = budget_pct / 100 * job;
+	d.full_pct = 100 * full / job;
+	if (full <= budget * (now.throttled.empty() ? 1.0 : 0.8)) {
+		d.throttled.clear();
+		d.duty = 1;
+		d.throttled_pct = 0;
+		d.expected_pct = d.full_pct;
+		return d;
+	}
+	double throttled_cost = 0;
+	for (uint32_t id : d.throttled)
+		if (auto it = cost.find(id); it != cost.end())
+			throttled_cost += it->second;
+	double rest = full - throttled_cost;
+	std::vector<std::pair<double, uint32_t>> hottest;
+	for (auto [id, c] : cost)
+		if (!d.throttled.count(id) && eligible.count(id))
+			hottest.push_back({c, id});
+	std::sort(hottest.begin(), hottest.end(), std::greater<>());
+	for (auto [c, id] : hottest) {
+		if (rest <= budget / 2)
+			break;
+		d.throttled.insert(id);
+		rest -= c;
+		throttled_cost += c;
+	}
+	d.duty = throttled_cost > 0 ? std::clamp((budget - rest) / throttled_cost, kMinDuty, 1.0) : 1.0;
+	d.expected_pct = 100 * (rest + d.duty * throttled_cost) / job;
+	d.throttled_pct = 100 * throttled_cost / job;
+	return d;
+}
+
+DutyCycler::DutyCycler(SpanEngine &engine, uint64_t period_ns)
+    : engine_(engine), period_ns_(period_ns), thread_([this] { run(); })
+{
+}
+
+DutyCycler::~DutyCycler()
+{
+	{
+		std::lock_guard<std::mutex> lock(mu_);
+		stop_ = true;
+	}
+	cv_.notify_all();
+	thread_.join();
+}
+
+void DutyCycler::apply(const std::set<uint32_t> &throttled, double duty)
+{
+	{
+		std::lock_guard<std::mutex> lock(mu_);
+		if (throttled == want_ && duty == duty_)
+			return;
+		want_ = throttled;
+		duty_ = duty;
+		since_ns_ = 0; // coverage starts again with the new duty
+	}
+	cv_.notify_all();
+}
+
+std::pair<uint64_t, uint64_t> DutyCycler::coverage_ns() const
+{
+	std::lock_guard<std::mutex> lock(mu_);
+	if (have_.empty() || !since_ns_ || until_ns_ <= since_ns_)
+		return {0, 0};
+	return {on_ns_, until_ns_ - since_ns_};
+}
+
+double effective_coverage(uint64_t on_ns, uint64_t elapsed_ns, double slowdown)
+{
+	double on = static_cast<double>(on_ns) / (1 + std::max(0.0, slowdown));
+	double off = static_cast<double>(elapsed_ns > on_ns ? elapsed_ns - on_ns : 0);
+	return on + off > 0 ? std::clamp(on / (on + off), kMinDuty / 2, 1.0) : 1.0;
+}
+
+std::string DutyCycler::take_error()
+{
+	std::lock_guard<std::mutex> lock(mu_);
+	return std::exchange(error_, {});
+}
+
+// Waits `ns` or until stopped or told something new.
+void DutyCycler::wait_for(uint64_t ns, std::unique_lock<std::mutex> &lock)
+{
+	auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(ns);
+	std::set<uint32_t> want = want_;
+	cv_.wait_until(lock, until, [&] { return stop_ || want_ != want; });
+}
+
+void DutyCycler::run()
+{
+	std::unique_lock<std::mutex> lock(mu_);
+	while (!stop_) {
+		if (want_ != have_) {
+			std::set<uint32_t> want = want_;
+			lock.unlock();
+			auto old = engine_.set_throttled(want);
+			lock.lock();
+			if (!old) {
+				error_ = "overhead budget: cannot relink the probes (" + old.error().message +
+					 "); every probe stays attached";
+				want_ = have_;
+				continue;
+			}
+			have_ = want;
+			since_ns_ = 0;
+			lock.unlock();
+			old.value().reset(); // waits for the kernel's grace periods
+			lock.lock();
+			continue;
+		}
+		if (have_.empty()) {
+			cv_.wait(lock, [&] { return stop_ || want_ != have_; });
+			continue;
+		}
+		// One period: attached for `duty` of it, then detached.
+		uint64_t start = mono_ns();
+		if (!since_ns_) {
+			since_ns_ = until_ns_ = start;
+			on_ns_ = 0;
+		}
+		uint64_t on_for = static_cast<uint64_t>(duty_ * static_cast<double>(period_ns_));
+		lock.unlock();
+		auto burst = engine_.attach_throttled();
+		// A call's span needs the exit probe too, attached last: the burst
+		// counts from the moment both are in place.
+		uint64_t on_at = mono_ns();
+		lock.lock();
+		if (!burst) {
+			error_ = "overhead budget: cannot attach a burst (" + burst.error().message +
+				 "); the throttled probes stay detached";
+			want_ = have_ = {};
+			continue;
+		}
+		wait_for(on_for, lock);
+		uint64_t off_at = mono_ns();
+		lock.unlock();
+		burst.value().reset(); // the breakpoints go first, then the grace periods pass
+		lock.lock();
+		uint64_t now = mono_ns();
+		if (now < start + period_ns_)
+			wait_for(start + period_ns_ - now, lock);
+		// A whole period more, burst and gap together (unless the set or
+		// the duty changed meanwhile: then the coverage starts again).
+		if (since_ns_ && since_ns_ <= start) {
+			on_ns_ += off_at - on_at;
+			until_ns_ = mono_ns();
+		}
+	}
+}
+
+Result<double> measure_trap_ns(SpanEngine &engine)
+{
+	// Where the function lies in eacgm's file, from this process's maps:
+	// no symbol table to read.
+	auto maps = read_maps(getpid());
+	if (!maps)
+		return maps.error();
+	uint64_t addr = reinterpret_cast<uintptr_t>(&eacgm_probes_cost_target);
+	const Mapping *m = mapping_for(maps.value(), addr);
+	if (!m || m->path.empty() || m->path[0] != '/')
+		return make_error("cannot find eacgm's own code in /proc/self/maps");
+	std::string self = m->path;
+	uint64_t offset = addr - m->start + m->offset;
+	long (*volatile call)(long) = eacgm_probes_cost_target; // a real call every time
+	auto best_ns = [&] {
+		const int rounds = 5, calls = kTrapTimingCalls / rounds;
+		double best = 1e30;
+		for (int round = 0; round < rounds; round++) {
+			uint64_t t0 = mono_ns();
+			for (long i = 0; i < calls; i++)
+				call(i);
+			best = std::min(best, static_cast<double>(mono_ns() - t0) / calls);
+		}
+		return best;
+	};
+	double probed;
+	{
+		auto links = engine.attach_apart(self, {{offset, 0}});
+		if (!links)
+			return links.error();
+		probed = best_ns();
+	}
+	return std::max(0.0, probed - best_ns());
+}
+
+} // namespace eacgm

@@ -1,0 +1,105 @@
+// --overhead-budget: keeps what the uprobe traps cost the traced processes
+// under a share of their CPU. Every traced call pays a trap into the kernel
+// (about a microsecond here, whatever the BPF program does); a function
+// called hundreds of thousands of times a second costs the job more than any
+// budget allows. The hottest functions are then probed in bursts (attached a
+// fraction of each second, detached for the rest) and each call seen in a
+// burst stands for 1/duty calls, so counts and totals stay estimates of the
+// whole while the cost falls with the duty.
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "common/result.h"
+#include "probe/span_engine.h"
+
+namespace eacgm {
+
+// What one interval looked like, for a decision.
+struct BudgetSample {
+	double traced_cpu_ns = 0;          // CPU the traced processes used, traps included
+	double hit_ns = 0;                 // what one traced call costs them: trap + programs
+	std::map<uint32_t, uint64_t> hits; // calls seen per spec (in bursts only, when throttled)
+};
+
+struct BudgetDecision {
+	std::set<uint32_t> throttled; // specs probed in bursts
+	double duty = 1;              // share of each period their probes are attached
+	double full_pct = 0;          // what every probe attached all the time would cost, % of the job's CPU
+	double expected_pct = 0;      // what this decision should cost
+	double throttled_pct = 0;     // what the throttled specs would cost at full rate
+};
+
+// The decision alone (no side effects, unit-tested). Throttles the hottest
+// specs until the rest cost at most half the budget, and gives the
+// throttled ones the duty that spends what remains. A throttled spec stays
+// throttled until everything fits the budget with room (80% of it) again,
+// so the links are not rebuilt back and forth. `eligible` are the specs
+// that may be throttled.
+BudgetDecision decide_budget(const BudgetSample &s, const BudgetDecision &now, double budget_pct,
+			     const std::set<uint32_t> &eligible);
+
+// The shortest burst worth attaching for, as a share of the period.
+constexpr double kMinDuty = 0.02;
+
+// The share of the job's own progress made while the throttled probes were
+// attached, which each call seen stands for the inverse of. While attached
+// the job also spends time in their traps (`slowdown`: their cost at full
+// rate over the job's own CPU) and makes fewer calls a second than while
+// detached; counting that time as coverage would bias the estimate low by
+// the overhead itself (measured: -8% at 18% overhead).
+double effective_coverage(uint64_t on_ns, uint64_t elapsed_ns, double slowdown);
+
+// Runs the bursts on a thread of its own: attaching takes milliseconds and
+// detaching waits for the kernel's grace periods (about 0.1 s), neither of
+// which the record loop can afford.
+class DutyCycler {
+public:
+	explicit DutyCycler(SpanEngine &engine, uint64_t period_ns = 1'000'000'000);
+	~DutyCycler();
+	DutyCycler(const DutyCycler &) = delete;
+	DutyCycler &operator=(const DutyCycler &) = delete;
+
+	// Applies a decision: the throttled set (relinking the libraries when it
+	// changes) and the duty of the following bursts.
+	void apply(const std::set<uint32_t> &throttled, double duty);
+	// Since the throttled set or the duty last changed, as measured: the
+	// time the throttled probes were attached and the time elapsed (whole
+	// periods only; both 0 before the first ends).
+	std::pair<uint64_t, uint64_t> coverage_ns() const;
+	// An error of a burst or a relink, once (the cycler then stops throttling).
+	std::string take_error();
+
+private:
+	void run();
+	void wait_for(uint64_t ns, std::unique_lock<std::mutex> &lock);
+
+	SpanEngine &engine_;
+	const uint64_t period_ns_;
+	mutable std::mutex mu_;
+	std::condition_variable cv_;
+	bool stop_ = false;
+	std::set<uint32_t> want_, have_;
+	double duty_ = 1;
+	uint64_t since_ns_ = 0, on_ns_ = 0, until_ns_ = 0; // coverage since the set last changed
+	std::string error_;
+	std::thread thread_;
+};
+
+// A function of eacgm itself that starts as library functions do (push
+// %rbp, which the kernel emulates): what the trap is timed on.
+extern "C" long eacgm_probes_cost_target(long x);
+
+// The trap's cost on this machine now: eacgm's own function probed by the
+// engine's programs (eacgm itself is untraced, so they return at once),
+// timed against the same calls unprobed. The least of a few rounds, in ns.
+// The probed calls count among the engine programs' runs (kTrapTimingCalls).
+Result<double> measure_trap_ns(SpanEngine &engine);
+constexpr int kTrapTimingCalls = 5 * 1000;
+
+} // namespace eacgm

@@ -1,0 +1,74 @@
+"""--overhead-budget: a traced function hot enough to cost the job far more
+than the budget (budget_load: bl_work, about 10 us of work a call, against a
+trap of 1-2 us) is probed in bursts once the budget acts; a light function
+beside it keeps every call. The hot function's calls then stand for those
+missed (args.weight), and its estimated count is checked against what the
+program itself counted; the summary, the events and the trace say what was
+throttled. With --overhead-budget 0 every call is recorded."""
+import json
+import os
+import unittest
+
+import eacgm_e2e as E
+
+BUDGET_LOAD = os.path.join(E.TESTPROGS, "budget_load")
+SPEC = {"layer": "budget", "library": "libeacgm_budgetlib*.so",
+        "probes": [{"function": "bl_work"}, {"function": "bl_light"}]}
+SECONDS, ITERS = 9, 30000
+
+
+class OverheadBudget(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        E.require_root()
+        cls.tmp = E.make_tempdir(cls)
+        cls.spec = E.write_json(os.path.join(cls.tmp, "spec.json"), SPEC)
+        cls.rec = E.record(cls.tmp, [BUDGET_LOAD, str(SECONDS), str(ITERS)], "--layers", "cuda", "--spec",
+                           cls.spec, "--no-detect", "--budget-after", "2")
+
+    def setUp(self):
+        self.assertEqual(self.rec.rc, 0, self.rec.stderr)
+        self.made = json.loads(self.rec.stdout)  # what the program counted itself
+
+    def test_light_function_keeps_every_call(self):
+        light = self.rec.spans("name = 'bl_light'")
+        self.assertEqual(len(light), self.made["light_calls"])
+        self.assertEqual([s for s in light if "weight" in s["args"]], [])
+
+    def test_hot_function_is_sampled_and_scaled(self):
+        work = self.rec.spans("name = 'bl_work'")
+        weighted = [s for s in work if "weight" in s["args"]]
+        self.assertGreater(len(weighted), 0, self.rec.stderr)
+        self.assertLess(len(work), self.made["work_calls"] * 0.8, "bursts record a fraction of the calls")
+        self.assertTrue(all(s["args"]["weight"] > 1 for s in weighted))
+        estimate = sum(s["args"].get("weight", 1) for s in work)
+        self.assertAlmostEqual(estimate / self.made["work_calls"], 1.0, delta=0.2)
+
+    def test_what_was_throttled_is_said(self):
+        meta = E.meta(self.rec.db)
+        self.assertEqual(float(meta["overhead_budget_pct"]), 2.0)
+        throttled = json.loads(meta["overhead_throttled"])
+        self.assertEqual([(t["layer"], t["function"]) for t in throttled], [("budget", "bl_work")])
+        self.assertGreater(float(meta["overhead_full_pct_max"]), 2.0)
+        events = self.rec.query("SELECT layer, name, args FROM events WHERE name = 'overhead_budget'")
+        self.assertEqual([(e["layer"], json.loads(e["args"])["throttled"]) for e in events],
+                         [("eacgm", ["budget/bl_work"])])
+        self.assertIn("overhead budget 2.0%: traced calls would cost", self.rec.stderr)
+        self.assertIn("  budget bl_work: attached", self.rec.stderr)
+        row = [l for l in self.rec.stderr.splitlines() if l.startswith("  bl_work ")]
+        self.assertEqual(len(row), 1, self.rec.stderr)
+        self.assertIn(" ~", row[0])
+        trace = E.load_trace(self.rec.trace)
+        self.assertEqual(json.loads(trace["otherData"]["overhead_throttled"])[0]["function"], "bl_work")
+
+    def test_budget_off_records_every_call(self):
+        rec = E.record(self.tmp, [BUDGET_LOAD, "3", str(ITERS)], "--layers", "cuda", "--spec", self.spec,
+                       "--no-detect", "--budget-after", "0", "--overhead-budget", "0", name="off")
+        self.assertEqual(rec.rc, 0, rec.stderr)
+        made = json.loads(rec.stdout)
+        self.assertEqual(len(rec.spans("name = 'bl_work'")), made["work_calls"])
+        self.assertNotIn("overhead_throttled", E.meta(rec.db))
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,108 @@
+// --overhead-budget's decision (probe/budget.h): which probes go to bursts,
+// at which duty, and what a call seen in a burst stands for.
+#include <gtest/gtest.h>
+
+#include "probe/budget.h"
+
+using namespace eacgm;
+
+namespace {
+
+// 1 s of the job's own CPU plus what the calls cost it at full rate.
+BudgetSample sample(std::map<uint32_t, uint64_t> hits, double hit_ns, const BudgetDecision &now = {})
+{
+	BudgetSample s;
+	s.hit_ns = hit_ns;
+	s.hits = hits;
+	double paid = 0;
+	for (auto [id, n] : hits)
+		paid += static_cast<double>(n) * hit_ns; // hits as seen: already what was paid
+	s.traced_cpu_ns = 1e9 + paid;
+	(void)now;
+	return s;
+}
+
+} // namespace
+
+TEST(Budget, UnderBudgetThrottlesNothing)
+{
+	// 10,000 calls of 1 us: 1% of the job.
+	auto d = decide_budget(sample({{1, 10'000}}, 1000), {}, 2, {1});
+	EXPECT_TRUE(d.throttled.empty());
+	EXPECT_EQ(d.duty, 1.0);
+	EXPECT_NEAR(d.full_pct, 1.0, 1e-9);
+	EXPECT_NEAR(d.expected_pct, 1.0, 1e-9);
+}
+
+TEST(Budget, HottestGoToBurstsUntilTheRestFitsHalfTheBudget)
+{
+	// Spec 1: 10% of the job, spec 2: 0.5%, spec 3: 0.4%: only spec 1 goes;
+	// the rest (0.9%) fits half of 2%, and spec 1 gets what remains: 1.1%
+	// of its 10%.
+	auto d = decide_budget(sample({{1, 100'000}, {2, 5'000}, {3, 4'000}}, 1000), {}, 2, {1, 2, 3});
+	EXPECT_EQ(d.throttled, (std::set<uint32_t>{1}));
+	EXPECT_NEAR(d.duty, 0.11, 1e-9);
+	EXPECT_NEAR(d.full_pct, 10.9, 1e-9);
+	EXPECT_NEAR(d.expected_pct, 2.0, 1e-9);
+	EXPECT_NEAR(d.throttled_pct, 10.0, 1e-9);
+}
+
+TEST(Budget, OnlyEligibleSpecsAreThrottled)
+{
+	// The hottest may not be throttled: the next ones go instead, and the
+	// duty cannot bring the whole under budget (it says so in expected_pct).
+	auto d = decide_budget(sample({{1, 100'000}, {2, 30'000}}, 1000), {}, 2, {2});
+	EXPECT_EQ(d.throttled, (std::set<uint32_t>{2}));
+	EXPECT_EQ(d.duty, kMinDuty);
+	EXPECT_NEAR(d.expected_pct, 10.0 + 3.0 * kMinDuty, 1e-9);
+}
+
+TEST(Budget, ThrottledHitsAreScaledByTheDutyAndStaySticky)
+{
+	BudgetDecision now;
+	now.throttled = {1};
+	now.duty = 0.1;
+	// 10,000 seen at duty 0.1: 100,000 at full rate, 10% of the job (its own
+	// CPU is what the traced processes ran less what the seen calls cost).
+	BudgetSample s;
+	s.hit_ns = 1000;
+	s.hits = {{1, 10'000}};
+	s.traced_cpu_ns = 1e9 + 10'000 * 1000.0;
+	auto d = decide_budget(s, now, 2, {1});
+	EXPECT_NEAR(d.full_pct, 10.0, 1e-9);
+	EXPECT_EQ(d.throttled, (std::set<uint32_t>{1}));
+	EXPECT_NEAR(d.duty, 0.2, 1e-9);
+	// At 1.9% in full (over 80% of the budget) it stays throttled ...
+	s.hits = {{1, 1'900}};
+	s.traced_cpu_ns = 1e9 + 1'900 * 1000.0;
+	EXPECT_EQ(decide_budget(s, now, 2, {1}).throttled, (std::set<uint32_t>{1}));
+	// ... and at 1.5% every probe is attached again.
+	s.hits = {{1, 1'500}};
+	s.traced_cpu_ns = 1e9 + 1'500 * 1000.0;
+	auto back = decide_budget(s, now, 2, {1});
+	EXPECT_TRUE(back.throttled.empty());
+	EXPECT_EQ(back.duty, 1.0);
+}
+
+TEST(Budget, NoBudgetOrNoJobChangesNothing)
+{
+	BudgetDecision now;
+	now.throttled = {3};
+	now.duty = 0.5;
+	auto d = decide_budget(sample({{3, 100'000}}, 1000), now, 0, {3});
+	EXPECT_EQ(d.throttled, now.throttled);
+	EXPECT_EQ(d.duty, 0.5);
+	BudgetSample idle;
+	idle.hit_ns = 1000;
+	EXPECT_EQ(decide_budget(idle, now, 2, {3}).duty, 0.5);
+}
+
+TEST(Budget, EffectiveCoverageDiscountsTheTrapTimeInBursts)
+{
+	// Attached 100 ms of 1 s: a coverage of 10% when traps cost nothing.
+	EXPECT_NEAR(effective_coverage(100'000'000, 1'000'000'000, 0), 0.1, 1e-12);
+	// With traps costing 25% more while attached, 100 ms attached is 80 ms
+	// of the job's own progress: 80 / (80 + 900).
+	EXPECT_NEAR(effective_coverage(100'000'000, 1'000'000'000, 0.25), 80.0 / 980.0, 1e-12);
+	EXPECT_EQ(effective_coverage(0, 0, 0), 1.0);
+}
