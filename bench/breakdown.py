@@ -6,6 +6,8 @@ median step against untraced, eacgm's own CPU (% of one core while attached),
 and the time its BPF programs ran per second attached, by program, as the
 kernel counted it (each recording's meta). The uprobe traps themselves (about
 a microsecond a traced call here) are the kernel's and show only in the step.
+Every call is traced (--overhead-budget 0): this is the cost at full rate,
+which the budget then cuts (train_cost.py measures the steady state).
 
 Usage: bench/breakdown.py EACGM [ROUNDS (3)] [--steps N (40)] [--only resnet18|gpt]"""
 import argparse
@@ -30,7 +32,8 @@ LADDER = [
 def run(eacgm, workload, steps, args, db):
     cmd = [T.PYTHON, os.path.join(T.ROOT, "bench", "workloads", workload), str(steps)]
     if args is not None:
-        cmd = [eacgm, "record", "-o", db, *args, "--", *cmd]
+        # Every call, whatever it costs: the breakdown is of the full rate.
+        cmd = [eacgm, "record", "-o", db, "--overhead-budget", "0", *args, "--", *cmd]
     out = T.run_checked(cmd, " ".join(cmd))
     step = float(T.STEP_RE.search(out).group(1))
     if args is None:

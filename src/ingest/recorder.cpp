@@ -309,6 +309,7 @@ void Recorder::handle_proc(const eacgm_proc_event &e)
 		p.comm = std::string(e.comm, strnlen(e.comm, sizeof(e.comm)));
 		p.cmdline = read_proc_text("/proc/" + std::to_string(e.tgid) + "/cmdline");
 		attacher_.forget(e.tgid); // a new image
+		symbolizer_.exec(e.tgid);
 		rescan_.insert(e.tgid);
 		break;
 	}

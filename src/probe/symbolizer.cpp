@@ -58,6 +58,7 @@ std::optional<std::string> Symbolizer::resolve(uint32_t pid, uint64_t addr) {
 	if (p.maps) name = lookup(pid, *p.maps, addr);
 	// A miss on old maps may be a library loaded since (dlopen): re-read once.
 	if (!name && !fresh && read(pid, p)) name = lookup(pid, *p.maps, addr);
+	if (!name && p.inherited && p.inherited != p.maps) name = lookup(pid, *p.inherited, addr);
 	p.results.emplace(addr, name);
 	return name;
 }
@@ -79,10 +80,17 @@ void Symbolizer::inherit(uint32_t child, uint32_t parent) {
 	Proc &par = procs_[parent];
 	if (!par.maps) read(parent, par);
 	Proc &c = procs_[child];
-	if (!c.own) {
+	c.inherited = par.maps;
+	if (!c.own)
 		c.maps = par.maps;
-		c.results.clear(); // misses from before the child's maps were known
-	}
+	c.results.clear(); // misses from before the parent's maps were known
+}
+
+void Symbolizer::exec(uint32_t pid) {
+	std::lock_guard lock(mu_);
+	// Maps read before the exec describe the old image: a child forked
+	// after it must not inherit them (read again at its fork or first use).
+	if (auto it = procs_.find(pid); it != procs_.end()) it->second = Proc{};
 }
 
 void Symbolizer::forget(uint32_t pid) {

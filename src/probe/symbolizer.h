@@ -39,6 +39,9 @@ public:
 	// if not yet cached) serve the child until the child's own maps are read,
 	// and whenever its /proc entry is gone.
 	void inherit(uint32_t child, uint32_t parent);
+	// A new image: what was read or inherited before says nothing about it;
+	// the next use (or a fork from it) reads the maps again.
+	void exec(uint32_t pid);
 	// Drops the pid's maps and results. Parsed ELF files stay cached by path.
 	void forget(uint32_t pid);
 
@@ -46,6 +49,10 @@ private:
 	struct Proc {
 		std::shared_ptr<const std::vector<Mapping>> maps; // shared with forked children
 		bool own = false; // maps read from this pid's /proc entry (not inherited)
+		// A forked child's parent's maps, kept after its own are read: a
+		// process read while it exits shows part of its maps (the kernel
+		// unmaps as it goes), and what it ran before exec is in them.
+		std::shared_ptr<const std::vector<Mapping>> inherited;
 		std::unordered_map<uint64_t, std::optional<std::string>> results;
 	};
 	static bool take(Proc &p, std::vector<Mapping> maps);

@@ -111,5 +111,48 @@ TEST(Symbolizer, RereadsMapsOnMiss) {
 	EXPECT_EQ(s.resolve(201, target_addr()), kTarget);
 }
 
+// A forked child read while it exits shows part of its maps (the kernel
+// unmaps as it goes): what the read lacks resolves through the parent's
+// maps, until the child execs. Seen when eacgm was busy at start: the kernel
+// name of a child's cudaLaunchKernel came out as an address.
+TEST(Symbolizer, ChildReadWhileExitingFallsBackToItsParent) {
+	REQUIRE_OWN_SYMBOLS();
+	const std::string exe = fs::read_symlink("/proc/self/exe").string();
+	std::string without_exe, line;
+	std::istringstream all(own_maps());
+	while (std::getline(all, line))
+		if (!line.ends_with(" " + exe)) without_exe += line + "\n";
+	FakeProc p;
+	Symbolizer s(p.root.string());
+	p.write_maps(300, own_maps());
+	p.write_maps(301, without_exe); // the child, half unmapped
+	s.snapshot(301);                // its first span came before its fork record
+	s.inherit(301, 300);
+	EXPECT_EQ(s.resolve(301, target_addr()), kTarget);
+	s.exec(301);
+	s.snapshot(301); // a new image: the parent's maps no longer stand in
+	EXPECT_EQ(s.resolve(301, target_addr() + 1), std::nullopt);
+}
+
+// A child forked right after its parent's exec, before eacgm rescanned the
+// parent, inherits the new image's maps, not those read before the exec (a
+// launched command is first seen at the gate, still running eacgm's image).
+TEST(Symbolizer, ChildOfAnExecInheritsTheNewImage) {
+	REQUIRE_OWN_SYMBOLS();
+	const std::string exe = fs::read_symlink("/proc/self/exe").string();
+	std::string without_exe, line;
+	std::istringstream all(own_maps());
+	while (std::getline(all, line))
+		if (!line.ends_with(" " + exe)) without_exe += line + "\n";
+	FakeProc p;
+	Symbolizer s(p.root.string());
+	p.write_maps(400, without_exe); // before the exec
+	s.snapshot(400);
+	p.write_maps(400, own_maps()); // after it
+	s.exec(400);
+	s.inherit(401, 400); // the child exited before it was ever read
+	EXPECT_EQ(s.resolve(401, target_addr()), kTarget);
+}
+
 } // namespace
 } // namespace eacgm
