@@ -3,6 +3,7 @@
 // calls left by longjmp, the process filter, and exact loss accounting.
 #include <gtest/gtest.h>
 #include <stdint.h>
+#include <set>
 #include <thread>
 
 #include "span_fixture.h"
@@ -141,6 +142,85 @@ TEST_P(SpanEngineTest, AFullRingBufferLosesExactlyWhatItCannotHold)
 	EXPECT_EQ(c[EACGM_CNT_SPANS], fits);
 	for (size_t i = 0; i < ev.size(); i++)
 		EXPECT_EQ(ev[i].args[0], i); // the first ones are kept, in order
+}
+
+// A call whose return was never seen (here longjmp; under --overhead-budget a
+// burst's detach) is dropped at the thread's next entry: a callee enters below
+// every live frame, so a frame at or below the entering sp is dead. Without
+// that, 40 such calls would fill the thread's stack of 32 and the next calls
+// would be lost.
+TEST_P(SpanEngineTest, CallsWhoseReturnWasMissedAreDroppedAtTheNextEntry)
+{
+	open_engine();
+	probe(7, "tl_jump_deep", {entry_arg(0)}); // tl_escape itself is not probed
+	for (long i = 0; i < 40; i++)
+		tl_escape(i);
+	probe(1, "tl_noop", {entry_arg(0)});
+	tl_noop(5);
+	auto ev = collect();
+	EXPECT_EQ(only(ev, 7).size(), 0u);
+	auto noop = only(ev, 1);
+	ASSERT_EQ(noop.size(), 1u);
+	EXPECT_EQ(noop[0].depth, 0); // nothing dead left below it
+	EXPECT_EQ(engine->counters()[EACGM_CNT_DEPTH_OVERFLOW], 0u);
+	EXPECT_EQ(engine->counters()[EACGM_CNT_UNPAIRED], 40u);
+}
+
+// Two links on one function (what the budget's relink looks like for a
+// moment): each call enters twice at the same sp and returns twice; the
+// second entry replaces the first and the second return finds nothing, so
+// each call is one span.
+TEST_P(SpanEngineTest, TwoLinksOnOneFunctionMakeOneSpanACall)
+{
+	open_engine();
+	probe(1, "tl_noop", {entry_arg(0)});
+	probe(1, "tl_noop", {entry_arg(0)});
+	for (long i = 0; i < 5; i++)
+		tl_noop(i);
+	auto noop = only(collect(), 1);
+	ASSERT_EQ(noop.size(), 5u);
+	for (long i = 0; i < 5; i++) {
+		EXPECT_EQ(noop[i].args[0], (uint64_t)i);
+		EXPECT_EQ(noop[i].depth, 0);
+	}
+	EXPECT_EQ(engine->counters()[EACGM_CNT_UNPAIRED], 5u); // the replaced twin entries
+}
+
+// --overhead-budget's mechanics: a throttled function leaves the library's
+// links (rebuilt without it) and is seen only while a burst's links live;
+// the others go on; an empty set puts it back.
+TEST_P(SpanEngineTest, ThrottledFunctionsAreSeenOnlyInBursts)
+{
+	open_engine();
+	probe(1, "tl_noop", {entry_arg(0)});
+	probe(2, "tl_outer", {entry_arg(0)});
+	{
+		auto old = engine->set_throttled({1});
+		ASSERT_TRUE(old.ok()) << old.error().message;
+	} // the old links go here
+	EXPECT_EQ(engine->throttled(), (std::set<uint32_t>{1}));
+	tl_noop(1);
+	tl_outer(100);
+	{
+		auto burst = engine->attach_throttled();
+		ASSERT_TRUE(burst.ok()) << burst.error().message;
+		tl_noop(2);
+		tl_noop(3);
+	}
+	tl_noop(4);
+	{
+		auto old = engine->set_throttled({});
+		ASSERT_TRUE(old.ok()) << old.error().message;
+	}
+	tl_noop(5);
+	auto ev = collect();
+	std::vector<uint64_t> seen;
+	for (auto &e : only(ev, 1))
+		seen.push_back(e.args[0]);
+	EXPECT_EQ(seen, (std::vector<uint64_t>{2, 3, 5}));
+	ASSERT_EQ(only(ev, 2).size(), 1u);
+	EXPECT_EQ(only(ev, 2)[0].args[0], 100u);
+	EXPECT_EQ(engine->counters()[EACGM_CNT_UNPAIRED], 0u);
 }
 
 } // namespace eacgm::test
