@@ -150,6 +150,7 @@ private:
 	std::unique_ptr<ProcTracker> tracker_;
 	std::unique_ptr<PythonTracer> python_;
 	std::unique_ptr<SpanEngine> engine_;
+	ElfPrefetch prefetch_; // the target's libraries, read while the BPF objects load
 	std::optional<Attacher> attacher_;
 	std::vector<std::unique_ptr<Collector>> collectors_;
 	// The host layer's programs load while the span and Python ones do:
@@ -222,12 +223,13 @@ RecordSession::Stop RecordSession::check_target()
 		if (!r)
 			return fail(r.error().message, 127);
 		exe_ = r.value();
-		return {};
+	} else {
+		auto fd = open_live_process(a_.pid);
+		if (!fd)
+			return fail(fd.error().message);
+		root_fd_ = std::move(fd.value());
 	}
-	auto fd = open_live_process(a_.pid);
-	if (!fd)
-		return fail(fd.error().message);
-	root_fd_ = std::move(fd.value());
+	prefetch_.start(specs_, a_.command.empty() ? a_.pid : 0, exe_);
 	return {};
 }
 
@@ -307,6 +309,7 @@ RecordSession::Stop RecordSession::open_probes()
 	if (auto stop = check_target_alive())
 		return stop;
 	attacher_.emplace(*engine_, *tracker_, std::move(specs_));
+	attacher_->use_prefetch(&prefetch_);
 	if (auto r = attacher_->load_specs(); !r)
 		return fail(r.error().message);
 	char ld[PATH_MAX];

@@ -6,6 +6,9 @@
 #include <fcntl.h>
 #include <fstream>
 #include <map>
+#include <mutex>
+#include <optional>
+#include <set>
 #include <regex>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -37,8 +40,18 @@ Result<void> Attacher::load_specs()
 
 bool Attacher::wanted(const std::string &path) const
 {
-	for (auto &p : specs_.probes)
-		if (library_matches(p, path))
+	// Hundreds of specs (one per operator a pattern found) name a handful
+	// of libraries, and a torch process maps hundreds of files: each file
+	// is tested against the distinct names only.
+	if (libraries_for_ != specs_.probes.size()) {
+		std::set<std::string> distinct;
+		for (auto &p : specs_.probes)
+			distinct.insert(p.library);
+		libraries_.assign(distinct.begin(), distinct.end());
+		libraries_for_ = specs_.probes.size();
+	}
+	for (auto &lib : libraries_)
+		if (library_matches(lib, path))
 			return true;
 	return false;
 }
@@ -70,7 +83,9 @@ Result<void> Attacher::attach_library(const std::string &path)
 		return {};
 	if (!done_files_.insert({st.st_dev, st.st_ino}).second)
 		return {};
-	auto elf = ElfFile::open(real);
+	std::optional<PrefetchedElf> ahead = prefetch_ ? prefetch_->take(real) : std::nullopt;
+	Result<ElfFile> elf = ahead ? std::move(ahead->elf) : ElfFile::open(real);
+	const auto *matched = ahead ? &ahead->matches : nullptr;
 	if (!elf) {
 		for (size_t i : matching)
 			if (specs_.probes[i].user)
@@ -93,7 +108,7 @@ Result<void> Attacher::attach_library(const std::string &path)
 	};
 	for (size_t i : matching) {
 		if (!specs_.probes[i].match.empty()) {
-			auto r = expand_pattern(i, elf.value(), add);
+			auto r = expand_pattern(i, elf.value(), matched, add);
 			if (!r)
 				return r;
 			continue;
@@ -120,10 +135,15 @@ Result<void> Attacher::attach_library(const std::string &path)
 }
 
 Result<void> Attacher::expand_pattern(size_t pattern, const ElfFile &elf,
+				      const std::map<std::string, std::vector<uint32_t>> *matched,
 				      const std::function<Result<void>(uint32_t, const ElfSymbol &)> &add)
 {
-	std::regex re(specs_.probes[pattern].match);
-	const std::string prefix = anchored_literal_prefix(specs_.probes[pattern].match);
+	const std::string &match = specs_.probes[pattern].match;
+	const std::vector<uint32_t> *ahead = nullptr; // matched while the BPF objects loaded
+	if (matched)
+		if (auto it = matched->find(match); it != matched->end())
+			ahead = &it->second;
+	const std::vector<uint32_t> found = ahead ? *ahead : match_symbols(elf, match);
 	bool any = false;
 	// Tensor shapes need the TensorImpl layout of this file's torch version.
 	int tensors = specs_.probes[pattern].tensor_args;
@@ -138,9 +158,8 @@ Result<void> Attacher::expand_pattern(size_t pattern, const ElfFile &elf,
 					    " (" + elf.path() + "): operators are traced without shapes; "
 					    "scripts/torch-layout.py measures one");
 	}
-	for (const ElfSymbol &sym : elf.symbols()) {
-		if (!sym.func || !sym.demangled.starts_with(prefix) || !std::regex_search(sym.demangled, re))
-			continue;
+	for (uint32_t k : found) {
+		const ElfSymbol &sym = elf.symbols()[k];
 		any = true;
 		ProbeSpec p = expand_match(specs_.probes[pattern], sym.name, sym.demangled);
 		if (layout)
@@ -315,6 +334,18 @@ std::vector<std::string> linked_libraries(const std::string &program)
 }
 
 std::vector<std::string> installed_libraries()
+{
+	// Read once per run (ldconfig is a program to start): the prefetch at
+	// start and the attach that follows ask for the same list.
+	static std::mutex mu;
+	static std::optional<std::vector<std::string>> once;
+	std::lock_guard<std::mutex> lock(mu);
+	if (!once)
+		once = read_installed_libraries();
+	return *once;
+}
+
+std::vector<std::string> read_installed_libraries()
 {
 	std::vector<std::string> libs;
 	// The loader cache: what a program finds by soname.

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "probe/elf_prefetch.h"
 #include "probe/elf_symbols.h"
 #include "probe/first_insn.h"
 #include "probe/proc_maps.h"
@@ -53,6 +54,8 @@ public:
 	// (the loader cache, CUDA toolkits) or that a program links.
 	Result<void> attach_installed(const std::vector<std::string> &extra_libraries);
 
+	// ELF files read ahead (at start, while the BPF objects load); not owned.
+	void use_prefetch(ElfPrefetch *p) { prefetch_ = p; }
 	const SpecSet &specs() const { return specs_; }
 	const std::vector<AttachedProbe> &attached() const { return attached_; }
 	// attached()[from..] as places in files, named as spans show them.
@@ -63,7 +66,9 @@ public:
 private:
 	bool wanted(const std::string &path) const;
 	// Adds a probe per function of `elf` that a `match` pattern finds.
+	// `matched`: what the prefetch found per pattern (null: match here).
 	Result<void> expand_pattern(size_t pattern, const ElfFile &elf,
+				    const std::map<std::string, std::vector<uint32_t>> *matched,
 				    const std::function<Result<void>(uint32_t, const ElfSymbol &)> &add);
 
 	SpanEngine &engine_;
@@ -78,6 +83,10 @@ private:
 	std::unordered_map<uint32_t, std::unordered_set<std::string>> judged_;
 	std::vector<AttachedProbe> attached_;
 	std::vector<std::string> warnings_;
+	ElfPrefetch *prefetch_ = nullptr;
+	// The distinct `library` values of specs_ (as of libraries_for_ specs).
+	mutable std::vector<std::string> libraries_;
+	mutable size_t libraries_for_ = 0;
 	// (pattern, function, tensor layout) -> spec id
 	std::map<std::tuple<size_t, std::string, std::pair<uint16_t, uint16_t>>, uint32_t> expanded_;
 };
@@ -87,7 +96,9 @@ private:
 // programs.
 std::vector<std::string> linked_libraries(const std::string &program);
 
-// Library files in the loader cache and the usual CUDA locations.
+// Library files in the loader cache and the usual CUDA locations, read
+// once per run (read_installed_libraries reads them now).
 std::vector<std::string> installed_libraries();
+std::vector<std::string> read_installed_libraries();
 
 } // namespace eacgm

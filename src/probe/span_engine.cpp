@@ -58,12 +58,18 @@ Result<std::unique_ptr<SpanEngine>> SpanEngine::open(const Options &opts, int tr
 		} else {
 			bpf_map__set_max_entries(e->skel_->maps.py_events, page); // unused
 		}
+		// One pair or the other: each copy of the programs (with the Python
+		// stack walker inlined) takes the verifier about 0.1 s, a third of
+		// the start-up of a recording.
 		for (auto *prog : {e->skel_->progs.span_entry_multi, e->skel_->progs.span_exit_multi}) {
 			if (multi)
 				bpf_program__set_expected_attach_type(prog, kTraceUprobeMulti);
 			else
 				bpf_program__set_autoload(prog, false);
 		}
+		for (auto *prog : {e->skel_->progs.span_entry, e->skel_->progs.span_exit})
+			if (multi)
+				bpf_program__set_autoload(prog, false);
 		err = span_bpf__load(e->skel_);
 		e->multi_ = multi && !err;
 		if (!err)

@@ -365,12 +365,14 @@ ProbeSpec expand_match(const ProbeSpec &pattern, const std::string &raw, const s
 	return p;
 }
 
-bool library_matches(const ProbeSpec &p, const std::string &path)
+bool library_matches(const ProbeSpec &p, const std::string &path) { return library_matches(p.library, path); }
+
+bool library_matches(const std::string &library, const std::string &path)
 {
-	if (!p.library.empty() && p.library[0] == '/')
-		return p.library == path;
+	if (!library.empty() && library[0] == '/')
+		return library == path;
 	std::string base = path.substr(path.rfind('/') + 1);
-	return fnmatch(p.library.c_str(), base.c_str(), 0) == 0;
+	return fnmatch(library.c_str(), base.c_str(), 0) == 0;
 }
 
 std::string anchored_literal_prefix(const std::string &re)

@@ -83,6 +83,8 @@ int arg_width(const ArgSpec &a);
 
 // True when `file_name` (a base name) matches the spec's library glob.
 bool library_matches(const ProbeSpec &p, const std::string &path);
+// The same for a spec's `library` value.
+bool library_matches(const std::string &library, const std::string &path);
 
 // The text every match of an ECMAScript regular expression must start with,
 // when the expression is anchored (^) and begins with literal characters:
