@@ -38,6 +38,17 @@ std::string own_maps() {
 	return ss.str();
 }
 
+// This process's maps without the test binary's own lines: a process that
+// has not mapped (or no longer maps) the code being resolved.
+std::string own_maps_without_exe() {
+	const std::string exe = fs::read_symlink("/proc/self/exe").string();
+	std::string out, line;
+	std::istringstream all(own_maps());
+	while (std::getline(all, line))
+		if (!line.ends_with(" " + exe)) out += line + "\n";
+	return out;
+}
+
 struct FakeProc {
 	fs::path root;
 	FakeProc() {
@@ -117,11 +128,7 @@ TEST(Symbolizer, RereadsMapsOnMiss) {
 // name of a child's cudaLaunchKernel came out as an address.
 TEST(Symbolizer, ChildReadWhileExitingFallsBackToItsParent) {
 	REQUIRE_OWN_SYMBOLS();
-	const std::string exe = fs::read_symlink("/proc/self/exe").string();
-	std::string without_exe, line;
-	std::istringstream all(own_maps());
-	while (std::getline(all, line))
-		if (!line.ends_with(" " + exe)) without_exe += line + "\n";
+	const std::string without_exe = own_maps_without_exe();
 	FakeProc p;
 	Symbolizer s(p.root.string());
 	p.write_maps(300, own_maps());
@@ -139,11 +146,7 @@ TEST(Symbolizer, ChildReadWhileExitingFallsBackToItsParent) {
 // launched command is first seen at the gate, still running eacgm's image).
 TEST(Symbolizer, ChildOfAnExecInheritsTheNewImage) {
 	REQUIRE_OWN_SYMBOLS();
-	const std::string exe = fs::read_symlink("/proc/self/exe").string();
-	std::string without_exe, line;
-	std::istringstream all(own_maps());
-	while (std::getline(all, line))
-		if (!line.ends_with(" " + exe)) without_exe += line + "\n";
+	const std::string without_exe = own_maps_without_exe();
 	FakeProc p;
 	Symbolizer s(p.root.string());
 	p.write_maps(400, without_exe); // before the exec
