@@ -64,13 +64,15 @@ void OverheadKeeper::tick(Recorder &rec, std::vector<std::string> &notes, std::v
 	decide(rec, now, notes, events);
 }
 
-void OverheadKeeper::decide(Recorder &rec, uint64_t now, std::vector<std::string> &notes,
-			    std::vector<Event> &events)
+// The interval since the last call: calls per spec, what a call cost, the
+// traced processes' CPU. Nothing on the first call (the counts start there
+// and the trap is timed meanwhile) or when the trap cannot be timed.
+std::optional<BudgetSample> OverheadKeeper::take_sample(Recorder &rec, uint64_t now, std::vector<std::string> &notes)
 {
 	const auto &hits = rec.spans_per_spec();
 	auto [runs, prog_ns] = engine_.program_runs_ns();
-	double cpu = traced_cpu_ns(rec.pids());
 	BudgetSample s;
+	s.traced_cpu_ns = traced_cpu_ns(rec.pids());
 	for (uint32_t id = 0; id < hits.size(); id++) {
 		uint64_t before = id < last_hits_.size() ? last_hits_[id] : 0;
 		if (hits[id] > before)
@@ -83,12 +85,11 @@ void OverheadKeeper::decide(Recorder &rec, uint64_t now, std::vector<std::string
 	last_prog_ns_ = prog_ns;
 	last_ns_ = now;
 	if (first) {
-		// The counts start here and the first interval ends next time;
-		// meanwhile the trap is timed, on a thread. Not earlier: a
-		// recording shorter than the warm-up has nothing to decide, and
-		// its start is when the machine is busiest.
+		// Timed on a thread, not at start: a recording shorter than the
+		// warm-up has nothing to decide, and its start is when the
+		// machine is busiest.
 		trap_timing_ = std::async(std::launch::async, [this] { return measure_trap_ns(engine_); });
-		return;
+		return std::nullopt;
 	}
 	if (trap_timing_.valid()) {
 		auto t = trap_timing_.get();
@@ -96,16 +97,22 @@ void OverheadKeeper::decide(Recorder &rec, uint64_t now, std::vector<std::string
 			notes.push_back("warning: overhead budget off: cannot time a uprobe hit (" + t.error().message +
 					")");
 			next_ns_ = UINT64_MAX;
-			return;
+			return std::nullopt;
 		}
 		trap_ns_ = t.value();
 	}
-	s.traced_cpu_ns = cpu;
 	s.hit_ns = trap_ns_ + (d_runs ? static_cast<double>(d_ns) / static_cast<double>(d_runs) : 0);
+	return s;
+}
+
+void OverheadKeeper::decide(Recorder &rec, uint64_t now, std::vector<std::string> &notes,
+			    std::vector<Event> &events)
+{
+	auto s = take_sample(rec, now, notes);
 	// A job that barely ran says nothing about its cost: no change.
-	if (cpu < 0.05 * static_cast<double>(kIntervalNs))
+	if (!s || s->traced_cpu_ns < 0.05 * static_cast<double>(kIntervalNs))
 		return;
-	BudgetDecision d = decide_budget(s, now_, budget_pct_, eligible_);
+	BudgetDecision d = decide_budget(*s, now_, budget_pct_, eligible_);
 	decisions_++;
 	max_full_pct_ = std::max(max_full_pct_, d.full_pct);
 	bool changed = d.throttled != now_.throttled;
@@ -122,17 +129,22 @@ void OverheadKeeper::decide(Recorder &rec, uint64_t now, std::vector<std::string
 	if (changed) {
 		throttled_from_ns_ = now;
 		notes.push_back(describe(d));
-		Event e;
-		e.ts_ns = now;
-		e.layer = "eacgm";
-		e.name = "overhead_budget";
-		e.args = {{"budget_pct", budget_pct_}, {"full_pct", d.full_pct}, {"expected_pct", d.expected_pct},
-			  {"duty", d.duty}, {"hit_ns", s.hit_ns}, {"throttled", nlohmann::json::array()}};
-		for (uint32_t id : d.throttled)
-			e.args["throttled"].push_back(specs_.probes[id].layer + "/" + specs_.probes[id].function);
-		events.push_back(std::move(e));
+		events.push_back(change_event(d, s->hit_ns, now));
 	}
 	now_ = d;
+}
+
+Event OverheadKeeper::change_event(const BudgetDecision &d, double hit_ns, uint64_t now) const
+{
+	Event e;
+	e.ts_ns = now;
+	e.layer = "eacgm";
+	e.name = "overhead_budget";
+	e.args = {{"budget_pct", budget_pct_}, {"full_pct", d.full_pct}, {"expected_pct", d.expected_pct},
+		  {"duty", d.duty}, {"hit_ns", hit_ns}, {"throttled", nlohmann::json::array()}};
+	for (uint32_t id : d.throttled)
+		e.args["throttled"].push_back(specs_.probes[id].layer + "/" + specs_.probes[id].function);
+	return e;
 }
 
 // What each call of a throttled probe stands for: the inverse of the

@@ -33,6 +33,8 @@ public:
 private:
 	void decide(Recorder &rec, uint64_t now, std::vector<std::string> &notes, std::vector<Event> &events);
 	double traced_cpu_ns(const std::set<uint32_t> &pids);
+	std::optional<BudgetSample> take_sample(Recorder &rec, uint64_t now, std::vector<std::string> &notes);
+	Event change_event(const BudgetDecision &d, double hit_ns, uint64_t now) const;
 	std::string describe(const BudgetDecision &d) const;
 	void set_weights(Recorder &rec, const BudgetDecision &d, uint64_t from_ns);
 
