@@ -15,6 +15,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <bpf/libbpf.h>
 #include <nlohmann/json.hpp>
 
 #include "app/commands.h"
@@ -288,15 +289,19 @@ RecordSession::Stop RecordSession::open_probes()
 	}
 	SpanEngine::Options eo;
 	eo.ring_buffer_bytes = a_.ring_buffer_kb * 1024u;
+	// The Python programs verify on a thread while the span engine's do
+	// (the engine shares the maps prepare() makes).
+	std::future<Result<void>> python_loading;
 	if (has("python")) {
-		auto p = PythonTracer::open(tracker_->traced_map_fd(), a_.sample_hz);
+		auto p = PythonTracer::prepare(tracker_->traced_map_fd());
 		if (!p)
 			return fail(p.error().message);
 		python_ = std::move(p.value());
-		eo.py_procs = python_->procs_map();
-		eo.py_tstates = python_->tstates_map();
-		eo.py_events = python_->events_map();
-		eo.py_counters = python_->counters_map();
+		eo.py_procs = bpf_map__fd(python_->procs_map());
+		eo.py_tstates = bpf_map__fd(python_->tstates_map());
+		eo.py_events = bpf_map__fd(python_->events_map());
+		eo.py_counters = bpf_map__fd(python_->counters_map());
+		python_loading = std::async(std::launch::async, [this] { return python_->load(a_.sample_hz); });
 		if (a_.python_entries != "off")
 			specs_.merge(python_->eval_entry_probes(a_.python_entries == "all"));
 		if (auto stop = check_target_alive())
@@ -306,6 +311,9 @@ RecordSession::Stop RecordSession::open_probes()
 	if (!engine)
 		return fail(engine.error().message, 2);
 	engine_ = std::move(engine.value());
+	if (python_loading.valid())
+		if (auto r = python_loading.get(); !r)
+			return fail(r.error().message);
 	if (auto stop = check_target_alive())
 		return stop;
 	attacher_.emplace(*engine_, *tracker_, std::move(specs_));

@@ -125,6 +125,16 @@ SpecSet PythonTracer::eval_entry_probes(bool all_versions) const
 
 Result<std::unique_ptr<PythonTracer>> PythonTracer::open(int traced_map_fd, unsigned sample_hz)
 {
+	auto t = prepare(traced_map_fd);
+	if (!t)
+		return t.error();
+	if (auto r = t.value()->load(sample_hz); !r)
+		return r.error();
+	return t;
+}
+
+Result<std::unique_ptr<PythonTracer>> PythonTracer::prepare(int traced_map_fd)
+{
 	std::unique_ptr<PythonTracer> t(new PythonTracer());
 	auto offsets = load_python_offsets();
 	if (!offsets)
@@ -135,15 +145,36 @@ Result<std::unique_ptr<PythonTracer>> PythonTracer::open(int traced_map_fd, unsi
 		return make_error(std::string("cannot open the Python BPF object: ") + std::strerror(errno));
 	if (int err = bpf_map__reuse_fd(t->skel_->maps.traced_tgids, traced_map_fd))
 		return make_error(std::string("cannot share the traced-process map: ") + std::strerror(-err));
-	if (int err = python_bpf__load(t->skel_))
+	// The maps the span engine shares, made now as the object declares
+	// them (libbpf would make them at load).
+	for (struct bpf_map *m : {t->skel_->maps.py_procs, t->skel_->maps.py_tstates, t->skel_->maps.py_events,
+				  t->skel_->maps.py_counters}) {
+		LIBBPF_OPTS(bpf_map_create_opts, o, .map_flags = bpf_map__map_flags(m));
+		int fd = bpf_map_create(bpf_map__type(m), bpf_map__name(m), bpf_map__key_size(m),
+					bpf_map__value_size(m), bpf_map__max_entries(m), &o);
+		if (fd < 0)
+			return make_error(std::string("cannot create the Python map ") + bpf_map__name(m) + ": " +
+					  std::strerror(errno));
+		int err = bpf_map__reuse_fd(m, fd); // takes a copy of the fd
+		close(fd);
+		if (err)
+			return make_error(std::string("cannot use the Python map ") + bpf_map__name(m) + ": " +
+					  std::strerror(-err));
+	}
+	return t;
+}
+
+Result<void> PythonTracer::load(unsigned sample_hz)
+{
+	if (int err = python_bpf__load(skel_))
 		return make_error(std::string("cannot load the Python BPF programs: ") + std::strerror(-err));
-	struct bpf_link *fork_link = bpf_program__attach(t->skel_->progs.py_fork);
+	struct bpf_link *fork_link = bpf_program__attach(skel_->progs.py_fork);
 	if (!fork_link)
 		return make_error(std::string("cannot attach the Python fork tracepoint: ") + std::strerror(errno));
-	t->links_.push_back(fork_link);
+	links_.push_back(fork_link);
 	if (!sample_hz)
-		return t;
-	t->sample_hz_ = sample_hz;
+		return {};
+	sample_hz_ = sample_hz;
 	// One CPU-clock sampling event per CPU, all processes: the program keeps
 	// only traced ones.
 	int ncpu = libbpf_num_possible_cpus();
@@ -161,13 +192,13 @@ Result<std::unique_ptr<PythonTracer>> PythonTracer::open(int traced_map_fd, unsi
 			return make_error(std::string("cannot open the sampling event on CPU ") + std::to_string(cpu) +
 					  ": " + std::strerror(errno));
 		}
-		t->perf_fds_.push_back(fd);
-		struct bpf_link *l = bpf_program__attach_perf_event(t->skel_->progs.py_sample, fd);
+		perf_fds_.push_back(fd);
+		struct bpf_link *l = bpf_program__attach_perf_event(skel_->progs.py_sample, fd);
 		if (!l)
 			return make_error(std::string("cannot attach the Python sampler: ") + std::strerror(errno));
-		t->links_.push_back(l);
+		links_.push_back(l);
 	}
-	return t;
+	return {};
 }
 
 PythonTracer::~PythonTracer()

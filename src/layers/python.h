@@ -46,6 +46,12 @@ class PythonTracer {
 public:
 	// sample_hz 0: no sampling (stacks behind spans only).
 	static Result<std::unique_ptr<PythonTracer>> open(int traced_map_fd, unsigned sample_hz);
+	// open() in two steps: prepare() creates the maps the span engine shares
+	// (their fds are valid from then on), load() verifies and attaches the
+	// programs. The span engine can load while load() runs on another
+	// thread: each takes the verifier about 0.1 s.
+	static Result<std::unique_ptr<PythonTracer>> prepare(int traced_map_fd);
+	Result<void> load(unsigned sample_hz);
 	~PythonTracer();
 	PythonTracer(const PythonTracer &) = delete;
 	PythonTracer &operator=(const PythonTracer &) = delete;

@@ -45,15 +45,14 @@ Result<std::unique_ptr<SpanEngine>> SpanEngine::open(const Options &opts, int tr
 			if (err)
 				return make_error("cannot share the traced-process map: " + errstr(err));
 		}
-		if (opts.py_procs) {
+		if (opts.py_procs >= 0) {
 			e->skel_->rodata->capture_py_stacks = true;
-			std::pair<struct bpf_map *, struct bpf_map *> shared[] = {
-				{e->skel_->maps.py_procs, opts.py_procs},
-				{e->skel_->maps.py_tstates, opts.py_tstates},
-				{e->skel_->maps.py_events, opts.py_events},
-				{e->skel_->maps.py_counters, opts.py_counters}};
+			std::pair<struct bpf_map *, int> shared[] = {{e->skel_->maps.py_procs, opts.py_procs},
+								    {e->skel_->maps.py_tstates, opts.py_tstates},
+								    {e->skel_->maps.py_events, opts.py_events},
+								    {e->skel_->maps.py_counters, opts.py_counters}};
 			for (auto [mine, theirs] : shared)
-				if ((err = bpf_map__reuse_fd(mine, bpf_map__fd(theirs))))
+				if ((err = bpf_map__reuse_fd(mine, theirs)))
 					return make_error("cannot share the Python maps: " + errstr(err));
 		} else {
 			bpf_map__set_max_entries(e->skel_->maps.py_events, page); // unused

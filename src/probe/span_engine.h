@@ -27,10 +27,9 @@ public:
 		// Use uprobe_multi links where the kernel has them; false forces
 		// the per-function links of older kernels (tests, comparisons).
 		bool multi_link = true;
-		// The Python layer's maps (bpf/pystack.bpf.h), to record the Python
-		// stack behind every span of a Python process; null: no stacks.
-		struct bpf_map *py_procs = nullptr, *py_tstates = nullptr, *py_events = nullptr,
-			       *py_counters = nullptr;
+		// The Python layer's maps (bpf/pystack.bpf.h), as fds, to record the
+		// Python stack behind every span of a Python process; -1: no stacks.
+		int py_procs = -1, py_tstates = -1, py_events = -1, py_counters = -1;
 	};
 	// traced_map_fd: ProcTracker's set of traced processes, shared.
 	static Result<std::unique_ptr<SpanEngine>> open(const Options &opts, int traced_map_fd);
