@@ -200,8 +200,8 @@ private:
 	HostOptions o_;
 	HostSystemSampler sys_;
 	struct host_bpf *skel_ = nullptr;
-	std::vector<struct bpf_link *> links_;
-	std::vector<int> perf_fds_;
+	LinkSet links_;
+	std::vector<UniqueFd> perf_fds_;
 	int stats_fd_ = -1;
 	std::vector<std::string> warnings_;
 	bool stopping_ = false;
@@ -215,9 +215,7 @@ private:
 
 HostCollector::~HostCollector()
 {
-	destroy_links(links_);
-	for (int fd : perf_fds_)
-		close(fd);
+	links_.reset(); // before the programs they attach
 	if (stats_fd_ >= 0)
 		close(stats_fd_);
 	if (skel_)
@@ -262,7 +260,7 @@ Result<void> HostCollector::open(int traced_map_fd)
 		struct bpf_link *l = bpf_program__attach(prog);
 		if (!l)
 			return make_error("cannot attach the host layer's " + sec + " program: " + std::strerror(errno));
-		links_.push_back(l);
+		links_.add(l);
 	}
 	if (auto r = attach_fault_events(); !r)
 		return r;
@@ -302,11 +300,11 @@ Result<void> HostCollector::attach_fault_events()
 				return make_error("cannot open the page-fault event on CPU " + std::to_string(cpu) + ": " +
 						  std::strerror(errno));
 			}
-			perf_fds_.push_back(fd);
+			perf_fds_.emplace_back(fd);
 			struct bpf_link *l = bpf_program__attach_perf_event(prog, fd);
 			if (!l)
 				return make_error(std::string("cannot attach the page-fault counter: ") + std::strerror(errno));
-			links_.push_back(l);
+			links_.add(l);
 		}
 	}
 	return {};

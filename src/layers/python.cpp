@@ -171,7 +171,7 @@ Result<void> PythonTracer::load(unsigned sample_hz)
 	struct bpf_link *fork_link = bpf_program__attach(skel_->progs.py_fork);
 	if (!fork_link)
 		return make_error(std::string("cannot attach the Python fork tracepoint: ") + std::strerror(errno));
-	links_.push_back(fork_link);
+	links_.add(fork_link);
 	if (!sample_hz)
 		return {};
 	sample_hz_ = sample_hz;
@@ -192,20 +192,18 @@ Result<void> PythonTracer::load(unsigned sample_hz)
 			return make_error(std::string("cannot open the sampling event on CPU ") + std::to_string(cpu) +
 					  ": " + std::strerror(errno));
 		}
-		perf_fds_.push_back(fd);
+		perf_fds_.emplace_back(fd);
 		struct bpf_link *l = bpf_program__attach_perf_event(skel_->progs.py_sample, fd);
 		if (!l)
 			return make_error(std::string("cannot attach the Python sampler: ") + std::strerror(errno));
-		links_.push_back(l);
+		links_.add(l);
 	}
 	return {};
 }
 
 PythonTracer::~PythonTracer()
 {
-	destroy_links(links_);
-	for (int fd : perf_fds_)
-		close(fd);
+	links_.reset(); // before the programs they attach
 	if (skel_)
 		python_bpf__destroy(skel_);
 }

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "probe/links.h"
 #include "common/result.h"
 #include "eacgm/abi/python.h"
 #include "layers/python_offsets.h"
@@ -87,8 +88,8 @@ public:
 private:
 	PythonTracer() = default;
 	struct python_bpf *skel_ = nullptr;
-	std::vector<struct bpf_link *> links_;
-	std::vector<int> perf_fds_;
+	LinkSet links_;
+	std::vector<UniqueFd> perf_fds_;
 	std::map<std::string, PyOffsets> offsets_; // "3.11" -> offsets
 	std::map<uint32_t, PythonRuntime> procs_;
 	std::set<std::string> warned_;

@@ -8,21 +8,6 @@
 
 namespace eacgm {
 
-void destroy_links(std::vector<struct bpf_link *> &links)
-{
-	size_t nthreads = std::min<size_t>(links.size(), 64);
-	std::atomic<size_t> next{0};
-	std::vector<std::thread> workers;
-	for (size_t t = 0; t < nthreads; t++)
-		workers.emplace_back([&] {
-			for (size_t i; (i = next.fetch_add(1)) < links.size();)
-				bpf_link__destroy(links[i]);
-		});
-	for (auto &w : workers)
-		w.join();
-	links.clear();
-}
-
 LinkSet::LinkSet(LinkSet &&o) noexcept : links_(std::move(o.links_)), fds_(std::move(o.fds_))
 {
 	o.links_.clear();

@@ -10,15 +10,12 @@ struct bpf_map;
 
 namespace eacgm {
 
-// Detaching uprobes is slow on recent kernels: each removal waits for an RCU
-// grace period (about 0.1 s here), one after another when done in a loop.
-// Destroys the links from several threads at once, so that their grace
-// periods overlap: a recording with hundreds of probes still exits promptly.
-void destroy_links(std::vector<struct bpf_link *> &links);
-
 // One owner for a group of BPF links: libbpf's and raw link fds (the
-// uprobe_multi links libbpf 1.1 cannot make). Detached together, their
-// grace periods overlapping, when the set goes.
+// uprobe_multi links libbpf 1.1 cannot make). Detaching uprobes is slow on
+// recent kernels: each removal waits for an RCU grace period (about 0.1 s
+// here), one after another when done in a loop. A LinkSet detaches its links
+// from several threads at once, so that their grace periods overlap: a
+// recording with hundreds of probes still exits promptly.
 class LinkSet {
 public:
 	LinkSet() = default;

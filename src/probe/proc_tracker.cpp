@@ -29,14 +29,14 @@ Result<std::unique_ptr<ProcTracker>> ProcTracker::open(bool trace_all)
 		if (!l)
 			return make_error(std::string("cannot attach scheduler tracepoint ") + bpf_program__name(prog) +
 					  ": " + std::strerror(errno));
-		t->links_.push_back(l);
+		t->links_.add(l);
 	}
 	return t;
 }
 
 ProcTracker::~ProcTracker()
 {
-	destroy_links(links_);
+	links_.reset(); // before the programs they attach
 	if (skel_)
 		proc_bpf__destroy(skel_);
 }
@@ -70,7 +70,7 @@ Result<void> ProcTracker::watch_dynamic_linker(const std::string &path)
 							     off.value(), &o);
 	if (!l)
 		return make_error("cannot attach to " + path + " _dl_debug_state: " + std::strerror(errno));
-	links_.push_back(l);
+	links_.add(l);
 	return {};
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "probe/links.h"
 #include "common/result.h"
 
 struct proc_bpf;
@@ -33,7 +34,7 @@ public:
 private:
 	ProcTracker() = default;
 	struct proc_bpf *skel_ = nullptr;
-	std::vector<struct bpf_link *> links_;
+	LinkSet links_;
 	std::set<std::string> linkers_;
 };
 
