@@ -1,6 +1,7 @@
 #include "export/summary.h"
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -294,10 +295,16 @@ static uint64_t sample_period_ns(const Recording &rec)
 std::vector<FunctionStats> compute_stats(const Recording &rec)
 {
 	const uint64_t period = sample_period_ns(rec);
-	std::map<std::pair<std::string, std::string>, std::pair<FunctionStats, std::vector<uint64_t>>> acc;
-	std::map<std::pair<std::string, std::string>, std::array<double, 4>> weighted; // calls, errors, ns, bytes
+	// Per function: its stats, its calls' durations, and the weighted sums
+	// (calls, errors, ns, bytes) its exact calls add up to.
+	struct Acc {
+		FunctionStats st;
+		std::vector<uint64_t> durs;
+		std::array<double, 4> sums{};
+	};
+	std::map<std::pair<std::string, std::string>, Acc> acc;
 	for (const Span &s : rec.spans) {
-		auto &[st, durs] = acc[{s.layer, s.name}];
+		auto &[st, durs, sums] = acc[{s.layer, s.name}];
 		if (auto n = s.args.find("samples"); n != s.args.end() && n->is_number_integer() && n->get<int64_t>() >= 0) {
 			auto k = n->get<uint64_t>();
 			st.runs++;
@@ -310,7 +317,6 @@ std::vector<FunctionStats> compute_stats(const Recording &rec)
 			w = n->get<double>();
 			st.estimated = true;
 		}
-		auto &sums = weighted[{s.layer, s.name}];
 		sums[0] += w;
 		sums[1] += w * is_error_span(s);
 		sums[2] += w * static_cast<double>(s.dur_ns);
@@ -318,17 +324,14 @@ std::vector<FunctionStats> compute_stats(const Recording &rec)
 		st.seen++;
 		durs.push_back(s.dur_ns);
 	}
-	for (auto &[key, sums] : weighted) {
-		FunctionStats &st = acc[key].first;
+	std::vector<FunctionStats> out;
+	out.reserve(acc.size());
+	for (auto &[key, entry] : acc) {
+		auto &[st, durs, sums] = entry;
 		st.calls = std::llround(sums[0]);
 		st.errors = std::llround(sums[1]);
 		st.total_ns += std::llround(sums[2]);
 		st.bytes = std::llround(sums[3]);
-	}
-	std::vector<FunctionStats> out;
-	out.reserve(acc.size());
-	for (auto &[key, entry] : acc) {
-		auto &[st, durs] = entry;
 		std::sort(durs.begin(), durs.end());
 		st.layer = key.first;
 		st.name = key.second;
