@@ -7,9 +7,6 @@
 #include <fstream>
 #include <map>
 #include <mutex>
-#include <optional>
-#include <set>
-#include <regex>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -40,20 +37,11 @@ Result<void> Attacher::load_specs()
 
 bool Attacher::wanted(const std::string &path) const
 {
-	// Hundreds of specs (one per operator a pattern found) name a handful
-	// of libraries, and a torch process maps hundreds of files: each file
-	// is tested against the distinct names only.
-	if (libraries_for_ != specs_.probes.size()) {
-		std::set<std::string> distinct;
-		for (auto &p : specs_.probes)
-			distinct.insert(p.library);
-		libraries_.assign(distinct.begin(), distinct.end());
+	if (libraries_for_ != specs_.probes.size()) { // patterns add specs as they expand
+		libraries_ = distinct_libraries(specs_.probes);
 		libraries_for_ = specs_.probes.size();
 	}
-	for (auto &lib : libraries_)
-		if (library_matches(lib, path))
-			return true;
-	return false;
+	return any_library_matches(libraries_, path);
 }
 
 static bool is_dynamic_linker(const std::string &path)
@@ -305,7 +293,22 @@ static bool is_elf(const std::string &path)
 	return in && magic[0] == 0x7f && magic[1] == 'E' && magic[2] == 'L' && magic[3] == 'F';
 }
 
-std::vector<std::string> linked_libraries(const std::string &program)
+// Lists that cost a program run (the dynamic linker, ldconfig), read once
+// per run and key: the prefetch at start and the attach that follows ask
+// for the same ones.
+static std::vector<std::string> once_per_run(const std::string &key,
+					     const std::function<std::vector<std::string>()> &read)
+{
+	static std::mutex mu;
+	static std::map<std::string, std::vector<std::string>> lists;
+	std::lock_guard<std::mutex> lock(mu);
+	auto it = lists.find(key);
+	if (it == lists.end())
+		it = lists.emplace(key, read()).first;
+	return it->second;
+}
+
+static std::vector<std::string> read_linked_libraries(const std::string &program)
 {
 	std::vector<std::string> libs;
 	if (!is_elf(program))
@@ -333,19 +336,7 @@ std::vector<std::string> linked_libraries(const std::string &program)
 	return libs;
 }
 
-std::vector<std::string> installed_libraries()
-{
-	// Read once per run (ldconfig is a program to start): the prefetch at
-	// start and the attach that follows ask for the same list.
-	static std::mutex mu;
-	static std::optional<std::vector<std::string>> once;
-	std::lock_guard<std::mutex> lock(mu);
-	if (!once)
-		once = read_installed_libraries();
-	return *once;
-}
-
-std::vector<std::string> read_installed_libraries()
+static std::vector<std::string> read_installed_libraries()
 {
 	std::vector<std::string> libs;
 	// The loader cache: what a program finds by soname.
@@ -373,6 +364,16 @@ std::vector<std::string> read_installed_libraries()
 		closedir(dir);
 	}
 	return libs;
+}
+
+std::vector<std::string> linked_libraries(const std::string &program)
+{
+	return once_per_run(program, [&] { return read_linked_libraries(program); });
+}
+
+std::vector<std::string> installed_libraries()
+{
+	return once_per_run("ldconfig -p", read_installed_libraries); // programs' keys are paths
 }
 
 } // namespace eacgm

@@ -93,12 +93,11 @@ private:
 
 // The shared libraries a dynamically linked program loads at start, as its
 // dynamic linker resolves them (ld.so --list); empty for scripts and static
-// programs.
+// programs. Read once per program and run.
 std::vector<std::string> linked_libraries(const std::string &program);
 
 // Library files in the loader cache and the usual CUDA locations, read
-// once per run (read_installed_libraries reads them now).
+// once per run.
 std::vector<std::string> installed_libraries();
-std::vector<std::string> read_installed_libraries();
 
 } // namespace eacgm

@@ -42,12 +42,8 @@ void ElfPrefetch::start(const SpecSet &specs, uint32_t pid, const std::string &p
 {
 	std::vector<ProbeSpec> probes = specs.probes; // the thread's own copy
 	work_ = std::async(std::launch::async, [this, probes = std::move(probes), pid, program] {
-		auto wanted = [&](const std::string &path) {
-			for (auto &p : probes)
-				if (library_matches(p, path))
-					return true;
-			return false;
-		};
+		const std::vector<std::string> libraries = distinct_libraries(probes);
+		auto wanted = [&](const std::string &path) { return any_library_matches(libraries, path); };
 		std::vector<std::string> candidates;
 		try {
 			if (pid)

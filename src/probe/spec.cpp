@@ -3,6 +3,7 @@
 #include <fnmatch.h>
 #include <fstream>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <string_view>
 #include <unistd.h>
@@ -373,6 +374,22 @@ bool library_matches(const std::string &library, const std::string &path)
 		return library == path;
 	std::string base = path.substr(path.rfind('/') + 1);
 	return fnmatch(library.c_str(), base.c_str(), 0) == 0;
+}
+
+std::vector<std::string> distinct_libraries(const std::vector<ProbeSpec> &probes)
+{
+	std::set<std::string> distinct;
+	for (auto &p : probes)
+		distinct.insert(p.library);
+	return {distinct.begin(), distinct.end()};
+}
+
+bool any_library_matches(const std::vector<std::string> &libraries, const std::string &path)
+{
+	for (auto &lib : libraries)
+		if (library_matches(lib, path))
+			return true;
+	return false;
 }
 
 std::string anchored_literal_prefix(const std::string &re)

@@ -85,6 +85,11 @@ int arg_width(const ArgSpec &a);
 bool library_matches(const ProbeSpec &p, const std::string &path);
 // The same for a spec's `library` value.
 bool library_matches(const std::string &library, const std::string &path);
+// The distinct `library` values of specs: hundreds of specs (one per
+// operator a pattern found) name a handful of libraries, and a torch
+// process maps hundreds of files, so each file is tested against these.
+std::vector<std::string> distinct_libraries(const std::vector<ProbeSpec> &probes);
+bool any_library_matches(const std::vector<std::string> &libraries, const std::string &path);
 
 // The text every match of an ECMAScript regular expression must start with,
 // when the expression is anchored (^) and begins with literal characters:
