@@ -216,7 +216,7 @@ const Recorder::ResolvedStack &Recorder::resolved(uint32_t pid, const eacgm_py_f
 	if (fresh) {
 		auto f = resolve_stack(pid, frames, n, partial);
 		if (f) {
-			it->second.shown = std::make_shared<const std::vector<std::string>>(format_py_stack(*f));
+			it->second.shown = PyStack(format_py_stack(*f));
 			it->second.frames = SharedFrames(std::move(*f));
 		}
 	} else if (!it->second.frames && !partial) {
@@ -444,7 +444,7 @@ Result<void> Recorder::flush(bool force)
 				auto &[flags, rs] = stack->second;
 				if (rs.frames) {
 					const SharedFrames &frames = *rs.frames;
-					s.py_stack = *rs.shown;
+					s.py_stack = rs.shown;
 					// The functions that made the call contain it: they join
 					// the samples at its start and end (a cut or truncated
 					// stack would mislead them: it stays out).

@@ -102,7 +102,7 @@ private:
 	// step). Kept while the resolver trusts its entries (1 s).
 	struct ResolvedStack {
 		std::optional<SharedFrames> frames;
-		std::shared_ptr<const std::vector<std::string>> shown; // format_py_stack
+		PyStack shown; // format_py_stack, shared by every span made under it
 	};
 	const ResolvedStack &resolved(uint32_t pid, const eacgm_py_frame *frames, uint32_t n, bool partial);
 	void retire_stack_cache();

@@ -40,6 +40,13 @@ void bind_param(sqlite3_stmt *st, int i, const T &v)
 		sqlite3_bind_text(st, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
 }
 
+// Text that outlives the statement (a row's own strings, while insert_all
+// runs over them): SQLite reads it in place rather than copying it first.
+void bind_row_text(sqlite3_stmt *st, int i, const std::string &v)
+{
+	sqlite3_bind_text(st, i, v.data(), static_cast<int>(v.size()), SQLITE_STATIC);
+}
+
 // Prepares, binds and runs one statement that returns no rows.
 template <class... A>
 Result<void> run(sqlite3 *db, const char *sql, const A &...a)
@@ -239,20 +246,19 @@ Result<void> StoreWriter::add_spans(const std::vector<Span> &spans)
 					  ? "{}" : s.args.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 				  bind_param(st, 1, s.pid);
 				  bind_param(st, 2, s.tid);
-				  bind_param(st, 3, s.layer);
-				  bind_param(st, 4, s.name);
+				  bind_row_text(st, 3, s.layer);
+				  bind_row_text(st, 4, s.name);
 				  bind_param(st, 5, s.start_ns);
 				  bind_param(st, 6, s.dur_ns);
 				  bind_param(st, 7, s.depth);
 				  bind_param(st, 8, s.ret);
-				  bind_param(st, 9, s.ret_name);
+				  bind_row_text(st, 9, s.ret_name);
 				  bind_param(st, 10, s.bytes);
 				  bind_param(st, 11, args);
 				  if (s.py_stack.empty())
 					  sqlite3_bind_null(st, 12);
 				  else
-					  bind_param(st, 12, nlohmann::json(s.py_stack).dump(
-								     -1, ' ', false, nlohmann::json::error_handler_t::replace));
+					  bind_row_text(st, 12, s.py_stack.json());
 			  });
 }
 

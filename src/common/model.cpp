@@ -1,0 +1,32 @@
+#include "common/model.h"
+
+namespace eacgm {
+
+PyStack::PyStack(std::vector<std::string> frames)
+{
+	if (frames.empty())
+		return;
+	auto body = std::make_shared<Body>();
+	body->json = nlohmann::json(frames).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+	body->frames = std::move(frames);
+	body_ = std::move(body);
+}
+
+const std::vector<std::string> &PyStack::frames() const
+{
+	static const std::vector<std::string> none;
+	return body_ ? body_->frames : none;
+}
+
+const std::string &PyStack::json() const
+{
+	static const std::string none = "[]";
+	return body_ ? body_->json : none;
+}
+
+void to_json(nlohmann::json &j, const PyStack &s)
+{
+	j = s.frames();
+}
+
+} // namespace eacgm
