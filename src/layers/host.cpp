@@ -8,9 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
-#include <linux/perf_event.h>
 #include <sstream>
-#include <sys/syscall.h>
 #include <sys/types.h>
 #include <time.h>
 #include <unistd.h>
@@ -193,7 +191,6 @@ public:
 	std::vector<std::string> take_warnings() override;
 
 private:
-	Result<void> attach_fault_events();
 	void drain(unsigned g, uint64_t ts, const std::set<uint32_t> &traced, std::vector<Metric> &out);
 	uint64_t bpf_run_time_ns() const;
 
@@ -201,7 +198,6 @@ private:
 	HostSystemSampler sys_;
 	struct host_bpf *skel_ = nullptr;
 	LinkSet links_;
-	std::vector<UniqueFd> perf_fds_;
 	int stats_fd_ = -1;
 	std::vector<std::string> warnings_;
 	bool stopping_ = false;
@@ -262,8 +258,6 @@ Result<void> HostCollector::open(int traced_map_fd)
 			return make_error("cannot attach the host layer's " + sec + " program: " + std::strerror(errno));
 		links_.add(l);
 	}
-	if (auto r = attach_fault_events(); !r)
-		return r;
 	// BPF run time is counted only while someone holds this fd (or the
 	// kernel.bpf_stats_enabled sysctl is on): held while the layer runs.
 	stats_fd_ = bpf_enable_stats(BPF_STATS_RUN_TIME);
@@ -274,39 +268,6 @@ Result<void> HostCollector::open(int traced_map_fd)
 	bpf_ns_at_start_ = bpf_run_time_ns();
 	std::vector<Metric> baseline;
 	sys_.sample(interval_start_, baseline);
-	return {};
-}
-
-// One software event per CPU and kind, period 1, every process: the
-// programs keep the traced ones.
-Result<void> HostCollector::attach_fault_events()
-{
-	int ncpu = libbpf_num_possible_cpus();
-	std::pair<uint64_t, struct bpf_program *> kinds[] = {
-		{PERF_COUNT_SW_PAGE_FAULTS_MAJ, skel_->progs.host_fault_major},
-		{PERF_COUNT_SW_PAGE_FAULTS_MIN, skel_->progs.host_fault_minor},
-	};
-	for (int cpu = 0; cpu < ncpu; cpu++) {
-		for (auto [config, prog] : kinds) {
-			perf_event_attr attr{};
-			attr.size = sizeof(attr);
-			attr.type = PERF_TYPE_SOFTWARE;
-			attr.config = config;
-			attr.sample_period = 1;
-			int fd = syscall(__NR_perf_event_open, &attr, -1, cpu, -1, PERF_FLAG_FD_CLOEXEC);
-			if (fd < 0) {
-				if (errno == ENODEV || errno == ENOENT)
-					break; // a possible CPU that is not online
-				return make_error("cannot open the page-fault event on CPU " + std::to_string(cpu) + ": " +
-						  std::strerror(errno));
-			}
-			perf_fds_.emplace_back(fd);
-			struct bpf_link *l = bpf_program__attach_perf_event(prog, fd);
-			if (!l)
-				return make_error(std::string("cannot attach the page-fault counter: ") + std::strerror(errno));
-			links_.add(l);
-		}
-	}
 	return {};
 }
 
