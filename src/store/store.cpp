@@ -1,10 +1,12 @@
 #include "store/store.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <type_traits>
+#include <unordered_map>
 #include <utility>
 #include <sys/stat.h>
 
@@ -517,6 +519,9 @@ Result<Recording> load_recording(const std::string &path)
 	if (!r)
 		return r.error();
 
+	// A few distinct stacks stand behind many calls: each is parsed once and
+	// shared by its spans (PyStack), as when they were recorded.
+	std::unordered_map<std::string, PyStack> stacks;
 	r = read("SELECT pid, tid, layer, name, start_ns, dur_ns, depth, ret, ret_name, bytes,"
 		 " args, py_stack FROM spans ORDER BY start_ns, id",
 		 [&](sqlite3_stmt *st) -> Result<void> {
@@ -538,10 +543,15 @@ Result<Recording> load_recording(const std::string &path)
 			 if (s.args.is_discarded())
 				 return make_error("span args are not valid JSON: " + args);
 			 if (std::string py = col_text(st, 11); !py.empty()) {
-				 auto stack = nlohmann::json::parse(py, nullptr, false);
-				 if (!stack.is_array())
-					 return make_error("span py_stack is not a JSON array: " + py);
-				 s.py_stack = stack.get<std::vector<std::string>>();
+				 auto [it, fresh] = stacks.try_emplace(py);
+				 if (fresh) {
+					 auto stack = nlohmann::json::parse(py, nullptr, false);
+					 if (!stack.is_array() ||
+					     !std::all_of(stack.begin(), stack.end(), [](auto &f) { return f.is_string(); }))
+						 return make_error("span py_stack is not a JSON array of strings: " + py);
+					 it->second = PyStack(stack.get<std::vector<std::string>>());
+				 }
+				 s.py_stack = it->second;
 			 }
 			 rec.spans.push_back(std::move(s));
 			 return {};
