@@ -89,6 +89,44 @@ def run_checked(cmd, what):
     return proc.stdout
 
 
+def cpu_s(pid):
+    """A process's CPU seconds (user + system) from /proc, None once gone."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_timed(cmd, what):
+    """Like run_checked, and eacgm's CPU (% of one core) while the workload
+    timed its steps: from its 'timing N steps' line to its median line, the
+    steady state the step times are taken from (the whole run's share, in
+    the recording's meta, also counts the start and the first seconds at
+    full rate, before the overhead budget acts)."""
+    with tempfile.TemporaryFile(mode="w+") as err:  # a file: a full pipe would stall eacgm
+        try:
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
+        except OSError as e:
+            sys.exit("train_cost: %s could not start: %s" % (what, e))
+        lines, marks = [], []
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith("timing ") or STEP_RE.match(line.rstrip("\n")):
+                marks.append((time.monotonic(), cpu_s(proc.pid)))
+        proc.wait()
+        err.seek(0)
+        stderr = err.read()
+    if proc.returncode != 0:
+        sys.stderr.write("\n".join(stderr.splitlines()[-25:]) + "\n")
+        sys.exit("train_cost: %s failed (exit %d): %s" % (what, proc.returncode, " ".join(cmd)))
+    steady = None
+    if len(marks) == 2 and None not in (marks[0][1], marks[1][1]) and marks[1][0] > marks[0][0]:
+        steady = 100 * (marks[1][1] - marks[0][1]) / (marks[1][0] - marks[0][0])
+    return "".join(lines), steady
+
+
 def read_meta(db):
     with sqlite3.connect(db) as conn:
         return dict(conn.execute("SELECT key, value FROM meta").fetchall())
@@ -118,13 +156,19 @@ def run_once(args, name, config, rnd, tmp, last_db):
     db = os.path.join(tmp, "%s-%s-r%d.db" % (name, config.replace(" ", "_"), rnd))
     cmd = command(args.eacgm, config, WORKLOADS[name][0], args.steps, db, args.warmup_s)
     began = time.monotonic()
-    out = run_checked(cmd, "%s %s round %d" % (name, config, rnd + 1))
+    what = "%s %s round %d" % (name, config, rnd + 1)
+    steady = None
+    if config.startswith("eacgm"):
+        out, steady = run_timed(cmd, what)
+    else:
+        out = run_checked(cmd, what)
     step = STEP_RE.search(out)
     if not step:
         sys.exit("train_cost: no 'median step' line in the output of %s" % " ".join(cmd))
     result = {"step_us": float(step.group(1))}
     if config.startswith("eacgm"):
         result["cpu_pct"], result["rss_mb"] = agent_cost(db)
+        result["steady_cpu_pct"] = steady
         remove_recording(last_db.get(config))
         last_db[config] = db
     events = EVENTS_RE.search(out)
@@ -166,8 +210,9 @@ def table_line(config, runs, base):
     ratios = [r["step_us"] / b["step_us"] for r, b in zip(runs, base)]
     line += " (%.2f..%.2f)" % (min(ratios), max(ratios))
     if config.startswith("eacgm"):
-        line += "  cpu %s of a core  rss %s" % (fmt(median_of(runs, "cpu_pct"), "%.1f%%"),
-                                               fmt(median_of(runs, "rss_mb"), "%.0f MB"))
+        line += "  cpu %s of a core timed (%s whole run)  rss %s" % (
+            fmt(median_of(runs, "steady_cpu_pct"), "%.1f%%"), fmt(median_of(runs, "cpu_pct"), "%.1f%%"),
+            fmt(median_of(runs, "rss_mb"), "%.0f MB"))
     elif median_of(runs, "events") is not None:
         line += "  %d profiler events" % median_of(runs, "events")
     return line
