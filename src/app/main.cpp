@@ -86,7 +86,8 @@ int main(int argc, char **argv)
 		->check(CLI::Range(0.0, 86400.0));
 	record->add_option("--overhead-budget", rec.overhead_budget_pct,
 			   "Percent of the traced processes' CPU their traced calls may cost (each costs a uprobe "
-			   "trap, about a microsecond). Past it the hottest functions are probed in bursts, a share "
+			   "trap, about a microsecond), and percent of one core eacgm may spend handling them. Past "
+			   "either the hottest functions are probed in bursts, a share "
 			   "of each second, and each call seen stands for those missed: their counts and totals "
 			   "become estimates, marked ~ in the summary. 0: every call, whatever it costs")
 		->capture_default_str()

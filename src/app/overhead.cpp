@@ -80,6 +80,8 @@ std::optional<BudgetSample> OverheadKeeper::take_sample(Recorder &rec, uint64_t 
 	}
 	bool first = last_ns_ == 0;
 	uint64_t d_runs = runs - last_prog_runs_, d_ns = prog_ns - last_prog_ns_;
+	s.agent_ns_per_call = agent_ns_per_call(rec, s.hits);
+	s.interval_ns = static_cast<double>(now - last_ns_);
 	last_hits_ = hits;
 	last_prog_runs_ = runs;
 	last_prog_ns_ = prog_ns;
@@ -105,6 +107,34 @@ std::optional<BudgetSample> OverheadKeeper::take_sample(Recorder &rec, uint64_t 
 	return s;
 }
 
+// What handling a traced call costs eacgm's record loop, since the last
+// interval. A record costs the average (the loop's handling time over the
+// records read); a call makes a span record and, with Python stacks, a
+// stack record: the records that are not samples, per call. The loop's
+// fixed costs (waking up, looking for processes, the collectors) and the
+// other threads (the detector's refits) are left out: spread over the
+// calls, they would make each dearer the fewer there are, and throttle
+// more and more. For the same reason it is measured only while every
+// probe is attached: in bursts the loop's per-batch work (a transaction, a
+// checkpoint, the joins of each thread's samples) is shared by fewer calls,
+// and the cost so measured grew with each decision (11% -> 23% of a core
+// on a GPT step) where the calls' own cost had not changed.
+double OverheadKeeper::agent_ns_per_call(const Recorder &rec, const std::map<uint32_t, uint64_t> &hits)
+{
+	uint64_t cpu = rec.handling_cpu_ns(), records = rec.records_read(), samples = rec.samples_read();
+	double d_records = static_cast<double>(records - last_records_);
+	double d_call_records = d_records - static_cast<double>(samples - last_samples_);
+	double calls = 0;
+	for (auto [id, n] : hits)
+		calls += static_cast<double>(n);
+	if (now_.throttled.empty() && d_records > 0 && calls > 0 && d_call_records > 0)
+		agent_call_ns_ = static_cast<double>(cpu - last_loop_cpu_ns_) / d_records * (d_call_records / calls);
+	last_loop_cpu_ns_ = cpu;
+	last_records_ = records;
+	last_samples_ = samples;
+	return agent_call_ns_;
+}
+
 void OverheadKeeper::decide(Recorder &rec, uint64_t now, std::vector<std::string> &notes,
 			    std::vector<Event> &events)
 {
@@ -115,6 +145,7 @@ void OverheadKeeper::decide(Recorder &rec, uint64_t now, std::vector<std::string
 	BudgetDecision d = decide_budget(*s, now_, budget_pct_, eligible_);
 	decisions_++;
 	max_full_pct_ = std::max(max_full_pct_, d.full_pct);
+	max_agent_full_pct_ = std::max(max_agent_full_pct_, d.agent_full_pct);
 	bool changed = d.throttled != now_.throttled;
 	// A duty that moves by less than a quarter stays: small moves are the
 	// estimate's noise, and a new duty starts the coverage's measure again.
@@ -140,8 +171,14 @@ Event OverheadKeeper::change_event(const BudgetDecision &d, double hit_ns, uint6
 	e.ts_ns = now;
 	e.layer = "eacgm";
 	e.name = "overhead_budget";
-	e.args = {{"budget_pct", budget_pct_}, {"full_pct", d.full_pct}, {"expected_pct", d.expected_pct},
-		  {"duty", d.duty}, {"hit_ns", hit_ns}, {"throttled", nlohmann::json::array()}};
+	e.args = {{"budget_pct", budget_pct_},
+		  {"full_pct", d.full_pct},
+		  {"expected_pct", d.expected_pct},
+		  {"agent_full_pct", d.agent_full_pct},
+		  {"agent_expected_pct", d.agent_expected_pct},
+		  {"duty", d.duty},
+		  {"hit_ns", hit_ns},
+		  {"throttled", nlohmann::json::array()}};
 	for (uint32_t id : d.throttled)
 		e.args["throttled"].push_back(specs_.probes[id].layer + "/" + specs_.probes[id].function);
 	return e;
@@ -171,7 +208,7 @@ void OverheadKeeper::set_weights(Recorder &rec, const BudgetDecision &d, uint64_
 std::string OverheadKeeper::describe(const BudgetDecision &d) const
 {
 	std::string head = "overhead budget " + pct(budget_pct_) + ": traced calls would cost " + pct(d.full_pct) +
-			   " of the traced processes' CPU";
+			   " of the traced processes' CPU and " + pct(d.agent_full_pct) + " of a core to eacgm";
 	if (d.throttled.empty())
 		return head + "; every probe is attached again";
 	std::vector<std::string> names;
@@ -180,9 +217,11 @@ std::string OverheadKeeper::describe(const BudgetDecision &d) const
 			names.push_back(specs_.probes[id].function);
 	if (d.throttled.size() > 5)
 		names.push_back("...");
-	char buf[160];
-	snprintf(buf, sizeof(buf), " (%.2f us a call); probing the %zu hottest functions %.0f%% of the time, about %s: ",
-		 trap_ns_ / 1000, d.throttled.size(), d.duty * 100, pct(d.expected_pct).c_str());
+	char buf[200];
+	snprintf(buf, sizeof(buf),
+		 " (%.2f us a call to the job); probing the %zu hottest functions %.0f%% of the time, about %s and %s: ",
+		 trap_ns_ / 1000, d.throttled.size(), d.duty * 100, pct(d.expected_pct).c_str(),
+		 pct(d.agent_expected_pct).c_str());
 	return head + buf + join(names, ", ") + " (their counts are estimates)";
 }
 
@@ -204,6 +243,9 @@ void OverheadKeeper::write_meta(StoreWriter &store) const
 	(void)store.set_meta("overhead_full_pct", num(now_.full_pct));
 	(void)store.set_meta("overhead_full_pct_max", num(max_full_pct_));
 	(void)store.set_meta("overhead_expected_pct", num(now_.expected_pct));
+	(void)store.set_meta("overhead_agent_full_pct", num(now_.agent_full_pct));
+	(void)store.set_meta("overhead_agent_full_pct_max", num(max_agent_full_pct_));
+	(void)store.set_meta("overhead_agent_expected_pct", num(now_.agent_expected_pct));
 	nlohmann::json throttled = nlohmann::json::array();
 	for (auto [id, cov] : ever_throttled_)
 		throttled.push_back({{"layer", specs_.probes[id].layer},

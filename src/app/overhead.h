@@ -33,6 +33,7 @@ public:
 private:
 	void decide(Recorder &rec, uint64_t now, std::vector<std::string> &notes, std::vector<Event> &events);
 	double traced_cpu_ns(const std::set<uint32_t> &pids);
+	double agent_ns_per_call(const Recorder &rec, const std::map<uint32_t, uint64_t> &hits);
 	std::optional<BudgetSample> take_sample(Recorder &rec, uint64_t now, std::vector<std::string> &notes);
 	Event change_event(const BudgetDecision &d, double hit_ns, uint64_t now) const;
 	std::string describe(const BudgetDecision &d) const;
@@ -48,6 +49,9 @@ private:
 	std::vector<uint64_t> last_hits_;
 	std::map<uint32_t, uint64_t> last_cpu_; // per traced pid
 	uint64_t last_prog_ns_ = 0, last_prog_runs_ = 0;
+	uint64_t last_loop_cpu_ns_ = 0, last_records_ = 0, last_samples_ = 0; // the record loop's CPU, its records
+	double max_agent_full_pct_ = 0;
+	double agent_call_ns_ = 0; // a call's cost to the record loop, measured at full rate
 	BudgetDecision now_;
 	std::optional<DutyCycler> cycler_;
 	uint64_t throttled_from_ns_ = 0;

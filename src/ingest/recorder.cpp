@@ -190,6 +190,7 @@ int Recorder::on_py(void *ctx, void *data, size_t size)
 		self->span_stacks_[e.id] = {e.flags, self->resolved(e.tgid, e.frames, n, true)};
 		return 0;
 	}
+	self->samples_read_++;
 	self->pending_samples_.push_back({e.ts_ns, e.tgid, e.tid, e.flags, std::vector<eacgm_py_frame>(e.frames, e.frames + n)});
 	return 0;
 }
@@ -382,15 +383,20 @@ Result<int> Recorder::poll(int timeout_ms)
 	pollfd fds[2] = {{ring_buffer__epoll_fd(rb_), POLLIN, 0}, {exits_.fd(), POLLIN, 0}};
 	if (::poll(fds, 2, timeout_ms) < 0 && errno != EINTR)
 		return make_error(std::string("waiting for events failed: ") + std::strerror(errno));
+	uint64_t cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID);
 	int n = ring_buffer__consume(rb_);
 	if (n < 0 && n != -EINTR)
 		return make_error(std::string("reading the ring buffers failed: ") + std::strerror(-n));
+	records_read_ += n > 0 ? static_cast<uint64_t>(n) : 0;
+	handling_cpu_ns_ += clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu;
 	rescan_processes();
 	// After the records: an exit the kernel reported there (with its code and
 	// time) is already handled; the kernel writes it before the pidfd wakes.
 	end_exited_processes();
+	cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID);
 	if (auto r = flush(); !r)
 		return r.error();
+	handling_cpu_ns_ += clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu;
 	return n < 0 ? 0 : n;
 }
 
@@ -399,6 +405,7 @@ Result<void> Recorder::drain()
 	int n = ring_buffer__consume(rb_);
 	if (n < 0)
 		return make_error(std::string("reading the ring buffers failed: ") + std::strerror(-n));
+	records_read_ += static_cast<uint64_t>(n);
 	rescan_processes();
 	return flush(true);
 }

@@ -66,6 +66,14 @@ public:
 	// Writes the process and thread tables and the loss counters.
 	Result<void> finish();
 	uint64_t spans_seen() const { return spans_seen_; }
+	// Records read from the ring buffers so far, of every kind (spans,
+	// Python stacks and samples, process events), and the CPU time poll()
+	// spent reading and handling them (decoding, joining, scoring,
+	// storing; not waiting, nor looking for processes): the budget's cost
+	// of a record to eacgm.
+	uint64_t records_read() const { return records_read_; }
+	uint64_t handling_cpu_ns() const { return handling_cpu_ns_; }
+	uint64_t samples_read() const { return samples_read_; } // of them, Python stack samples
 	// Spans read so far per spec id (the budget's hit counts).
 	const std::vector<uint64_t> &spans_per_spec() const { return spans_per_spec_; }
 	// What each span of a spec that starts at from_ns or later stands for
@@ -166,6 +174,7 @@ private:
 	std::vector<std::string> notes_;
 	std::set<std::string> warned_;
 	uint64_t spans_seen_ = 0;
+	uint64_t records_read_ = 0, handling_cpu_ns_ = 0, samples_read_ = 0;
 	std::vector<uint64_t> spans_per_spec_;
 	std::vector<std::pair<uint64_t, std::vector<double>>> weights_; // by from_ns, ascending
 	detect::OnlineDetector *detector_ = nullptr;

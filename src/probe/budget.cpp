@@ -28,52 +28,97 @@ __asm__(".pushsection .text\n"
 
 namespace eacgm {
 
+namespace {
+
+// A cost to the job (ns of its CPU) and to eacgm's record loop (ns of its).
+struct Cost {
+	double job = 0, agent = 0;
+	Cost &operator+=(const Cost &o)
+	{
+		job += o.job;
+		agent += o.agent;
+		return *this;
+	}
+	Cost &operator-=(const Cost &o)
+	{
+		job -= o.job;
+		agent -= o.agent;
+		return *this;
+	}
+};
+
+// The budgets, and a cost's share of the tighter one.
+struct Budgets {
+	double job = 0, agent = 0; // agent 0: not measured, not kept
+	double share(const Cost &c) const { return std::max(c.job / job, agent > 0 ? c.agent / agent : 0.0); }
+	// The largest duty at which `rest` plus `duty` of `throttled` fits both.
+	double duty(const Cost &rest, const Cost &throttled) const
+	{
+		double d = 1;
+		if (throttled.job > 0)
+			d = std::min(d, (job - rest.job) / throttled.job);
+		if (agent > 0 && throttled.agent > 0)
+			d = std::min(d, (agent - rest.agent) / throttled.agent);
+		return std::clamp(d, kMinDuty, 1.0);
+	}
+};
+
+} // namespace
+
 BudgetDecision decide_budget(const BudgetSample &s, const BudgetDecision &now, double budget_pct,
 			     const std::set<uint32_t> &eligible)
 {
 	// Each spec's cost at full rate: a throttled one was seen `duty` of the time.
-	std::map<uint32_t, double> cost;
-	double full = 0, paid = 0;
+	std::map<uint32_t, Cost> cost;
+	Cost full;
+	double paid = 0;
 	for (auto [id, n] : s.hits) {
-		bool throttled = now.throttled.count(id) != 0;
-		double c = static_cast<double>(n) * s.hit_ns / (throttled ? now.duty : 1.0);
+		double seen = now.throttled.count(id) ? now.duty : 1.0;
+		Cost c{static_cast<double>(n) * s.hit_ns / seen, static_cast<double>(n) * s.agent_ns_per_call / seen};
 		cost[id] = c;
 		full += c;
-		paid += throttled ? c * now.duty : c;
+		paid += c.job * seen;
 	}
 	double job = s.traced_cpu_ns - paid; // the job's own CPU, without the traps it paid
 	BudgetDecision d = now;
 	if (job <= 0 || budget_pct <= 0)
 		return d;
-	const double budget = budget_pct / 100 * job;
-	d.full_pct = 100 * full / job;
-	if (full <= budget * (now.throttled.empty() ? 1.0 : 0.8)) {
+	const Budgets b{budget_pct / 100 * job, s.interval_ns > 0 ? budget_pct / 100 * s.interval_ns : 0};
+	auto fill = [&](const Cost &spent) {
+		d.expected_pct = 100 * spent.job / job;
+		d.agent_expected_pct = s.interval_ns > 0 ? 100 * spent.agent / s.interval_ns : 0;
+	};
+	d.full_pct = 100 * full.job / job;
+	d.agent_full_pct = s.interval_ns > 0 ? 100 * full.agent / s.interval_ns : 0;
+	if (b.share(full) <= (now.throttled.empty() ? 1.0 : 0.8)) {
 		d.throttled.clear();
 		d.duty = 1;
 		d.throttled_pct = 0;
-		d.expected_pct = d.full_pct;
+		fill(full);
 		return d;
 	}
-	double throttled_cost = 0;
+	Cost throttled;
 	for (uint32_t id : d.throttled)
 		if (auto it = cost.find(id); it != cost.end())
-			throttled_cost += it->second;
-	double rest = full - throttled_cost;
+			throttled += it->second;
+	Cost rest = full;
+	rest -= throttled;
 	std::vector<std::pair<double, uint32_t>> hottest;
 	for (auto [id, c] : cost)
 		if (!d.throttled.count(id) && eligible.count(id))
-			hottest.push_back({c, id});
+			hottest.push_back({b.share(c), id});
 	std::sort(hottest.begin(), hottest.end(), std::greater<>());
-	for (auto [c, id] : hottest) {
-		if (rest <= budget / 2)
+	for (auto [share, id] : hottest) {
+		if (b.share(rest) <= 0.5)
 			break;
 		d.throttled.insert(id);
-		rest -= c;
-		throttled_cost += c;
+		rest -= cost[id];
+		throttled += cost[id];
 	}
-	d.duty = throttled_cost > 0 ? std::clamp((budget - rest) / throttled_cost, kMinDuty, 1.0) : 1.0;
-	d.expected_pct = 100 * (rest + d.duty * throttled_cost) / job;
-	d.throttled_pct = 100 * throttled_cost / job;
+	d.duty = throttled.job > 0 || throttled.agent > 0 ? b.duty(rest, throttled) : 1.0;
+	Cost spent{rest.job + d.duty * throttled.job, rest.agent + d.duty * throttled.agent};
+	fill(spent);
+	d.throttled_pct = 100 * throttled.job / job;
 	return d;
 }
 

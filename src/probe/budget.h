@@ -25,6 +25,11 @@ struct BudgetSample {
 	double traced_cpu_ns = 0;          // CPU the traced processes used, traps included
 	double hit_ns = 0;                 // what one traced call costs them: trap + programs
 	std::map<uint32_t, uint64_t> hits; // calls seen per spec (in bursts only, when throttled)
+	// What one record costs eacgm's record loop (read, decode, join, score,
+	// store), and the interval's length: eacgm's own share of a core. 0:
+	// not measured, only the job's side is kept under the budget.
+	double agent_ns_per_call = 0;
+	double interval_ns = 0;
 };
 
 struct BudgetDecision {
@@ -33,14 +38,21 @@ struct BudgetDecision {
 	double full_pct = 0;          // what every probe attached all the time would cost, % of the job's CPU
 	double expected_pct = 0;      // what this decision should cost
 	double throttled_pct = 0;     // what the throttled specs would cost at full rate
+	// The same for eacgm's record loop, in % of one core.
+	double agent_full_pct = 0;
+	double agent_expected_pct = 0;
 };
 
-// The decision alone (no side effects, unit-tested). Throttles the hottest
-// specs until the rest cost at most half the budget, and gives the
-// throttled ones the duty that spends what remains. A throttled spec stays
-// throttled until everything fits the budget with room (80% of it) again,
-// so the links are not rebuilt back and forth. `eligible` are the specs
-// that may be throttled.
+// The decision alone (no side effects, unit-tested). Two budgets of the
+// same percentage: the traps, of the traced processes' CPU, and eacgm's
+// handling of the calls, of one core (on a node whose job uses every core,
+// eacgm's CPU is taken from the job as surely as a trap is). A spec's
+// pressure is the larger of its two shares. Throttles the hottest specs
+// until the rest take at most half of either budget, and gives the
+// throttled ones the duty that spends what remains of the tighter one. A
+// throttled spec stays throttled until everything fits both budgets with
+// room (80% of them) again, so the links are not rebuilt back and forth.
+// `eligible` are the specs that may be throttled.
 BudgetDecision decide_budget(const BudgetSample &s, const BudgetDecision &now, double budget_pct,
 			     const std::set<uint32_t> &eligible);
 

@@ -106,3 +106,46 @@ TEST(Budget, EffectiveCoverageDiscountsTheTrapTimeInBursts)
 	EXPECT_NEAR(effective_coverage(100'000'000, 1'000'000'000, 0.25), 80.0 / 980.0, 1e-12);
 	EXPECT_EQ(effective_coverage(0, 0, 0), 1.0);
 }
+
+TEST(Budget, EacgmsOwnCpuIsASecondBudget)
+{
+	// The traps fit (spec 1: 0.5% of the job, spec 2: 0.1%), but eacgm
+	// spends 2 us of its record loop on each call: spec 1's 5,000 calls a
+	// second take 1% of a core, spec 2's 1,000 calls 0.2%. At a 1% budget
+	// spec 1 goes to bursts (the rest, 0.2%, fits half of 1%) with the duty
+	// that spends the remaining 0.8% of a core: 0.8 of its 1%.
+	auto s = sample({{1, 5'000}, {2, 1'000}}, 1000);
+	s.agent_ns_per_call = 2000;
+	s.interval_ns = 1e9;
+	auto d = decide_budget(s, {}, 1, {1, 2});
+	EXPECT_EQ(d.throttled, (std::set<uint32_t>{1}));
+	EXPECT_NEAR(d.full_pct, 0.6, 1e-9);
+	EXPECT_NEAR(d.agent_full_pct, 1.2, 1e-9);
+	EXPECT_NEAR(d.duty, 0.8, 1e-9);
+	EXPECT_NEAR(d.agent_expected_pct, 1.0, 1e-9);
+	EXPECT_NEAR(d.expected_pct, 0.1 + 0.8 * 0.5, 1e-9);
+	// Unmeasured (0), eacgm's side keeps nothing from being traced.
+	s.agent_ns_per_call = 0;
+	d = decide_budget(s, {}, 1, {1, 2});
+	EXPECT_TRUE(d.throttled.empty());
+	EXPECT_EQ(d.agent_full_pct, 0.0);
+}
+
+TEST(Budget, TheTighterBudgetSetsTheDuty)
+{
+	// Spec 1 costs the job 10% and eacgm 4% of a core; at 2% the job's side
+	// is the tighter: duty 0.2, which leaves eacgm at 0.8%.
+	auto s = sample({{1, 100'000}}, 1000);
+	s.agent_ns_per_call = 400;
+	s.interval_ns = 1e9;
+	auto d = decide_budget(s, {}, 2, {1});
+	EXPECT_EQ(d.throttled, (std::set<uint32_t>{1}));
+	EXPECT_NEAR(d.duty, 0.2, 1e-9);
+	EXPECT_NEAR(d.agent_expected_pct, 0.8, 1e-9);
+	// At 40 us of eacgm's a call (400% of a core) eacgm's side would need a
+	// duty of 0.005: it gets the shortest burst there is.
+	s.agent_ns_per_call = 40'000;
+	d = decide_budget(s, {}, 2, {1});
+	EXPECT_NEAR(d.duty, kMinDuty, 1e-9);
+	EXPECT_NEAR(d.agent_expected_pct, 400 * kMinDuty, 1e-9);
+}
