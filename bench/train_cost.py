@@ -35,6 +35,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 # Extra `eacgm record` arguments for the every-layer configuration; kept apart
@@ -99,6 +100,30 @@ def cpu_s(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def peak_rss_kb(pid):
+    """A process's peak RSS so far (VmHWM, kB), None once gone."""
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def watch_peak(pid, out):
+    """Until pid is gone, keeps out[0] at its last seen peak RSS: the
+    recording's meta has eacgm's peak while it recorded, not while it
+    writes the trace and summary at the end."""
+    while True:
+        kb = peak_rss_kb(pid)
+        if kb is None:
+            return
+        out[0] = kb
+        time.sleep(0.02)
+
+
 def run_timed(cmd, what):
     """Like run_checked, and eacgm's CPU (% of one core) while the workload
     timed its steps: from its 'timing N steps' line to its median line, the
@@ -110,12 +135,15 @@ def run_timed(cmd, what):
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
         except OSError as e:
             sys.exit("train_cost: %s could not start: %s" % (what, e))
-        lines, marks = [], []
+        lines, marks, peak = [], [], [None]
+        watcher = threading.Thread(target=watch_peak, args=(proc.pid, peak), daemon=True)
+        watcher.start()
         for line in proc.stdout:
             lines.append(line)
             if line.startswith("timing ") or STEP_RE.match(line.rstrip("\n")):
                 marks.append((time.monotonic(), cpu_s(proc.pid)))
         proc.wait()
+        watcher.join()
         err.seek(0)
         stderr = err.read()
     if proc.returncode != 0:
@@ -124,7 +152,7 @@ def run_timed(cmd, what):
     steady = None
     if len(marks) == 2 and None not in (marks[0][1], marks[1][1]) and marks[1][0] > marks[0][0]:
         steady = 100 * (marks[1][1] - marks[0][1]) / (marks[1][0] - marks[0][0])
-    return "".join(lines), steady
+    return "".join(lines), steady, peak[0] / 1024 if peak[0] else None
 
 
 def read_meta(db):
@@ -157,9 +185,9 @@ def run_once(args, name, config, rnd, tmp, last_db):
     cmd = command(args.eacgm, config, WORKLOADS[name][0], args.steps, db, args.warmup_s)
     began = time.monotonic()
     what = "%s %s round %d" % (name, config, rnd + 1)
-    steady = None
+    steady = peak = None
     if config.startswith("eacgm"):
-        out, steady = run_timed(cmd, what)
+        out, steady, peak = run_timed(cmd, what)
     else:
         out = run_checked(cmd, what)
     step = STEP_RE.search(out)
@@ -169,6 +197,7 @@ def run_once(args, name, config, rnd, tmp, last_db):
     if config.startswith("eacgm"):
         result["cpu_pct"], result["rss_mb"] = agent_cost(db)
         result["steady_cpu_pct"] = steady
+        result["peak_mb"] = peak
         remove_recording(last_db.get(config))
         last_db[config] = db
     events = EVENTS_RE.search(out)
@@ -210,9 +239,9 @@ def table_line(config, runs, base):
     ratios = [r["step_us"] / b["step_us"] for r, b in zip(runs, base)]
     line += " (%.2f..%.2f)" % (min(ratios), max(ratios))
     if config.startswith("eacgm"):
-        line += "  cpu %s of a core timed (%s whole run)  rss %s" % (
+        line += "  cpu %s of a core timed (%s whole run)  rss %s recording, %s at the end" % (
             fmt(median_of(runs, "steady_cpu_pct"), "%.1f%%"), fmt(median_of(runs, "cpu_pct"), "%.1f%%"),
-            fmt(median_of(runs, "rss_mb"), "%.0f MB"))
+            fmt(median_of(runs, "rss_mb"), "%.0f MB"), fmt(median_of(runs, "peak_mb"), "%.0f MB"))
     elif median_of(runs, "events") is not None:
         line += "  %d profiler events" % median_of(runs, "events")
     return line

@@ -32,13 +32,18 @@ Result<void> check_writable(const std::string &path)
 
 Result<void> write_file_atomic(const std::string &path, const std::string &content)
 {
+	return write_file_atomic(path, [&](std::ostream &out) { out << content; });
+}
+
+Result<void> write_file_atomic(const std::string &path, const std::function<void(std::ostream &)> &write)
+{
 	std::string tmp = path + ".tmp." + std::to_string(getpid());
 	{
 		std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
 		if (!out)
 			return make_error("cannot write " + path + ": " + std::strerror(errno) +
 					  "; choose another output path");
-		out << content;
+		write(out);
 		out.flush();
 		if (!out) {
 			std::remove(tmp.c_str());

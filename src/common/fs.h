@@ -1,5 +1,7 @@
 // Small file helpers shared by every writer: outputs appear whole or not at all.
 #pragma once
+#include <functional>
+#include <ostream>
 #include <string>
 
 #include "common/result.h"
@@ -12,5 +14,7 @@ Result<void> check_writable(const std::string &path);
 
 // Writes `content` to path.tmp.<pid> and renames it over `path`.
 Result<void> write_file_atomic(const std::string &path, const std::string &content);
+// The same for content written as it is made (never held whole).
+Result<void> write_file_atomic(const std::string &path, const std::function<void(std::ostream &)> &write);
 
 } // namespace eacgm

@@ -1,8 +1,10 @@
 #include "export/perfetto.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <numeric>
+#include <sstream>
 #include <tuple>
 
 #include "common/fs.h"
@@ -46,7 +48,12 @@ json name_event(const char *kind, uint32_t pid, uint32_t tid, const std::string 
 // of their own per layer and key, under a made-up pid above any real one.
 constexpr uint32_t kFirstTrackPid = 1u << 30;
 
-void add_metrics(const Recording &rec, json &events)
+// Hands each trace event to the writer as it is made: the document is
+// never held whole (a 20 s GPT recording's trace is 110 MB of JSON, and
+// as one JSON value it took eacgm to 940 MB at the end of the recording).
+using Emit = std::function<void(const json &)>;
+
+void add_metrics(const Recording &rec, const Emit &emit)
 {
 	std::map<std::pair<std::string, std::string>, uint32_t> groups; // (layer, key) -> pid
 	for (const Metric &m : rec.metrics) {
@@ -55,18 +62,18 @@ void add_metrics(const Recording &rec, json &events)
 		if (pid == 0) {
 			auto [it, added] = groups.emplace(std::pair(m.layer, m.key), kFirstTrackPid + groups.size());
 			if (added)
-				events.push_back(name_event("process_name", it->second, 0,
-							    m.key.empty() ? m.layer : m.layer + " " + m.key));
+				emit(name_event("process_name", it->second, 0,
+						m.key.empty() ? m.layer : m.layer + " " + m.key));
 			pid = it->second;
 		} else if (!m.key.empty()) {
 			name += " " + m.key;
 		}
-		events.push_back({{"ph", "C"},
-				  {"name", name},
-				  {"cat", m.layer},
-				  {"ts", static_cast<double>(m.ts_ns) / 1000.0},
-				  {"pid", pid},
-				  {"args", {{"value", m.value}}}});
+		emit({{"ph", "C"},
+		      {"name", name},
+		      {"cat", m.layer},
+		      {"ts", static_cast<double>(m.ts_ns) / 1000.0},
+		      {"pid", pid},
+		      {"args", {{"value", m.value}}}});
 	}
 }
 
@@ -109,14 +116,13 @@ json anomaly_event(const Anomaly &a)
 
 } // namespace
 
-std::string perfetto_json(const Recording &rec)
+// Every trace event in the order viewers want them.
+static void emit_events(const Recording &rec, const Emit &emit)
 {
-	json events = json::array();
 	for (const Process &p : rec.processes)
-		events.push_back(name_event("process_name", p.pid, p.pid,
-					    p.comm + " (" + std::to_string(p.pid) + ")"));
+		emit(name_event("process_name", p.pid, p.pid, p.comm + " (" + std::to_string(p.pid) + ")"));
 	for (const Thread &t : rec.threads)
-		events.push_back(name_event("thread_name", t.pid, t.tid, t.name));
+		emit(name_event("thread_name", t.pid, t.tid, t.name));
 
 	// Viewers nest complete events on a thread by order of appearance: a
 	// parent must come before a child that starts at the same time, hence
@@ -129,31 +135,43 @@ std::string perfetto_json(const Recording &rec)
 		       std::tie(y.pid, y.tid, y.start_ns, x.dur_ns, y.depth);
 	});
 	for (size_t i : order)
-		events.push_back(span_event(rec.spans[i]));
-	add_metrics(rec, events);
+		emit(span_event(rec.spans[i]));
+	add_metrics(rec, emit);
 	for (const Event &e : rec.events)
-		events.push_back(instant_event(e));
+		emit(instant_event(e));
 	for (const Anomaly &a : rec.anomalies)
-		events.push_back(anomaly_event(a));
+		emit(anomaly_event(a));
+}
 
+// Writes the document event by event: {"traceEvents":[...], then the rest.
+static void write_trace(const Recording &rec, std::ostream &out)
+{
+	// replace: captured strings and process names may not be valid UTF-8.
+	auto text = [](const json &j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); };
+	out << "{\"traceEvents\":[";
+	bool first = true;
+	emit_events(rec, [&](const json &e) {
+		out << (first ? "\n" : ",\n") << text(e);
+		first = false;
+	});
 	json other = json::object();
 	for (const auto &[k, v] : rec.meta)
 		other[k] = v;
 	other["clock"] = "CLOCK_MONOTONIC";
 	other["wall_offset_ns"] = std::to_string(rec.wall_offset_ns);
+	out << "],\n\"displayTimeUnit\":\"ns\",\n\"otherData\":" << text(other) << "}";
+}
 
-	json doc = {
-		{"traceEvents", std::move(events)},
-		{"displayTimeUnit", "ns"},
-		{"otherData", std::move(other)},
-	};
-	// replace: captured strings and process names may not be valid UTF-8.
-	return doc.dump(-1, ' ', false, json::error_handler_t::replace);
+std::string perfetto_json(const Recording &rec)
+{
+	std::ostringstream out;
+	write_trace(rec, out);
+	return out.str();
 }
 
 Result<void> write_perfetto(const Recording &rec, const std::string &path)
 {
-	return write_file_atomic(path, perfetto_json(rec));
+	return write_file_atomic(path, [&](std::ostream &out) { write_trace(rec, out); });
 }
 
 } // namespace eacgm

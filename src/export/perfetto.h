@@ -19,7 +19,8 @@ namespace eacgm {
 // the children they contain.
 std::string perfetto_json(const Recording &rec);
 
-// Writes perfetto_json(rec) to path; the file appears whole or not at all.
+// Writes perfetto_json(rec) to path, event by event (the document is never
+// held whole); the file appears whole or not at all.
 Result<void> write_perfetto(const Recording &rec, const std::string &path);
 
 } // namespace eacgm
