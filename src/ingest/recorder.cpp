@@ -209,11 +209,17 @@ void Recorder::retire_stack_cache()
 const Recorder::ResolvedStack &Recorder::resolved(uint32_t pid, const eacgm_py_frame *frames, uint32_t n,
 						  bool partial)
 {
-	std::string key(sizeof pid + 1 + n * sizeof *frames, '\0');
+	// The key is built in a buffer kept between calls and looked up as a
+	// view: a hit, which nearly every walk is, allocates nothing.
+	std::string &key = stack_key_;
+	key.resize(sizeof pid + 1 + n * sizeof *frames);
 	memcpy(key.data(), &pid, sizeof pid);
 	key[sizeof pid] = partial;
 	memcpy(key.data() + sizeof pid + 1, frames, n * sizeof *frames);
-	auto [it, fresh] = stack_cache_.try_emplace(std::move(key));
+	auto it = stack_cache_.find(std::string_view(key));
+	bool fresh = it == stack_cache_.end();
+	if (fresh)
+		it = stack_cache_.emplace(key, ResolvedStack{}).first;
 	if (fresh) {
 		auto f = resolve_stack(pid, frames, n, partial);
 		if (f) {

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <string_view>
 #include <unordered_map>
 #include <optional>
 #include <set>
@@ -161,7 +162,13 @@ private:
 		uint16_t flags; // enum eacgm_py_flags
 		ResolvedStack stack; // resolved when read (shares the cache's)
 	};
-	std::unordered_map<std::string, ResolvedStack> stack_cache_; // raw walk -> resolved
+	struct ViewHash {
+		using is_transparent = void;
+		size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+	};
+	// raw walk -> resolved; looked up by string_view (no key allocated)
+	std::unordered_map<std::string, ResolvedStack, ViewHash, std::equal_to<>> stack_cache_;
+	std::string stack_key_; // the key of the walk being looked up
 	uint64_t stack_cache_since_ns_ = 0;
 	std::map<uint64_t, SpanStack> span_stacks_;
 	std::vector<RawStack> pending_samples_;
