@@ -217,10 +217,8 @@ const Recorder::ResolvedStack &Recorder::resolved(uint32_t pid, const eacgm_py_f
 	key[sizeof pid] = partial;
 	memcpy(key.data() + sizeof pid + 1, frames, n * sizeof *frames);
 	auto it = stack_cache_.find(std::string_view(key));
-	bool fresh = it == stack_cache_.end();
-	if (fresh)
+	if (it == stack_cache_.end()) {
 		it = stack_cache_.emplace(key, ResolvedStack{}).first;
-	if (fresh) {
 		auto f = resolve_stack(pid, frames, n, partial);
 		if (f) {
 			it->second.shown = PyStack(format_py_stack(*f));
