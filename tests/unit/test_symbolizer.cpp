@@ -97,11 +97,7 @@ TEST(Symbolizer, SnapshotInheritForget) {
 // A library loaded after the maps were read: the first miss re-reads them.
 TEST(Symbolizer, RereadsMapsOnMiss) {
 	REQUIRE_OWN_SYMBOLS();
-	const std::string exe = fs::read_symlink("/proc/self/exe").string();
-	std::string without_exe, line;
-	std::istringstream all(own_maps());
-	while (std::getline(all, line))
-		if (!line.ends_with(" " + exe)) without_exe += line + "\n";
+	const std::string without_exe = own_maps_without_exe();
 
 	FakeProc p;
 	Symbolizer s(p.root.string());
