@@ -77,16 +77,21 @@ def command(eacgm, config, workload, steps, db, warmup_s=0):
     return [eacgm, "record", "-o", db, *extra, "--", *run]
 
 
+def check_exit(cmd, what, returncode, stderr):
+    """Any failure ends the benchmark, since a ratio built on a run that did
+    not finish would be meaningless: the end of its stderr, and why."""
+    if returncode != 0:
+        sys.stderr.write("\n".join(stderr.splitlines()[-25:]) + "\n")
+        sys.exit("train_cost: %s failed (exit %d): %s" % (what, returncode, " ".join(cmd)))
+
+
 def run_checked(cmd, what):
-    """stdout of cmd; any failure ends the benchmark, since a ratio built on a
-    run that did not finish would be meaningless."""
+    """stdout of cmd (check_exit on failure)."""
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True)
     except OSError as e:
         sys.exit("train_cost: %s could not start: %s" % (what, e))
-    if proc.returncode != 0:
-        sys.stderr.write("\n".join(proc.stderr.splitlines()[-25:]) + "\n")
-        sys.exit("train_cost: %s failed (exit %d): %s" % (what, proc.returncode, " ".join(cmd)))
+    check_exit(cmd, what, proc.returncode, proc.stderr)
     return proc.stdout
 
 
@@ -125,11 +130,12 @@ def watch_peak(pid, out):
 
 
 def run_timed(cmd, what):
-    """Like run_checked, and eacgm's CPU (% of one core) while the workload
+    """Like run_checked, with eacgm's CPU (% of one core) while the workload
     timed its steps: from its 'timing N steps' line to its median line, the
     steady state the step times are taken from (the whole run's share, in
     the recording's meta, also counts the start and the first seconds at
-    full rate, before the overhead budget acts)."""
+    full rate, before the overhead budget acts); and eacgm's peak RSS to
+    its end (MB, watch_peak)."""
     with tempfile.TemporaryFile(mode="w+") as err:  # a file: a full pipe would stall eacgm
         try:
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
@@ -146,9 +152,7 @@ def run_timed(cmd, what):
         watcher.join()
         err.seek(0)
         stderr = err.read()
-    if proc.returncode != 0:
-        sys.stderr.write("\n".join(stderr.splitlines()[-25:]) + "\n")
-        sys.exit("train_cost: %s failed (exit %d): %s" % (what, proc.returncode, " ".join(cmd)))
+    check_exit(cmd, what, proc.returncode, stderr)
     steady = None
     if len(marks) == 2 and None not in (marks[0][1], marks[1][1]) and marks[1][0] > marks[0][0]:
         steady = 100 * (marks[1][1] - marks[0][1]) / (marks[1][0] - marks[0][0])

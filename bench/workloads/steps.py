@@ -24,22 +24,17 @@ def parser(doc, batch, size, size_help=None):
     return p
 
 
-def run_steps(model, opt, x, y, loss_fn, steps, until=0, cpu_times=None):
+def run_steps(model, opt, x, y, loss_fn, steps, until=0):
     """Seconds per step, for `steps` steps and then until time.monotonic()
-    reaches `until` (warm-up). `cpu_times`, when given, gets each step's
-    CPU time (the process's, traps and BPF programs included; the time a
-    VM's host takes the CPU away is not, which makes it the steadier
-    measure of what a tracer costs the job)."""
+    reaches `until` (warm-up)."""
     times = []
     while len(times) < steps or time.monotonic() < until:
-        t, c = time.perf_counter(), time.process_time()
+        t = time.perf_counter()
         opt.zero_grad()
         loss = loss_fn(model(x), y)
         loss.backward()
         opt.step()
         times.append(time.perf_counter() - t)
-        if cpu_times is not None:
-            cpu_times.append(time.process_time() - c)
     return times
 
 
@@ -50,13 +45,11 @@ def train_and_report(name, args, model, opt, x, y, loss_fn):
     model.train()
     prof = None
 
-    cpu_times = []
-
     def train():
         warm = run_steps(model, opt, x, y, loss_fn, args.warmup, STARTED + args.warmup_s)
         # A tracer's own cost is read from here to the median line (train_cost.py).
         print("timing %d steps" % args.steps, flush=True)
-        return run_steps(model, opt, x, y, loss_fn, args.steps, cpu_times=cpu_times), warm
+        return run_steps(model, opt, x, y, loss_fn, args.steps), warm
 
     if args.profiler:
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
@@ -65,7 +58,6 @@ def train_and_report(name, args, model, opt, x, y, loss_fn):
         times, _ = train()
     median = statistics.median(times)
     print("%s: %d steps, median step %.1f us" % (name, args.steps, 1e6 * median), flush=True)
-    print("cpu: median step %.1f us" % (1e6 * statistics.median(cpu_times)), flush=True)
     # Counted after the median line so that walking the events is never timed.
     if prof is not None:
         print("profiler: %d events" % len(prof.events()))
