@@ -350,6 +350,8 @@ void RecordSession::open_collectors()
 RecordSession::Stop RecordSession::open_recorder()
 {
 	recorder_.emplace(*attacher_, *engine_, *tracker_, *store_, python_.get());
+	if (!a_.flamegraph.empty())
+		recorder_->keep_folded_stacks();
 	// Online detection: a model per function, trained on its first calls,
 	// refitted in the background; anomalies go to the store as they come.
 	if (a_.detect) {

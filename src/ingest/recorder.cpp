@@ -202,11 +202,29 @@ void Recorder::retire_stack_cache()
 	uint64_t now = mono_ns();
 	if (now - stack_cache_since_ns_ < PythonResolver::kTrustNs && stack_cache_.size() < 65536)
 		return;
+	fold_cached_samples();
 	stack_cache_.clear();
 	stack_cache_since_ns_ = now;
 }
 
-const Recorder::ResolvedStack &Recorder::resolved(uint32_t pid, const eacgm_py_frame *frames, uint32_t n,
+void Recorder::fold_cached_samples()
+{
+	for (auto &[key, rs] : stack_cache_) {
+		if (!rs.samples)
+			continue;
+		uint32_t pid;
+		memcpy(&pid, key.data(), sizeof pid); // the key starts with the pid
+		// Known: a stack resolves only for a process watched as Python.
+		auto p = processes_.find(pid);
+		std::string line = p == processes_.end() ? "" : p->second.comm;
+		for (auto f = (*rs.frames)->rbegin(); f != (*rs.frames)->rend(); ++f)
+			line += ";" + f->qualname + " (" + f->filename.substr(f->filename.rfind('/') + 1) + ":" +
+				std::to_string(f->first_line) + ")";
+		folded_[line] += std::exchange(rs.samples, 0);
+	}
+}
+
+Recorder::ResolvedStack &Recorder::resolved(uint32_t pid, const eacgm_py_frame *frames, uint32_t n,
 						  bool partial)
 {
 	// The key is built in a buffer kept between calls and looked up as a
@@ -490,15 +508,10 @@ Result<void> Recorder::flush(bool force)
 			return a;
 	}
 	for (auto &raw : pending_samples_) {
-		const ResolvedStack &rs = resolved(raw.pid, raw.frames.data(), raw.frames.size(), false);
+		ResolvedStack &rs = resolved(raw.pid, raw.frames.data(), raw.frames.size(), false);
 		if (!rs.frames || (*rs.frames)->empty())
 			continue;
-		const auto &frames = **rs.frames;
-		std::string key = process(raw.pid).comm;
-		for (auto f = frames.rbegin(); f != frames.rend(); ++f)
-			key += ";" + f->qualname + " (" + f->filename.substr(f->filename.rfind('/') + 1) + ":" +
-			       std::to_string(f->first_line) + ")";
-		folded_[key]++;
+		rs.samples += fold_;
 		samples_[{raw.pid, raw.tid}].push_back({raw.ts, *rs.frames, (raw.flags & EACGM_PY_TRUNCATED) != 0});
 	}
 	pending_samples_.clear();
@@ -556,8 +569,9 @@ Result<void> Recorder::finish()
 
 std::vector<std::string> Recorder::take_warnings() { return std::exchange(warnings_, {}); }
 
-std::string Recorder::folded_stacks() const
+std::string Recorder::folded_stacks()
 {
+	fold_cached_samples();
 	std::string out;
 	for (auto &[stack, n] : folded_)
 		out += stack + " " + std::to_string(n) + "\n";

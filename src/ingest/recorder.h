@@ -84,9 +84,13 @@ public:
 	// Scores every CUDA/NCCL/torch call online as it is stored (null: off).
 	void set_detector(detect::OnlineDetector *d) { detector_ = d; }
 	uint64_t anomalies_seen() const { return anomalies_seen_; }
+	// Keep the sampled stacks for folded_stacks() (--flamegraph); off by
+	// default: naming every sample's stack as a line of text cost more than
+	// resolving it, for a file nobody asked for.
+	void keep_folded_stacks() { fold_ = true; }
 	// Sampled Python stacks in the collapsed format of flame graph tools:
 	// "outer;...;inner count" per line, frames as "qualname (file:def line)".
-	std::string folded_stacks() const;
+	std::string folded_stacks();
 	// Messages for the user (rescans that failed, ...), at most once each.
 	std::vector<std::string> take_warnings();
 	// What the user should know as it happens (probes attached late, ...).
@@ -112,9 +116,13 @@ private:
 	struct ResolvedStack {
 		std::optional<SharedFrames> frames;
 		PyStack shown; // format_py_stack, shared by every span made under it
+		uint64_t samples = 0; // periodic samples of it, not yet in folded_
 	};
-	const ResolvedStack &resolved(uint32_t pid, const eacgm_py_frame *frames, uint32_t n, bool partial);
+	ResolvedStack &resolved(uint32_t pid, const eacgm_py_frame *frames, uint32_t n, bool partial);
 	void retire_stack_cache();
+	// Adds the cache's sample counts to folded_, a line of text per
+	// distinct stack rather than per sample.
+	void fold_cached_samples();
 	void handle_proc(const struct eacgm_proc_event &e);
 	Process &process(uint32_t pid, UniqueFd pidfd = {});
 	void watch(uint32_t pid, UniqueFd pidfd);
@@ -176,6 +184,7 @@ private:
 	uint64_t py_unresolved_ = 0;
 	uint64_t py_entries_lost_ = 0; // eval-loop entries whose code object did not resolve
 	size_t py_calls_contradicted_ = 0; // measured calls a sample showed were not running
+	bool fold_ = false;
 	std::map<std::string, uint64_t> folded_; // collapsed sampled stacks -> samples
 	std::vector<std::string> warnings_;
 	std::vector<std::string> notes_;
