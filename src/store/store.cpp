@@ -106,10 +106,21 @@ CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE processes(pid INTEGER PRIMARY KEY, ppid INTEGER, comm TEXT, cmdline TEXT,
                        start_ns INTEGER, end_ns INTEGER, exit_code INTEGER);
 CREATE TABLE threads(pid INTEGER, tid INTEGER, name TEXT, PRIMARY KEY(pid, tid));
-CREATE TABLE spans(id INTEGER PRIMARY KEY, pid INTEGER, tid INTEGER, layer TEXT, name TEXT,
-                   start_ns INTEGER, dur_ns INTEGER, depth INTEGER, ret INTEGER,
-                   ret_name TEXT, bytes INTEGER, args TEXT /* JSON object */,
-                   py_stack TEXT /* JSON array of frames, innermost first; NULL outside Python */);
+-- What a call was: its Python stack by reference, each distinct stack once
+-- (a loop makes the same calls from the same lines: on a GPT step 200,000
+-- calls shared 43 stacks, and their text was 80% of the file).
+CREATE TABLE span_rows(id INTEGER PRIMARY KEY, pid INTEGER, tid INTEGER, layer TEXT, name TEXT,
+                       start_ns INTEGER, dur_ns INTEGER, depth INTEGER, ret INTEGER,
+                       ret_name TEXT, bytes INTEGER, args TEXT /* JSON object */,
+                       stack INTEGER /* stacks.id; NULL outside Python */);
+CREATE TABLE stacks(id INTEGER PRIMARY KEY,
+                    frames TEXT NOT NULL /* JSON array of frames, innermost first */);
+-- What readers query: the calls with their stacks, as one relation.
+CREATE VIEW spans AS
+  SELECT r.id AS id, r.pid AS pid, r.tid AS tid, r.layer AS layer, r.name AS name,
+         r.start_ns AS start_ns, r.dur_ns AS dur_ns, r.depth AS depth, r.ret AS ret,
+         r.ret_name AS ret_name, r.bytes AS bytes, r.args AS args, s.frames AS py_stack
+  FROM span_rows r LEFT JOIN stacks s ON s.id = r.stack;
 CREATE TABLE drops(layer TEXT, reason TEXT, count INTEGER);
 CREATE TABLE metrics(ts_ns INTEGER, layer TEXT, name TEXT, key TEXT, pid INTEGER, value REAL);
 CREATE TABLE events(ts_ns INTEGER, layer TEXT, name TEXT, key TEXT, pid INTEGER, tid INTEGER,
@@ -124,8 +135,8 @@ COMMIT;
 // Built in finish(), not up front: filling an unindexed table keeps the
 // per-batch cost flat while the ring buffers are being drained.
 constexpr const char *kIndexes = R"(
-CREATE INDEX spans_by_function ON spans(layer, name);
-CREATE INDEX spans_by_thread ON spans(pid, tid, start_ns);
+CREATE INDEX spans_by_function ON span_rows(layer, name);
+CREATE INDEX spans_by_thread ON span_rows(pid, tid, start_ns);
 CREATE INDEX metrics_by_name ON metrics(layer, name, key, ts_ns);
 )";
 
@@ -161,8 +172,9 @@ Result<StoreWriter> StoreWriter::create(const std::string &path)
 }
 
 StoreWriter::StoreWriter(StoreWriter &&o) noexcept
-	: path_(std::move(o.path_)), partial_(std::exchange(o.partial_, {})),
-	  db_(std::move(o.db_))
+	: path_(std::move(o.path_)), partial_(std::exchange(o.partial_, {})), db_(std::move(o.db_)),
+	  statements_(std::move(o.statements_)), stack_ids_(std::move(o.stack_ids_)),
+	  new_stacks_(std::move(o.new_stacks_))
 {
 }
 
@@ -173,6 +185,9 @@ StoreWriter &StoreWriter::operator=(StoreWriter &&o) noexcept
 		path_ = std::move(o.path_);
 		partial_ = std::exchange(o.partial_, {});
 		db_ = std::move(o.db_);
+		statements_ = std::move(o.statements_);
+		stack_ids_ = std::move(o.stack_ids_);
+		new_stacks_ = std::move(o.new_stacks_);
 	}
 	return *this;
 }
@@ -181,6 +196,7 @@ StoreWriter::~StoreWriter() { discard(); }
 
 void StoreWriter::discard()
 {
+	statements_.clear();
 	db_.reset();
 	if (!partial_.empty())
 		remove_db_files(partial_);
@@ -206,7 +222,24 @@ Result<void> StoreWriter::exec(const char *sql)
 	return {};
 }
 
-// Writes rows with one prepared statement in one transaction.
+// The statement for `sql`, prepared on first use and kept: a batch a few
+// times a second, each preparing its statement anew, spent more in
+// SQLite's parser than in some of the inserts.
+Result<sqlite3_stmt *> StoreWriter::statement(const char *sql)
+{
+	auto &st = statements_[sql];
+	if (!st) {
+		auto p = prepare(db_.get(), sql);
+		if (!p)
+			return p.error();
+		st = std::move(*p);
+	}
+	return st.get();
+}
+
+// Writes rows with one prepared statement in one transaction. bind returns
+// false when it failed (SQLite's message says why); the batch is then
+// rolled back whole.
 template <class T, class Bind>
 Result<void> StoreWriter::insert_all(const char *sql, const std::vector<T> &rows, const char *what, Bind bind)
 {
@@ -214,34 +247,74 @@ Result<void> StoreWriter::insert_all(const char *sql, const std::vector<T> &rows
 		return r;
 	if (rows.empty())
 		return {};
-	auto st = prepare(db_.get(), sql);
+	auto st = statement(sql);
 	if (!st)
 		return make_error("cannot write " + std::string(what) + " to " + partial_ + ": " + st.error().message);
 	if (auto r = exec("BEGIN"); !r)
 		return r;
+	auto fail = [&]() -> Result<void> {
+		std::string m = sqlite3_errmsg(db_.get());
+		sqlite3_reset(*st);
+		(void)exec("ROLLBACK");
+		forget_new_stacks();
+		return make_error("cannot write " + std::string(what) + " to " + partial_ + ": " + m +
+				  "; check free disk space");
+	};
 	for (const T &row : rows) {
-		bind(st->get(), row);
-		int rc = sqlite3_step(st->get());
-		sqlite3_reset(st->get());
-		if (rc != SQLITE_DONE) {
-			std::string m = sqlite3_errmsg(db_.get());
-			(void)exec("ROLLBACK");
-			return make_error("cannot write " + std::string(what) + " to " + partial_ + ": " + m +
-					  "; check free disk space");
-		}
+		if (!bind(*st, row))
+			return fail();
+		int rc = sqlite3_step(*st);
+		sqlite3_reset(*st);
+		if (rc != SQLITE_DONE)
+			return fail();
 	}
 	if (auto r = exec("COMMIT"); !r) {
 		(void)exec("ROLLBACK");
+		forget_new_stacks();
 		return r;
 	}
+	new_stacks_.clear();
 	return {};
+}
+
+// The row of a Python stack, written the first time it is seen (in the
+// transaction of the spans that use it). 0: the insert failed.
+int64_t StoreWriter::stack_id(const std::string &frames)
+{
+	if (auto it = stack_ids_.find(std::string_view(frames)); it != stack_ids_.end())
+		return it->second;
+	auto st = statement("INSERT INTO stacks(frames) VALUES(?)");
+	if (!st)
+		return 0;
+	bind_row_text(*st, 1, frames);
+	int rc = sqlite3_step(*st);
+	sqlite3_reset(*st);
+	if (rc != SQLITE_DONE)
+		return 0;
+	// Bounded: past the cap a stack seen again gets a second row, which
+	// readers cannot tell from the first.
+	if (stack_ids_.size() >= kMaxStackIds) {
+		stack_ids_.clear();
+		new_stacks_.clear(); // views of the keys just dropped
+	}
+	int64_t id = sqlite3_last_insert_rowid(db_.get());
+	new_stacks_.push_back(stack_ids_.emplace(frames, id).first->first);
+	return id;
+}
+
+// A rolled-back batch takes the stacks it wrote with it.
+void StoreWriter::forget_new_stacks()
+{
+	for (std::string_view k : std::exchange(new_stacks_, {}))
+		if (auto it = stack_ids_.find(k); it != stack_ids_.end())
+			stack_ids_.erase(it);
 }
 
 Result<void> StoreWriter::add_spans(const std::vector<Span> &spans)
 {
-	return insert_all("INSERT INTO spans(pid, tid, layer, name, start_ns, dur_ns, depth, ret,"
-			  " ret_name, bytes, args, py_stack) VALUES(?,?,?,?,?,?,?,?,?,?,?,?)",
-			  spans, "spans", [](sqlite3_stmt *st, const Span &s) {
+	return insert_all("INSERT INTO span_rows(pid, tid, layer, name, start_ns, dur_ns, depth, ret,"
+			  " ret_name, bytes, args, stack) VALUES(?,?,?,?,?,?,?,?,?,?,?,?)",
+			  spans, "spans", [this](sqlite3_stmt *st, const Span &s) {
 				  // replace: captured strings may hold bytes that are not UTF-8,
 				  // and one odd argument must not cost the whole batch.
 				  std::string args = s.args.is_null()
@@ -257,10 +330,13 @@ Result<void> StoreWriter::add_spans(const std::vector<Span> &spans)
 				  bind_row_text(st, 9, s.ret_name);
 				  bind_param(st, 10, s.bytes);
 				  bind_param(st, 11, args);
-				  if (s.py_stack.empty())
+				  if (s.py_stack.empty()) {
 					  sqlite3_bind_null(st, 12);
-				  else
-					  bind_row_text(st, 12, s.py_stack.json());
+					  return true;
+				  }
+				  int64_t id = stack_id(s.py_stack.json());
+				  sqlite3_bind_int64(st, 12, id);
+				  return id != 0;
 			  });
 }
 
@@ -274,6 +350,7 @@ Result<void> StoreWriter::add_metrics(const std::vector<Metric> &metrics)
 				  bind_param(st, 4, m.key);
 				  bind_param(st, 5, m.pid);
 				  bind_param(st, 6, m.value);
+				  return true;
 			  });
 }
 
@@ -289,12 +366,13 @@ Result<void> StoreWriter::add_events(const std::vector<Event> &events)
 				  bind_param(st, 6, e.tid);
 				  bind_param(st, 7, e.args.dump(-1, ' ', false,
 								nlohmann::json::error_handler_t::replace));
+				  return true;
 			  });
 }
 
 constexpr const char *kInsertAnomaly = "INSERT INTO anomalies VALUES(?,?,?,?,?,?,?,?,?,?)";
 
-static void bind_anomaly(sqlite3_stmt *st, const Anomaly &a)
+static bool bind_anomaly(sqlite3_stmt *st, const Anomaly &a)
 {
 	bind_param(st, 1, a.ts_ns);
 	bind_param(st, 2, a.dur_ns);
@@ -306,6 +384,7 @@ static void bind_anomaly(sqlite3_stmt *st, const Anomaly &a)
 	bind_param(st, 8, a.threshold);
 	bind_param(st, 9, a.features.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
 	bind_param(st, 10, a.causes.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+	return true;
 }
 
 Result<void> StoreWriter::add_anomalies(const std::vector<Anomaly> &anomalies)
@@ -394,6 +473,7 @@ Result<void> StoreWriter::finish()
 		return r;
 	if (auto r = exec(kIndexes); !r)
 		return r;
+	statements_.clear(); // a connection closes only without them
 	// Leaving WAL mode checkpoints and deletes the -wal file, so the result
 	// is one self-contained file that can be copied or mailed as is.
 	auto st = prepare(db_.get(), "PRAGMA journal_mode=DELETE");

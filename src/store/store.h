@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "common/model.h"
@@ -30,7 +32,10 @@ struct StmtFinalizer {
 using DbHandle = std::unique_ptr<sqlite3, detail::DbCloser>;
 using StmtHandle = std::unique_ptr<sqlite3_stmt, detail::StmtFinalizer>;
 
-// Version of the table layout below; load_recording() refuses other versions.
+// Version of what readers query (the tables and the spans view, their
+// columns); load_recording() refuses other versions. How spans are kept
+// underneath (span_rows and stacks since the stacks were written once each)
+// is not part of it: the spans view reads the same either way.
 inline constexpr int kSchemaVersion = 3;
 
 class StoreWriter {
@@ -65,14 +70,29 @@ public:
 private:
 	StoreWriter() = default;
 	Result<void> exec(const char *sql);
+	Result<sqlite3_stmt *> statement(const char *sql);
 	template <class T, class Bind>
 	Result<void> insert_all(const char *sql, const std::vector<T> &rows, const char *what, Bind bind);
+	int64_t stack_id(const std::string &frames);
+	void forget_new_stacks();
 	Result<void> ready() const;
 	void discard();
+
+	struct TextHash {
+		using is_transparent = void;
+		size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+	};
+	static constexpr size_t kMaxStackIds = 16384;
 
 	std::string path_;
 	std::string partial_;
 	DbHandle db_;
+	// Prepared statements by their SQL text's address (each a literal),
+	// finalized before db_ is closed.
+	std::unordered_map<const char *, StmtHandle> statements_;
+	// Stacks written so far -> their row; those of the open transaction.
+	std::unordered_map<std::string, int64_t, TextHash, std::equal_to<>> stack_ids_;
+	std::vector<std::string_view> new_stacks_;
 };
 
 // Reads a finished recording. Spans come ordered by start_ns (ties in the

@@ -388,3 +388,74 @@ TEST_F(StoreTest, ReplaceAnomaliesRewritesOnlyThem)
 	ASSERT_FALSE(missing.ok());
 	EXPECT_NE(missing.error().message.find("eacgm record"), std::string::npos) << missing.error().message;
 }
+
+// Each distinct Python stack is one row of `stacks`, however many spans
+// (and however many PyStack objects of the same frames) stand on it; the
+// spans view shows every span with its stack's text, NULL without one.
+TEST_F(StoreTest, StacksAreWrittenOncePerDistinctStack)
+{
+	PyStack a{"step (train.py:10)", "<module> (train.py:40)"};
+	PyStack a_again{"step (train.py:10)", "<module> (train.py:40)"}; // same frames, another object
+	PyStack b{"forward (model.py:7)", "step (train.py:11)", "<module> (train.py:40)"};
+	auto span = [](uint64_t start, PyStack st) {
+		return Span{.start_ns = start, .dur_ns = 10, .pid = 1, .tid = 1, .layer = "torch", .name = "aten::mm",
+			    .py_stack = std::move(st)};
+	};
+	std::string path = file("stacks.db");
+	{
+		auto w = StoreWriter::create(path);
+		ASSERT_TRUE(w.ok()) << w.error().message;
+		ASSERT_TRUE(w->add_spans({span(1, a), span(2, b), span(3, {})}).ok());
+		ASSERT_TRUE(w->add_spans({span(4, a_again), span(5, b), span(6, a)}).ok());
+		ASSERT_TRUE(w->finish().ok());
+	}
+	sqlite3 *db = nullptr;
+	ASSERT_EQ(sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+	auto count = [&](const char *sql) {
+		sqlite3_stmt *st = nullptr;
+		EXPECT_EQ(sqlite3_prepare_v2(db, sql, -1, &st, nullptr), SQLITE_OK) << sql;
+		int64_t n = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : -1;
+		sqlite3_finalize(st);
+		return n;
+	};
+	EXPECT_EQ(count("SELECT count(*) FROM stacks"), 2);
+	EXPECT_EQ(count("SELECT count(*) FROM spans"), 6);
+	EXPECT_EQ(count("SELECT count(*) FROM spans WHERE py_stack IS NULL"), 1);
+	EXPECT_EQ(count("SELECT count(*) FROM spans WHERE json_extract(py_stack, '$[0]') = 'step (train.py:10)'"), 3);
+	sqlite3_close(db);
+
+	auto loaded = load_recording(path);
+	ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+	std::vector<PyStack> want = {a, b, {}, a, b, a};
+	ASSERT_EQ(loaded->spans.size(), want.size());
+	for (size_t i = 0; i < want.size(); i++)
+		EXPECT_EQ(loaded->spans[i].py_stack, want[i]) << "span " << i;
+}
+
+// A recording made before stacks had a table of their own (spans a table
+// with the stack's text in each row) reads the same.
+TEST_F(StoreTest, LoadsSpansKeptAsOneTable)
+{
+	std::string path = file("one_table.db");
+	make_sqlite(path, "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+			  "INSERT INTO meta VALUES('schema_version', '3');"
+			  "CREATE TABLE processes(pid INTEGER PRIMARY KEY, ppid INTEGER, comm TEXT, cmdline TEXT,"
+			  " start_ns INTEGER, end_ns INTEGER, exit_code INTEGER);"
+			  "CREATE TABLE threads(pid INTEGER, tid INTEGER, name TEXT, PRIMARY KEY(pid, tid));"
+			  "CREATE TABLE spans(id INTEGER PRIMARY KEY, pid INTEGER, tid INTEGER, layer TEXT, name TEXT,"
+			  " start_ns INTEGER, dur_ns INTEGER, depth INTEGER, ret INTEGER, ret_name TEXT, bytes INTEGER,"
+			  " args TEXT, py_stack TEXT);"
+			  "CREATE TABLE drops(layer TEXT, reason TEXT, count INTEGER);"
+			  "CREATE TABLE metrics(ts_ns INTEGER, layer TEXT, name TEXT, key TEXT, pid INTEGER, value REAL);"
+			  "CREATE TABLE events(ts_ns INTEGER, layer TEXT, name TEXT, key TEXT, pid INTEGER, tid INTEGER,"
+			  " args TEXT);"
+			  "CREATE TABLE anomalies(ts_ns INTEGER, dur_ns INTEGER, pid INTEGER, tid INTEGER, layer TEXT,"
+			  " name TEXT, score REAL, threshold REAL, features TEXT, causes TEXT);"
+			  "INSERT INTO spans VALUES(1, 7, 7, 'torch', 'aten::mm', 100, 5, 0, 0, '', 0, '{}',"
+			  " '[\"step (train.py:10)\"]');");
+	auto loaded = load_recording(path);
+	ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+	ASSERT_EQ(loaded->spans.size(), 1u);
+	EXPECT_EQ(loaded->spans[0].name, "aten::mm");
+	EXPECT_EQ(loaded->spans[0].py_stack, PyStack{"step (train.py:10)"});
+}
