@@ -16,18 +16,21 @@ namespace {
 // stable estimate, soon enough to follow a job that changes phase.
 constexpr uint64_t kIntervalNs = 2'000'000'000;
 
-std::string pct(double v)
+std::string pct_text(double v)
 {
 	char buf[32];
-	snprintf(buf, sizeof(buf), v < 10 ? "%.1f%%" : "%.0f%%", v);
+	// A budget below a tenth of a percent keeps its digits (0.01%, not 0.0%).
+	snprintf(buf, sizeof(buf), v > 0 && v < 0.1 ? "%.2g%%" : v < 10 ? "%.1f%%" : "%.0f%%", v);
 	return buf;
 }
 
 } // namespace
 
-OverheadKeeper::OverheadKeeper(double budget_pct, double warmup_s, SpanEngine &engine, const SpecSet &specs)
+OverheadKeeper::OverheadKeeper(double budget_pct, double warmup_s, SpanEngine &engine, const SpecSet &specs,
+			       PythonTracer *python)
     : budget_pct_(budget_pct), engine_(engine), specs_(specs),
-      next_ns_(mono_ns() + static_cast<uint64_t>(warmup_s * 1e9))
+      next_ns_(mono_ns() + static_cast<uint64_t>(warmup_s * 1e9)), python_(python),
+      asked_hz_(python ? python->sample_hz() : 0), min_hz_(asked_hz_)
 {
 	// The Python layer's entry probes make Python function spans exactly;
 	// a scaled estimate of them would mean nothing there: they stay.
@@ -138,6 +141,7 @@ double OverheadKeeper::agent_ns_per_call(const Recorder &rec, const std::map<uin
 void OverheadKeeper::decide(Recorder &rec, uint64_t now, std::vector<std::string> &notes,
 			    std::vector<Event> &events)
 {
+	steer_sampler(rec, now, notes, events);
 	auto s = take_sample(rec, now, notes);
 	// A job that barely ran says nothing about its cost: no change.
 	if (!s || s->traced_cpu_ns < 0.05 * static_cast<double>(kIntervalNs))
@@ -163,6 +167,44 @@ void OverheadKeeper::decide(Recorder &rec, uint64_t now, std::vector<std::string
 		events.push_back(change_event(d, s->hit_ns, now));
 	}
 	now_ = d;
+}
+
+// The sampler's rate from eacgm's whole CPU over the interval (none the
+// first time: the count starts there).
+void OverheadKeeper::steer_sampler(Recorder &rec, uint64_t now, std::vector<std::string> &notes,
+				   std::vector<Event> &events)
+{
+	uint64_t cpu = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
+	bool first = last_self_ns_ == 0;
+	double pct = first ? 0 : 100.0 * static_cast<double>(cpu - last_self_cpu_ns_) / static_cast<double>(now - last_self_ns_);
+	last_self_cpu_ns_ = cpu;
+	last_self_ns_ = now;
+	if (first)
+		return;
+	agent_pct_ = pct;
+	agent_pct_max_ = std::max(agent_pct_max_, pct);
+	if (!python_ || !python_->sample_hz())
+		return;
+	unsigned was = python_->sample_hz();
+	unsigned hz = decide_sample_hz(was, asked_hz_, pct, budget_pct_);
+	if (hz == was)
+		return;
+	if (auto r = python_->set_sample_hz(hz); !r) {
+		notes.push_back("warning: " + r.error().message);
+		python_ = nullptr; // left as it is from here
+		return;
+	}
+	rec.set_sample_period(mono_ns(), python_->sample_period_ns());
+	min_hz_ = std::min(min_hz_, hz);
+	notes.push_back("overhead budget " + pct_text(budget_pct_) + ": eacgm used " + pct_text(pct) +
+			" of a core; Python stacks sampled at " + std::to_string(hz) + " Hz (asked: " +
+			std::to_string(asked_hz_) + "); sampled times stay estimates, with a wider error");
+	Event e;
+	e.ts_ns = now;
+	e.layer = "eacgm";
+	e.name = "python_sampler";
+	e.args = {{"hz", hz}, {"was_hz", was}, {"asked_hz", asked_hz_}, {"agent_pct", pct}, {"budget_pct", budget_pct_}};
+	events.push_back(std::move(e));
 }
 
 Event OverheadKeeper::change_event(const BudgetDecision &d, double hit_ns, uint64_t now) const
@@ -207,8 +249,8 @@ void OverheadKeeper::set_weights(Recorder &rec, const BudgetDecision &d, uint64_
 
 std::string OverheadKeeper::describe(const BudgetDecision &d) const
 {
-	std::string head = "overhead budget " + pct(budget_pct_) + ": traced calls would cost " + pct(d.full_pct) +
-			   " of the traced processes' CPU and " + pct(d.agent_full_pct) + " of a core to eacgm";
+	std::string head = "overhead budget " + pct_text(budget_pct_) + ": traced calls would cost " + pct_text(d.full_pct) +
+			   " of the traced processes' CPU and " + pct_text(d.agent_full_pct) + " of a core to eacgm";
 	if (d.throttled.empty())
 		return head + "; every probe is attached again";
 	std::vector<std::string> names;
@@ -220,8 +262,8 @@ std::string OverheadKeeper::describe(const BudgetDecision &d) const
 	char buf[200];
 	snprintf(buf, sizeof(buf),
 		 " (%.2f us a call to the job); probing the %zu hottest functions %.0f%% of the time, about %s and %s: ",
-		 trap_ns_ / 1000, d.throttled.size(), d.duty * 100, pct(d.expected_pct).c_str(),
-		 pct(d.agent_expected_pct).c_str());
+		 trap_ns_ / 1000, d.throttled.size(), d.duty * 100, pct_text(d.expected_pct).c_str(),
+		 pct_text(d.agent_expected_pct).c_str());
 	return head + buf + join(names, ", ") + " (their counts are estimates)";
 }
 
@@ -237,6 +279,16 @@ void OverheadKeeper::write_meta(StoreWriter &store) const
 		(void)store.set_meta("overhead_hit_trap_ns", num(trap_ns_));
 		// Counted in bpf_runs:span_entry* and span_exit* with the traced calls.
 		(void)store.set_meta("overhead_timing_calls", std::to_string(kTrapTimingCalls));
+	}
+	if (agent_pct_ >= 0) {
+		(void)store.set_meta("overhead_agent_pct", num(agent_pct_));
+		(void)store.set_meta("overhead_agent_pct_max", num(agent_pct_max_));
+	}
+	if (asked_hz_) {
+		(void)store.set_meta("python_sample_hz_asked", std::to_string(asked_hz_));
+		(void)store.set_meta("python_sample_hz_min", std::to_string(min_hz_));
+		// The longest period used bounds a sampled time's error (summary).
+		(void)store.set_meta("python_sample_period_ns", std::to_string(1'000'000'000ull / min_hz_));
 	}
 	if (!decisions_)
 		return;

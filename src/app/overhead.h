@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ingest/recorder.h"
+#include "layers/python.h"
 #include "probe/budget.h"
 #include "probe/spec.h"
 #include "store/store.h"
@@ -22,7 +23,10 @@ class OverheadKeeper {
 public:
 	// budget_pct > 0. The first decision comes after warmup_s: a short
 	// recording keeps every call, and the trap is timed meanwhile.
-	OverheadKeeper(double budget_pct, double warmup_s, SpanEngine &engine, const SpecSet &specs);
+	// python: the Python layer's tracer when it samples (its rate is the
+	// budget's second lever), else null.
+	OverheadKeeper(double budget_pct, double warmup_s, SpanEngine &engine, const SpecSet &specs,
+		       PythonTracer *python = nullptr);
 	// Once per loop round; decides when an interval is due. Messages for
 	// the user go to `notes`; each change of what is throttled, as an event
 	// (layer "eacgm", name "overhead_budget"), to `events`.
@@ -38,6 +42,7 @@ private:
 	Event change_event(const BudgetDecision &d, double hit_ns, uint64_t now) const;
 	std::string describe(const BudgetDecision &d) const;
 	void set_weights(Recorder &rec, const BudgetDecision &d, uint64_t from_ns);
+	void steer_sampler(Recorder &rec, uint64_t now, std::vector<std::string> &notes, std::vector<Event> &events);
 
 	const double budget_pct_;
 	SpanEngine &engine_;
@@ -59,6 +64,12 @@ private:
 	std::map<uint32_t, double> ever_throttled_;
 	double max_full_pct_ = 0;
 	size_t decisions_ = 0;
+	// The sampler: its tracer, the rate asked for and the lowest used;
+	// eacgm's whole CPU at the last decision.
+	PythonTracer *python_;
+	unsigned asked_hz_ = 0, min_hz_ = 0;
+	uint64_t last_self_cpu_ns_ = 0, last_self_ns_ = 0;
+	double agent_pct_ = -1, agent_pct_max_ = -1; // eacgm's whole CPU, % of a core
 };
 
 } // namespace eacgm

@@ -352,6 +352,8 @@ RecordSession::Stop RecordSession::open_recorder()
 	recorder_.emplace(*attacher_, *engine_, *tracker_, *store_, python_.get());
 	if (!a_.flamegraph.empty())
 		recorder_->keep_folded_stacks();
+	if (python_ && python_->sample_period_ns())
+		recorder_->set_sample_period(0, python_->sample_period_ns());
 	// Online detection: a model per function, trained on its first calls,
 	// refitted in the background; anomalies go to the store as they come.
 	if (a_.detect) {
@@ -484,10 +486,13 @@ void RecordSession::begin()
 	usage_at_start_ = self_usage();
 	prog_stats_ = enable_prog_stats(); // from here: the attached phase only
 	if (a_.overhead_budget_pct > 0)
-		budget_.emplace(a_.overhead_budget_pct, a_.budget_after_s, *engine_, attacher_->specs());
+		budget_.emplace(a_.overhead_budget_pct, a_.budget_after_s, *engine_, attacher_->specs(),
+				python_ && python_->sample_hz() ? python_.get() : nullptr);
 	(void)store_->set_meta("command", a_.command.empty() ? "pid " + std::to_string(a_.pid) : join(a_.command, " "));
 	(void)store_->set_meta("layers", join(layers_));
-	if (python_ && python_->sample_period_ns()) // what a sampled span's "samples" count is worth
+	// What a sampled span's "samples" count is worth (the budget writes the
+	// longest period instead if it lowers the rate).
+	if (python_ && python_->sample_period_ns())
 		(void)store_->set_meta("python_sample_period_ns", std::to_string(python_->sample_period_ns()));
 	(void)store_->set_meta("eacgm_version", EACGM_VERSION);
 	(void)store_->set_meta("start_mono_ns", std::to_string(mono_ns()));

@@ -284,8 +284,10 @@ std::string format_bytes(uint64_t bytes)
 	return sig3(v, units[u]);
 }
 
-// The sampler's period, which a sampled span's count of samples is worth;
-// 0 when the recording does not say (made before eacgm kept it).
+// The sampler's period, which a sampled span's count of samples is worth
+// where the span does not say (sampled_ns) what its samples stood for; the
+// longest the recording used, which bounds the estimate's error; 0 when
+// the recording does not say (made before eacgm kept it).
 static uint64_t sample_period_ns(const Recording &rec)
 {
 	auto it = rec.meta.find("python_sample_period_ns");
@@ -309,7 +311,10 @@ std::vector<FunctionStats> compute_stats(const Recording &rec)
 			auto k = n->get<uint64_t>();
 			st.runs++;
 			st.samples += k;
-			st.total_ns += period ? k * period : s.dur_ns;
+			if (auto t = s.args.find("sampled_ns"); t != s.args.end() && t->is_number_unsigned())
+				st.total_ns += t->get<uint64_t>();
+			else
+				st.total_ns += period ? k * period : s.dur_ns;
 			continue;
 		}
 		double w = 1;

@@ -19,10 +19,13 @@ struct FunctionStats {
 	uint64_t bytes = 0;    // sum over calls
 	// Sampled spans (args "samples", from a stack sampler) are runs, not
 	// calls: they count here, not in calls, p50 or p99 (exact calls only).
-	// total_ns holds samples x the period for them (their unbiased time).
+	// total_ns holds the sum of their samples' periods for them (args
+	// sampled_ns; samples x the period in older recordings): their
+	// unbiased time.
 	uint64_t runs = 0, samples = 0;
 	double error_ns = 0; // 2 sd of that estimate: each run's two edges are
-			     // off by up to a period, sd period/sqrt(6) a run
+			     // off by up to a period (the longest used), sd
+			     // period/sqrt(6) a run
 	// Calls of a probe throttled by --overhead-budget carry args.weight
 	// (the calls each stands for): calls, errors, total_ns and bytes are
 	// then weighted sums, estimates; `seen` counts the spans recorded.

@@ -20,6 +20,7 @@ struct Open {
 	size_t id; // the span it becomes: sampled_spans()'s index order is by id
 	size_t parent; // id of the frame that called it, kNone at the bottom
 	uint64_t samples = 0; // periodic samples that saw it
+	uint64_t sampled_ns = 0; // the sum of their periods
 };
 
 constexpr size_t kNone = SIZE_MAX;
@@ -68,6 +69,8 @@ std::vector<Sampled> sampled_spans(uint32_t pid, uint32_t tid, const std::vector
 			out[o.id] = {function_span(pid, tid, o.frame, o.start, o.last), o.frame, o.parent};
 			out[o.id].span.depth = open.size() - 1;
 			out[o.id].span.args["samples"] = o.samples; // an estimate, not a call
+			if (o.sampled_ns)
+				out[o.id].span.args["sampled_ns"] = o.sampled_ns;
 		}
 	};
 	for (const PyStackSample &smp : samples) {
@@ -100,13 +103,15 @@ std::vector<Sampled> sampled_spans(uint32_t pid, uint32_t tid, const std::vector
 		while (common < open.size() && common < n && same_function(open[common].frame, (*frames)[n - 1 - common]))
 			common++;
 		close_from(common);
+		uint64_t weight_ns = smp.periodic ? smp.period_ns : 0;
 		for (auto &o : open) {
 			o.last = smp.ts_ns;
 			o.samples += smp.periodic;
+			o.sampled_ns += weight_ns;
 		}
 		for (size_t d = common; d < n; d++) {
 			open.push_back({(*frames)[n - 1 - d], smp.ts_ns, smp.ts_ns, out.size(), d ? open.back().id : kNone,
-					smp.periodic});
+					smp.periodic, weight_ns});
 			out.emplace_back();
 		}
 	}

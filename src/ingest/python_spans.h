@@ -50,6 +50,9 @@ struct PyStackSample {
 	// time); false for a stack read at a traced call's start or end, an
 	// exact moment that counts no time.
 	bool periodic = true;
+	// The sampler's period when it was taken: the CPU time a periodic
+	// sample stands for (the budget may change the rate). 0: not known.
+	uint64_t period_ns = 0;
 };
 
 // A call measured at both ends (the eval loop's entry probe).
@@ -64,8 +67,8 @@ struct PyCall {
 // measured call; the measured calls replace the sampled spans of their
 // function that they overlap, and nesting follows time.
 // A sampled span is an estimate, and says so: args "samples", the periodic
-// samples that saw it. Its time is samples x the sampler's period (unbiased;
-// `summary` shows it with its error), while its edges stay at its first and
+// samples that saw it, and "sampled_ns", the sum of their periods (where
+// they are known): its time (unbiased; `summary` shows it with its error), while its edges stay at its first and
 // last sample: what was certainly seen, never outside the call, so about a
 // period short on average. Back-to-back calls with no sample between them
 // are one span: a sampled span is a run of calls, not a call.

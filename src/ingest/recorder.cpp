@@ -449,6 +449,15 @@ double Recorder::weight(uint32_t spec_id, uint64_t start_ns) const
 	return 1.0;
 }
 
+uint64_t Recorder::period_at(uint64_t ts_ns) const
+{
+	// A sample taken before the first change stands for the first period.
+	for (auto it = periods_.rbegin(); it != periods_.rend(); ++it)
+		if (it->first <= ts_ns || it + 1 == periods_.rend())
+			return it->second;
+	return 0;
+}
+
 Result<void> Recorder::flush(bool force)
 {
 	const auto &specs = attacher_.specs();
@@ -512,7 +521,8 @@ Result<void> Recorder::flush(bool force)
 		if (!rs.frames || (*rs.frames)->empty())
 			continue;
 		rs.samples += fold_;
-		samples_[{raw.pid, raw.tid}].push_back({raw.ts, *rs.frames, (raw.flags & EACGM_PY_TRUNCATED) != 0});
+		samples_[{raw.pid, raw.tid}].push_back(
+			{raw.ts, *rs.frames, (raw.flags & EACGM_PY_TRUNCATED) != 0, true, period_at(raw.ts)});
 	}
 	pending_samples_.clear();
 	retire_stack_cache();

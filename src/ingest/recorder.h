@@ -81,6 +81,11 @@ public:
 	// (1: itself), stored with it as args.weight when it is not 1. A later
 	// call with the same from_ns replaces the weights.
 	void set_weights(uint64_t from_ns, std::vector<double> weights);
+	// The Python sampler's period from from_ns on (the budget may change its
+	// rate): what each periodic sample taken since stands for. The samples
+	// carry no period of their own: the kernel's sample record keeps the
+	// period the event was opened with.
+	void set_sample_period(uint64_t from_ns, uint64_t period_ns) { periods_.push_back({from_ns, period_ns}); }
 	// Scores every CUDA/NCCL/torch call online as it is stored (null: off).
 	void set_detector(detect::OnlineDetector *d) { detector_ = d; }
 	uint64_t anomalies_seen() const { return anomalies_seen_; }
@@ -193,6 +198,8 @@ private:
 	uint64_t records_read_ = 0, handling_cpu_ns_ = 0, samples_read_ = 0;
 	std::vector<uint64_t> spans_per_spec_;
 	std::vector<std::pair<uint64_t, std::vector<double>>> weights_; // by from_ns, ascending
+	std::vector<std::pair<uint64_t, uint64_t>> periods_;              // (from_ns, period), ascending
+	uint64_t period_at(uint64_t ts_ns) const;
 	detect::OnlineDetector *detector_ = nullptr;
 	uint64_t anomalies_seen_ = 0;
 };

@@ -1,4 +1,5 @@
 #include "layers/python.h"
+
 #include "layers/python_resolver.h"
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <cstring>
 #include <linux/perf_event.h>
 #include <regex>
+#include <sys/ioctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -183,8 +185,9 @@ Result<void> PythonTracer::load(unsigned sample_hz)
 		attr.size = sizeof(attr);
 		attr.type = PERF_TYPE_SOFTWARE;
 		attr.config = PERF_COUNT_SW_CPU_CLOCK;
-		attr.freq = 1;
-		attr.sample_freq = sample_hz;
+		// A period (of CPU-clock ns), which is what the kernel makes of a
+		// frequency for this event anyway: set_sample_hz() changes it.
+		attr.sample_period = sample_period_ns();
 		int fd = syscall(__NR_perf_event_open, &attr, -1, cpu, -1, PERF_FLAG_FD_CLOEXEC);
 		if (fd < 0) {
 			if (errno == ENODEV || errno == ENOENT)
@@ -198,6 +201,18 @@ Result<void> PythonTracer::load(unsigned sample_hz)
 			return make_error(std::string("cannot attach the Python sampler: ") + std::strerror(errno));
 		links_.add(l);
 	}
+	return {};
+}
+
+Result<void> PythonTracer::set_sample_hz(unsigned hz)
+{
+	if (!sample_hz_ || !hz)
+		return make_error("the Python sampler is off; its rate cannot change");
+	uint64_t period = 1'000'000'000ull / hz;
+	for (auto &fd : perf_fds_)
+		if (ioctl(fd.get(), PERF_EVENT_IOC_PERIOD, &period) != 0)
+			return make_error(std::string("cannot change the Python sampler's rate: ") + std::strerror(errno));
+	sample_hz_ = hz;
 	return {};
 }
 

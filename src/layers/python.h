@@ -66,8 +66,12 @@ public:
 	// its registration already).
 	void inherit(uint32_t child, uint32_t parent);
 	const PyOffsets *offsets(int minor) const; // the built-in table's
-	// The sampler's period of a thread's CPU time; 0 without sampling.
+	// The sampler's period of a thread's CPU time now; 0 without sampling.
 	uint64_t sample_period_ns() const { return sample_hz_ ? 1'000'000'000ull / sample_hz_ : 0; }
+	unsigned sample_hz() const { return sample_hz_; }
+	// Changes the sampling rate of every CPU's event at once (the overhead
+	// budget's lever on the sampler); a sampler that is off stays off.
+	Result<void> set_sample_hz(unsigned hz);
 
 	// Probes on the eval loop's entry, _PyEval_EvalFrameDefault, of every
 	// CPython with known offsets: each call is a Python function entered

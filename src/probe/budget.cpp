@@ -158,6 +158,16 @@ std::pair<uint64_t, uint64_t> DutyCycler::coverage_ns() const
 	return {on_ns_, until_ns_ - since_ns_};
 }
 
+unsigned decide_sample_hz(unsigned now_hz, unsigned asked_hz, double agent_pct, double budget_pct)
+{
+	unsigned floor = std::min(asked_hz, kMinSampleHz);
+	if (agent_pct > budget_pct && now_hz > floor)
+		return std::max(floor, now_hz / 4);
+	if (agent_pct < budget_pct / 2 && now_hz < asked_hz)
+		return std::min(asked_hz, now_hz * 2);
+	return now_hz;
+}
+
 double effective_coverage(uint64_t on_ns, uint64_t elapsed_ns, double slowdown)
 {
 	double on = static_cast<double>(on_ns) / (1 + std::max(0.0, slowdown));

@@ -56,6 +56,20 @@ struct BudgetDecision {
 BudgetDecision decide_budget(const BudgetSample &s, const BudgetDecision &now, double budget_pct,
 			     const std::set<uint32_t> &eligible);
 
+// The Python sampler's rate under the budget, from eacgm's whole CPU
+// (every thread: the record loop, the collectors, the detector's fits) as
+// a share of one core over the last interval. The probes' duty keeps the
+// calls' own cost within the budget; what eacgm spends apart from them is
+// mostly the sampler's records, whose rate is the other lever. Past the
+// budget the rate falls to a quarter (not below kMinSampleHz, nor above
+// what was asked); under half the budget it doubles back, up to what was
+// asked. Each sample then stands for its own period, so sampled times stay
+// unbiased, with a wider error.
+unsigned decide_sample_hz(unsigned now_hz, unsigned asked_hz, double agent_pct, double budget_pct);
+// The rate stack profilers commonly default to (py-spy, the seeds' host
+// telemetry): a 10 ms grain.
+constexpr unsigned kMinSampleHz = 100;
+
 // The shortest burst worth attaching for, as a share of the period.
 constexpr double kMinDuty = 0.02;
 

@@ -149,3 +149,19 @@ TEST(Budget, TheTighterBudgetSetsTheDuty)
 	EXPECT_NEAR(d.duty, kMinDuty, 1e-9);
 	EXPECT_NEAR(d.agent_expected_pct, 400 * kMinDuty, 1e-9);
 }
+
+// The sampler's rate: a quarter past the budget, down to 100 Hz (or the
+// rate asked, if lower); doubled back under half the budget, up to the rate
+// asked; left alone in between.
+TEST(Budget, SamplerRateFollowsEacgmsWholeCpu)
+{
+	EXPECT_EQ(decide_sample_hz(1000, 1000, 3.0, 2.0), 250u);
+	EXPECT_EQ(decide_sample_hz(250, 1000, 3.0, 2.0), 100u);
+	EXPECT_EQ(decide_sample_hz(100, 1000, 9.0, 2.0), 100u);
+	EXPECT_EQ(decide_sample_hz(50, 50, 9.0, 2.0), 50u);   // asked for less than the floor
+	EXPECT_EQ(decide_sample_hz(100, 1000, 1.5, 2.0), 100u); // between half and the whole: stays
+	EXPECT_EQ(decide_sample_hz(100, 1000, 0.9, 2.0), 200u);
+	EXPECT_EQ(decide_sample_hz(800, 1000, 0.5, 2.0), 1000u);
+	EXPECT_EQ(decide_sample_hz(1000, 1000, 0.5, 2.0), 1000u);
+	EXPECT_EQ(decide_sample_hz(1000, 1000, 2.0, 2.0), 1000u); // at the budget, not past it
+}
