@@ -141,8 +141,23 @@ double OverheadKeeper::agent_ns_per_call(const Recorder &rec, const std::map<uin
 void OverheadKeeper::decide(Recorder &rec, uint64_t now, std::vector<std::string> &notes,
 			    std::vector<Event> &events)
 {
-	steer_sampler(rec, now, notes, events);
+	// eacgm's whole CPU over the interval (none the first time: the count
+	// starts there): the sampler's rate follows it, and what the calls did
+	// not take of it is the fixed cost the calls' budget makes room for.
+	uint64_t cpu = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
+	double whole_ns = last_self_ns_ ? static_cast<double>(cpu - last_self_cpu_ns_) : -1;
+	double whole_pct = last_self_ns_ ? 100 * whole_ns / static_cast<double>(now - last_self_ns_) : -1;
+	last_self_cpu_ns_ = cpu;
+	last_self_ns_ = now;
+	if (whole_pct >= 0)
+		steer_sampler(rec, now, whole_pct, notes, events);
 	auto s = take_sample(rec, now, notes);
+	if (s && whole_ns >= 0) {
+		double calls = 0;
+		for (auto [id, n] : s->hits)
+			calls += static_cast<double>(n);
+		s->agent_fixed_ns = std::max(0.0, whole_ns - s->agent_ns_per_call * calls);
+	}
 	// A job that barely ran says nothing about its cost: no change.
 	if (!s || s->traced_cpu_ns < 0.05 * static_cast<double>(kIntervalNs))
 		return;
@@ -169,18 +184,10 @@ void OverheadKeeper::decide(Recorder &rec, uint64_t now, std::vector<std::string
 	now_ = d;
 }
 
-// The sampler's rate from eacgm's whole CPU over the interval (none the
-// first time: the count starts there).
-void OverheadKeeper::steer_sampler(Recorder &rec, uint64_t now, std::vector<std::string> &notes,
+// The sampler's rate from eacgm's whole CPU over the interval (pct, of a core).
+void OverheadKeeper::steer_sampler(Recorder &rec, uint64_t now, double pct, std::vector<std::string> &notes,
 				   std::vector<Event> &events)
 {
-	uint64_t cpu = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
-	bool first = last_self_ns_ == 0;
-	double pct = first ? 0 : 100.0 * static_cast<double>(cpu - last_self_cpu_ns_) / static_cast<double>(now - last_self_ns_);
-	last_self_cpu_ns_ = cpu;
-	last_self_ns_ = now;
-	if (first)
-		return;
 	agent_pct_ = pct;
 	agent_pct_max_ = std::max(agent_pct_max_, pct);
 	if (!python_ || !python_->sample_hz())
@@ -218,6 +225,7 @@ Event OverheadKeeper::change_event(const BudgetDecision &d, double hit_ns, uint6
 		  {"expected_pct", d.expected_pct},
 		  {"agent_full_pct", d.agent_full_pct},
 		  {"agent_expected_pct", d.agent_expected_pct},
+		  {"agent_fixed_pct", d.agent_fixed_pct},
 		  {"duty", d.duty},
 		  {"hit_ns", hit_ns},
 		  {"throttled", nlohmann::json::array()}};
@@ -250,7 +258,9 @@ void OverheadKeeper::set_weights(Recorder &rec, const BudgetDecision &d, uint64_
 std::string OverheadKeeper::describe(const BudgetDecision &d) const
 {
 	std::string head = "overhead budget " + pct_text(budget_pct_) + ": traced calls would cost " + pct_text(d.full_pct) +
-			   " of the traced processes' CPU and " + pct_text(d.agent_full_pct) + " of a core to eacgm";
+			   " of the traced processes' CPU and " + pct_text(d.agent_full_pct) + " of a core to eacgm" +
+			   (d.agent_fixed_pct > 0 ? " (beside " + pct_text(d.agent_fixed_pct) + " it spends apart from them)"
+						  : "");
 	if (d.throttled.empty())
 		return head + "; every probe is attached again";
 	std::vector<std::string> names;
@@ -298,6 +308,7 @@ void OverheadKeeper::write_meta(StoreWriter &store) const
 	(void)store.set_meta("overhead_agent_full_pct", num(now_.agent_full_pct));
 	(void)store.set_meta("overhead_agent_full_pct_max", num(max_agent_full_pct_));
 	(void)store.set_meta("overhead_agent_expected_pct", num(now_.agent_expected_pct));
+	(void)store.set_meta("overhead_agent_fixed_pct", num(now_.agent_fixed_pct));
 	nlohmann::json throttled = nlohmann::json::array();
 	for (auto [id, cov] : ever_throttled_)
 		throttled.push_back({{"layer", specs_.probes[id].layer},

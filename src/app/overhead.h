@@ -42,7 +42,8 @@ private:
 	Event change_event(const BudgetDecision &d, double hit_ns, uint64_t now) const;
 	std::string describe(const BudgetDecision &d) const;
 	void set_weights(Recorder &rec, const BudgetDecision &d, uint64_t from_ns);
-	void steer_sampler(Recorder &rec, uint64_t now, std::vector<std::string> &notes, std::vector<Event> &events);
+	void steer_sampler(Recorder &rec, uint64_t now, double pct, std::vector<std::string> &notes,
+			   std::vector<Event> &events);
 
 	const double budget_pct_;
 	SpanEngine &engine_;

@@ -83,7 +83,13 @@ BudgetDecision decide_budget(const BudgetSample &s, const BudgetDecision &now, d
 	BudgetDecision d = now;
 	if (job <= 0 || budget_pct <= 0)
 		return d;
-	const Budgets b{budget_pct / 100 * job, s.interval_ns > 0 ? budget_pct / 100 * s.interval_ns : 0};
+	// eacgm's side: one core's share, less what eacgm spends apart from
+	// the calls (they cannot be throttled below a quarter of it: a job
+	// whose calls are all eacgm would stop being traced).
+	double agent_budget = budget_pct / 100 * s.interval_ns;
+	agent_budget = std::max(agent_budget - s.agent_fixed_ns, agent_budget / 4);
+	const Budgets b{budget_pct / 100 * job, s.interval_ns > 0 ? agent_budget : 0};
+	d.agent_fixed_pct = s.interval_ns > 0 ? 100 * s.agent_fixed_ns / s.interval_ns : 0;
 	auto fill = [&](const Cost &spent) {
 		d.expected_pct = 100 * spent.job / job;
 		d.agent_expected_pct = s.interval_ns > 0 ? 100 * spent.agent / s.interval_ns : 0;

@@ -30,6 +30,10 @@ struct BudgetSample {
 	// not measured, only the job's side is kept under the budget.
 	double agent_ns_per_call = 0;
 	double interval_ns = 0;
+	// eacgm's CPU in the interval apart from handling the calls (waking up,
+	// the collectors, the detector's refits, the sampler's records): the
+	// calls get what it leaves of the budget, at least a quarter of it.
+	double agent_fixed_ns = 0;
 };
 
 struct BudgetDecision {
@@ -38,9 +42,11 @@ struct BudgetDecision {
 	double full_pct = 0;          // what every probe attached all the time would cost, % of the job's CPU
 	double expected_pct = 0;      // what this decision should cost
 	double throttled_pct = 0;     // what the throttled specs would cost at full rate
-	// The same for eacgm's record loop, in % of one core.
+	// The same for eacgm's record loop, in % of one core, and what eacgm
+	// spent apart from the calls.
 	double agent_full_pct = 0;
 	double agent_expected_pct = 0;
+	double agent_fixed_pct = 0;
 };
 
 // The decision alone (no side effects, unit-tested). Two budgets of the

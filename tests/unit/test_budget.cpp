@@ -165,3 +165,30 @@ TEST(Budget, SamplerRateFollowsEacgmsWholeCpu)
 	EXPECT_EQ(decide_sample_hz(1000, 1000, 0.5, 2.0), 1000u);
 	EXPECT_EQ(decide_sample_hz(1000, 1000, 2.0, 2.0), 1000u); // at the budget, not past it
 }
+
+// What eacgm spends apart from the calls comes out of its side of the
+// budget first: the calls get the rest, and never less than a quarter.
+TEST(Budget, EacgmsFixedCostsLeaveTheCallsLess)
+{
+	// Spec 1's 5,000 calls a second at 2 us each: 1% of a core. Budget 2%,
+	// eacgm's fixed costs 1.5%: the calls may use 0.5%, so spec 1 (the
+	// only one) goes to bursts at duty 0.5, spending 0.5%.
+	auto s = sample({{1, 5'000}}, 1000);
+	s.agent_ns_per_call = 2000;
+	s.interval_ns = 1e9;
+	s.agent_fixed_ns = 15e6;
+	auto d = decide_budget(s, {}, 2, {1});
+	EXPECT_EQ(d.throttled, (std::set<uint32_t>{1}));
+	EXPECT_NEAR(d.agent_fixed_pct, 1.5, 1e-9);
+	EXPECT_NEAR(d.duty, 0.5, 1e-9);
+	EXPECT_NEAR(d.agent_expected_pct, 0.5, 1e-9);
+	// Fixed costs past the whole budget leave the calls a quarter of it
+	// (0.5% of a core): the same duty.
+	s.agent_fixed_ns = 30e6;
+	d = decide_budget(s, {}, 2, {1});
+	EXPECT_NEAR(d.duty, 0.5, 1e-9);
+	// Without them the calls fit: nothing throttled.
+	s.agent_fixed_ns = 0;
+	d = decide_budget(s, {}, 2, {1});
+	EXPECT_TRUE(d.throttled.empty());
+}
