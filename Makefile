@@ -3,7 +3,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all setup build test test-gpu demo bench clean
+.PHONY: all setup build test test-gpu demo bench format clean
 all: build
 
 setup:
@@ -28,6 +28,11 @@ demo: build
 # Regenerates bench/RESULTS.md (about 25 minutes on the 2-core VM).
 bench: build
 	bench/run_all.sh $(BUILD)
+
+# Formats the sources with the root .clang-format (ctest format.check fails on
+# a file it would change).
+format: setup
+	@scripts/format.sh
 
 clean:
 	rm -rf $(BUILD)
