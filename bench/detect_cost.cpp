@@ -93,7 +93,8 @@ int main(int argc, char **argv)
 	std::remove(tmpl);
 
 	std::printf("GMM, %u dims, %u components, full covariance, EM from the same start to convergence (at most %u "
-		    "iterations):\n", d, k, em_iter);
+		    "iterations):\n",
+		    d, k, em_iter);
 	std::printf("  fit on %zu events:   eacgm (Armadillo) %.3f s\n", n, fit_s);
 	std::printf("  score %zu events: eacgm %.3f s (%.2f M events/s)\n", n_eval, score_s, n_eval / score_s / 1e6);
 	if (rc == 0) {
@@ -120,8 +121,11 @@ int main(int argc, char **argv)
 	std::vector<Span> spans;
 	spans.reserve(events);
 	for (size_t i = 0; i < events; i++) {
-		Span s{.start_ns = t, .dur_ns = static_cast<uint64_t>(20e3 * std::exp(noise(rng))), .pid = 1,
-		       .tid = static_cast<uint32_t>(1 + i % 4), .layer = "torch",
+		Span s{.start_ns = t,
+		       .dur_ns = static_cast<uint64_t>(20e3 * std::exp(noise(rng))),
+		       .pid = 1,
+		       .tid = static_cast<uint32_t>(1 + i % 4),
+		       .layer = "torch",
 		       .name = "aten::op" + std::to_string(i % 4)};
 		s.py_stack = {"f (x.py:1)"};
 		t += s.dur_ns + 5000;

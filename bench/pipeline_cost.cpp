@@ -40,9 +40,12 @@ static double sqlite_ceiling(size_t n, size_t batch)
 	double rate = -1;
 	const char *args = R"({"count":4096,"dst":"0x7f0000001000","kind":1,"src":"0x7f0000002000"})";
 	if (sqlite3_open(path.c_str(), &db) == SQLITE_OK &&
-	    sqlite3_exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;", nullptr, nullptr, nullptr) == SQLITE_OK &&
-	    sqlite3_prepare_v2(db, "INSERT INTO span_rows(pid, tid, layer, name, start_ns, dur_ns, depth, ret, ret_name,"
-				   " bytes, args, stack) VALUES(42, 42, 'cuda', 'cudaMemcpy', ?, 700, 0, 0, 'cudaSuccess', 4096, ?, NULL)",
+	    sqlite3_exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;", nullptr, nullptr, nullptr) ==
+		    SQLITE_OK &&
+	    sqlite3_prepare_v2(db,
+			       "INSERT INTO span_rows(pid, tid, layer, name, start_ns, dur_ns, depth, ret, ret_name,"
+			       " bytes, args, stack) VALUES(42, 42, 'cuda', 'cudaMemcpy', ?, 700, 0, 0, 'cudaSuccess', "
+			       "4096, ?, NULL)",
 			       -1, &st, nullptr) == SQLITE_OK) {
 		sqlite3_bind_text(st, 2, args, -1, SQLITE_STATIC);
 		auto t0 = clk::now();
@@ -81,7 +84,11 @@ int main(int argc, char **argv)
 	}
 	std::vector<eacgm_span_event> raw(4096);
 	for (size_t i = 0; i < raw.size(); i++)
-		raw[i] = {.start_ns = 1'000'000 + i * 1000, .dur_ns = 700, .tgid = 42, .tid = 42, .spec_id = id,
+		raw[i] = {.start_ns = 1'000'000 + i * 1000,
+			  .dur_ns = 700,
+			  .tgid = 42,
+			  .tid = 42,
+			  .spec_id = id,
 			  .args = {0x7f0000001000, 0x7f0000002000, 4096 + i, 1}};
 	std::string path = "/tmp/eacgm-pipeline-" + std::to_string(getpid()) + ".db";
 	auto store = StoreWriter::create(path);
@@ -113,7 +120,8 @@ int main(int argc, char **argv)
 		fclose(f);
 	}
 	unlink(path.c_str());
-	printf("user-space pipeline, one core, %zu cudaMemcpy records (4 arguments), batches of %zu:\n", total, raw.size());
+	printf("user-space pipeline, one core, %zu cudaMemcpy records (4 arguments), batches of %zu:\n", total,
+	       raw.size());
 	printf("  decode            %8.2f M records/s\n", total / decode_s / 1e6);
 	printf("  store (SQLite)    %8.2f M records/s  (%.0f bytes a span on disk)\n", total / store_s / 1e6,
 	       double(size) / double(total));

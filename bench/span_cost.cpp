@@ -252,8 +252,7 @@ Eacgm open_eacgm(uint64_t off, bool multi)
 // counting the records.
 class Consumer {
 public:
-	explicit Consumer(bpf_map *events)
-		: rb_(ring_buffer__new(bpf_map__fd(events), on_record, &received_, nullptr))
+	explicit Consumer(bpf_map *events) : rb_(ring_buffer__new(bpf_map__fd(events), on_record, &received_, nullptr))
 	{
 		if (!rb_)
 			die("cannot open the span ring buffer: " + errstr());
@@ -455,7 +454,7 @@ double bpftrace_round(const std::string &exe, uint64_t off, long calls, Tally &t
 {
 	std::string at = ":" + kLib + ":tl_noop";
 	std::string script = "uprobe" + at + " { @start[tid] = nsecs; } uretprobe" + at +
-			     " /@start[tid]/ { @ns = hist(nsecs - @start[tid]); delete(@start[tid]); }";
+		" /@start[tid]/ { @ns = hist(nsecs - @start[tid]); delete(@start[tid]); }";
 	Child c({exe, "-e", script});
 	wait_attached(c, off);
 	double ns = time_calls(tl_noop, calls);
@@ -482,10 +481,10 @@ enum { kUntraced, kFloorMulti, kFloorPerFn, kFloorStep, kEacgmMulti, kEacgmPerFn
 
 struct Config {
 	const char *name;
-	int floor;                      // the configuration it is compared with; -1: none
-	std::function<double()> round;  // attaches, times the calls, detaches: ns/call
-	std::string na;                 // why it cannot run here; empty: it runs
-	std::vector<double> ns = {};    // per round
+	int floor;                     // the configuration it is compared with; -1: none
+	std::function<double()> round; // attaches, times the calls, detaches: ns/call
+	std::string na;                // why it cannot run here; empty: it runs
+	std::vector<double> ns = {};   // per round
 };
 
 std::vector<Config> make_configs(Bench &b)

@@ -29,12 +29,12 @@ char LICENSE[] SEC("license") = "GPL";
 /* Which generation the programs write; flipped by the agent (mmapped .bss). */
 volatile __u32 gen;
 
-#define GEN_MAPS(name, type_, key_, value_, entries)                                                          \
-	struct {                                                                                              \
-		__uint(type, type_);                                                                          \
-		__uint(max_entries, entries);                                                                 \
-		__type(key, key_);                                                                            \
-		__type(value, value_);                                                                        \
+#define GEN_MAPS(name, type_, key_, value_, entries)                                                                   \
+	struct {                                                                                                       \
+		__uint(type, type_);                                                                                   \
+		__uint(max_entries, entries);                                                                          \
+		__type(key, key_);                                                                                     \
+		__type(value, value_);                                                                                 \
 	} name##0 SEC(".maps"), name##1 SEC(".maps")
 
 /* Plain hashes with atomic adds rather than per-CPU hashes: per-CPU values

@@ -125,13 +125,13 @@ static long py_walk_step(__u32 i, void *data)
 		return 1;
 	__u8 fb[EACGM_PY_FRAME_READ] = {}, cb[EACGM_PY_CODE_READ] = {};
 	__u32 flen = w->frame_len, clen = w->code_len;
-	if (flen > sizeof(fb) || clen > sizeof(cb) ||
-	    bpf_probe_read_user(fb, flen, (void *)(w->frame + w->frame_lo))) {
+	if (flen > sizeof(fb) || clen > sizeof(cb) || bpf_probe_read_user(fb, flen, (void *)(w->frame + w->frame_lo))) {
 		w->ok = false;
 		return 1;
 	}
 	w->frame = py_field64(fb, sizeof(fb), w->frame_previous - w->frame_lo);
-	if (w->minor >= 12 && (__u8)py_field64(fb, sizeof(fb), w->frame_owner - w->frame_lo) == EACGM_PY_OWNED_BY_CSTACK)
+	if (w->minor >= 12 &&
+	    (__u8)py_field64(fb, sizeof(fb), w->frame_owner - w->frame_lo) == EACGM_PY_OWNED_BY_CSTACK)
 		return 0;
 	__u64 code = py_field64(fb, sizeof(fb), w->frame_code - w->frame_lo);
 	if (!code || bpf_probe_read_user(cb, clen, (void *)(code + 8))) {
@@ -159,11 +159,20 @@ static long py_walk_step(__u32 i, void *data)
 static __always_inline void py_walk(const struct eacgm_py_process *p, __u64 tstate, struct eacgm_py_stack_event *e,
 				    __u32 max)
 {
-	struct py_walk w = {.e = e, .code_type = p->code_type, .max = max, .minor = p->minor, .frame_previous = p->frame_previous,
-			    .frame_code = p->frame_code, .frame_instr = p->frame_instr,
-			    .frame_owner = p->frame_owner, .code_name = p->code_name,
-			    .code_filename = p->code_filename, .frame_lo = p->frame_lo,
-			    .frame_len = p->frame_len, .code_len = p->code_len, .ok = true};
+	struct py_walk w = {.e = e,
+			    .code_type = p->code_type,
+			    .max = max,
+			    .minor = p->minor,
+			    .frame_previous = p->frame_previous,
+			    .frame_code = p->frame_code,
+			    .frame_instr = p->frame_instr,
+			    .frame_owner = p->frame_owner,
+			    .code_name = p->code_name,
+			    .code_filename = p->code_filename,
+			    .frame_lo = p->frame_lo,
+			    .frame_len = p->frame_len,
+			    .code_len = p->code_len,
+			    .ok = true};
 	if (p->minor >= 11 && p->minor <= 12) {
 		__u64 cframe = py_read64(tstate + p->tstate_cframe, &w.ok);
 		w.frame = py_read64(cframe + p->cframe_current_frame, &w.ok);

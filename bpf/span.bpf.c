@@ -285,8 +285,8 @@ static __always_inline int on_exit(struct pt_regs *ctx)
 	}
 	/* Waking the reader for every record costs more than the probe itself;
 	 * wake it only once the buffer is filling up. It also polls on a timer. */
-	__u64 flags = bpf_ringbuf_query(&span_events, BPF_RB_AVAIL_DATA) >= wakeup_bytes ?
-			      BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+	__u64 flags = bpf_ringbuf_query(&span_events, BPF_RB_AVAIL_DATA) >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP
+											 : BPF_RB_NO_WAKEUP;
 	bpf_ringbuf_submit(e, flags);
 	count(EACGM_CNT_SPANS, 1);
 	return 0;

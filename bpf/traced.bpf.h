@@ -10,7 +10,7 @@
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, EACGM_MAX_TRACED);
-	__type(key, __u32);  /* tgid */
+	__type(key, __u32);   /* tgid */
 	__type(value, __u32); /* tgid of the traced ancestor it came from */
 } traced_tgids SEC(".maps");
 

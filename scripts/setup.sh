@@ -20,6 +20,7 @@ packages=(
   libcapstone-dev       # decodes a probed function's first instruction: emulated or single-stepped by the kernel
   libarmadillo-dev      # anomaly detection: EM for Gaussian mixtures (gmm_full / gmm_diag)
   python3-sklearn       # the detector's check against scikit-learn's GaussianMixture, and its benchmark
+  clang-format          # the house style: make format, and ctest format.check
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -19,7 +19,7 @@ struct RecordArgs {
 	std::string ready_file; // written once every probe is attached
 	int pid = 0;
 	unsigned ring_buffer_kb = 8192;
-	unsigned sample_hz = 1000; // Python stack samples per second per CPU
+	unsigned sample_hz = 1000;          // Python stack samples per second per CPU
 	std::string python_entries = "off"; // eval-loop entries: auto (3.11+), all, off
 	double gpu_hz = 10;                 // NVML samples per second
 	unsigned host_interval_ms = 100;    // host layer aggregation interval
@@ -29,7 +29,7 @@ struct RecordArgs {
 	double stop_timeout_s = 2;          // after Ctrl-C: how long the command gets to exit
 	double overhead_budget_pct = 2;     // traps' share of the traced processes' CPU; 0: off
 	double budget_after_s = 10;         // first budget decision after this long
-	std::vector<std::string> command; // after "--"
+	std::vector<std::string> command;   // after "--"
 };
 int run_record(const RecordArgs &args);
 int run_export(const std::string &db, const std::string &perfetto);

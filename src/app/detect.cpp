@@ -45,12 +45,18 @@ json anomaly_json(const Anomaly &a, int64_t wall_offset_ns)
 
 json key_json(const detect::KeyStatus &k)
 {
-	return {{"key", k.key},       {"seen", k.seen},
-		{"scored", k.scored}, {"flagged", k.flagged},
-		{"trained", k.trained}, {"trained_on", k.trained_on},
-		{"components", k.components}, {"features", k.features},
-		{"threshold", k.threshold}, {"threshold_extrapolated", k.extrapolated},
-		{"refits", k.refits}, {"note", k.note}};
+	return {{"key", k.key},
+		{"seen", k.seen},
+		{"scored", k.scored},
+		{"flagged", k.flagged},
+		{"trained", k.trained},
+		{"trained_on", k.trained_on},
+		{"components", k.components},
+		{"features", k.features},
+		{"threshold", k.threshold},
+		{"threshold_extrapolated", k.extrapolated},
+		{"refits", k.refits},
+		{"note", k.note}};
 }
 
 } // namespace
@@ -89,8 +95,11 @@ int run_detect(const DetectArgs &args)
 		}
 
 	if (args.json) {
-		json out = {{"recording", args.db}, {"spans", rep.spans}, {"fpr", args.fpr},
-			    {"anomalies", json::array()}, {"keys", json::array()}};
+		json out = {{"recording", args.db},
+			    {"spans", rep.spans},
+			    {"fpr", args.fpr},
+			    {"anomalies", json::array()},
+			    {"keys", json::array()}};
 		for (const Anomaly &a : rep.anomalies)
 			out["anomalies"].push_back(anomaly_json(a, rec->wall_offset_ns));
 		for (const auto &k : rep.keys)

@@ -119,7 +119,8 @@ int run_doctor()
 						continue;
 					if (!p.match.empty()) { // functions a pattern finds
 						auto m = elf ? match_functions(elf.value(), p.match)
-							     : Result<std::vector<FunctionMatch>>(std::vector<FunctionMatch>{});
+							     : Result<std::vector<FunctionMatch>>(
+								       std::vector<FunctionMatch>{});
 						by_pattern += m ? m->size() : 0;
 						continue;
 					}
@@ -130,9 +131,11 @@ int run_doctor()
 							break;
 						}
 				}
-				std::string counts = total ? std::to_string(hit) + "/" + std::to_string(total) + " functions" : "";
+				std::string counts =
+					total ? std::to_string(hit) + "/" + std::to_string(total) + " functions" : "";
 				if (!total || by_pattern)
-					counts += (counts.empty() ? "" : ", ") + std::to_string(by_pattern) + " by pattern";
+					counts += (counts.empty() ? "" : ", ") + std::to_string(by_pattern) +
+						" by pattern";
 				files += (files.empty() ? "" : "; ") + f + " (" + counts + ")";
 			}
 			c.line(!found[g].empty(), layer + " " + g,
@@ -140,14 +143,17 @@ int run_doctor()
 		}
 	}
 	void *nvml = dlopen("libnvidia-ml.so.1", RTLD_LAZY);
-	c.line(nvml != nullptr, "NVML", nvml ? "libnvidia-ml.so.1 loads" : "libnvidia-ml.so.1 not found (no GPU driver)",
-	       false);
+	c.line(nvml != nullptr, "NVML",
+	       nvml ? "libnvidia-ml.so.1 loads" : "libnvidia-ml.so.1 not found (no GPU driver)", false);
 	if (nvml)
 		dlclose(nvml);
 	// The host layer's machine-wide pressure (its per-process counts need
 	// only the tracepoints the self-test above exercises).
 	bool psi = access("/proc/pressure/cpu", R_OK) == 0;
-	c.line(psi, "PSI", psi ? "/proc/pressure readable" : "/proc/pressure missing (kernel without CONFIG_PSI): no pressure metrics", false);
+	c.line(psi, "PSI",
+	       psi ? "/proc/pressure readable"
+		   : "/proc/pressure missing (kernel without CONFIG_PSI): no pressure metrics",
+	       false);
 
 	// Which interpreters the Python layer can read: a frame layout is known
 	// for their minor version.
@@ -162,8 +168,8 @@ int run_doctor()
 		std::string path = g.gl_pathv[i];
 		std::string version = path.substr(path.rfind("python") + 6);
 		bool known = offsets && offsets->count(version);
-		c.line(known, "python " + version, path + (known ? ": frames readable" : ": no frame layout, not traced"),
-		       false);
+		c.line(known, "python " + version,
+		       path + (known ? ": frames readable" : ": no frame layout, not traced"), false);
 	}
 	globfree(&g);
 

@@ -27,9 +27,10 @@ int main(int argc, char **argv)
 	app.require_subcommand(1);
 
 	auto *record = app.add_subcommand("record", "Record a command (after --) or a running process (-p)");
-	record->add_option("--layers", rec.layers, "Layers to trace, comma separated, from " + join(kAllLayers) +
-						   ". Default: all of them; one that cannot work here (gpu without an "
-						   "NVIDIA driver) says why and the others go on")
+	record->add_option("--layers", rec.layers,
+			   "Layers to trace, comma separated, from " + join(kAllLayers) +
+				   ". Default: all of them; one that cannot work here (gpu without an "
+				   "NVIDIA driver) says why and the others go on")
 		->delimiter(',');
 	record->add_option("--spec", rec.specs, "Extra probe spec file (JSON); repeatable")->check(CLI::ExistingFile);
 	record->add_option("-o,--output", rec.output, "SQLite recording to write (default: eacgm-<time>.db)");
@@ -100,11 +101,13 @@ int main(int argc, char **argv)
 	record->add_option("--ring-buffer-kb", rec.ring_buffer_kb,
 			   "Span ring buffer size in KiB, a power of two (records beyond it are counted as lost)")
 		->capture_default_str();
-	record->footer("Ends when every traced process has exited: the command and the processes it started "
-		       "(eacgm then exits with the command's exit code), or the process attached to and its "
-		       "descendants, whether they exit before, during or after the attach; or on Ctrl-C (the command gets "
-		       "--stop-timeout to finish; a second Ctrl-C discards the recording). A process given with -p that is gone or a zombie, or "
-		       "that exits before eacgm has tracked it, is an error (exit 1).\nNeeds root (CAP_BPF, CAP_PERFMON).");
+	record->footer(
+		"Ends when every traced process has exited: the command and the processes it started "
+		"(eacgm then exits with the command's exit code), or the process attached to and its "
+		"descendants, whether they exit before, during or after the attach; or on Ctrl-C (the command gets "
+		"--stop-timeout to finish; a second Ctrl-C discards the recording). A process given with -p that is "
+		"gone or a zombie, or "
+		"that exits before eacgm has tracked it, is an error (exit 1).\nNeeds root (CAP_BPF, CAP_PERFMON).");
 
 	std::string db, perfetto;
 	auto *exp = app.add_subcommand("export", "Write a recording as a Perfetto trace");
@@ -115,12 +118,14 @@ int main(int argc, char **argv)
 	sum->add_option("recording", db, "Recording (.db) written by 'eacgm record'")->required();
 
 	DetectArgs da;
-	auto *det = app.add_subcommand("detect", "Find anomalous calls in a recording (Gaussian mixtures per function) "
-						 "and their causes; writes them into the recording");
+	auto *det = app.add_subcommand("detect",
+				       "Find anomalous calls in a recording (Gaussian mixtures per function) "
+				       "and their causes; writes them into the recording");
 	det->add_option("recording", da.db, "Recording (.db) written by 'eacgm record'")->required();
 	det->add_flag("--json", da.json, "Print anomalies and per-function models as JSON");
-	det->add_option("--fpr", da.fpr, "Target false-alarm rate: each function's threshold is this quantile of "
-					 "its training scores")
+	det->add_option("--fpr", da.fpr,
+			"Target false-alarm rate: each function's threshold is this quantile of "
+			"its training scores")
 		->capture_default_str()
 		->check(CLI::Range(1e-9, 0.5));
 	det->add_option("--covariance", da.covariance, "Covariance of each mixture component")
@@ -128,8 +133,9 @@ int main(int argc, char **argv)
 		->check(CLI::IsMember({"full", "diag"}));
 	det->add_option("--components", da.components, "Components per function, MIN-MAX, chosen by BIC")
 		->capture_default_str();
-	det->add_option("--rule", da.rule, "Score: density under the most likely component (component, the paper's "
-					   "rule) or of the whole mixture (mixture)")
+	det->add_option("--rule", da.rule,
+			"Score: density under the most likely component (component, the paper's "
+			"rule) or of the whole mixture (mixture)")
 		->capture_default_str()
 		->check(CLI::IsMember({"component", "mixture"}));
 	det->add_option("--window", da.window_s, "Training window in seconds (the most recent events of a function)")
@@ -148,8 +154,9 @@ int main(int argc, char **argv)
 	det->add_option("--var-floor", da.var_floor, "Smallest component variance, in standard deviations squared")
 		->capture_default_str()
 		->check(CLI::Range(1e-9, 1.0));
-	det->add_option("--min-weight", da.min_weight, "Smallest share of calls a component may hold (rarer modes "
-						       "are not learnt as normal)")
+	det->add_option("--min-weight", da.min_weight,
+			"Smallest share of calls a component may hold (rarer modes "
+			"are not learnt as normal)")
 		->capture_default_str()
 		->check(CLI::Range(0.0, 0.5));
 	det->add_option("--layers", da.layers, "Only spans of these layers, comma separated")->delimiter(',');
@@ -160,15 +167,19 @@ int main(int argc, char **argv)
 	auto *doc = app.add_subcommand("doctor", "Check kernel features, privileges, libraries and Pythons");
 
 	ProbesArgs pa;
-	auto *probes = app.add_subcommand("probes", "Find a library's functions by pattern and write a probe spec for them");
+	auto *probes =
+		app.add_subcommand("probes", "Find a library's functions by pattern and write a probe spec for them");
 	probes->require_subcommand(1);
-	auto *plist = probes->add_subcommand("list", "List the functions whose demangled name matches, with file offsets, "
-						    "sizes and aliases");
-	auto *pgen = probes->add_subcommand("generate", "Write a probe spec (for 'eacgm record --spec') tracing the "
-						       "functions that match");
+	auto *plist = probes->add_subcommand("list",
+					     "List the functions whose demangled name matches, with file offsets, "
+					     "sizes and aliases");
+	auto *pgen = probes->add_subcommand("generate",
+					    "Write a probe spec (for 'eacgm record --spec') tracing the "
+					    "functions that match");
 	for (auto *s : {plist, pgen}) {
-		s->add_option("--lib", pa.lib, "Library or executable: a path, or a soname in the loader cache "
-					       "(e.g. libnccl.so.2)")
+		s->add_option("--lib", pa.lib,
+			      "Library or executable: a path, or a soname in the loader cache "
+			      "(e.g. libnccl.so.2)")
 			->required();
 		s->add_option("--match", pa.match, "Regular expression searched in demangled (or raw) function names")
 			->required();

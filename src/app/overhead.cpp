@@ -28,9 +28,9 @@ std::string pct_text(double v)
 
 OverheadKeeper::OverheadKeeper(double budget_pct, double warmup_s, SpanEngine &engine, const SpecSet &specs,
 			       PythonTracer *python)
-    : budget_pct_(budget_pct), engine_(engine), specs_(specs),
-      next_ns_(mono_ns() + static_cast<uint64_t>(warmup_s * 1e9)), python_(python),
-      asked_hz_(python ? python->sample_hz() : 0), min_hz_(asked_hz_)
+	: budget_pct_(budget_pct), engine_(engine), specs_(specs),
+	  next_ns_(mono_ns() + static_cast<uint64_t>(warmup_s * 1e9)), python_(python),
+	  asked_hz_(python ? python->sample_hz() : 0), min_hz_(asked_hz_)
 {
 	// The Python layer's entry probes make Python function spans exactly;
 	// a scaled estimate of them would mean nothing there: they stay.
@@ -138,8 +138,7 @@ double OverheadKeeper::agent_ns_per_call(const Recorder &rec, const std::map<uin
 	return agent_call_ns_;
 }
 
-void OverheadKeeper::decide(Recorder &rec, uint64_t now, std::vector<std::string> &notes,
-			    std::vector<Event> &events)
+void OverheadKeeper::decide(Recorder &rec, uint64_t now, std::vector<std::string> &notes, std::vector<Event> &events)
 {
 	// eacgm's whole CPU over the interval (none the first time: the count
 	// starts there): the sampler's rate follows it, and what the calls did
@@ -210,7 +209,8 @@ void OverheadKeeper::steer_sampler(Recorder &rec, uint64_t now, double pct, std:
 	e.ts_ns = now;
 	e.layer = "eacgm";
 	e.name = "python_sampler";
-	e.args = {{"hz", hz}, {"was_hz", was}, {"asked_hz", asked_hz_}, {"agent_pct", pct}, {"budget_pct", budget_pct_}};
+	e.args = {
+		{"hz", hz}, {"was_hz", was}, {"asked_hz", asked_hz_}, {"agent_pct", pct}, {"budget_pct", budget_pct_}};
 	events.push_back(std::move(e));
 }
 
@@ -257,10 +257,11 @@ void OverheadKeeper::set_weights(Recorder &rec, const BudgetDecision &d, uint64_
 
 std::string OverheadKeeper::describe(const BudgetDecision &d) const
 {
-	std::string head = "overhead budget " + pct_text(budget_pct_) + ": traced calls would cost " + pct_text(d.full_pct) +
-			   " of the traced processes' CPU and " + pct_text(d.agent_full_pct) + " of a core to eacgm" +
-			   (d.agent_fixed_pct > 0 ? " (beside " + pct_text(d.agent_fixed_pct) + " it spends apart from them)"
-						  : "");
+	std::string head = "overhead budget " + pct_text(budget_pct_) + ": traced calls would cost " +
+		pct_text(d.full_pct) + " of the traced processes' CPU and " + pct_text(d.agent_full_pct) +
+		" of a core to eacgm" +
+		(d.agent_fixed_pct > 0 ? " (beside " + pct_text(d.agent_fixed_pct) + " it spends apart from them)"
+				       : "");
 	if (d.throttled.empty())
 		return head + "; every probe is attached again";
 	std::vector<std::string> names;
@@ -270,10 +271,11 @@ std::string OverheadKeeper::describe(const BudgetDecision &d) const
 	if (d.throttled.size() > 5)
 		names.push_back("...");
 	char buf[200];
-	snprintf(buf, sizeof(buf),
-		 " (%.2f us a call to the job); probing the %zu hottest functions %.0f%% of the time, about %s and %s: ",
-		 trap_ns_ / 1000, d.throttled.size(), d.duty * 100, pct_text(d.expected_pct).c_str(),
-		 pct_text(d.agent_expected_pct).c_str());
+	snprintf(
+		buf, sizeof(buf),
+		" (%.2f us a call to the job); probing the %zu hottest functions %.0f%% of the time, about %s and %s: ",
+		trap_ns_ / 1000, d.throttled.size(), d.duty * 100, pct_text(d.expected_pct).c_str(),
+		pct_text(d.agent_expected_pct).c_str());
 	return head + buf + join(names, ", ") + " (their counts are estimates)";
 }
 

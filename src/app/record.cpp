@@ -144,8 +144,8 @@ private:
 	const RecordArgs &a_;
 	std::vector<std::string> layers_;
 	SpecSet specs_;
-	std::string exe_;   // the command's executable, resolved
-	UniqueFd root_fd_;  // -p: the process named, pinned by a pidfd
+	std::string exe_;  // the command's executable, resolved
+	UniqueFd root_fd_; // -p: the process named, pinned by a pidfd
 	std::string db_, trace_;
 	std::optional<StoreWriter> store_;
 	std::unique_ptr<ProcTracker> tracker_;
@@ -436,8 +436,11 @@ RecordSession::Stop RecordSession::announce_ready()
 	size_t processes = recorder_->live_processes();
 	// The file first: whoever reads the line may look for the file next.
 	if (!a_.ready_file.empty()) {
-		nlohmann::json ready = {{"pid", getpid()}, {"probes", probes}, {"processes", processes},
-					{"mono_ns", now}, {"output", db_}};
+		nlohmann::json ready = {{"pid", getpid()},
+					{"probes", probes},
+					{"processes", processes},
+					{"mono_ns", now},
+					{"output", db_}};
 		if (auto r = write_file_atomic(a_.ready_file, ready.dump() + "\n"); !r)
 			return fail(r.error().message);
 	}
@@ -464,9 +467,10 @@ void RecordSession::begin()
 		std::cerr << "eacgm: python: "
 			  << (a_.sample_hz ? "sampling stacks at " + std::to_string(a_.sample_hz) + " Hz of CPU time, "
 					   : std::string("no sampling, "))
-			  << (a_.python_entries == "off"   ? ""
-			      : a_.python_entries == "all" ? "every call exactly on 3.8-3.10 and entries from C on 3.11+, "
-							   : "entries from C exactly on 3.11+, ")
+			  << (a_.python_entries == "off" ? ""
+				      : a_.python_entries == "all"
+				      ? "every call exactly on 3.8-3.10 and entries from C on 3.11+, "
+				      : "entries from C exactly on 3.11+, ")
 			  << "the stack behind each CUDA/NCCL/torch call\n";
 	if (detector_)
 		std::cerr << "eacgm: detect: scoring each CUDA/NCCL/torch call online; each function's first "
@@ -579,14 +583,17 @@ RecordSession::Stop RecordSession::record_until_done()
 			interrupted_at = clock::now();
 			if (!launched_ || command_exited_)
 				return {}; // eacgm alone was asked to stop: the processes go on
-			std::cerr << (tty ? "\r\033[K" : "") << "eacgm: interrupted: waiting up to " << a_.stop_timeout_s
+			std::cerr << (tty ? "\r\033[K" : "") << "eacgm: interrupted: waiting up to "
+				  << a_.stop_timeout_s
 				  << " s (--stop-timeout) for the command to exit; interrupt again to discard the "
 				     "recording\n";
 		}
 		// After Ctrl-C the launched command got SIGINT too: give it time to
 		// finish its last calls, then stop regardless.
-		if (interrupted_at && clock::now() - *interrupted_at > std::chrono::duration<double>(a_.stop_timeout_s)) {
-			std::cerr << (tty ? "\r\033[K" : "") << "eacgm: the command did not exit within " << a_.stop_timeout_s
+		if (interrupted_at &&
+		    clock::now() - *interrupted_at > std::chrono::duration<double>(a_.stop_timeout_s)) {
+			std::cerr << (tty ? "\r\033[K" : "") << "eacgm: the command did not exit within "
+				  << a_.stop_timeout_s
 				  << " s of the interrupt: the recording stops without it (it goes on running, "
 				     "untraced)\n";
 			exit_code_ = 130;
@@ -671,8 +678,8 @@ int RecordSession::run()
 			return *stop;
 	open_collectors();
 	auto start = a_.command.empty() ? &RecordSession::attach_tree : &RecordSession::launch_command;
-	for (auto step : {&RecordSession::check_target_alive, &RecordSession::open_recorder, start,
-			  &RecordSession::announce_ready})
+	for (auto step :
+	     {&RecordSession::check_target_alive, &RecordSession::open_recorder, start, &RecordSession::announce_ready})
 		if (auto stop = (this->*step)())
 			return *stop;
 	begin();

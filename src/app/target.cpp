@@ -91,8 +91,7 @@ Result<LaunchedCommand> LaunchedCommand::start(const std::vector<std::string> &a
 	return c;
 }
 
-LaunchedCommand::LaunchedCommand(LaunchedCommand &&o) noexcept
-	: pid_(o.pid_), gate_(o.gate_), reaped_(o.reaped_)
+LaunchedCommand::LaunchedCommand(LaunchedCommand &&o) noexcept : pid_(o.pid_), gate_(o.gate_), reaped_(o.reaped_)
 {
 	o.pid_ = -1;
 	o.gate_ = -1;
@@ -178,8 +177,9 @@ Result<void> check_bpf_privileges()
 	if (bpf && perfmon)
 		return {};
 	std::string missing = !bpf && !perfmon ? "CAP_BPF and CAP_PERFMON" : !bpf ? "CAP_BPF" : "CAP_PERFMON";
-	return make_error("eBPF tracing needs root or " + missing +
-			  "; run eacgm with sudo (or grant them: setcap cap_bpf,cap_perfmon,cap_sys_resource+ep eacgm)");
+	return make_error(
+		"eBPF tracing needs root or " + missing +
+		"; run eacgm with sudo (or grant them: setcap cap_bpf,cap_perfmon,cap_sys_resource+ep eacgm)");
 }
 
 } // namespace eacgm

@@ -22,8 +22,8 @@ Result<void> check_writable(const std::string &path)
 		return make_error("empty output path: give a file name");
 	std::string dir = dir_of(path);
 	if (access(dir.c_str(), W_OK) != 0)
-		return make_error("cannot write " + path + ": directory " + dir + ": " +
-				  std::strerror(errno) + "; choose another output path");
+		return make_error("cannot write " + path + ": directory " + dir + ": " + std::strerror(errno) +
+				  "; choose another output path");
 	if (access(path.c_str(), F_OK) == 0 && access(path.c_str(), W_OK) != 0)
 		return make_error("cannot write " + path + ": " + std::strerror(errno) +
 				  "; choose another output path");

@@ -24,9 +24,6 @@ const std::string &PyStack::json() const
 	return body_ ? body_->json : none;
 }
 
-void to_json(nlohmann::json &j, const PyStack &s)
-{
-	j = s.frames();
-}
+void to_json(nlohmann::json &j, const PyStack &s) { j = s.frames(); }
 
 } // namespace eacgm

@@ -51,12 +51,12 @@ struct Span {
 	uint64_t dur_ns = 0;
 	uint32_t pid = 0;
 	uint32_t tid = 0;
-	uint32_t depth = 0;    // open spans below it on its thread when it began
-	std::string layer;     // "cuda", "nccl", "torch", ...
-	std::string name;      // function name as users know it: "cudaMalloc"
-	int64_t ret = 0;       // raw return value
-	std::string ret_name;  // decoded return ("cudaErrorInsufficientDriver"), may be empty
-	uint64_t bytes = 0;    // bytes moved or allocated, 0 when not applicable
+	uint32_t depth = 0;                             // open spans below it on its thread when it began
+	std::string layer;                              // "cuda", "nccl", "torch", ...
+	std::string name;                               // function name as users know it: "cudaMalloc"
+	int64_t ret = 0;                                // raw return value
+	std::string ret_name;                           // decoded return ("cudaErrorInsufficientDriver"), may be empty
+	uint64_t bytes = 0;                             // bytes moved or allocated, 0 when not applicable
 	nlohmann::json args = nlohmann::json::object(); // captured arguments, by name
 	// The Python stack when the call began. Empty outside Python.
 	PyStack py_stack;
@@ -68,8 +68,8 @@ struct Process {
 	std::string comm;
 	std::string cmdline;
 	uint64_t start_ns = 0;
-	uint64_t end_ns = 0;    // 0 while running or unknown
-	int exit_code = -1;     // -1 unknown
+	uint64_t end_ns = 0; // 0 while running or unknown
+	int exit_code = -1;  // -1 unknown
 };
 
 struct Thread {
@@ -120,21 +120,21 @@ struct Anomaly {
 	uint32_t tid = 0;
 	std::string layer;
 	std::string name;
-	double score = 0;     // log density (natural log); lower is rarer
-	double threshold = 0; // flagged because score < threshold
+	double score = 0;                                   // log density (natural log); lower is rarer
+	double threshold = 0;                               // flagged because score < threshold
 	nlohmann::json features = nlohmann::json::object(); // name -> {value, typical, z, contribution}
 	nlohmann::json causes = nlohmann::json::array();    // ranked, each with its evidence
 };
 
 struct Recording {
 	std::map<std::string, std::string> meta; // command, version, start time ...
-	int64_t wall_offset_ns = 0;               // unix_ns = mono_ns + wall_offset_ns
+	int64_t wall_offset_ns = 0;              // unix_ns = mono_ns + wall_offset_ns
 	std::vector<Process> processes;
 	std::vector<Thread> threads;
 	std::vector<Span> spans;
 	std::vector<Drop> drops;
-	std::vector<Metric> metrics; // by ts_ns
-	std::vector<Event> events;   // by ts_ns
+	std::vector<Metric> metrics;    // by ts_ns
+	std::vector<Event> events;      // by ts_ns
 	std::vector<Anomaly> anomalies; // by ts_ns; written by `eacgm detect`
 };
 

@@ -7,7 +7,7 @@
 namespace eacgm {
 
 struct SelfUsage {
-	double cpu_s = 0;	// user + system, every thread of this process
+	double cpu_s = 0;    // user + system, every thread of this process
 	long max_rss_kb = 0; // peak resident set
 };
 

@@ -126,8 +126,8 @@ double Context::gauge(const std::string &layer, const std::string &name, uint64_
 
 // An interval aggregate of one process (the host layer's): over the
 // intervals that cover the span, their mean (or sum).
-double Context::interval_mean(const std::string &layer, const std::string &name, uint32_t pid, uint64_t t0,
-			      uint64_t t1, bool sum) const
+double Context::interval_mean(const std::string &layer, const std::string &name, uint32_t pid, uint64_t t0, uint64_t t1,
+			      bool sum) const
 {
 	auto s = covering(layer, name, pid, t0, t1);
 	if (s.empty())

@@ -118,8 +118,8 @@ private:
 		uint64_t period_ns = 0;     // last gap between distinct timestamps
 	};
 	double gauge(const std::string &layer, const std::string &name, uint64_t t0, uint64_t t1) const;
-	double interval_mean(const std::string &layer, const std::string &name, uint32_t pid, uint64_t t0,
-			     uint64_t t1, bool sum) const;
+	double interval_mean(const std::string &layer, const std::string &name, uint32_t pid, uint64_t t0, uint64_t t1,
+			     bool sum) const;
 	std::map<std::tuple<std::string, std::string, uint32_t>, Series> series_;
 	std::deque<Event> events_;
 };

@@ -71,9 +71,9 @@ Result<KeyModel> KeyModel::train(const std::vector<const Observation *> &all, co
 				have++;
 			}
 		m.all_mean_[f] = have ? sum / static_cast<double>(have) : NAN;
-		double var = have > 1 ? std::max(0.0, (sq - sum * sum / static_cast<double>(have)) /
-							      static_cast<double>(have - 1))
-				      : 0;
+		double var = have > 1
+			? std::max(0.0, (sq - sum * sum / static_cast<double>(have)) / static_cast<double>(have - 1))
+			: 0;
 		m.all_sd_[f] = have ? std::sqrt(var) : NAN;
 		if (f != kCallSite && 2 * have >= n && m.all_sd_[f] > kFeatures[f].floor)
 			m.used_.push_back(f);

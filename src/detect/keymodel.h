@@ -24,7 +24,7 @@ enum class ScoreRule { Component, Mixture };
 struct ModelOptions {
 	GmmOptions gmm;
 	ScoreRule rule = ScoreRule::Component;
-	double fpr = 0.01; // target false-alarm rate the threshold is calibrated for
+	double fpr = 0.01;       // target false-alarm rate the threshold is calibrated for
 	size_t max_fit_rows = 0; // EM on at most this many rows, evenly spaced (0: all)
 };
 

@@ -49,7 +49,7 @@ std::optional<OnlineDetector::Job> OnlineDetector::maybe_refit(const std::string
 	size_t every = ks.model ? std::min(opt_.refit_every, std::max<size_t>(ks.model->trained_on(), 1)) : 0;
 	bool due = ks.model ? (ks.since_fit >= every || now - ks.last_fit_ns >= opt_.refit_interval_ns)
 			    : ks.window.size() >= std::max<size_t>(opt_.cold_start, KeyModel::kMinTrain) &&
-				      (!ks.tried || ks.since_fit >= opt_.refit_every);
+			(!ks.tried || ks.since_fit >= opt_.refit_every);
 	if (!due)
 		return std::nullopt;
 	size_t flagged = 0;
@@ -96,7 +96,7 @@ void OnlineDetector::run_job(Job job)
 	ks.st.extrapolated = ks.model->threshold().extrapolated;
 	if (ks.st.refits == 1)
 		ks.st.note = "cold start: the first " + std::to_string(ks.model->trained_on()) +
-			     " events trained the first model and were not scored";
+			" events trained the first model and were not scored";
 }
 
 std::optional<Anomaly> OnlineDetector::observe(const Span &s)
@@ -122,8 +122,13 @@ std::optional<Anomaly> OnlineDetector::observe(const Span &s)
 			if (ks.model->anomalous(sc)) {
 				row.flagged = true;
 				ks.st.flagged++;
-				Anomaly a{.ts_ns = s.start_ns, .dur_ns = s.dur_ns, .pid = s.pid, .tid = s.tid,
-					  .layer = s.layer, .name = s.name, .score = sc.score,
+				Anomaly a{.ts_ns = s.start_ns,
+					  .dur_ns = s.dur_ns,
+					  .pid = s.pid,
+					  .tid = s.tid,
+					  .layer = s.layer,
+					  .name = s.name,
+					  .score = sc.score,
 					  .threshold = ks.model->threshold().value};
 				explain(a, s, row.o, *ks.model, sc, ctx_, opt_.context_margin_ns);
 				out = std::move(a);
@@ -131,7 +136,7 @@ std::optional<Anomaly> OnlineDetector::observe(const Span &s)
 		} else if (ks.st.note.empty() || ks.st.note.starts_with("cold start") ||
 			   ks.st.note.starts_with("too few")) {
 			ks.st.note = "too few events: " + std::to_string(ks.st.seen) + " seen, the first model needs " +
-				     std::to_string(std::max<size_t>(opt_.cold_start, KeyModel::kMinTrain));
+				std::to_string(std::max<size_t>(opt_.cold_start, KeyModel::kMinTrain));
 		}
 		ks.window.push_back(std::move(row));
 		ks.since_fit++;
@@ -171,7 +176,8 @@ std::optional<OnlineDetector::Job> OnlineDetector::next_job(std::unique_lock<std
 		credit = std::min(opt_.refit_burst_s,
 				  credit + opt_.refit_cpu_share * std::chrono::duration<double>(now - last).count());
 		last = now;
-		auto first = std::find_if(jobs_.begin(), jobs_.end(), [&](const Job &j) { return !keys_[j.key].model; });
+		auto first =
+			std::find_if(jobs_.begin(), jobs_.end(), [&](const Job &j) { return !keys_[j.key].model; });
 		auto it = first != jobs_.end() ? first : jobs_.begin();
 		bool limited = opt_.refit_cpu_share > 0 && !unlimited_ && first == jobs_.end();
 		if (it != jobs_.end() && (!limited || credit >= 0)) {

@@ -35,13 +35,13 @@ namespace eacgm::detect {
 
 struct DetectOptions {
 	ModelOptions model;
-	uint64_t window_ns = 3600'000'000'000ull; // training window: the last hour
-	size_t cold_start = 200;                  // events of a key before its first model
-	size_t refit_every = 1000;                // events of a key between refits (sooner while the
-						  // window is young: whenever it doubled) ...
+	uint64_t window_ns = 3600'000'000'000ull;       // training window: the last hour
+	size_t cold_start = 200;                        // events of a key before its first model
+	size_t refit_every = 1000;                      // events of a key between refits (sooner while the
+							// window is young: whenever it doubled) ...
 	uint64_t refit_interval_ns = 60'000'000'000ull; // ... or this much time, whichever first
-	size_t max_window_events = 20000;        // per key, the most recent (memory bound)
-	bool background = true; // false: refit inline, deterministic (eacgm detect on a file)
+	size_t max_window_events = 20000;               // per key, the most recent (memory bound)
+	bool background = true;                         // false: refit inline, deterministic (eacgm detect on a file)
 	// Background refits may use this share of one core, averaged, with
 	// bursts up to refit_burst_s of CPU time (0: no limit). A key's first
 	// model is fitted first and at once; refits of trained keys wait for

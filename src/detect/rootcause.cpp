@@ -75,34 +75,36 @@ std::vector<Attribution> attribute(const KeyModel &m, const Scored &s)
 			.z = 0, // categorical: no standard deviation
 			.share = total > 0 ? s.site_excess / total : 0,
 		});
-	std::stable_sort(out.begin(), out.end(), [](const Attribution &a, const Attribution &b) { return a.share > b.share; });
+	std::stable_sort(out.begin(), out.end(),
+			 [](const Attribution &a, const Attribution &b) { return a.share > b.share; });
 	return out;
 }
 
-void explain(Anomaly &a, const Span &span, const Observation &o, const KeyModel &m, const Scored &s,
-	     const Context &ctx, uint64_t margin_ns)
+void explain(Anomaly &a, const Span &span, const Observation &o, const KeyModel &m, const Scored &s, const Context &ctx,
+	     uint64_t margin_ns)
 {
 	auto attr = attribute(m, s);
 	a.features = json::object();
 	for (const Attribution &x : attr)
-		a.features[kFeatures[x.feature].name] = {{"value", x.value},
-							 {"typical", x.typical},
-							 {"z", x.z},
-							 {"contribution", x.share}};
+		a.features[kFeatures[x.feature].name] = {
+			{"value", x.value}, {"typical", x.typical}, {"z", x.z}, {"contribution", x.share}};
 	std::vector<json> causes;
 	for (const Attribution &x : attr) {
 		if (x.share < 0.05)
 			continue;
 		std::string what = x.feature == kCallSite
-			? "call site " + o.site + " has p = " + fmt(std::exp(-x.value)) + " among the key's training calls (" +
-				  fmt(x.value) + " nats of surprise, typically " + fmt(x.typical) + ")"
+			? "call site " + o.site + " has p = " + fmt(std::exp(-x.value)) +
+				" among the key's training calls (" + fmt(x.value) + " nats of surprise, typically " +
+				fmt(x.typical) + ")"
 			: std::string(kFeatures[x.feature].name) + " " + show(x.feature, x.value) + ", typically " +
-				  show(x.feature, x.typical) + " (" + fmt(x.z, "%+.1f") + " sd given the other features)";
-		causes.push_back({{"kind", "feature"},
-				  {"feature", kFeatures[x.feature].name},
-				  {"what", span.name + ": " + what},
-				  {"strength", x.share},
-				  {"evidence", {{"value", x.value}, {"typical", x.typical}, {"z", x.z}, {"contribution", x.share}}}});
+				show(x.feature, x.typical) + " (" + fmt(x.z, "%+.1f") + " sd given the other features)";
+		causes.push_back(
+			{{"kind", "feature"},
+			 {"feature", kFeatures[x.feature].name},
+			 {"what", span.name + ": " + what},
+			 {"strength", x.share},
+			 {"evidence",
+			  {{"value", x.value}, {"typical", x.typical}, {"z", x.z}, {"contribution", x.share}}}});
 	}
 
 	uint64_t t0 = span.start_ns > margin_ns ? span.start_ns - margin_ns : 0;
@@ -119,8 +121,9 @@ void explain(Anomaly &a, const Span &span, const Observation &o, const KeyModel 
 			}
 		if (total > 0)
 			causes.push_back({{"kind", "network"},
-					  {"what", fmt(total, "%.0f") + " TCP retransmits of process " +
-							   std::to_string(span.pid) + " around the call"},
+					  {"what",
+					   fmt(total, "%.0f") + " TCP retransmits of process " +
+						   std::to_string(span.pid) + " around the call"},
 					  {"strength", 0.5 + 0.5 * share_of(attr, kHostRetransmits)},
 					  {"evidence", {{"retransmits", total}, {"connections", conns}}}});
 	}
@@ -139,13 +142,15 @@ void explain(Anomaly &a, const Span &span, const Observation &o, const KeyModel 
 			json ev = json::object();
 			for (size_t i = 0; i < top.size() && i < 5; i++)
 				ev[top[i].first] = top[i].second;
-			causes.push_back({{"kind", "cpu_interference"},
-					  {"what", "CPU interference: " + top[0].first + " ran " +
-							   format_duration(top[0].second) + " on the CPUs process " +
-							   std::to_string(span.pid) + " waited for"},
-					  {"strength", 0.5 + 0.5 * share_of(attr, kHostSchedDelay)},
-					  {"evidence", {{"interference_ns", ev},
-							{"sched_delay_ns", feature_display_value(kHostSchedDelay, o.x[kHostSchedDelay])}}}});
+			causes.push_back(
+				{{"kind", "cpu_interference"},
+				 {"what",
+				  "CPU interference: " + top[0].first + " ran " + format_duration(top[0].second) +
+					  " on the CPUs process " + std::to_string(span.pid) + " waited for"},
+				 {"strength", 0.5 + 0.5 * share_of(attr, kHostSchedDelay)},
+				 {"evidence",
+				  {{"interference_ns", ev},
+				   {"sched_delay_ns", feature_display_value(kHostSchedDelay, o.x[kHostSchedDelay])}}}});
 		}
 	}
 	// GPU clock throttling.
@@ -169,14 +174,18 @@ void explain(Anomaly &a, const Span &span, const Observation &o, const KeyModel 
 		size_t seen = m.site_count(o.site);
 		if (o.site != m.common_site() && static_cast<double>(seen) < 0.01 * static_cast<double>(m.trained_on()))
 			causes.push_back({{"kind", "call_site"},
-					  {"what", span.name + " called from " + o.site +
-							   (seen ? ", rare in training (" + std::to_string(seen) + " of " +
-									   std::to_string(m.trained_on()) + ")"
-								 : ", never seen in training") +
-							   "; usually from " + m.common_site()},
+					  {"what",
+					   span.name + " called from " + o.site +
+						   (seen ? ", rare in training (" + std::to_string(seen) + " of " +
+								    std::to_string(m.trained_on()) + ")"
+							 : ", never seen in training") +
+						   "; usually from " + m.common_site()},
 					  {"strength", 0.4 + 0.5 * share_of(attr, kCallSite)},
-					  {"evidence", {{"site", o.site}, {"seen", seen}, {"usual", m.common_site()},
-							{"usual_count", m.site_count(m.common_site())}}}});
+					  {"evidence",
+					   {{"site", o.site},
+					    {"seen", seen},
+					    {"usual", m.common_site()},
+					    {"usual_count", m.site_count(m.common_site())}}}});
 	}
 	std::stable_sort(causes.begin(), causes.end(), [](const json &x, const json &y) {
 		return x["strength"].get<double>() > y["strength"].get<double>();

@@ -48,7 +48,7 @@ struct Attribution {
 std::vector<Attribution> attribute(const KeyModel &m, const Scored &s);
 
 // Fills a.features and a.causes.
-void explain(Anomaly &a, const Span &span, const Observation &o, const KeyModel &m, const Scored &s,
-	     const Context &ctx, uint64_t margin_ns);
+void explain(Anomaly &a, const Span &span, const Observation &o, const KeyModel &m, const Scored &s, const Context &ctx,
+	     uint64_t margin_ns);
 
 } // namespace eacgm::detect

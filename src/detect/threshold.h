@@ -8,9 +8,9 @@
 namespace eacgm::detect {
 
 struct Threshold {
-	double value = 0;         // flag a score strictly below it
-	double target_fpr = 0;    // what was asked
-	size_t n = 0;             // training scores it came from
+	double value = 0;          // flag a score strictly below it
+	double target_fpr = 0;     // what was asked
+	size_t n = 0;              // training scores it came from
 	bool extrapolated = false; // the target lies beyond the data: exponential tail (see calibrate)
 };
 

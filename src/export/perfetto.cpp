@@ -40,8 +40,7 @@ json span_event(const Span &s)
 
 json name_event(const char *kind, uint32_t pid, uint32_t tid, const std::string &name)
 {
-	return {{"ph", "M"}, {"name", kind}, {"pid", pid}, {"tid", tid},
-		{"args", {{"name", name}}}};
+	return {{"ph", "M"}, {"name", kind}, {"pid", pid}, {"tid", tid}, {"args", {{"name", name}}}};
 }
 
 // Metrics about no process (a GPU, a NIC, the machine) go on a track group
@@ -108,7 +107,7 @@ json anomaly_event(const Anomaly &a)
 		args["cause"] = a.causes[0]["what"];
 	args["causes"] = a.causes;
 	args["features"] = a.features;
-	return {{"ph", "i"},   {"name", "anomaly: " + a.name},
+	return {{"ph", "i"},        {"name", "anomaly: " + a.name},
 		{"cat", "anomaly"}, {"ts", static_cast<double>(a.ts_ns) / 1000.0},
 		{"pid", a.pid},     {"tid", a.tid ? a.tid : a.pid},
 		{"s", "t"},         {"args", std::move(args)}};
@@ -132,7 +131,7 @@ static void emit_events(const Recording &rec, const Emit &emit)
 	std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
 		const Span &x = rec.spans[a], &y = rec.spans[b];
 		return std::tie(x.pid, x.tid, x.start_ns, y.dur_ns, x.depth) <
-		       std::tie(y.pid, y.tid, y.start_ns, x.dur_ns, y.depth);
+			std::tie(y.pid, y.tid, y.start_ns, x.dur_ns, y.depth);
 	});
 	for (size_t i : order)
 		emit(span_event(rec.spans[i]));

@@ -135,7 +135,8 @@ std::string metrics_section(const Recording &rec, size_t max_rows_per_layer)
 	size_t shown = 0, hidden = 0;
 	auto flush_hidden = [&] {
 		if (hidden)
-			out += "  ... " + std::to_string(hidden) + " more metrics (eacgm export --perfetto shows all)\n";
+			out += "  ... " + std::to_string(hidden) +
+				" more metrics (eacgm export --perfetto shows all)\n";
 		hidden = 0;
 	};
 	for (const auto &[k, a] : acc) {
@@ -160,8 +161,8 @@ std::string metrics_section(const Recording &rec, size_t max_rows_per_layer)
 		if (pid)
 			label += " pid " + std::to_string(pid);
 		out += pad_right("  " + truncate(label, 42), 44) + pad_left(std::to_string(a.n), 9) +
-		       pad_left(format_metric(name, a.sum / static_cast<double>(a.n)), 12) +
-		       pad_left(format_metric(name, a.min), 12) + pad_left(format_metric(name, a.max), 12) + "\n";
+			pad_left(format_metric(name, a.sum / static_cast<double>(a.n)), 12) +
+			pad_left(format_metric(name, a.min), 12) + pad_left(format_metric(name, a.max), 12) + "\n";
 	}
 	flush_hidden();
 	if (!rec.events.empty()) {
@@ -175,7 +176,8 @@ std::string metrics_section(const Recording &rec, size_t max_rows_per_layer)
 				const Event &e = *v[i];
 				std::string what = e.key;
 				for (const auto &[ak, av] : e.args.items())
-					what += (what.empty() ? "" : " ") + ak + "=" + (av.is_string() ? av.get<std::string>() : av.dump());
+					what += (what.empty() ? "" : " ") + ak + "=" +
+						(av.is_string() ? av.get<std::string>() : av.dump());
 				out += (i ? "; " : " ") + what;
 			}
 			out += v.size() > 3 ? "; ...\n" : "\n";
@@ -215,11 +217,11 @@ std::string anomalies_section(const Recording &rec, size_t max_rows)
 		const Anomaly &a = *top[i];
 		char head[96];
 		std::snprintf(head, sizeof head, "  +%s pid %u score %.1f < %.1f  ",
-			      format_duration(static_cast<double>(a.ts_ns >= first ? a.ts_ns - first : 0)).c_str(), a.pid,
-			      a.score, a.threshold);
+			      format_duration(static_cast<double>(a.ts_ns >= first ? a.ts_ns - first : 0)).c_str(),
+			      a.pid, a.score, a.threshold);
 		std::string cause = !a.causes.empty() && a.causes[0].contains("what") && a.causes[0]["what"].is_string()
-					    ? a.causes[0]["what"].get<std::string>()
-					    : a.layer + " " + a.name;
+			? a.causes[0]["what"].get<std::string>()
+			: a.layer + " " + a.name;
 		out += head + cause + "\n";
 	}
 	if (n < top.size())
@@ -307,7 +309,8 @@ std::vector<FunctionStats> compute_stats(const Recording &rec)
 	std::map<std::pair<std::string, std::string>, Acc> acc;
 	for (const Span &s : rec.spans) {
 		auto &[st, durs, sums] = acc[{s.layer, s.name}];
-		if (auto n = s.args.find("samples"); n != s.args.end() && n->is_number_integer() && n->get<int64_t>() >= 0) {
+		if (auto n = s.args.find("samples");
+		    n != s.args.end() && n->is_number_integer() && n->get<int64_t>() >= 0) {
 			auto k = n->get<uint64_t>();
 			st.runs++;
 			st.samples += k;
@@ -359,13 +362,21 @@ static std::vector<std::string> stat_cells(const FunctionStats &f, bool sampled_
 	std::string calls = f.calls || !f.runs ? (f.estimated ? "~" : "") + std::to_string(f.calls) : "-";
 	std::string mean = f.calls ? dur(static_cast<double>(f.total_ns) / static_cast<double>(f.calls)) : "-";
 	if (!sampled_layer)
-		return {calls, (f.estimated && f.errors ? "~" : "") + std::to_string(f.errors), dur(static_cast<double>(f.total_ns)), mean,
-			dur(static_cast<double>(f.p50_ns)), dur(static_cast<double>(f.p99_ns)),
+		return {calls,
+			(f.estimated && f.errors ? "~" : "") + std::to_string(f.errors),
+			dur(static_cast<double>(f.total_ns)),
+			mean,
+			dur(static_cast<double>(f.p50_ns)),
+			dur(static_cast<double>(f.p99_ns)),
 			f.bytes ? format_bytes(f.bytes) : ""};
 	if (f.runs) // the mean of a call is not known where some of them were sampled
 		mean = "-";
-	return {calls, f.runs ? std::to_string(f.samples) : "-", dur(static_cast<double>(f.total_ns)),
-		f.runs ? "±" + dur(f.error_ns) : "", mean, f.calls ? dur(static_cast<double>(f.p50_ns)) : "-",
+	return {calls,
+		f.runs ? std::to_string(f.samples) : "-",
+		dur(static_cast<double>(f.total_ns)),
+		f.runs ? "±" + dur(f.error_ns) : "",
+		mean,
+		f.calls ? dur(static_cast<double>(f.p50_ns)) : "-",
 		f.calls ? dur(static_cast<double>(f.p99_ns)) : "-"};
 }
 
@@ -390,13 +401,14 @@ static std::string budget_section(const Recording &rec)
 	for (auto &t : throttled) {
 		if (!t.is_object())
 			continue;
-		snprintf(buf, sizeof(buf), "  %s %s: attached %.1f%% of the time%s\n",
-			 t.value("layer", "").c_str(), t.value("function", "").c_str(), 100 * t.value("coverage", 1.0),
+		snprintf(buf, sizeof(buf), "  %s %s: attached %.1f%% of the time%s\n", t.value("layer", "").c_str(),
+			 t.value("function", "").c_str(), 100 * t.value("coverage", 1.0),
 			 t.value("now", false) ? "" : " (then attached again)");
 		out += buf;
 	}
-	return out + "  their calls, errors, totals and bytes (marked ~) are estimates: each call seen stands for "
-		     "those missed; p50/p99 are of the calls seen\n";
+	return out +
+		"  their calls, errors, totals and bytes (marked ~) are estimates: each call seen stands for "
+		"those missed; p50/p99 are of the calls seen\n";
 }
 
 std::string format_summary(const Recording &rec, size_t max_rows_per_layer)
@@ -422,10 +434,8 @@ std::string format_summary(const Recording &rec, size_t max_rows_per_layer)
 	auto count = [](size_t n, const char *one, const char *many) {
 		return std::to_string(n) + " " + (n == 1 ? one : many);
 	};
-	std::string out = count(pids.size(), "process", "processes") + ", " +
-			  count(tids.size(), "thread", "threads") + ", " +
-			  count(rec.spans.size(), "span", "spans") + " over " +
-			  format_duration(span_ns) + "\n";
+	std::string out = count(pids.size(), "process", "processes") + ", " + count(tids.size(), "thread", "threads") +
+		", " + count(rec.spans.size(), "span", "spans") + " over " + format_duration(span_ns) + "\n";
 
 	auto stats = compute_stats(rec);
 	size_t name_w = 8;
@@ -449,10 +459,12 @@ std::string format_summary(const Recording &rec, size_t max_rows_per_layer)
 		bool sampled = false;
 		for (size_t j = i; j < stats.size() && stats[j].layer == layer; j++)
 			sampled |= stats[j].runs > 0;
-		out += "\n" + row(layer, sampled ? std::vector<std::string>{"calls", "samples", "time", "± 2 sd", "mean",
-									      "p50", "p99"}
-						: std::vector<std::string>{"calls", "errors", "total", "mean", "p50", "p99",
-									      "bytes"});
+		out += "\n" +
+			row(layer,
+			    sampled ? std::vector<std::string>{"calls", "samples", "time", "± 2 sd", "mean", "p50",
+							       "p99"}
+				    : std::vector<std::string>{"calls", "errors", "total", "mean", "p50", "p99",
+							       "bytes"});
 		size_t shown = 0, hidden = 0;
 		uint64_t hidden_ns = 0;
 		for (; i < stats.size() && stats[i].layer == layer; i++) {
@@ -467,7 +479,7 @@ std::string format_summary(const Recording &rec, size_t max_rows_per_layer)
 		}
 		if (hidden)
 			out += "  ... " + std::to_string(hidden) + " more functions, " +
-			       format_duration(static_cast<double>(hidden_ns)) + " in total\n";
+				format_duration(static_cast<double>(hidden_ns)) + " in total\n";
 	}
 	if (stats.empty() && rec.metrics.empty())
 		out += "\nno spans recorded\n";

@@ -12,11 +12,11 @@ struct FunctionStats {
 	std::string layer;
 	std::string name;
 	uint64_t calls = 0;
-	uint64_t errors = 0;   // see is_error_span()
+	uint64_t errors = 0; // see is_error_span()
 	uint64_t total_ns = 0;
-	uint64_t p50_ns = 0;   // nearest-rank percentiles of dur_ns
+	uint64_t p50_ns = 0; // nearest-rank percentiles of dur_ns
 	uint64_t p99_ns = 0;
-	uint64_t bytes = 0;    // sum over calls
+	uint64_t bytes = 0; // sum over calls
 	// Sampled spans (args "samples", from a stack sampler) are runs, not
 	// calls: they count here, not in calls, p50 or p99 (exact calls only).
 	// total_ns holds the sum of their samples' periods for them (args

@@ -17,9 +17,9 @@ bool same_function(const PyFrame &a, const PyFrame &b)
 struct Open {
 	PyFrame frame;
 	uint64_t start, last;
-	size_t id; // the span it becomes: sampled_spans()'s index order is by id
-	size_t parent; // id of the frame that called it, kNone at the bottom
-	uint64_t samples = 0; // periodic samples that saw it
+	size_t id;               // the span it becomes: sampled_spans()'s index order is by id
+	size_t parent;           // id of the frame that called it, kNone at the bottom
+	uint64_t samples = 0;    // periodic samples that saw it
 	uint64_t sampled_ns = 0; // the sum of their periods
 };
 
@@ -100,7 +100,8 @@ std::vector<Sampled> sampled_spans(uint32_t pid, uint32_t tid, const std::vector
 		}
 		size_t n = frames->size();
 		size_t common = 0;
-		while (common < open.size() && common < n && same_function(open[common].frame, (*frames)[n - 1 - common]))
+		while (common < open.size() && common < n &&
+		       same_function(open[common].frame, (*frames)[n - 1 - common]))
 			common++;
 		close_from(common);
 		uint64_t weight_ns = smp.periodic ? smp.period_ns : 0;
@@ -110,8 +111,8 @@ std::vector<Sampled> sampled_spans(uint32_t pid, uint32_t tid, const std::vector
 			o.sampled_ns += weight_ns;
 		}
 		for (size_t d = common; d < n; d++) {
-			open.push_back({(*frames)[n - 1 - d], smp.ts_ns, smp.ts_ns, out.size(), d ? open.back().id : kNone,
-					smp.periodic, weight_ns});
+			open.push_back({(*frames)[n - 1 - d], smp.ts_ns, smp.ts_ns, out.size(),
+					d ? open.back().id : kNone, smp.periodic, weight_ns});
 			out.emplace_back();
 		}
 	}
@@ -136,8 +137,8 @@ std::vector<Span> python_function_spans(uint32_t pid, uint32_t tid, const std::v
 		int against = 0;
 		for (; it != samples.end() && it->ts_ns < c.end_ns && against < 2; ++it)
 			against += !it->truncated &&
-				   std::none_of(it->frames->begin(), it->frames->end(),
-						[&](const PyFrame &f) { return same_function(f, c.frame); });
+				std::none_of(it->frames->begin(), it->frames->end(),
+					     [&](const PyFrame &f) { return same_function(f, c.frame); });
 		bool contradicted = against >= 2;
 		if (contradicted && dropped)
 			++*dropped;
@@ -196,7 +197,8 @@ std::vector<Span> python_function_spans(uint32_t pid, uint32_t tid, const std::v
 			continue;
 		std::vector<size_t> mine;
 		for (size_t i : same->second)
-			if (call_level[i] == span_level[k] && overlaps(calls[i], sampled_extent[k].first, sampled_extent[k].second)) {
+			if (call_level[i] == span_level[k] &&
+			    overlaps(calls[i], sampled_extent[k].first, sampled_extent[k].second)) {
 				mine.push_back(i);
 				call_depth[i] = std::min(call_depth[i], sampled[k].span.depth);
 			}
@@ -244,8 +246,8 @@ std::vector<Span> python_function_spans(uint32_t pid, uint32_t tid, const std::v
 		Span &x = out[i];
 		// Ended before x began; one that ends where x begins holds x only
 		// if x ends there too (a one-sample span at its parent's last sample).
-		while (!stack.empty() && (end_of(stack.back()) < x.start_ns ||
-					  (end_of(stack.back()) == x.start_ns && x.dur_ns > 0)))
+		while (!stack.empty() &&
+		       (end_of(stack.back()) < x.start_ns || (end_of(stack.back()) == x.start_ns && x.dur_ns > 0)))
 			stack.pop_back();
 		if (!stack.empty() && x.start_ns + x.dur_ns > end_of(stack.back())) {
 			if (x.args.contains("exact")) {

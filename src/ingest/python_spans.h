@@ -27,8 +27,7 @@ public:
 	SharedFrames() : p_(empty()) {}
 	SharedFrames(std::vector<PyFrame> frames) // NOLINT: a stack is its frames
 		: p_(std::make_shared<const std::vector<PyFrame>>(std::move(frames)))
-	{
-	}
+	{}
 	SharedFrames(std::shared_ptr<const std::vector<PyFrame>> p) : p_(p ? std::move(p) : empty()) {}
 	const std::vector<PyFrame> &operator*() const { return *p_; }
 	const std::vector<PyFrame> *operator->() const { return p_.get(); }
@@ -44,8 +43,8 @@ private:
 
 struct PyStackSample {
 	uint64_t ts_ns = 0;
-	SharedFrames frames; // innermost first
-	bool truncated = false;      // deeper than the walker keeps: outer frames missing
+	SharedFrames frames;    // innermost first
+	bool truncated = false; // deeper than the walker keeps: outer frames missing
 	// From the periodic sampler (one per sample period of the thread's CPU
 	// time); false for a stack read at a traced call's start or end, an
 	// exact moment that counts no time.

@@ -39,8 +39,7 @@ std::string read_proc_text(const std::string &path)
 Recorder::Recorder(Attacher &attacher, SpanEngine &engine, ProcTracker &tracker, StoreWriter &store,
 		   PythonTracer *python)
 	: attacher_(attacher), engine_(engine), tracker_(tracker), store_(store), python_(python)
-{
-}
+{}
 
 Recorder::~Recorder()
 {
@@ -134,8 +133,7 @@ void Recorder::note_thread(uint32_t pid, uint32_t tid)
 	auto key = std::make_pair(pid, tid);
 	if (threads_.count(key))
 		return;
-	std::string name =
-		read_proc_text("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/comm");
+	std::string name = read_proc_text("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/comm");
 	if (name.empty())
 		name = process(pid).comm;
 	threads_[key] = name;
@@ -191,7 +189,8 @@ int Recorder::on_py(void *ctx, void *data, size_t size)
 		return 0;
 	}
 	self->samples_read_++;
-	self->pending_samples_.push_back({e.ts_ns, e.tgid, e.tid, e.flags, std::vector<eacgm_py_frame>(e.frames, e.frames + n)});
+	self->pending_samples_.push_back(
+		{e.ts_ns, e.tgid, e.tid, e.flags, std::vector<eacgm_py_frame>(e.frames, e.frames + n)});
 	return 0;
 }
 
@@ -224,8 +223,7 @@ void Recorder::fold_cached_samples()
 	}
 }
 
-Recorder::ResolvedStack &Recorder::resolved(uint32_t pid, const eacgm_py_frame *frames, uint32_t n,
-						  bool partial)
+Recorder::ResolvedStack &Recorder::resolved(uint32_t pid, const eacgm_py_frame *frames, uint32_t n, bool partial)
 {
 	// The key is built in a buffer kept between calls and looked up as a
 	// view: a hit, which nearly every walk is, allocates nothing.
@@ -289,7 +287,8 @@ bool Recorder::add_eval_entry(const Span &s, const eacgm_span_event &e)
 	auto f = resolver_.resolve(s.pid, proc->second.offsets, e.args[0], 0, e.args[1]);
 	if (!f)
 		return false;
-	calls_[{s.pid, s.tid}].push_back({s.start_ns, s.start_ns + s.dur_ns, {f->qualname, f->filename, f->first_line, f->first_line}});
+	calls_[{s.pid, s.tid}].push_back(
+		{s.start_ns, s.start_ns + s.dur_ns, {f->qualname, f->filename, f->first_line, f->first_line}});
 	return true;
 }
 
@@ -552,10 +551,9 @@ Result<void> Recorder::finish()
 				 [](const PyStackSample &a, const PyStackSample &b) { return a.ts_ns < b.ts_ns; });
 		note_thread(key.first, key.second);
 		auto calls = calls_.find(key);
-		if (auto r = store_.add_spans(python_function_spans(key.first, key.second, samples,
-								    calls == calls_.end() ? std::vector<PyCall>{}
-											  : calls->second,
-								    &py_calls_contradicted_));
+		if (auto r = store_.add_spans(python_function_spans(
+			    key.first, key.second, samples,
+			    calls == calls_.end() ? std::vector<PyCall>{} : calls->second, &py_calls_contradicted_));
 		    !r)
 			return r;
 	}

@@ -120,7 +120,7 @@ private:
 	// step). Kept while the resolver trusts its entries (1 s).
 	struct ResolvedStack {
 		std::optional<SharedFrames> frames;
-		PyStack shown; // format_py_stack, shared by every span made under it
+		PyStack shown;        // format_py_stack, shared by every span made under it
 		uint64_t samples = 0; // periodic samples of it, not yet in folded_
 	};
 	ResolvedStack &resolved(uint32_t pid, const eacgm_py_frame *frames, uint32_t n, bool partial);
@@ -172,7 +172,7 @@ private:
 	bool add_eval_entry(const Span &s, const eacgm_span_event &e);
 	std::map<std::pair<uint32_t, uint32_t>, std::vector<PyCall>> calls_; // (pid, tid)
 	struct SpanStack {
-		uint16_t flags; // enum eacgm_py_flags
+		uint16_t flags;      // enum eacgm_py_flags
 		ResolvedStack stack; // resolved when read (shares the cache's)
 	};
 	struct ViewHash {
@@ -187,7 +187,7 @@ private:
 	std::vector<RawStack> pending_samples_;
 	std::map<std::pair<uint32_t, uint32_t>, std::vector<PyStackSample>> samples_; // (pid, tid)
 	uint64_t py_unresolved_ = 0;
-	uint64_t py_entries_lost_ = 0; // eval-loop entries whose code object did not resolve
+	uint64_t py_entries_lost_ = 0;     // eval-loop entries whose code object did not resolve
 	size_t py_calls_contradicted_ = 0; // measured calls a sample showed were not running
 	bool fold_ = false;
 	std::map<std::string, uint64_t> folded_; // collapsed sampled stacks -> samples
@@ -198,7 +198,7 @@ private:
 	uint64_t records_read_ = 0, handling_cpu_ns_ = 0, samples_read_ = 0;
 	std::vector<uint64_t> spans_per_spec_;
 	std::vector<std::pair<uint64_t, std::vector<double>>> weights_; // by from_ns, ascending
-	std::vector<std::pair<uint64_t, uint64_t>> periods_;              // (from_ns, period), ascending
+	std::vector<std::pair<uint64_t, uint64_t>> periods_;            // (from_ns, period), ascending
 	uint64_t period_at(uint64_t ts_ns) const;
 	detect::OnlineDetector *detector_ = nullptr;
 	uint64_t anomalies_seen_ = 0;

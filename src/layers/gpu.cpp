@@ -42,7 +42,7 @@ constexpr nvmlReturn_t NVML_ERROR_NOT_FOUND = 6;
 constexpr nvmlReturn_t NVML_ERROR_INSUFFICIENT_SIZE = 7;
 constexpr nvmlReturn_t NVML_ERROR_TIMEOUT = 10;
 constexpr nvmlReturn_t NVML_ERROR_GPU_IS_LOST = 15;
-constexpr int NVML_TEMPERATURE_GPU = 0;             // nvmlTemperatureSensors_t
+constexpr int NVML_TEMPERATURE_GPU = 0;              // nvmlTemperatureSensors_t
 constexpr int NVML_CLOCK_SM = 1, NVML_CLOCK_MEM = 2; // nvmlClockType_t
 constexpr int NVML_PCIE_UTIL_TX_BYTES = 0, NVML_PCIE_UTIL_RX_BYTES = 1;
 constexpr int NVML_MEMORY_ERROR_TYPE_CORRECTED = 0, NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1;
@@ -231,17 +231,39 @@ Result<Nvml> load_nvml(const std::string &library)
 	return n;
 }
 
-
 // --- Devices ----------------------------------------------------------------
 // What is read per device, each with its own memory of "not supported".
-enum Field { kUtil, kMemory, kTemp, kPower, kPowerLimit, kClockSm, kClockMem, kThrottle, kPcie, kEcc, kFan,
-	     kNvlink, kProcesses, kProcessUtil, kFieldCount };
-constexpr const char *kFieldFunction[kFieldCount] = {
-	"nvmlDeviceGetUtilizationRates", "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetTemperature",
-	"nvmlDeviceGetPowerUsage", "nvmlDeviceGetEnforcedPowerLimit", "nvmlDeviceGetClockInfo(SM)",
-	"nvmlDeviceGetClockInfo(MEM)", "nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetPcieThroughput",
-	"nvmlDeviceGetTotalEccErrors", "nvmlDeviceGetFanSpeed", "nvmlDeviceGetFieldValues(NVLink throughput)",
-	"nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetProcessUtilization"};
+enum Field {
+	kUtil,
+	kMemory,
+	kTemp,
+	kPower,
+	kPowerLimit,
+	kClockSm,
+	kClockMem,
+	kThrottle,
+	kPcie,
+	kEcc,
+	kFan,
+	kNvlink,
+	kProcesses,
+	kProcessUtil,
+	kFieldCount
+};
+constexpr const char *kFieldFunction[kFieldCount] = {"nvmlDeviceGetUtilizationRates",
+						     "nvmlDeviceGetMemoryInfo",
+						     "nvmlDeviceGetTemperature",
+						     "nvmlDeviceGetPowerUsage",
+						     "nvmlDeviceGetEnforcedPowerLimit",
+						     "nvmlDeviceGetClockInfo(SM)",
+						     "nvmlDeviceGetClockInfo(MEM)",
+						     "nvmlDeviceGetCurrentClocksEventReasons",
+						     "nvmlDeviceGetPcieThroughput",
+						     "nvmlDeviceGetTotalEccErrors",
+						     "nvmlDeviceGetFanSpeed",
+						     "nvmlDeviceGetFieldValues(NVLink throughput)",
+						     "nvmlDeviceGetComputeRunningProcesses",
+						     "nvmlDeviceGetProcessUtilization"};
 
 struct Device {
 	unsigned index = 0;
@@ -287,7 +309,7 @@ private:
 	Nvml nvml_;
 	double hz_;
 	bool initialised_ = false;
-	std::vector<Device> devices_; // the sampler's, once it runs
+	std::vector<Device> devices_;              // the sampler's, once it runs
 	std::map<nvmlDevice_t, std::string> keys_; // read-only once threads run
 	nvmlEventSet_t events_set_ = nullptr;
 
@@ -317,8 +339,8 @@ Result<void> GpuCollector::open_devices()
 		d.index = i;
 		d.key = "gpu" + std::to_string(i);
 		if (nvmlReturn_t rc = n.DeviceGetHandleByIndex_v2(i, &d.handle); rc != NVML_SUCCESS) {
-			b.warnings.push_back("gpu layer: " + d.key + " is not recorded: nvmlDeviceGetHandleByIndex_v2 failed: " +
-					     n.error(rc));
+			b.warnings.push_back("gpu layer: " + d.key +
+					     " is not recorded: nvmlDeviceGetHandleByIndex_v2 failed: " + n.error(rc));
 			continue;
 		}
 		char buf[NVML_DEVICE_NAME_V2_BUFFER_SIZE] = "";
@@ -327,19 +349,25 @@ Result<void> GpuCollector::open_devices()
 		buf[0] = 0;
 		if (n.DeviceGetUUID && n.DeviceGetUUID(d.handle, buf, sizeof buf) == NVML_SUCCESS)
 			d.uuid = buf;
-		const void *functions[kFieldCount] = {
-			(const void *)n.DeviceGetUtilizationRates, (const void *)n.DeviceGetMemoryInfo,
-			(const void *)n.DeviceGetTemperature, (const void *)n.DeviceGetPowerUsage,
-			(const void *)n.DeviceGetEnforcedPowerLimit, (const void *)n.DeviceGetClockInfo,
-			(const void *)n.DeviceGetClockInfo, (const void *)n.DeviceGetClocksReasons,
-			(const void *)n.DeviceGetPcieThroughput, (const void *)n.DeviceGetTotalEccErrors,
-			(const void *)n.DeviceGetFanSpeed, (const void *)n.DeviceGetFieldValues,
-			(const void *)n.DeviceGetComputeRunningProcesses, (const void *)n.DeviceGetProcessUtilization};
+		const void *functions[kFieldCount] = {(const void *)n.DeviceGetUtilizationRates,
+						      (const void *)n.DeviceGetMemoryInfo,
+						      (const void *)n.DeviceGetTemperature,
+						      (const void *)n.DeviceGetPowerUsage,
+						      (const void *)n.DeviceGetEnforcedPowerLimit,
+						      (const void *)n.DeviceGetClockInfo,
+						      (const void *)n.DeviceGetClockInfo,
+						      (const void *)n.DeviceGetClocksReasons,
+						      (const void *)n.DeviceGetPcieThroughput,
+						      (const void *)n.DeviceGetTotalEccErrors,
+						      (const void *)n.DeviceGetFanSpeed,
+						      (const void *)n.DeviceGetFieldValues,
+						      (const void *)n.DeviceGetComputeRunningProcesses,
+						      (const void *)n.DeviceGetProcessUtilization};
 		for (int f = 0; f < kFieldCount; f++)
 			d.unsupported[f] = functions[f] == nullptr;
 		// The device's identity, once, for the trace and the store.
-		b.events.push_back(Event{ts, "gpu", "device", d.key, 0, 0,
-					 {{"index", i}, {"name", d.name}, {"uuid", d.uuid}}});
+		b.events.push_back(
+			Event{ts, "gpu", "device", d.key, 0, 0, {{"index", i}, {"name", d.name}, {"uuid", d.uuid}}});
 		keys_[d.handle] = d.key;
 		devices_.push_back(std::move(d));
 	}
@@ -359,7 +387,8 @@ Result<void> GpuCollector::open_devices()
 			if (n.DeviceGetSupportedEventTypes &&
 			    n.DeviceGetSupportedEventTypes(d.handle, &supported) != NVML_SUCCESS)
 				supported = 0;
-			if ((types &= supported) && n.DeviceRegisterEvents(d.handle, types, events_set_) == NVML_SUCCESS)
+			if ((types &= supported) &&
+			    n.DeviceRegisterEvents(d.handle, types, events_set_) == NVML_SUCCESS)
 				any = true;
 		}
 		if (!any) {
@@ -389,7 +418,12 @@ bool GpuCollector::check(Device &d, Field f, nvmlReturn_t rc, uint64_t ts, Batch
 	} else if (rc == NVML_ERROR_GPU_IS_LOST) {
 		if (!d.lost) {
 			d.lost = true;
-			b.events.push_back(Event{ts, "gpu", "device_lost", d.key, 0, 0,
+			b.events.push_back(Event{ts,
+						 "gpu",
+						 "device_lost",
+						 d.key,
+						 0,
+						 0,
 						 {{"name", d.name}, {"uuid", d.uuid}, {"call", kFieldFunction[f]}}});
 			b.warnings.push_back("gpu layer: " + d.key + " (" + d.name + ") was lost (" + nvml_.error(rc) +
 					     "): no samples from it after this; the other GPUs are still recorded. "
@@ -454,7 +488,8 @@ void GpuCollector::sample(Device &d, Batch &b)
 		put("throttle_reasons_mask", double(mask));
 		// An event when the set changes, and at the start unless it is empty.
 		if (d.throttle_known ? mask != d.throttle : mask != 0)
-			b.events.push_back(Event{ts, "gpu", "clock_throttle", d.key, 0, 0, {{"reasons", throttle_names(mask)}}});
+			b.events.push_back(
+				Event{ts, "gpu", "clock_throttle", d.key, 0, 0, {{"reasons", throttle_names(mask)}}});
 		d.throttle_known = true;
 		d.throttle = mask;
 	}
@@ -512,7 +547,8 @@ void GpuCollector::sample(Device &d, Batch &b)
 			    if (tries)
 				    d.procs.resize(count + 8);
 			    count = unsigned(d.procs.size());
-			    rc = n.DeviceGetComputeRunningProcesses(h, &count, d.procs.empty() ? nullptr : d.procs.data());
+			    rc = n.DeviceGetComputeRunningProcesses(h, &count,
+								    d.procs.empty() ? nullptr : d.procs.data());
 		    }
 		    return rc;
 	    })) {
@@ -537,15 +573,18 @@ void GpuCollector::sample(Device &d, Batch &b)
 		}
 		// NOT_FOUND: no sample since the last; INSUFFICIENT_SIZE again: the
 		// list grew in between, read next time.
-		if (rc != NVML_ERROR_NOT_FOUND && rc != NVML_ERROR_INSUFFICIENT_SIZE && check(d, kProcessUtil, rc, ts, b)) {
+		if (rc != NVML_ERROR_NOT_FOUND && rc != NVML_ERROR_INSUFFICIENT_SIZE &&
+		    check(d, kProcessUtil, rc, ts, b)) {
 			int64_t realtime_to_mono = int64_t(mono_ns()) - int64_t(clock_ns(CLOCK_REALTIME));
 			for (unsigned i = 0; i < k && i < d.util_samples.size(); i++) {
 				auto &s = d.util_samples[i];
 				if (s.timeStamp <= d.util_seen_us)
 					continue;
 				uint64_t at = uint64_t(int64_t(s.timeStamp) * 1000 + realtime_to_mono);
-				b.metrics.push_back(Metric{at, "gpu", "proc_util_sm_pct", d.key, s.pid, double(s.smUtil)});
-				b.metrics.push_back(Metric{at, "gpu", "proc_util_mem_pct", d.key, s.pid, double(s.memUtil)});
+				b.metrics.push_back(
+					Metric{at, "gpu", "proc_util_sm_pct", d.key, s.pid, double(s.smUtil)});
+				b.metrics.push_back(
+					Metric{at, "gpu", "proc_util_mem_pct", d.key, s.pid, double(s.memUtil)});
 			}
 			for (unsigned i = 0; i < k && i < d.util_samples.size(); i++)
 				d.util_seen_us = std::max(d.util_seen_us, d.util_samples[i].timeStamp);
@@ -631,7 +670,8 @@ void GpuCollector::collect(uint64_t, const std::set<uint32_t> &traced, std::vect
 	auto by_time = [](auto &x, auto &y) { return x.ts_ns < y.ts_ns; };
 	std::stable_sort(b.metrics.begin(), b.metrics.end(), by_time);
 	std::stable_sort(b.events.begin(), b.events.end(), by_time);
-	metrics.insert(metrics.end(), std::make_move_iterator(b.metrics.begin()), std::make_move_iterator(b.metrics.end()));
+	metrics.insert(metrics.end(), std::make_move_iterator(b.metrics.begin()),
+		       std::make_move_iterator(b.metrics.end()));
 	events.insert(events.end(), std::make_move_iterator(b.events.begin()), std::make_move_iterator(b.events.end()));
 }
 

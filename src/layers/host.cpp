@@ -149,7 +149,8 @@ void HostSystemSampler::sample(uint64_t ts, std::vector<Metric> &out)
 	auto text = read_text(root + "/proc/net/dev");
 	if (!text) {
 		if (!warned_net_)
-			warnings_.push_back("host: cannot read " + root + "/proc/net/dev: NIC counters are not recorded");
+			warnings_.push_back("host: cannot read " + root +
+					    "/proc/net/dev: NIC counters are not recorded");
 		warned_net_ = true;
 		return;
 	}
@@ -160,10 +161,10 @@ void HostSystemSampler::sample(uint64_t ts, std::vector<Metric> &out)
 			continue;
 		const NicCounters &p = it->second;
 		std::pair<const char *, std::pair<uint64_t, uint64_t>> fields[] = {
-			{"nic_rx_bytes", {c.rx_bytes, p.rx_bytes}},       {"nic_rx_packets", {c.rx_packets, p.rx_packets}},
-			{"nic_rx_errors", {c.rx_errors, p.rx_errors}},    {"nic_rx_dropped", {c.rx_dropped, p.rx_dropped}},
-			{"nic_tx_bytes", {c.tx_bytes, p.tx_bytes}},       {"nic_tx_packets", {c.tx_packets, p.tx_packets}},
-			{"nic_tx_errors", {c.tx_errors, p.tx_errors}},    {"nic_tx_dropped", {c.tx_dropped, p.tx_dropped}},
+			{"nic_rx_bytes", {c.rx_bytes, p.rx_bytes}},    {"nic_rx_packets", {c.rx_packets, p.rx_packets}},
+			{"nic_rx_errors", {c.rx_errors, p.rx_errors}}, {"nic_rx_dropped", {c.rx_dropped, p.rx_dropped}},
+			{"nic_tx_bytes", {c.tx_bytes, p.tx_bytes}},    {"nic_tx_packets", {c.tx_packets, p.tx_packets}},
+			{"nic_tx_errors", {c.tx_errors, p.tx_errors}}, {"nic_tx_dropped", {c.tx_dropped, p.tx_dropped}},
 		};
 		bool reset = false;
 		for (auto &f : fields)
@@ -230,7 +231,8 @@ Result<void> HostCollector::open(int traced_map_fd)
 	// came with Linux 6.3) leaves its metrics out rather than the layer.
 	struct btf *vmlinux = btf__load_vmlinux_btf();
 	if (!vmlinux)
-		return make_error("the host layer needs the kernel's BTF (/sys/kernel/btf/vmlinux, CONFIG_DEBUG_INFO_BTF)");
+		return make_error(
+			"the host layer needs the kernel's BTF (/sys/kernel/btf/vmlinux, CONFIG_DEBUG_INFO_BTF)");
 	struct bpf_program *prog;
 	bpf_object__for_each_program(prog, skel_->obj)
 	{
@@ -255,7 +257,8 @@ Result<void> HostCollector::open(int traced_map_fd)
 			continue;
 		struct bpf_link *l = bpf_program__attach(prog);
 		if (!l)
-			return make_error("cannot attach the host layer's " + sec + " program: " + std::strerror(errno));
+			return make_error("cannot attach the host layer's " + sec +
+					  " program: " + std::strerror(errno));
 		links_.add(l);
 	}
 	// BPF run time is counted only while someone holds this fd (or the
@@ -338,11 +341,12 @@ void HostCollector::drain(unsigned g, uint64_t ts, const std::set<uint32_t> &tra
 		g ? skel_->maps.interf1 : skel_->maps.interf0,
 		[&](const eacgm_host_interf_key &k, const eacgm_host_interf &v) {
 			std::string comm(v.comm, strnlen(v.comm, sizeof(v.comm)));
-			out.push_back(host_metric(ts, "interference_ns", k.tgid, comm + ":" + std::to_string(k.interferer),
-						  double(v.ns)));
+			out.push_back(host_metric(ts, "interference_ns", k.tgid,
+						  comm + ":" + std::to_string(k.interferer), double(v.ns)));
 		});
 	drain_map<eacgm_host_conn_key, eacgm_host_conn>(
-		g ? skel_->maps.conns1 : skel_->maps.conns0, [&](const eacgm_host_conn_key &k, const eacgm_host_conn &c) {
+		g ? skel_->maps.conns1 : skel_->maps.conns0,
+		[&](const eacgm_host_conn_key &k, const eacgm_host_conn &c) {
 			std::string key = format_conn_key(k);
 			out.push_back(host_metric(ts, "tcp_retransmits", k.tgid, key, double(c.retransmits)));
 			if (c.srtt_samples)

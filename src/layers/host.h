@@ -64,8 +64,8 @@ public:
 
 private:
 	std::string root_;
-	std::map<std::string, uint64_t> psi_totals_;     // "cpu_some" -> total us
-	std::map<std::string, NicCounters> nic_;         // previous sample
+	std::map<std::string, uint64_t> psi_totals_; // "cpu_some" -> total us
+	std::map<std::string, NicCounters> nic_;     // previous sample
 	bool warned_psi_ = false, warned_net_ = false;
 	std::vector<std::string> warnings_;
 };

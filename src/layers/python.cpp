@@ -110,14 +110,22 @@ SpecSet PythonTracer::eval_entry_probes(bool all_versions) const
 		p.origin = "python layer";
 		p.returns = "ptr";
 		p.args = {
-			{.name = "code", .type = ArgType::Ptr, .slot = slot, .source = EACGM_ARG_DEREF_ENTRY,
+			{.name = "code",
+			 .type = ArgType::Ptr,
+			 .slot = slot,
+			 .source = EACGM_ARG_DEREF_ENTRY,
 			 .offset = o.frame_code},
-			{.name = "code_name", .type = ArgType::Ptr, .slot = slot, .source = EACGM_ARG_DEREF2_ENTRY,
-			 .offset = o.frame_code, .offset2 = o.code_name},
+			{.name = "code_name",
+			 .type = ArgType::Ptr,
+			 .slot = slot,
+			 .source = EACGM_ARG_DEREF2_ENTRY,
+			 .offset = o.frame_code,
+			 .offset2 = o.code_name},
 		};
 		// The shared library of pyenv/venv builds, or a static executable
 		// (Debian's, conda's): whichever defines the symbol gets the probe.
-		for (std::string lib : {"libpython" + version + ".so*", "libpython" + version + "d.so*", "python" + version}) {
+		for (std::string lib :
+		     {"libpython" + version + ".so*", "libpython" + version + "d.so*", "python" + version}) {
 			p.library = lib;
 			set.probes.push_back(p);
 		}
@@ -211,7 +219,8 @@ Result<void> PythonTracer::set_sample_hz(unsigned hz)
 	uint64_t period = 1'000'000'000ull / hz;
 	for (auto &fd : perf_fds_)
 		if (ioctl(fd.get(), PERF_EVENT_IOC_PERIOD, &period) != 0)
-			return make_error(std::string("cannot change the Python sampler's rate: ") + std::strerror(errno));
+			return make_error(std::string("cannot change the Python sampler's rate: ") +
+					  std::strerror(errno));
 	sample_hz_ = hz;
 	return {};
 }
@@ -250,12 +259,14 @@ Result<std::optional<PythonRuntime>> PythonTracer::add_process(uint32_t pid)
 		// where they differ (a patched or newer build), and say so.
 		std::vector<uint8_t> image(kDebugOffsetsBytes);
 		auto checked = read_process_memory(pid, r.runtime_addr, image.data(), image.size())
-				       ? check_debug_offsets(*o, image.data(), image.size())
-				       : Result<CheckedOffsets>(make_error("cannot read _PyRuntime"));
-		std::string what = "Python " + std::to_string(r.major) + "." + std::to_string(r.minor) + " (" + r.file + ")";
+			? check_debug_offsets(*o, image.data(), image.size())
+			: Result<CheckedOffsets>(make_error("cannot read _PyRuntime"));
+		std::string what =
+			"Python " + std::to_string(r.major) + "." + std::to_string(r.minor) + " (" + r.file + ")";
 		if (!checked) {
 			if (warned_.insert(what + checked.error().message).second)
-				warnings_.push_back(what + ": " + checked.error().message + "; using eacgm's offsets table");
+				warnings_.push_back(what + ": " + checked.error().message +
+						    "; using eacgm's offsets table");
 		} else {
 			r.offsets = checked->offsets;
 			std::string list;
@@ -273,7 +284,8 @@ Result<std::optional<PythonRuntime>> PythonTracer::add_process(uint32_t pid)
 				  std::to_string(cfg.frame_len) + " and " + std::to_string(cfg.code_len) +
 				  " bytes); its stacks are not recorded");
 	if (bpf_map__update_elem(skel_->maps.py_procs, &pid, sizeof(pid), &cfg, sizeof(cfg), BPF_ANY))
-		return make_error("cannot register Python process " + std::to_string(pid) + ": " + std::strerror(errno));
+		return make_error("cannot register Python process " + std::to_string(pid) + ": " +
+				  std::strerror(errno));
 	procs_[pid] = r;
 	return std::optional<PythonRuntime>(r);
 }

@@ -16,7 +16,6 @@ namespace eacgm {
 
 using nlohmann::json;
 
-
 static Result<PyOffsets> parse_version(const std::string &version, const json &j, const std::string &origin)
 {
 	static const std::regex re("3\\.([0-9]{1,2})");
@@ -59,7 +58,8 @@ Result<std::map<std::string, PyOffsets>> parse_python_offsets(const std::string 
 		return make_error(origin + ": expected {\"versions\": {\"3.11\": {...}}} or {\"3.11\": {...}}");
 	// tools/pyoffsets.c's marker when an interpreter's headers did not compile.
 	if (doc.contains("error"))
-		return make_error(origin + ": " + (doc["error"].is_string() ? doc["error"].get<std::string>() : doc.dump()));
+		return make_error(origin + ": " +
+				  (doc["error"].is_string() ? doc["error"].get<std::string>() : doc.dump()));
 	// Two forms: the table (specs/python.json) and one measurement (the tool's
 	// output, the versions at the top level).
 	const json *versions = &doc;
@@ -123,9 +123,9 @@ Result<CheckedOffsets> check_debug_offsets(const PyOffsets &table, const uint8_t
 	std::memcpy(&version, image + 8, sizeof version); // PY_VERSION_HEX
 	int major = static_cast<int>(version >> 24), minor = static_cast<int>((version >> 16) & 0xff);
 	if (major != table.major || minor != table.minor)
-		return make_error("_Py_DebugOffsets says Python " + std::to_string(major) + "." + std::to_string(minor) +
-				  ", the library's name says " + std::to_string(table.major) + "." +
-				  std::to_string(table.minor));
+		return make_error("_Py_DebugOffsets says Python " + std::to_string(major) + "." +
+				  std::to_string(minor) + ", the library's name says " + std::to_string(table.major) +
+				  "." + std::to_string(table.minor));
 	PyOffsets pos = debug_offset_positions(minor);
 	CheckedOffsets out{table, {}};
 	for (auto &[name, field] : kPyOffsetFields) {

@@ -26,7 +26,7 @@ struct PyOffsets {
 	uint16_t runtime_interpreters_head = kNoOffset;
 	uint16_t interp_threads_head = kNoOffset;
 	uint16_t tstate_next = kNoOffset;
-	uint16_t tstate_native_thread_id = kNoOffset;  // 3.11+ only (the kernel tid)
+	uint16_t tstate_native_thread_id = kNoOffset; // 3.11+ only (the kernel tid)
 	// All versions: pthread_self() of the thread, which on glibc x86-64 is the
 	// thread's fs base (task->thread.fsbase): the match key before 3.11.
 	uint16_t tstate_thread_id = kNoOffset;
@@ -36,17 +36,17 @@ struct PyOffsets {
 	uint16_t tstate_cframe = kNoOffset;
 	uint16_t cframe_current_frame = kNoOffset;
 	// A frame (PyFrameObject before 3.11, _PyInterpreterFrame since).
-	uint16_t frame_previous = kNoOffset;  // f_back / previous
-	uint16_t frame_code = kNoOffset;      // f_code / f_executable (3.13)
-	uint16_t frame_instr = kNoOffset;     // f_lasti (int) / prev_instr / instr_ptr (3.13)
-	uint16_t frame_owner = kNoOffset;     // 3.12+: char owner (3 = owned by the C stack: a shim, skip)
+	uint16_t frame_previous = kNoOffset; // f_back / previous
+	uint16_t frame_code = kNoOffset;     // f_code / f_executable (3.13)
+	uint16_t frame_instr = kNoOffset;    // f_lasti (int) / prev_instr / instr_ptr (3.13)
+	uint16_t frame_owner = kNoOffset;    // 3.12+: char owner (3 = owned by the C stack: a shim, skip)
 	// A code object.
 	uint16_t code_filename = kNoOffset;
 	uint16_t code_name = kNoOffset;
-	uint16_t code_qualname = kNoOffset;   // 3.11+; co_name before
+	uint16_t code_qualname = kNoOffset; // 3.11+; co_name before
 	uint16_t code_firstlineno = kNoOffset;
-	uint16_t code_linetable = kNoOffset;  // co_lnotab (3.8, 3.9) / co_linetable (3.10+)
-	uint16_t code_adaptive = kNoOffset;   // 3.11+: co_code_adaptive, where instructions start
+	uint16_t code_linetable = kNoOffset; // co_lnotab (3.8, 3.9) / co_linetable (3.10+)
+	uint16_t code_adaptive = kNoOffset;  // 3.11+: co_code_adaptive, where instructions start
 	// Strings and bytes: where the characters of a compact ASCII str start,
 	// and a bytes object's size and data.
 	uint16_t unicode_ascii_data = kNoOffset;
@@ -100,8 +100,7 @@ struct CheckedOffsets {
 Result<CheckedOffsets> check_debug_offsets(const PyOffsets &table, const uint8_t *image, size_t len);
 
 // "3.11" -> offsets, from the JSON text of specs/python.json.
-Result<std::map<std::string, PyOffsets>> parse_python_offsets(const std::string &json_text,
-							       const std::string &origin);
+Result<std::map<std::string, PyOffsets>> parse_python_offsets(const std::string &json_text, const std::string &origin);
 // The built-in table (specs/python.json).
 Result<std::map<std::string, PyOffsets>> load_python_offsets();
 

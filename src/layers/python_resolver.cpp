@@ -260,15 +260,16 @@ std::optional<std::string> PythonResolver::read_str(uint32_t pid, const PyOffset
 	std::string s;
 	s.reserve(count);
 	for (size_t i = 0; i < count; i++) {
-		append_utf8(s, kind == 1   ? raw[i]
-			       : kind == 2 ? load_at<uint16_t>(raw.data(), 2 * i)
-					   : load_at<uint32_t>(raw.data(), 4 * i));
+		append_utf8(s,
+			    kind == 1           ? raw[i]
+				    : kind == 2 ? load_at<uint16_t>(raw.data(), 2 * i)
+						: load_at<uint32_t>(raw.data(), 4 * i));
 	}
 	return s;
 }
 
 std::optional<PythonResolver::Entry> PythonResolver::load(uint32_t pid, const PyOffsets &o, Process &p,
-							   uint64_t code_addr)
+							  uint64_t code_addr)
 {
 	Entry e;
 	if (!read_identity(pid, o, code_addr, e.id) || !is_type(pid, e.id.type, p.code_type, "code"))
@@ -290,9 +291,9 @@ std::optional<PythonResolver::Entry> PythonResolver::load(uint32_t pid, const Py
 	std::vector<uint8_t> table(std::min<size_t>(size, kMaxLineTable));
 	if (!read_(pid, e.id.linetable + o.bytes_data, table.data(), table.size()))
 		return std::nullopt;
-	e.lines = o.minor <= 9 ? decode_lnotab(table.data(), table.size(), e.id.first_line)
-		  : o.minor == 10 ? decode_linetable310(table.data(), table.size(), e.id.first_line)
-				  : decode_locations(table.data(), table.size(), e.id.first_line);
+	e.lines = o.minor <= 9  ? decode_lnotab(table.data(), table.size(), e.id.first_line)
+		: o.minor == 10 ? decode_linetable310(table.data(), table.size(), e.id.first_line)
+				: decode_locations(table.data(), table.size(), e.id.first_line);
 	e.lines.shrink_to_fit();
 	return e;
 }
@@ -313,8 +314,8 @@ static bool memory_gone(uint32_t pid)
 	return empty;
 }
 
-std::optional<PyFrameInfo> PythonResolver::resolve(uint32_t pid, const PyOffsets &o, uint64_t code_addr,
-						   uint64_t instr, uint64_t name_ptr, uint64_t file_ptr)
+std::optional<PyFrameInfo> PythonResolver::resolve(uint32_t pid, const PyOffsets &o, uint64_t code_addr, uint64_t instr,
+						   uint64_t name_ptr, uint64_t file_ptr)
 {
 	stats_.lookups++;
 	if (!supported(o) || code_addr == 0) {

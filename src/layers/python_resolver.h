@@ -18,7 +18,7 @@ namespace eacgm {
 
 struct PyFrameInfo {
 	std::string qualname, filename; // co_qualname (3.11+) or co_name (3.8-3.10)
-	int line = 0, first_line = 0;    // line 0: unknown (no line, or a bad offset)
+	int line = 0, first_line = 0;   // line 0: unknown (no line, or a bad offset)
 };
 
 // Reads exactly len bytes at addr in pid's memory; false on any shortfall.
@@ -72,7 +72,7 @@ public:
 	const PyResolverStats &stats() const { return stats_; }
 
 	// Bounds on what one code object may make us read and keep.
-	static constexpr size_t kMaxString = 4096;       // bytes of characters
+	static constexpr size_t kMaxString = 4096;        // bytes of characters
 	static constexpr size_t kMaxLineTable = 64 << 10; // bytes; longer tables are cut
 	static constexpr size_t kMaxEntries = 1 << 16;    // per process; then start over
 	// A hit whose walker-read name and file pointers match the cached ones

@@ -79,9 +79,9 @@ nlohmann::json format_tensor(uint64_t a, uint64_t b)
 	if (a == 0)
 		return nullptr;
 	// c10::ScalarType numbering (TypeMeta's index for these types).
-	static const char *kTypes[] = {"uint8",   "int8",      "int16",      "int32", "int64", "float16",
-				       "float32", "float64",   "complex32",  "complex64", "complex128", "bool",
-				       "qint8",   "quint8",    "qint32",     "bfloat16"};
+	static const char *kTypes[] = {"uint8",   "int8",    "int16",     "int32",     "int64",      "float16",
+				       "float32", "float64", "complex32", "complex64", "complex128", "bool",
+				       "qint8",   "quint8",  "qint32",    "bfloat16"};
 	unsigned ndim = a & 0xff, dtype = (a >> 8) & 0xff;
 	std::string s = dtype < std::size(kTypes) ? kTypes[dtype] : "dtype" + std::to_string(dtype);
 	uint64_t sizes[3] = {a >> 16, b & 0xffffffff, b >> 32};

@@ -28,8 +28,7 @@ bool returns_by_hidden_pointer(const std::string &op);
 
 // Tensor arguments for the leading `at::Tensor const&` (or `&`) parameters of a
 // demangled operator entry point (at most max), named in0, in1, ...
-std::vector<ArgSpec> leading_tensor_args(const std::string &demangled, int max,
-					 std::pair<uint16_t, uint16_t> layout);
+std::vector<ArgSpec> leading_tensor_args(const std::string &demangled, int max, std::pair<uint16_t, uint16_t> layout);
 
 // The two words the BPF side packs (EACGM_ARG_TENSOR_A/B) as "float32[8, 32]";
 // null when the tensor could not be read (an undefined tensor).

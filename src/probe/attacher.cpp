@@ -20,8 +20,7 @@ namespace eacgm {
 
 Attacher::Attacher(SpanEngine &engine, ProcTracker &tracker, SpecSet specs)
 	: engine_(engine), tracker_(tracker), specs_(std::move(specs))
-{
-}
+{}
 
 Result<void> Attacher::load_specs()
 {
@@ -142,8 +141,9 @@ Result<void> Attacher::expand_pattern(size_t pattern, const ElfFile &elf,
 		if (it != specs_.tensor_layouts.end())
 			layout = it->second;
 		else
-			warnings_.push_back("no tensor layout known for torch " + (version.empty() ? "of unknown version" : version) +
-					    " (" + elf.path() + "): operators are traced without shapes; "
+			warnings_.push_back("no tensor layout known for torch " +
+					    (version.empty() ? "of unknown version" : version) + " (" + elf.path() +
+					    "): operators are traced without shapes; "
 					    "scripts/torch-layout.py measures one");
 	}
 	for (uint32_t k : found) {
@@ -174,7 +174,8 @@ Result<void> Attacher::expand_pattern(size_t pattern, const ElfFile &elf,
 		for (auto &name : close_matches(elf, p.match, 5))
 			close += (close.empty() ? "" : ", ") + name;
 		return make_error(p.origin + ": pattern \"" + p.match + "\" of probe '" + p.function +
-				  "' matches no function in " + elf.path() + (close.empty() ? "" : "; close: " + close) +
+				  "' matches no function in " + elf.path() +
+				  (close.empty() ? "" : "; close: " + close) +
 				  "; list candidates with 'eacgm probes list --lib " + elf.path() + " --match REGEX'");
 	}
 	return {};

@@ -129,9 +129,8 @@ BudgetDecision decide_budget(const BudgetSample &s, const BudgetDecision &now, d
 }
 
 DutyCycler::DutyCycler(SpanEngine &engine, uint64_t period_ns)
-    : engine_(engine), period_ns_(period_ns), thread_([this] { run(); })
-{
-}
+	: engine_(engine), period_ns_(period_ns), thread_([this] { run(); })
+{}
 
 DutyCycler::~DutyCycler()
 {
@@ -206,7 +205,7 @@ void DutyCycler::run()
 			lock.lock();
 			if (!old) {
 				error_ = "overhead budget: cannot relink the probes (" + old.error().message +
-					 "); every probe stays attached";
+					"); every probe stays attached";
 				want_ = have_;
 				continue;
 			}
@@ -236,7 +235,7 @@ void DutyCycler::run()
 		lock.lock();
 		if (!burst) {
 			error_ = "overhead budget: cannot attach a burst (" + burst.error().message +
-				 "); the throttled probes stay detached";
+				"); the throttled probes stay detached";
 			want_ = have_ = {};
 			continue;
 		}

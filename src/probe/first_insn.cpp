@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-
 namespace eacgm {
 
 namespace {
@@ -82,9 +81,11 @@ std::string single_step_note(const std::vector<ProbeSite> &sites)
 		names += (k ? ", " : "") + stepped[k];
 	if (stepped.size() > 5)
 		names += " and " + std::to_string(stepped.size() - 5) + " more";
-	return std::to_string(stepped.size()) + (stepped.size() == 1 ? " probed function starts" : " probed functions start") +
-	       " with an instruction the kernel single-steps rather than emulates, so each of its calls costs "
-	       "about 20x the trap of one that starts with a push or a relative branch: " + names;
+	return std::to_string(stepped.size()) +
+		(stepped.size() == 1 ? " probed function starts" : " probed functions start") +
+		" with an instruction the kernel single-steps rather than emulates, so each of its calls costs "
+		"about 20x the trap of one that starts with a push or a relative branch: " +
+		names;
 }
 
 } // namespace eacgm

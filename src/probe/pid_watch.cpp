@@ -42,7 +42,7 @@ struct ProcStat {
 	char state = 0;
 	std::optional<uint32_t> ppid;
 	uint64_t cpu_ticks = 0; // user + system, all threads
-	int exit_code = -1; // a wait status; -1 when the kernel does not say
+	int exit_code = -1;     // a wait status; -1 when the kernel does not say
 };
 
 // /proc/PID/stat: "pid (comm) state ppid ..."; comm may hold spaces and
@@ -143,7 +143,8 @@ Result<PidState> PidWatch::add(uint32_t pid, UniqueFd pidfd)
 	ev.events = EPOLLIN;
 	ev.data.u32 = pid;
 	if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, pidfd.get(), &ev) != 0)
-		return make_error("cannot watch process " + std::to_string(pid) + ": epoll_ctl: " + std::strerror(errno));
+		return make_error("cannot watch process " + std::to_string(pid) +
+				  ": epoll_ctl: " + std::strerror(errno));
 	fds_.emplace(pid, std::move(pidfd));
 	return PidState::alive;
 }

@@ -46,8 +46,8 @@ int ProcTracker::traced_map_fd() const { return bpf_map__fd(skel_->maps.traced_t
 Result<void> ProcTracker::track(uint32_t pid)
 {
 	if (bpf_map__update_elem(skel_->maps.traced_tgids, &pid, sizeof(pid), &pid, sizeof(pid), BPF_ANY))
-		return make_error("cannot add process " + std::to_string(pid) + " to the traced set: " +
-				  std::strerror(errno));
+		return make_error("cannot add process " + std::to_string(pid) +
+				  " to the traced set: " + std::strerror(errno));
 	return {};
 }
 
@@ -60,14 +60,15 @@ Result<void> ProcTracker::watch_dynamic_linker(const std::string &path)
 		return elf.error();
 	const ElfSymbol *sym = elf->find("_dl_debug_state");
 	if (!sym)
-		return make_error(path + " has no _dl_debug_state symbol: libraries loaded later with dlopen are "
-					 "only found by the periodic rescan");
+		return make_error(path +
+				  " has no _dl_debug_state symbol: libraries loaded later with dlopen are "
+				  "only found by the periodic rescan");
 	auto off = elf->vaddr_to_offset(sym->addr);
 	if (!off)
 		return off.error();
 	LIBBPF_OPTS(bpf_uprobe_opts, o);
-	struct bpf_link *l = bpf_program__attach_uprobe_opts(skel_->progs.on_link_map_change, -1, path.c_str(),
-							     off.value(), &o);
+	struct bpf_link *l =
+		bpf_program__attach_uprobe_opts(skel_->progs.on_link_map_change, -1, path.c_str(), off.value(), &o);
 	if (!l)
 		return make_error("cannot attach to " + path + " _dl_debug_state: " + std::strerror(errno));
 	links_.add(l);

@@ -25,8 +25,9 @@ Result<std::unique_ptr<SpanEngine>> SpanEngine::open(const Options &opts, int tr
 	uint32_t rb = opts.ring_buffer_bytes;
 	long page = sysconf(_SC_PAGESIZE);
 	if (rb < (uint32_t)page || (rb & (rb - 1)))
-		return make_error("ring buffer size " + std::to_string(rb) + " bytes is not a power of two of at least " +
-				  std::to_string(page) + "; use --ring-buffer-kb 4, 8, 16, ...");
+		return make_error("ring buffer size " + std::to_string(rb) +
+				  " bytes is not a power of two of at least " + std::to_string(page) +
+				  "; use --ring-buffer-kb 4, 8, 16, ...");
 	std::unique_ptr<SpanEngine> e(new SpanEngine());
 	// First with the uprobe_multi programs; a kernel without them (< 6.6)
 	// refuses the load, and the per-function programs serve alone.
@@ -48,9 +49,9 @@ Result<std::unique_ptr<SpanEngine>> SpanEngine::open(const Options &opts, int tr
 		if (opts.py_procs >= 0) {
 			e->skel_->rodata->capture_py_stacks = true;
 			std::pair<struct bpf_map *, int> shared[] = {{e->skel_->maps.py_procs, opts.py_procs},
-								    {e->skel_->maps.py_tstates, opts.py_tstates},
-								    {e->skel_->maps.py_events, opts.py_events},
-								    {e->skel_->maps.py_counters, opts.py_counters}};
+								     {e->skel_->maps.py_tstates, opts.py_tstates},
+								     {e->skel_->maps.py_events, opts.py_events},
+								     {e->skel_->maps.py_counters, opts.py_counters}};
 			for (auto [mine, theirs] : shared)
 				if ((err = bpf_map__reuse_fd(mine, theirs)))
 					return make_error("cannot share the Python maps: " + errstr(err));
@@ -101,7 +102,8 @@ Result<void> SpanEngine::set_spec(uint32_t spec_id, const eacgm_probe_spec &spec
 {
 	if (spec_id >= EACGM_MAX_SPECS)
 		return make_error("too many probe specs (at most " + std::to_string(EACGM_MAX_SPECS) + ")");
-	int err = bpf_map__update_elem(skel_->maps.probe_specs, &spec_id, sizeof(spec_id), &spec, sizeof(spec), BPF_ANY);
+	int err =
+		bpf_map__update_elem(skel_->maps.probe_specs, &spec_id, sizeof(spec_id), &spec, sizeof(spec), BPF_ANY);
 	if (err)
 		return make_error("cannot store probe spec: " + errstr(err));
 	return {};
@@ -217,7 +219,7 @@ struct UprobeMultiLinkAttr {
 };
 
 Result<void> SpanEngine::attach_multi(const std::string &path, const std::vector<Target> &targets, bool ret,
-				       LinkSet &into)
+				      LinkSet &into)
 {
 	std::vector<uint64_t> offsets, cookies;
 	for (auto &t : targets) {

@@ -41,10 +41,9 @@ static std::string line_col(const std::string &text, size_t byte)
 }
 
 static const std::map<std::string, ArgType> kArgTypes = {
-	{"u64", ArgType::U64}, {"i64", ArgType::I64}, {"u32", ArgType::U32},
-	{"i32", ArgType::I32}, {"ptr", ArgType::Ptr}, {"bytes", ArgType::Bytes},
-	{"dim3", ArgType::Dim3}, {"enum", ArgType::Enum}, {"symbol", ArgType::Symbol},
-	{"tensor", ArgType::Tensor},
+	{"u64", ArgType::U64},       {"i64", ArgType::I64},       {"u32", ArgType::U32},   {"i32", ArgType::I32},
+	{"ptr", ArgType::Ptr},       {"bytes", ArgType::Bytes},   {"dim3", ArgType::Dim3}, {"enum", ArgType::Enum},
+	{"symbol", ArgType::Symbol}, {"tensor", ArgType::Tensor},
 };
 
 int arg_width(const ArgSpec &a) { return a.type == ArgType::Dim3 || a.type == ArgType::Tensor ? 2 : 1; }
@@ -66,11 +65,12 @@ static Result<void> known_keys(const json &j, std::initializer_list<const char *
 	return {};
 }
 
-static Result<ArgSpec> parse_arg(const json &j, const std::string &where,
-				 const std::map<std::string, EnumTable> &enums)
+static Result<ArgSpec> parse_arg(const json &j, const std::string &where, const std::map<std::string, EnumTable> &enums)
 {
 	if (!j.is_object())
-		return make_error(where + ": an argument must be an object like {\"name\": \"size\", \"slot\": 1, \"type\": \"bytes\"}");
+		return make_error(
+			where +
+			": an argument must be an object like {\"name\": \"size\", \"slot\": 1, \"type\": \"bytes\"}");
 	ArgSpec a;
 	if (auto r = known_keys(j, {"name", "slot", "type", "enum", "deref", "offset"}, where + " argument"); !r)
 		return r.error();
@@ -79,12 +79,14 @@ static Result<ArgSpec> parse_arg(const json &j, const std::string &where,
 	a.name = j["name"];
 	std::string at = where + " argument '" + a.name + "'";
 	if (!j.contains("slot") || !j["slot"].is_number_unsigned() || j["slot"].get<unsigned>() > 31)
-		return make_error(at + ": \"slot\" must be a number 0..31 (0-5 are rdi,rsi,rdx,rcx,r8,r9; 6+ stack words)");
+		return make_error(at +
+				  ": \"slot\" must be a number 0..31 (0-5 are rdi,rsi,rdx,rcx,r8,r9; 6+ stack words)");
 	a.slot = j["slot"].get<uint8_t>();
 	std::string type = j.value("type", "u64");
 	auto t = kArgTypes.find(type);
 	if (t == kArgTypes.end())
-		return make_error(at + ": unknown type \"" + type + "\"; use u64, i64, u32, i32, ptr, bytes, dim3, enum or symbol");
+		return make_error(at + ": unknown type \"" + type +
+				  "\"; use u64, i64, u32, i32, ptr, bytes, dim3, enum or symbol");
 	a.type = t->second;
 	if (a.type == ArgType::Enum) {
 		a.enum_name = j.value("enum", "");
@@ -104,8 +106,9 @@ static Result<ArgSpec> parse_arg(const json &j, const std::string &where,
 		return make_error(at + ": \"offset\" needs \"deref\"");
 	a.offset = j.value("offset", 0);
 	if (a.type == ArgType::Tensor)
-		return make_error(at + ": tensors are kept with \"tensor_args\" on a \"match\" probe (their layout "
-				       "depends on the torch version found)");
+		return make_error(at +
+				  ": tensors are kept with \"tensor_args\" on a \"match\" probe (their layout "
+				  "depends on the torch version found)");
 	if (a.type == ArgType::Dim3 && a.source != EACGM_ARG_ENTRY)
 		return make_error(at + ": a dim3 is passed by value and cannot be dereferenced");
 	return a;
@@ -133,7 +136,8 @@ Result<SpecSet> parse_spec(const std::string &text, const std::string &origin, b
 	}
 	if (!doc.is_object())
 		return make_error(origin + ": a spec is a JSON object with \"layer\", \"library\" and \"probes\"");
-	if (auto r = known_keys(doc, {"layer", "library", "about", "enums", "sizes", "tensor_layouts", "probes"}, origin);
+	if (auto r = known_keys(doc, {"layer", "library", "about", "enums", "sizes", "tensor_layouts", "probes"},
+				origin);
 	    !r)
 		return r.error();
 	SpecSet set;
@@ -142,13 +146,15 @@ Result<SpecSet> parse_spec(const std::string &text, const std::string &origin, b
 			return make_error(origin + ": \"enums\" must map enum names to {\"value\": \"name\"} objects");
 		for (auto &[name, table] : doc["enums"].items()) {
 			if (!table.is_object())
-				return make_error(origin + ": enum \"" + name + "\" must be an object of \"value\": \"name\"");
+				return make_error(origin + ": enum \"" + name +
+						  "\" must be an object of \"value\": \"name\"");
 			EnumTable t;
 			for (auto &[k, v] : table.items()) {
 				char *end = nullptr;
 				long long n = std::strtoll(k.c_str(), &end, 0);
 				if (k.empty() || *end || !v.is_string())
-					return make_error(origin + ": enum \"" + name + "\": entry \"" + k + "\" must be a number mapped to a name");
+					return make_error(origin + ": enum \"" + name + "\": entry \"" + k +
+							  "\" must be a number mapped to a name");
 				t[n] = v.get<std::string>();
 			}
 			set.enums[name] = std::move(t);
@@ -159,7 +165,8 @@ Result<SpecSet> parse_spec(const std::string &text, const std::string &origin, b
 			return make_error(origin + ": \"sizes\" must map enum names to {\"value\": bytes} objects");
 		for (auto &[name, table] : doc["sizes"].items()) {
 			if (!set.enums.count(name))
-				return make_error(origin + ": \"sizes\" names enum \"" + name + "\", which \"enums\" does not define");
+				return make_error(origin + ": \"sizes\" names enum \"" + name +
+						  "\", which \"enums\" does not define");
 			for (auto &[k, v] : table.items()) {
 				char *end = nullptr;
 				long long n = std::strtoll(k.c_str(), &end, 0);
@@ -172,8 +179,8 @@ Result<SpecSet> parse_spec(const std::string &text, const std::string &origin, b
 	}
 	if (doc.contains("tensor_layouts")) {
 		for (auto &[version, l] : doc["tensor_layouts"].items()) {
-			if (!l.is_object() || !l.contains("ndim") || !l.contains("dtype") || !l["ndim"].is_number_unsigned() ||
-			    !l["dtype"].is_number_unsigned())
+			if (!l.is_object() || !l.contains("ndim") || !l.contains("dtype") ||
+			    !l["ndim"].is_number_unsigned() || !l["dtype"].is_number_unsigned())
 				return make_error(origin + ": tensor layout \"" + version +
 						  "\" must be {\"ndim\": OFFSET, \"dtype\": OFFSET}");
 			set.tensor_layouts[version] = {l["ndim"].get<uint16_t>(), l["dtype"].get<uint16_t>()};
@@ -194,17 +201,20 @@ Result<SpecSet> parse_spec(const std::string &text, const std::string &origin, b
 			return make_error(origin + ": every probe needs a \"function\" name");
 		p.function = pj["function"];
 		std::string where = origin + ": probe '" + p.function + "'";
-		if (auto r = known_keys(pj, {"function", "library", "symbols", "match", "args", "bytes", "returns",
-					     "tensor_args", "about"},
+		if (auto r = known_keys(pj,
+					{"function", "library", "symbols", "match", "args", "bytes", "returns",
+					 "tensor_args", "about"},
 					where);
 		    !r)
 			return r.error();
 		p.library = pj.value("library", library);
 		if (p.library.empty())
-			return make_error(where + ": no \"library\" (give one per file or per probe, e.g. \"libcudart.so*\")");
+			return make_error(where +
+					  ": no \"library\" (give one per file or per probe, e.g. \"libcudart.so*\")");
 		if (pj.contains("match")) {
 			if (!pj["match"].is_string() || pj.contains("symbols"))
-				return make_error(where + ": \"match\" is one regular expression, and excludes \"symbols\"");
+				return make_error(where +
+						  ": \"match\" is one regular expression, and excludes \"symbols\"");
 			p.match = pj["match"];
 			try {
 				std::regex check(p.match);
@@ -249,14 +259,17 @@ Result<SpecSet> parse_spec(const std::string &text, const std::string &origin, b
 			p.bytes = b;
 		}
 		if (pj.contains("tensor_args")) {
-			if (!pj["tensor_args"].is_number_unsigned() || pj["tensor_args"].get<int>() > 3 || p.match.empty())
+			if (!pj["tensor_args"].is_number_unsigned() || pj["tensor_args"].get<int>() > 3 ||
+			    p.match.empty())
 				return make_error(where + ": \"tensor_args\" is 0..3, with \"match\"");
 			p.tensor_args = pj["tensor_args"];
 		}
 		p.returns = pj.value("returns", "i64");
 		static const std::vector<std::string> plain = {"void", "i32", "i64", "u64", "ptr"};
 		if (std::find(plain.begin(), plain.end(), p.returns) == plain.end() && !set.enums.count(p.returns))
-			return make_error(where + ": \"returns\" must be void, i32, i64, u64, ptr or a defined enum, not \"" + p.returns + "\"");
+			return make_error(where +
+					  ": \"returns\" must be void, i32, i64, u64, ptr or a defined enum, not \"" +
+					  p.returns + "\"");
 		auto compiled = compile_probe(p, 0);
 		if (!compiled)
 			return compiled.error();
@@ -310,7 +323,7 @@ Result<SpecSet> load_builtin_spec(const std::string &layer)
 uint32_t layer_id(const std::string &layer)
 {
 	static const std::map<std::string, uint32_t> ids = {
-		{"cuda", EACGM_LAYER_CUDA},   {"nccl", EACGM_LAYER_NCCL}, {"torch", EACGM_LAYER_TORCH},
+		{"cuda", EACGM_LAYER_CUDA},     {"nccl", EACGM_LAYER_NCCL}, {"torch", EACGM_LAYER_TORCH},
 		{"python", EACGM_LAYER_PYTHON}, {"gpu", EACGM_LAYER_GPU},   {"host", EACGM_LAYER_HOST},
 	};
 	auto it = ids.find(layer);
@@ -326,7 +339,8 @@ Result<eacgm_probe_spec> compile_probe(const ProbeSpec &p, uint32_t layer_id)
 		for (int k = 0; k < arg_width(a); k++) {
 			if (n >= EACGM_MAX_ARGS)
 				return make_error(p.origin + ": probe '" + p.function + "' keeps more than " +
-						  std::to_string(EACGM_MAX_ARGS) + " argument slots (a dim3 takes two); keep fewer");
+						  std::to_string(EACGM_MAX_ARGS) +
+						  " argument slots (a dim3 takes two); keep fewer");
 			s.args[n].source = a.source;
 			s.args[n].slot = a.slot + k;
 			s.args[n].offset = a.offset;

@@ -18,11 +18,11 @@ enum class ArgType { U64, I64, U32, I32, Ptr, Bytes, Dim3, Enum, Symbol, Tensor 
 struct ArgSpec {
 	std::string name;
 	ArgType type = ArgType::U64;
-	uint8_t slot = 0;     // SysV slot: 0..5 registers, 6+ stack words
+	uint8_t slot = 0;                 // SysV slot: 0..5 registers, 6+ stack words
 	uint8_t source = EACGM_ARG_ENTRY; // enum eacgm_arg_source
-	uint16_t offset = 0;  // for deref sources; a tensor's dimension count
-	uint16_t offset2 = 0; // a tensor's dtype
-	std::string enum_name; // ArgType::Enum
+	uint16_t offset = 0;              // for deref sources; a tensor's dimension count
+	uint16_t offset2 = 0;             // a tensor's dtype
+	std::string enum_name;            // ArgType::Enum
 };
 
 // bytes = value of the `count` argument x the element size of the `element`
@@ -33,17 +33,17 @@ struct BytesRule {
 };
 
 struct ProbeSpec {
-	std::string layer;                 // "cuda", "nccl", "torch", or a user layer
-	std::string library;               // glob on the file name, or an absolute path
-	std::string function;              // name shown in traces; with `match`, a template ($1..$9)
-	std::vector<std::string> symbols;  // raw ELF names to attach (first found per address)
-	std::string match;                 // regex over demangled names: one probe per function found
+	std::string layer;                // "cuda", "nccl", "torch", or a user layer
+	std::string library;              // glob on the file name, or an absolute path
+	std::string function;             // name shown in traces; with `match`, a template ($1..$9)
+	std::vector<std::string> symbols; // raw ELF names to attach (first found per address)
+	std::string match;                // regex over demangled names: one probe per function found
 	std::vector<ArgSpec> args;
-	std::optional<BytesRule> bytes;    // else: the first "bytes" argument
-	int tensor_args = 0;               // with `match`: keep up to this many leading tensors (torch)
-	std::string returns = "i64";       // "void", "i32", "i64", "u64", "ptr" or an enum name
-	std::string origin;                // file the spec came from, for messages
-	bool user = false;                 // from --spec: a missing symbol is an error
+	std::optional<BytesRule> bytes; // else: the first "bytes" argument
+	int tensor_args = 0;            // with `match`: keep up to this many leading tensors (torch)
+	std::string returns = "i64";    // "void", "i32", "i64", "u64", "ptr" or an enum name
+	std::string origin;             // file the spec came from, for messages
+	bool user = false;              // from --spec: a missing symbol is an error
 };
 
 using EnumTable = std::map<int64_t, std::string>;

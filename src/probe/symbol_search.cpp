@@ -58,7 +58,8 @@ Result<std::vector<FunctionMatch>> match_functions(const ElfFile &elf, const std
 		std::regex re(regex);
 		for (auto &s : elf.symbols())
 			if (s.func && !cold_part(s.name) &&
-			    (std::regex_search(s.demangled, re) || (s.name != s.demangled && std::regex_search(s.name, re))))
+			    (std::regex_search(s.demangled, re) ||
+			     (s.name != s.demangled && std::regex_search(s.name, re))))
 				addrs.insert(s.addr);
 	} catch (const std::regex_error &e) {
 		return make_error("--match '" + regex + "' is not a valid regular expression: " + e.what());
@@ -171,7 +172,7 @@ std::string function_name(const std::string &demangled)
 	std::string s = demangled;
 	for (bool more = true; more;) {
 		more = strip_suffix(s, " const") || strip_suffix(s, " volatile") || strip_suffix(s, " &&") ||
-		       strip_suffix(s, " &") || strip_suffix(s, " noexcept");
+			strip_suffix(s, " &") || strip_suffix(s, " noexcept");
 		if (!s.empty() && s.back() == ']' && s.rfind(" [clone ") != std::string::npos) {
 			s.resize(s.rfind(" [clone "));
 			more = true;

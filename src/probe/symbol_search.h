@@ -14,8 +14,8 @@ namespace eacgm {
 struct FunctionMatch {
 	uint64_t offset = 0; // in the file: what a uprobe attaches to
 	uint64_t size = 0;
-	std::string raw;       // ELF name of the preferred alias (attached)
-	std::string demangled; // its demangled name (shown)
+	std::string raw;                  // ELF name of the preferred alias (attached)
+	std::string demangled;            // its demangled name (shown)
 	std::vector<std::string> aliases; // the other names at the address, demangled
 };
 

@@ -4,21 +4,25 @@
 
 namespace eacgm {
 
-bool Symbolizer::take(Proc &p, std::vector<Mapping> maps) {
+bool Symbolizer::take(Proc &p, std::vector<Mapping> maps)
+{
 	// An exited process that is not yet reaped still has a /proc entry, with
 	// empty maps: that is no reading, keep what was inherited or read before.
-	if (maps.empty()) return false;
+	if (maps.empty())
+		return false;
 	p.maps = std::make_shared<const std::vector<Mapping>>(std::move(maps));
 	p.own = true;
 	return true;
 }
 
-bool Symbolizer::read(uint32_t pid, Proc &p) {
+bool Symbolizer::read(uint32_t pid, Proc &p)
+{
 	auto maps = read_maps(pid, proc_root_);
 	return maps && take(p, std::move(maps).value());
 }
 
-const ElfFile *Symbolizer::elf(const std::string &path) {
+const ElfFile *Symbolizer::elf(const std::string &path)
+{
 	auto it = elfs_.find(path);
 	if (it == elfs_.end()) {
 		auto f = ElfFile::open(path);
@@ -27,18 +31,23 @@ const ElfFile *Symbolizer::elf(const std::string &path) {
 	return it->second ? &*it->second : nullptr;
 }
 
-std::optional<std::string> Symbolizer::lookup(uint32_t pid, const std::vector<Mapping> &maps, uint64_t addr) {
+std::optional<std::string> Symbolizer::lookup(uint32_t pid, const std::vector<Mapping> &maps, uint64_t addr)
+{
 	const Mapping *m = mapping_for(maps, addr);
-	if (!m || !m->path.starts_with('/') || m->path.ends_with(" (deleted)")) return std::nullopt;
+	if (!m || !m->path.starts_with('/') || m->path.ends_with(" (deleted)"))
+		return std::nullopt;
 	const ElfFile *f = elf(host_path(pid, m->path, proc_root_));
-	if (!f) return std::nullopt;
+	if (!f)
+		return std::nullopt;
 	// The mapping gives the file offset exactly; the ELF's PT_LOAD headers turn
 	// it into the link-time address its symbols use (works for PIE, shared
 	// libraries and non-PIE executables alike, whatever the load base).
 	auto vaddr = f->offset_to_vaddr(addr - m->start + m->offset);
-	if (!vaddr) return std::nullopt;
+	if (!vaddr)
+		return std::nullopt;
 	const ElfSymbol *s = f->symbol_at(*vaddr);
-	if (!s) return std::nullopt;
+	if (!s)
+		return std::nullopt;
 	std::string name = s->demangled;
 	if (*vaddr != s->addr) {
 		char buf[24];
@@ -48,37 +57,49 @@ std::optional<std::string> Symbolizer::lookup(uint32_t pid, const std::vector<Ma
 	return name;
 }
 
-std::optional<std::string> Symbolizer::resolve(uint32_t pid, uint64_t addr) {
+std::optional<std::string> Symbolizer::resolve(uint32_t pid, uint64_t addr)
+{
 	std::lock_guard lock(mu_);
 	Proc &p = procs_[pid];
-	if (auto it = p.results.find(addr); it != p.results.end()) return it->second;
+	if (auto it = p.results.find(addr); it != p.results.end())
+		return it->second;
 	bool fresh = false;
-	if (!p.own) fresh = read(pid, p); // first use, or only inherited so far
+	if (!p.own)
+		fresh = read(pid, p); // first use, or only inherited so far
 	std::optional<std::string> name;
-	if (p.maps) name = lookup(pid, *p.maps, addr);
+	if (p.maps)
+		name = lookup(pid, *p.maps, addr);
 	// A miss on old maps may be a library loaded since (dlopen): re-read once.
-	if (!name && !fresh && read(pid, p)) name = lookup(pid, *p.maps, addr);
-	if (!name && p.inherited && p.inherited != p.maps) name = lookup(pid, *p.inherited, addr);
+	if (!name && !fresh && read(pid, p))
+		name = lookup(pid, *p.maps, addr);
+	if (!name && p.inherited && p.inherited != p.maps)
+		name = lookup(pid, *p.inherited, addr);
 	p.results.emplace(addr, name);
 	return name;
 }
 
-void Symbolizer::snapshot(uint32_t pid) {
+void Symbolizer::snapshot(uint32_t pid)
+{
 	std::lock_guard lock(mu_);
 	Proc &p = procs_[pid];
-	if (read(pid, p)) p.results.clear();
+	if (read(pid, p))
+		p.results.clear();
 }
 
-void Symbolizer::adopt(uint32_t pid, std::vector<Mapping> maps) {
+void Symbolizer::adopt(uint32_t pid, std::vector<Mapping> maps)
+{
 	std::lock_guard lock(mu_);
 	Proc &p = procs_[pid];
-	if (take(p, std::move(maps))) p.results.clear();
+	if (take(p, std::move(maps)))
+		p.results.clear();
 }
 
-void Symbolizer::inherit(uint32_t child, uint32_t parent) {
+void Symbolizer::inherit(uint32_t child, uint32_t parent)
+{
 	std::lock_guard lock(mu_);
 	Proc &par = procs_[parent];
-	if (!par.maps) read(parent, par);
+	if (!par.maps)
+		read(parent, par);
 	Proc &c = procs_[child];
 	c.inherited = par.maps;
 	if (!c.own)
@@ -86,14 +107,17 @@ void Symbolizer::inherit(uint32_t child, uint32_t parent) {
 	c.results.clear(); // misses from before the parent's maps were known
 }
 
-void Symbolizer::exec(uint32_t pid) {
+void Symbolizer::exec(uint32_t pid)
+{
 	std::lock_guard lock(mu_);
 	// Maps read before the exec describe the old image: a child forked
 	// after it must not inherit them (read again at its fork or first use).
-	if (auto it = procs_.find(pid); it != procs_.end()) it->second = Proc{};
+	if (auto it = procs_.find(pid); it != procs_.end())
+		it->second = Proc{};
 }
 
-void Symbolizer::forget(uint32_t pid) {
+void Symbolizer::forget(uint32_t pid)
+{
 	std::lock_guard lock(mu_);
 	procs_.erase(pid);
 }

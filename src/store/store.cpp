@@ -95,10 +95,7 @@ void remove_db_files(const std::string &file)
 		std::remove((file + suffix).c_str());
 }
 
-bool is_reserved_meta(const std::string &key)
-{
-	return key == "schema_version" || key == "wall_offset_ns";
-}
+bool is_reserved_meta(const std::string &key) { return key == "schema_version" || key == "wall_offset_ns"; }
 
 constexpr const char *kSchema = R"(
 BEGIN;
@@ -155,13 +152,11 @@ Result<StoreWriter> StoreWriter::create(const std::string &path)
 	remove_db_files(s.partial_);
 
 	sqlite3 *raw = nullptr;
-	int rc = sqlite3_open_v2(s.partial_.c_str(), &raw,
-				 SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
+	int rc = sqlite3_open_v2(s.partial_.c_str(), &raw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
 	s.db_.reset(raw); // set even on failure, so the handle is closed
 	if (rc != SQLITE_OK)
 		return make_error("cannot create " + s.partial_ + ": " +
-				  (raw ? sqlite3_errmsg(raw) : sqlite3_errstr(rc)) +
-				  "; choose another output path");
+				  (raw ? sqlite3_errmsg(raw) : sqlite3_errstr(rc)) + "; choose another output path");
 	// WAL: readers (and a crash) never see a torn batch; NORMAL sync is
 	// enough because the file only becomes the real output in finish().
 	if (auto r = s.exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"); !r)
@@ -175,8 +170,7 @@ StoreWriter::StoreWriter(StoreWriter &&o) noexcept
 	: path_(std::move(o.path_)), partial_(std::exchange(o.partial_, {})), db_(std::move(o.db_)),
 	  statements_(std::move(o.statements_)), stack_ids_(std::move(o.stack_ids_)),
 	  new_stacks_(std::move(o.new_stacks_))
-{
-}
+{}
 
 StoreWriter &StoreWriter::operator=(StoreWriter &&o) noexcept
 {
@@ -216,8 +210,7 @@ Result<void> StoreWriter::exec(const char *sql)
 	if (sqlite3_exec(db_.get(), sql, nullptr, nullptr, &msg) != SQLITE_OK) {
 		std::string m = msg ? msg : sqlite3_errmsg(db_.get());
 		sqlite3_free(msg);
-		return make_error("cannot write " + partial_ + ": " + m +
-				  "; check free disk space and permissions");
+		return make_error("cannot write " + partial_ + ": " + m + "; check free disk space and permissions");
 	}
 	return {};
 }
@@ -318,7 +311,8 @@ Result<void> StoreWriter::add_spans(const std::vector<Span> &spans)
 				  // replace: captured strings may hold bytes that are not UTF-8,
 				  // and one odd argument must not cost the whole batch.
 				  std::string args = s.args.is_null()
-					  ? "{}" : s.args.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+					  ? "{}"
+					  : s.args.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 				  bind_param(st, 1, s.pid);
 				  bind_param(st, 2, s.tid);
 				  bind_row_text(st, 3, s.layer);
@@ -356,18 +350,17 @@ Result<void> StoreWriter::add_metrics(const std::vector<Metric> &metrics)
 
 Result<void> StoreWriter::add_events(const std::vector<Event> &events)
 {
-	return insert_all("INSERT INTO events VALUES(?,?,?,?,?,?,?)", events, "events",
-			  [](sqlite3_stmt *st, const Event &e) {
-				  bind_param(st, 1, e.ts_ns);
-				  bind_param(st, 2, e.layer);
-				  bind_param(st, 3, e.name);
-				  bind_param(st, 4, e.key);
-				  bind_param(st, 5, e.pid);
-				  bind_param(st, 6, e.tid);
-				  bind_param(st, 7, e.args.dump(-1, ' ', false,
-								nlohmann::json::error_handler_t::replace));
-				  return true;
-			  });
+	return insert_all(
+		"INSERT INTO events VALUES(?,?,?,?,?,?,?)", events, "events", [](sqlite3_stmt *st, const Event &e) {
+			bind_param(st, 1, e.ts_ns);
+			bind_param(st, 2, e.layer);
+			bind_param(st, 3, e.name);
+			bind_param(st, 4, e.key);
+			bind_param(st, 5, e.pid);
+			bind_param(st, 6, e.tid);
+			bind_param(st, 7, e.args.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+			return true;
+		});
 }
 
 constexpr const char *kInsertAnomaly = "INSERT INTO anomalies VALUES(?,?,?,?,?,?,?,?,?,?)";
@@ -396,12 +389,11 @@ Result<void> StoreWriter::upsert_process(const Process &p)
 {
 	if (auto r = ready(); !r)
 		return r;
-	auto r = run(db_.get(),
-		     "INSERT OR REPLACE INTO processes VALUES(?,?,?,?,?,?,?)", p.pid, p.ppid,
-		     p.comm, p.cmdline, p.start_ns, p.end_ns, p.exit_code);
+	auto r = run(db_.get(), "INSERT OR REPLACE INTO processes VALUES(?,?,?,?,?,?,?)", p.pid, p.ppid, p.comm,
+		     p.cmdline, p.start_ns, p.end_ns, p.exit_code);
 	if (!r)
-		return make_error("cannot write process " + std::to_string(p.pid) + " to " +
-				  partial_ + ": " + r.error().message);
+		return make_error("cannot write process " + std::to_string(p.pid) + " to " + partial_ + ": " +
+				  r.error().message);
 	return {};
 }
 
@@ -409,11 +401,10 @@ Result<void> StoreWriter::upsert_thread(const Thread &t)
 {
 	if (auto r = ready(); !r)
 		return r;
-	auto r = run(db_.get(), "INSERT OR REPLACE INTO threads VALUES(?,?,?)", t.pid, t.tid,
-		     t.name);
+	auto r = run(db_.get(), "INSERT OR REPLACE INTO threads VALUES(?,?,?)", t.pid, t.tid, t.name);
 	if (!r)
-		return make_error("cannot write thread " + std::to_string(t.tid) + " to " +
-				  partial_ + ": " + r.error().message);
+		return make_error("cannot write thread " + std::to_string(t.tid) + " to " + partial_ + ": " +
+				  r.error().message);
 	return {};
 }
 
@@ -428,12 +419,10 @@ Result<void> StoreWriter::set_drops(const std::vector<Drop> &drops)
 		return r;
 	}
 	for (const Drop &d : drops) {
-		auto r = run(db_.get(), "INSERT INTO drops VALUES(?,?,?)", d.layer, d.reason,
-			     d.count);
+		auto r = run(db_.get(), "INSERT INTO drops VALUES(?,?,?)", d.layer, d.reason, d.count);
 		if (!r) {
 			(void)exec("ROLLBACK");
-			return make_error("cannot write drops to " + partial_ + ": " +
-					  r.error().message);
+			return make_error("cannot write drops to " + partial_ + ": " + r.error().message);
 		}
 	}
 	if (auto r = exec("COMMIT"); !r) {
@@ -482,8 +471,8 @@ Result<void> StoreWriter::finish()
 	std::string mode = sqlite3_step(st->get()) == SQLITE_ROW ? col_text(st->get(), 0) : "";
 	st->reset();
 	if (mode != "delete")
-		return make_error("cannot finish " + partial_ + ": SQLite kept journal mode '" +
-				  mode + "' (is another process reading it?)");
+		return make_error("cannot finish " + partial_ + ": SQLite kept journal mode '" + mode +
+				  "' (is another process reading it?)");
 	int rc = sqlite3_close(db_.get());
 	if (rc != SQLITE_OK)
 		return make_error("cannot close " + partial_ + ": " + sqlite3_errstr(rc));
@@ -491,8 +480,8 @@ Result<void> StoreWriter::finish()
 	if (std::rename(partial_.c_str(), path_.c_str()) != 0) {
 		// Keep the complete data rather than deleting it with the writer.
 		std::string kept = std::exchange(partial_, {});
-		return make_error("cannot rename " + kept + " to " + path_ + ": " +
-				  std::strerror(errno) + "; the recording is kept at " + kept);
+		return make_error("cannot rename " + kept + " to " + path_ + ": " + std::strerror(errno) +
+				  "; the recording is kept at " + kept);
 	}
 	partial_.clear();
 	return {};
@@ -504,11 +493,9 @@ static Result<DbHandle> open_recording(const std::string &path, int flags)
 	struct stat sb;
 	if (stat(path.c_str(), &sb) != 0)
 		return make_error("cannot open recording " + path + ": " + std::strerror(errno) +
-				  "; check the path, or record one with `eacgm record -o " + path +
-				  " -- CMD`");
+				  "; check the path, or record one with `eacgm record -o " + path + " -- CMD`");
 	if (S_ISDIR(sb.st_mode))
-		return make_error("cannot open recording " + path +
-				  ": it is a directory; give the .db file");
+		return make_error("cannot open recording " + path + ": it is a directory; give the .db file");
 
 	sqlite3 *raw = nullptr;
 	int rc = sqlite3_open_v2(path.c_str(), &raw, flags, nullptr);
@@ -521,17 +508,20 @@ static Result<DbHandle> open_recording(const std::string &path, int flags)
 	auto ver = prepare(db.get(), "SELECT value FROM meta WHERE key = 'schema_version'");
 	if (!ver) {
 		if (sqlite3_errcode(db.get()) == SQLITE_NOTADB)
-			return make_error(path + " is not an eacgm recording: it is not a SQLite "
-						 "database; give the file written by `eacgm record -o`");
+			return make_error(path +
+					  " is not an eacgm recording: it is not a SQLite "
+					  "database; give the file written by `eacgm record -o`");
 		if (ver.error().message.find("no such table") != std::string::npos)
-			return make_error(path + " is a SQLite database but not an eacgm recording "
-						 "(it has no meta table); give the file written by "
-						 "`eacgm record -o`");
+			return make_error(path +
+					  " is a SQLite database but not an eacgm recording "
+					  "(it has no meta table); give the file written by "
+					  "`eacgm record -o`");
 		return make_error("cannot read recording " + path + ": " + ver.error().message);
 	}
 	if (sqlite3_step(ver->get()) != SQLITE_ROW)
-		return make_error(path + " is a SQLite database but not an eacgm recording (no "
-					 "schema_version in its meta table)");
+		return make_error(path +
+				  " is a SQLite database but not an eacgm recording (no "
+				  "schema_version in its meta table)");
 	std::string version = col_text(ver->get(), 0);
 	if (version != std::to_string(kSchemaVersion))
 		return make_error("recording " + path + " has schema version " + version +
@@ -558,8 +548,7 @@ Result<Recording> load_recording(const std::string &path)
 	auto r = read("SELECT key, value FROM meta", [&](sqlite3_stmt *st) -> Result<void> {
 		std::string key = col_text(st, 0), value = col_text(st, 1);
 		if (key == "wall_offset_ns") {
-			auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(),
-							 rec.wall_offset_ns);
+			auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), rec.wall_offset_ns);
 			if (ec != std::errc() || end != value.data() + value.size())
 				return make_error("wall_offset_ns '" + value + "' is not an integer");
 		} else if (!is_reserved_meta(key)) {
@@ -587,15 +576,14 @@ Result<Recording> load_recording(const std::string &path)
 	if (!r)
 		return r.error();
 
-	r = read("SELECT pid, tid, name FROM threads ORDER BY pid, tid",
-		 [&](sqlite3_stmt *st) -> Result<void> {
-			 rec.threads.push_back(Thread{
-				 .pid = static_cast<uint32_t>(col_int(st, 0)),
-				 .tid = static_cast<uint32_t>(col_int(st, 1)),
-				 .name = col_text(st, 2),
-			 });
-			 return {};
-		 });
+	r = read("SELECT pid, tid, name FROM threads ORDER BY pid, tid", [&](sqlite3_stmt *st) -> Result<void> {
+		rec.threads.push_back(Thread{
+			.pid = static_cast<uint32_t>(col_int(st, 0)),
+			.tid = static_cast<uint32_t>(col_int(st, 1)),
+			.name = col_text(st, 2),
+		});
+		return {};
+	});
 	if (!r)
 		return r.error();
 
@@ -626,9 +614,11 @@ Result<Recording> load_recording(const std::string &path)
 				 auto [it, fresh] = stacks.try_emplace(py);
 				 if (fresh) {
 					 auto stack = nlohmann::json::parse(py, nullptr, false);
-					 if (!stack.is_array() ||
-					     !std::all_of(stack.begin(), stack.end(), [](auto &f) { return f.is_string(); }))
-						 return make_error("span py_stack is not a JSON array of strings: " + py);
+					 if (!stack.is_array() || !std::all_of(stack.begin(), stack.end(), [](auto &f) {
+						     return f.is_string();
+					     }))
+						 return make_error("span py_stack is not a JSON array of strings: " +
+								   py);
 					 it->second = PyStack(stack.get<std::vector<std::string>>());
 				 }
 				 s.py_stack = it->second;
@@ -698,15 +688,14 @@ Result<Recording> load_recording(const std::string &path)
 	if (!r)
 		return r.error();
 
-	r = read("SELECT layer, reason, count FROM drops ORDER BY rowid",
-		 [&](sqlite3_stmt *st) -> Result<void> {
-			 rec.drops.push_back(Drop{
-				 .layer = col_text(st, 0),
-				 .reason = col_text(st, 1),
-				 .count = static_cast<uint64_t>(col_int(st, 2)),
-			 });
-			 return {};
-		 });
+	r = read("SELECT layer, reason, count FROM drops ORDER BY rowid", [&](sqlite3_stmt *st) -> Result<void> {
+		rec.drops.push_back(Drop{
+			.layer = col_text(st, 0),
+			.reason = col_text(st, 1),
+			.count = static_cast<uint64_t>(col_int(st, 2)),
+		});
+		return {};
+	});
 	if (!r)
 		return r.error();
 	return rec;

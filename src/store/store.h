@@ -50,9 +50,9 @@ public:
 	StoreWriter &operator=(const StoreWriter &) = delete;
 	~StoreWriter(); // without finish(): closes and removes the partial file
 
-	Result<void> add_spans(const std::vector<Span> &spans); // one transaction
-	Result<void> add_metrics(const std::vector<Metric> &metrics); // one transaction
-	Result<void> add_events(const std::vector<Event> &events);    // one transaction
+	Result<void> add_spans(const std::vector<Span> &spans);            // one transaction
+	Result<void> add_metrics(const std::vector<Metric> &metrics);      // one transaction
+	Result<void> add_events(const std::vector<Event> &events);         // one transaction
 	Result<void> add_anomalies(const std::vector<Anomaly> &anomalies); // one transaction
 	Result<void> upsert_process(const Process &p);
 	Result<void> upsert_thread(const Thread &t);

@@ -51,9 +51,9 @@ TEST_P(SpanEngineTest, RecursiveCallsPairByStackFrame)
 	ASSERT_EQ(ev.size(), 13u);
 	// Innermost returns first.
 	for (size_t i = 0; i < ev.size(); i++) {
-		EXPECT_EQ(ev[i].args[0], i);           // depth argument 0, 1, ... 12
-		EXPECT_EQ(ev[i].depth, 12 - i);        // open calls below it
-		EXPECT_EQ(ev[i].ret, i);               // tl_recurse(n) returns n
+		EXPECT_EQ(ev[i].args[0], i);    // depth argument 0, 1, ... 12
+		EXPECT_EQ(ev[i].depth, 12 - i); // open calls below it
+		EXPECT_EQ(ev[i].ret, i);        // tl_recurse(n) returns n
 		if (i > 0) {
 			EXPECT_LE(ev[i].start_ns, ev[i - 1].start_ns);
 			EXPECT_GE(ev[i].start_ns + ev[i].dur_ns, ev[i - 1].start_ns + ev[i - 1].dur_ns);

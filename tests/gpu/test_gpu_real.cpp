@@ -25,10 +25,10 @@ struct Recorded {
 };
 
 // Opens the collector on the real library, or skips the test.
-#define OPEN_OR_SKIP(c)                                                                                  \
-	auto c = open_gpu_collector({});                                                                 \
-	if (!c && c.error().message.find("not found (no NVIDIA driver)") != std::string::npos)           \
-		GTEST_SKIP() << c.error().message;                                                       \
+#define OPEN_OR_SKIP(c)                                                                                                \
+	auto c = open_gpu_collector({});                                                                               \
+	if (!c && c.error().message.find("not found (no NVIDIA driver)") != std::string::npos)                         \
+		GTEST_SKIP() << c.error().message;                                                                     \
 	ASSERT_TRUE(c) << c.error().message
 
 Recorded run(Collector &c, std::set<uint32_t> traced, int ms)

@@ -206,10 +206,11 @@ nvmlReturn_t load_scenario()
 			dev.lost_at_ms = d.value("lost_at_ms", INT64_MAX);
 			dev.timeline = steps_of(d.value("timeline", json::array()));
 			for (auto &p : d.value("processes", json::array()))
-				dev.processes.push_back({p.at("pid"), p.value("until_ms", INT64_MAX), steps_of(p.at("timeline"))});
+				dev.processes.push_back(
+					{p.at("pid"), p.value("until_ms", INT64_MAX), steps_of(p.at("timeline"))});
 			for (auto &e : d.value("events", json::array()))
-				dev.events.push_back({e.at("at_ms").get<int64_t>(), e.contains("xid") ? kXid : kDoubleBitEcc,
-						      e.value("xid", 0ull)});
+				dev.events.push_back({e.at("at_ms").get<int64_t>(),
+						      e.contains("xid") ? kXid : kDoubleBitEcc, e.value("xid", 0ull)});
 			g_devices.push_back(std::move(dev));
 		}
 		g_calls.clear();
@@ -447,8 +448,7 @@ API nvmlReturn_t nvmlDeviceGetPcieThroughput(nvmlDevice_t d, int counter, unsign
 	return NVML_SUCCESS;
 }
 
-API nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t d, int error_type, int counter_type,
-					     unsigned long long *out)
+API nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t d, int error_type, int counter_type, unsigned long long *out)
 {
 	if (nvmlReturn_t rc = enter(__func__, d))
 		return rc;
@@ -487,8 +487,8 @@ API nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t d, int count, nvmlFieldVa
 		}
 		v.nvmlReturn = NVML_SUCCESS;
 		v.valueType = kValueTypeULongLong;
-		v.value.ullVal = integrate(d->timeline, v.fieldId == kNvlinkTx ? "nvlink_tx_kib_per_s" : "nvlink_rx_kib_per_s",
-					   t_us);
+		v.value.ullVal = integrate(
+			d->timeline, v.fieldId == kNvlinkTx ? "nvlink_tx_kib_per_s" : "nvlink_rx_kib_per_s", t_us);
 	}
 	return NVML_SUCCESS;
 }
@@ -534,7 +534,8 @@ API nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t d, nvmlProcessUtil
 	for (auto &p : d->processes) {
 		double sm = 0, mem = 0;
 		int n = 0;
-		for (int64_t g = newest_ms; g >= 0 && origin_us + uint64_t(g) * 1000 > last_seen_us; g -= g_proc_sample_ms)
+		for (int64_t g = newest_ms; g >= 0 && origin_us + uint64_t(g) * 1000 > last_seen_us;
+		     g -= g_proc_sample_ms)
 			if (alive(p, g)) {
 				sm += value_at(p.steps, "sm_util", g);
 				mem += value_at(p.steps, "mem_util", g);
@@ -542,8 +543,8 @@ API nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t d, nvmlProcessUtil
 			}
 		if (n)
 			for (unsigned pid : pids_of(p))
-				list.push_back({pid, origin_us + uint64_t(newest_ms) * 1000, unsigned(sm / n), unsigned(mem / n),
-						0, 0});
+				list.push_back({pid, origin_us + uint64_t(newest_ms) * 1000, unsigned(sm / n),
+						unsigned(mem / n), 0, 0});
 	}
 	if (list.empty())
 		return NVML_ERROR_NOT_FOUND;
@@ -600,11 +601,13 @@ API nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, 
 				Device &dev = g_devices[index];
 				for (size_t i = 0; i < dev.events.size(); i++) {
 					auto &e = dev.events[i];
-					if (!(e.type & types) || set->delivered.count({index, i}) || e.at_ms >= dev.lost_at_ms)
+					if (!(e.type & types) || set->delivered.count({index, i}) ||
+					    e.at_ms >= dev.lost_at_ms)
 						continue;
 					if (e.at_ms <= t) {
 						set->delivered.insert({index, i});
-						*data = {&dev, e.type, e.type == kXid ? e.data : 0, 0xFFFFFFFFu, 0xFFFFFFFFu};
+						*data = {&dev, e.type, e.type == kXid ? e.data : 0, 0xFFFFFFFFu,
+							 0xFFFFFFFFu};
 						return NVML_SUCCESS;
 					}
 					next_ms = std::min(next_ms, e.at_ms);
@@ -616,8 +619,9 @@ API nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, 
 			return NVML_ERROR_TIMEOUT;
 		auto wake = deadline;
 		if (next_ms != INT64_MAX)
-			wake = std::min(wake, std::chrono::steady_clock::time_point(std::chrono::nanoseconds(
-						      g_origin_ns + uint64_t(next_ms) * 1000000)));
+			wake = std::min(wake,
+					std::chrono::steady_clock::time_point(
+						std::chrono::nanoseconds(g_origin_ns + uint64_t(next_ms) * 1000000)));
 		std::this_thread::sleep_until(std::max(wake, now + std::chrono::microseconds(100)));
 	}
 }

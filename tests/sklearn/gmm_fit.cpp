@@ -46,8 +46,8 @@ int main(int argc, char **argv)
 		w(c) = in["weights"][c].get<double>();
 	Covariance cov = in.value("covariance", "full") == "diag" ? Covariance::Diag : Covariance::Full;
 	auto g = in.value("params_only", false)
-			 ? Gmm::from_params(means, covs, w, cov)
-			 : Gmm::fit_from(X, means, covs, w, cov, in.value("em_iter", 100u), in.value("var_floor", 1e-10));
+		? Gmm::from_params(means, covs, w, cov)
+		: Gmm::fit_from(X, means, covs, w, cov, in.value("em_iter", 100u), in.value("var_floor", 1e-10));
 	if (!g) {
 		std::cerr << "gmm_fit: " << g.error().message << "\n";
 		return 1;

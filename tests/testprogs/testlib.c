@@ -25,7 +25,11 @@ NOINLINE long tl_leaf(long x)
 	return x;
 }
 
-NOINLINE long tl_inner(long x) { sink += x; return x + 1; }
+NOINLINE long tl_inner(long x)
+{
+	sink += x;
+	return x + 1;
+}
 
 NOINLINE long tl_outer(long x) { return tl_inner(x) + tl_inner(x + 1); }
 
@@ -53,7 +57,11 @@ NOINLINE int tl_out(uint64_t *out, uint64_t value)
 }
 
 static jmp_buf escape;
-NOINLINE void tl_jump_deep(long n) { sink += n; longjmp(escape, 1); }
+NOINLINE void tl_jump_deep(long n)
+{
+	sink += n;
+	longjmp(escape, 1);
+}
 /* Enters tl_jump_deep, which never returns normally: its span is unpaired. */
 NOINLINE long tl_escape(long n)
 {

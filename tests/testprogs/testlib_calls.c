@@ -50,17 +50,24 @@ int main(int argc, char **argv)
 	}
 	long acc = 0;
 	if (!strcmp(p, "noop"))
-		for (long i = 0; i < n; i++) acc += noop(i);
+		for (long i = 0; i < n; i++)
+			acc += noop(i);
 	else if (!strcmp(p, "nest"))
-		for (long i = 0; i < n; i++) acc += tl_outer(i);
+		for (long i = 0; i < n; i++)
+			acc += tl_outer(i);
 	else if (!strcmp(p, "recurse"))
 		acc = tl_recurse(n);
 	else if (!strcmp(p, "eight"))
-		for (long i = 0; i < n; i++) acc += tl_eight(1, 2, 3, 4, 5, 6, 7, 8);
+		for (long i = 0; i < n; i++)
+			acc += tl_eight(1, 2, 3, 4, 5, 6, 7, 8);
 	else if (!strcmp(p, "out"))
-		for (long i = 0; i < n; i++) { uint64_t v = 0; acc += tl_out(&v, 1000 + i); }
+		for (long i = 0; i < n; i++) {
+			uint64_t v = 0;
+			acc += tl_out(&v, 1000 + i);
+		}
 	else if (!strcmp(p, "escape"))
-		for (long i = 0; i < n; i++) acc += tl_escape(i);
+		for (long i = 0; i < n; i++)
+			acc += tl_escape(i);
 	else {
 		fprintf(stderr, "unknown pattern %s\n", p);
 		return 2;

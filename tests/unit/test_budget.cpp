@@ -158,7 +158,7 @@ TEST(Budget, SamplerRateFollowsEacgmsWholeCpu)
 	EXPECT_EQ(decide_sample_hz(1000, 1000, 3.0, 2.0), 250u);
 	EXPECT_EQ(decide_sample_hz(250, 1000, 3.0, 2.0), 100u);
 	EXPECT_EQ(decide_sample_hz(100, 1000, 9.0, 2.0), 100u);
-	EXPECT_EQ(decide_sample_hz(50, 50, 9.0, 2.0), 50u);   // asked for less than the floor
+	EXPECT_EQ(decide_sample_hz(50, 50, 9.0, 2.0), 50u);     // asked for less than the floor
 	EXPECT_EQ(decide_sample_hz(100, 1000, 1.5, 2.0), 100u); // between half and the whole: stays
 	EXPECT_EQ(decide_sample_hz(100, 1000, 0.9, 2.0), 200u);
 	EXPECT_EQ(decide_sample_hz(800, 1000, 0.5, 2.0), 1000u);

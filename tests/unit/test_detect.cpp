@@ -37,7 +37,11 @@ std::vector<Span> op_stream(size_t n, size_t planted, uint64_t seed, uint32_t ti
 		double dur = (back ? 60e3 : 20e3) * std::exp(noise(rng));
 		if (i == planted)
 			dur = 2e6;
-		Span s{.start_ns = t, .dur_ns = static_cast<uint64_t>(dur), .pid = 1, .tid = tid, .layer = "torch",
+		Span s{.start_ns = t,
+		       .dur_ns = static_cast<uint64_t>(dur),
+		       .pid = 1,
+		       .tid = tid,
+		       .layer = "torch",
 		       .name = "aten::mm"};
 		s.py_stack = {back ? "backward (train.py:20)" : "forward (model.py:10)"};
 		out.push_back(s);
@@ -61,7 +65,13 @@ TEST(Features, DurationBytesGapAndSite)
 {
 	Context ctx;
 	Extractor ex;
-	Span a{.start_ns = 1000, .dur_ns = 500, .pid = 1, .tid = 2, .layer = "cuda", .name = "cudaMemcpy", .bytes = 1000};
+	Span a{.start_ns = 1000,
+	       .dur_ns = 500,
+	       .pid = 1,
+	       .tid = 2,
+	       .layer = "cuda",
+	       .name = "cudaMemcpy",
+	       .bytes = 1000};
 	a.py_stack = {"f (x.py:1)", "g (x.py:2)"};
 	Observation o = ex.observe(a, ctx);
 	EXPECT_DOUBLE_EQ(o.x[kLogDuration], std::log(500.0));
@@ -122,7 +132,7 @@ TEST(KeyModel, UsesWhatVariesAndNamesTheFirstCause)
 	// (call_site measures rarity, not identity) and does not vary.
 	std::vector<unsigned> want = {kLogDuration, kLogGap};
 	EXPECT_EQ(m->used(), want);
-	EXPECT_EQ(m->gmm().components(), 2u); // forward and backward
+	EXPECT_EQ(m->gmm().components(), 2u);                 // forward and backward
 	EXPECT_EQ(m->common_site(), "forward (model.py:10)"); // 200 of 399
 	EXPECT_EQ(m->site_count("backward (train.py:20)"), 199u);
 	Scored s = m->score(obs[399]);
@@ -374,7 +384,8 @@ TEST(Surfaces, TraceAndSummaryShowAnomalies)
 		}
 	EXPECT_EQ(instants, rec.anomalies.size());
 	std::string sum = format_summary(rec);
-	EXPECT_NE(sum.find("anomalies: " + std::to_string(rec.anomalies.size()) + " (torch aten::mm x"), std::string::npos)
+	EXPECT_NE(sum.find("anomalies: " + std::to_string(rec.anomalies.size()) + " (torch aten::mm x"),
+		  std::string::npos)
 		<< sum;
 	EXPECT_NE(sum.find("aten::mm: log_duration 2.00 ms"), std::string::npos) << sum;
 }

@@ -45,7 +45,7 @@ TEST(ElfPrefetch, ReadsTheMappedLibrariesTheSpecsNameOnce)
 	ASSERT_TRUE(got->elf.ok()) << got->elf.error().message;
 	EXPECT_NE(got->elf.value().find("getpid"), nullptr);
 	EXPECT_EQ(got->elf.value().path(), libc);
-	EXPECT_TRUE(got->matches.empty()); // the spec names symbols, not a pattern
+	EXPECT_TRUE(got->matches.empty());             // the spec names symbols, not a pattern
 	EXPECT_FALSE(prefetch.take(libc).has_value()); // handed over once
 	EXPECT_FALSE(prefetch.take("/usr/lib/x86_64-linux-gnu/libm.so.6").has_value()); // no spec names it
 }
@@ -56,8 +56,9 @@ TEST(ElfPrefetch, PatternsAreMatchedAhead)
 {
 	std::string libc = own_libc();
 	ASSERT_FALSE(libc.empty());
-	auto specs = parse_spec(R"({"layer": "x", "library": "libc.so*", "probes": [{"function": "$1", "match": "^(getpid|getppid)$"}]})",
-				"test", false);
+	auto specs = parse_spec(
+		R"({"layer": "x", "library": "libc.so*", "probes": [{"function": "$1", "match": "^(getpid|getppid)$"}]})",
+		"test", false);
 	ASSERT_TRUE(specs.ok()) << specs.error().message;
 	ElfPrefetch prefetch;
 	prefetch.start(specs.value(), getpid(), "");

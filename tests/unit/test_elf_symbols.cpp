@@ -16,23 +16,27 @@ namespace {
 const std::string kCudart = "/usr/local/cuda/lib64/libcudart.so.13";
 const std::string kNccl = "/usr/local/cuda/lib64/libnccl.so.2";
 
-#define REQUIRE_FILE(p) \
-	if (access((p).c_str(), R_OK) != 0) GTEST_SKIP() << (p) << " is not installed on this machine"
+#define REQUIRE_FILE(p)                                                                                                \
+	if (access((p).c_str(), R_OK) != 0)                                                                            \
+	GTEST_SKIP() << (p) << " is not installed on this machine"
 
 struct TempDir {
 	std::filesystem::path path;
-	TempDir() {
+	TempDir()
+	{
 		char tmpl[] = "/tmp/eacgm_elf_XXXXXX";
 		path = mkdtemp(tmpl);
 	}
 	~TempDir() { std::filesystem::remove_all(path); }
-	std::string write(const std::string &name, const std::string &content) const {
+	std::string write(const std::string &name, const std::string &content) const
+	{
 		std::ofstream(path / name, std::ios::binary) << content;
 		return (path / name).string();
 	}
 };
 
-TEST(ElfSymbols, CudartVersionedDynsym) {
+TEST(ElfSymbols, CudartVersionedDynsym)
+{
 	REQUIRE_FILE(kCudart);
 	auto f = ElfFile::open(kCudart, true);
 	ASSERT_TRUE(f.ok()) << f.error().message;
@@ -47,7 +51,8 @@ TEST(ElfSymbols, CudartVersionedDynsym) {
 	EXPECT_NE(s->addr, 0u);
 	EXPECT_GT(s->size, 0u);
 	EXPECT_EQ(f->find("cudaMalloc@@libcudart.so.13"), nullptr);
-	for (const ElfSymbol &sym : f->symbols()) EXPECT_EQ(sym.name.find('@'), std::string::npos) << sym.name;
+	for (const ElfSymbol &sym : f->symbols())
+		EXPECT_EQ(sym.name.find('@'), std::string::npos) << sym.name;
 
 	auto off = f->vaddr_to_offset(s->addr);
 	ASSERT_TRUE(off.ok()) << off.error().message;
@@ -60,7 +65,8 @@ TEST(ElfSymbols, CudartVersionedDynsym) {
 	EXPECT_NE(f->symbol_at(s->addr + s->size), s);
 }
 
-TEST(ElfSymbols, NcclWeakAliases) {
+TEST(ElfSymbols, NcclWeakAliases)
+{
 	REQUIRE_FILE(kNccl);
 	auto f = ElfFile::open(kNccl, true);
 	ASSERT_TRUE(f.ok()) << f.error().message;
@@ -77,7 +83,8 @@ TEST(ElfSymbols, NcclWeakAliases) {
 
 	auto al = f->aliases(weak->addr);
 	std::vector<std::string> names;
-	for (const ElfSymbol *a : al) names.push_back(a->name);
+	for (const ElfSymbol *a : al)
+		names.push_back(a->name);
 	EXPECT_NE(std::find(names.begin(), names.end(), "ncclAllReduce"), names.end());
 	EXPECT_NE(std::find(names.begin(), names.end(), "pncclAllReduce"), names.end());
 	EXPECT_EQ(al.front(), strong); // best (global) first
@@ -88,7 +95,8 @@ TEST(ElfSymbols, NcclWeakAliases) {
 
 // glibc exports two pthread_cond_wait versions; find() must pick the default
 // (@@GLIBC_2.3.2), the one the dynamic linker binds: same as dlsym's answer.
-TEST(ElfSymbols, PrefersDefaultVersion) {
+TEST(ElfSymbols, PrefersDefaultVersion)
+{
 	auto maps = read_maps(getpid());
 	ASSERT_TRUE(maps.ok()) << maps.error().message;
 	void *p = dlsym(RTLD_DEFAULT, "pthread_cond_wait");
@@ -104,21 +112,24 @@ TEST(ElfSymbols, PrefersDefaultVersion) {
 	EXPECT_EQ(s->addr, *vaddr);
 }
 
-TEST(ElfSymbols, Demangle) {
+TEST(ElfSymbols, Demangle)
+{
 	EXPECT_EQ(demangle("_ZN2at4_ops6linear4callERKNS_6TensorES4_RKN3c108optionalIS2_EE"),
-	          "at::_ops::linear::call(at::Tensor const&, at::Tensor const&, c10::optional<at::Tensor> const&)");
+		  "at::_ops::linear::call(at::Tensor const&, at::Tensor const&, c10::optional<at::Tensor> const&)");
 	EXPECT_EQ(demangle("cudaMalloc"), "cudaMalloc");
 	EXPECT_EQ(demangle("_Znot_really_mangled"), "_Znot_really_mangled");
 	EXPECT_EQ(demangle(""), "");
 }
 
-TEST(ElfSymbols, MissingFile) {
+TEST(ElfSymbols, MissingFile)
+{
 	auto f = ElfFile::open("/nonexistent/libnothing.so");
 	ASSERT_FALSE(f.ok());
 	EXPECT_NE(f.error().message.find("/nonexistent/libnothing.so"), std::string::npos) << f.error().message;
 }
 
-TEST(ElfSymbols, NotElf) {
+TEST(ElfSymbols, NotElf)
+{
 	TempDir dir;
 	const std::string path = dir.write("notes.txt", "this is plain text, not a library\n");
 	auto f = ElfFile::open(path);
@@ -128,7 +139,8 @@ TEST(ElfSymbols, NotElf) {
 }
 
 // A bare ELF header: valid ELF, no sections at all (like a fully stripped file).
-TEST(ElfSymbols, NoSymbolTableOnlyWhenAsked) {
+TEST(ElfSymbols, NoSymbolTableOnlyWhenAsked)
+{
 	Elf64_Ehdr h{};
 	std::copy_n(ELFMAG, SELFMAG, h.e_ident);
 	h.e_ident[EI_CLASS] = ELFCLASS64;

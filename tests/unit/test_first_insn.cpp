@@ -22,18 +22,18 @@ FirstInsn decode(std::vector<uint8_t> code)
 
 TEST(FirstInsn, EmulatedAndSingleStepped)
 {
-	EXPECT_TRUE(decode({0x55}).emulated);                          // push rbp
+	EXPECT_TRUE(decode({0x55}).emulated); // push rbp
 	EXPECT_EQ(decode({0x55}).text, "push rbp");
-	EXPECT_TRUE(decode({0x41, 0x57}).emulated);                    // push r15
-	EXPECT_TRUE(decode({0xe8, 0, 0, 0, 0}).emulated);              // call rel32
-	EXPECT_TRUE(decode({0xeb, 0x10}).emulated);                    // jmp rel8
-	EXPECT_TRUE(decode({0x75, 0x02}).emulated);                    // jne rel8
-	EXPECT_FALSE(decode({0x48, 0x89, 0xf8}).emulated);             // mov rax, rdi
+	EXPECT_TRUE(decode({0x41, 0x57}).emulated);        // push r15
+	EXPECT_TRUE(decode({0xe8, 0, 0, 0, 0}).emulated);  // call rel32
+	EXPECT_TRUE(decode({0xeb, 0x10}).emulated);        // jmp rel8
+	EXPECT_TRUE(decode({0x75, 0x02}).emulated);        // jne rel8
+	EXPECT_FALSE(decode({0x48, 0x89, 0xf8}).emulated); // mov rax, rdi
 	EXPECT_EQ(decode({0x48, 0x89, 0xf8}).text, "mov rax, rdi");
-	EXPECT_FALSE(decode({0x48, 0x83, 0xec, 0x10}).emulated);       // sub rsp, 0x10
-	EXPECT_FALSE(decode({0xff, 0x30}).emulated);                   // push qword ptr [rax]: memory
-	EXPECT_FALSE(decode({0xff, 0xe0}).emulated);                   // jmp rax: not relative
-	EXPECT_FALSE(decode({0xf3, 0x0f, 0x1e, 0xfa}).emulated);       // endbr64
+	EXPECT_FALSE(decode({0x48, 0x83, 0xec, 0x10}).emulated); // sub rsp, 0x10
+	EXPECT_FALSE(decode({0xff, 0x30}).emulated);             // push qword ptr [rax]: memory
+	EXPECT_FALSE(decode({0xff, 0xe0}).emulated);             // jmp rax: not relative
+	EXPECT_FALSE(decode({0xf3, 0x0f, 0x1e, 0xfa}).emulated); // endbr64
 	InsnDecoder dec;
 	uint8_t bad[] = {0x06}; // push es: invalid in 64-bit mode
 	EXPECT_FALSE(dec.decode(bad, sizeof bad));

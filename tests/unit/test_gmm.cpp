@@ -16,8 +16,8 @@ using namespace eacgm::detect;
 namespace {
 
 struct Truth {
-	arma::mat means;  // d x k
-	arma::cube covs;  // d x d x k
+	arma::mat means; // d x k
+	arma::cube covs; // d x d x k
 	arma::rowvec weights;
 };
 
@@ -77,7 +77,7 @@ std::vector<double> scores(const Gmm &g, const arma::mat &X, ScoreRule rule)
 double rate_below(const std::vector<double> &s, double t)
 {
 	return static_cast<double>(std::count_if(s.begin(), s.end(), [&](double x) { return x < t; })) /
-	       static_cast<double>(s.size());
+		static_cast<double>(s.size());
 }
 
 } // namespace
@@ -237,7 +237,8 @@ TEST(Threshold, CalibratedFalseAlarmRateOnHeldOutData)
 	ASSERT_TRUE(sel.ok());
 	for (double fpr : {0.01, 0.05}) {
 		for (ScoreRule rule : {ScoreRule::Component, ScoreRule::Mixture}) {
-			SCOPED_TRACE("fpr " + std::to_string(fpr) + (rule == ScoreRule::Component ? " component" : " mixture"));
+			SCOPED_TRACE("fpr " + std::to_string(fpr) +
+				     (rule == ScoreRule::Component ? " component" : " mixture"));
 			auto th = calibrate(scores(sel->model, train, rule), fpr);
 			ASSERT_FALSE(th.extrapolated);
 			double measured = rate_below(scores(sel->model, test, rule), th.value);
@@ -296,7 +297,7 @@ TEST(RootCause, AttributionUnderIdentityAndCorrelation)
 	arma::vec z = {5.0, 0.0};
 	arma::mat P = g->precision(0);
 	arma::vec h = P * z;
-	EXPECT_NEAR(h(0) / std::sqrt(P(0, 0)), 5.0, 1e-12); // conditional z
+	EXPECT_NEAR(h(0) / std::sqrt(P(0, 0)), 5.0, 1e-12);     // conditional z
 	EXPECT_NEAR(z(0) * h(0) / arma::dot(z, h), 1.0, 1e-12); // all of the distance
 
 	// Correlated 0.8: an event where feature 1 follows feature 0 is not

@@ -35,19 +35,41 @@ json scenario()
 		{"uuid", "GPU-11111111-2222-3333-4444-555555555555"},
 		{"not_supported", {"nvmlDeviceGetFanSpeed"}},
 		{"timeline",
-		 {{{"at_ms", 0}, {"util_gpu", 10}, {"util_mem", 5}, {"mem_used", 1 * GiB}, {"mem_total", 40 * GiB},
-		   {"temp", 40}, {"power_mw", 95500}, {"power_limit_mw", 400000}, {"clock_sm", 1410}, {"clock_mem", 1215},
-		   {"throttle", 0x1}, {"pcie_tx_kbps", 1000}, {"pcie_rx_kbps", 2000}, {"ecc_corrected", 0},
-		   {"ecc_uncorrected", 0}, {"nvlink_tx_kib_per_s", 2000000}, {"nvlink_rx_kib_per_s", 1000000}},
-		  {{"at_ms", kStepMs}, {"util_gpu", 95}, {"util_mem", 60}, {"mem_used", 30 * GiB}, {"temp", 71},
-		   {"power_mw", 310250}, {"clock_sm", 1395}, {"throttle", 0x24}, {"pcie_tx_kbps", 250000},
-		   {"ecc_corrected", 3}, {"nvlink_tx_kib_per_s", 4000000}}}},
+		 {{{"at_ms", 0},
+		   {"util_gpu", 10},
+		   {"util_mem", 5},
+		   {"mem_used", 1 * GiB},
+		   {"mem_total", 40 * GiB},
+		   {"temp", 40},
+		   {"power_mw", 95500},
+		   {"power_limit_mw", 400000},
+		   {"clock_sm", 1410},
+		   {"clock_mem", 1215},
+		   {"throttle", 0x1},
+		   {"pcie_tx_kbps", 1000},
+		   {"pcie_rx_kbps", 2000},
+		   {"ecc_corrected", 0},
+		   {"ecc_uncorrected", 0},
+		   {"nvlink_tx_kib_per_s", 2000000},
+		   {"nvlink_rx_kib_per_s", 1000000}},
+		  {{"at_ms", kStepMs},
+		   {"util_gpu", 95},
+		   {"util_mem", 60},
+		   {"mem_used", 30 * GiB},
+		   {"temp", 71},
+		   {"power_mw", 310250},
+		   {"clock_sm", 1395},
+		   {"throttle", 0x24},
+		   {"pcie_tx_kbps", 250000},
+		   {"ecc_corrected", 3},
+		   {"nvlink_tx_kib_per_s", 4000000}}}},
 		{"processes",
 		 {{{"pid", "self"},
 		   {"timeline",
 		    {{{"at_ms", 0}, {"mem_used", 512 * MiB}, {"sm_util", 20}, {"mem_util", 7}},
 		     {{"at_ms", kStepMs}, {"mem_used", 2 * GiB}, {"sm_util", 85}, {"mem_util", 40}}}}},
-		  {{"pid", 1}, {"timeline", {{{"at_ms", 0}, {"mem_used", 256 * MiB}, {"sm_util", 5}, {"mem_util", 1}}}}}}},
+		  {{"pid", 1},
+		   {"timeline", {{{"at_ms", 0}, {"mem_used", 256 * MiB}, {"sm_util", 5}, {"mem_util", 1}}}}}}},
 		{"events", {{{"at_ms", 300}, {"xid", 13}}, {{"at_ms", 600}, {"ecc_double_bit", true}}}},
 	};
 	json gpu1 = {
@@ -56,9 +78,20 @@ json scenario()
 		{"not_supported", {"nvmlDeviceGetFieldValues", "nvmlDeviceGetTotalEccErrors"}},
 		{"lost_at_ms", kLostMs},
 		{"timeline",
-		 {{{"at_ms", 0}, {"util_gpu", 50}, {"util_mem", 25}, {"mem_used", 2 * GiB}, {"mem_total", 16 * GiB},
-		   {"temp", 55}, {"power_mw", 70000}, {"power_limit_mw", 70000}, {"clock_sm", 1590}, {"clock_mem", 5001},
-		   {"throttle", 0}, {"pcie_tx_kbps", 0}, {"pcie_rx_kbps", 0}, {"fan", 35}}}},
+		 {{{"at_ms", 0},
+		   {"util_gpu", 50},
+		   {"util_mem", 25},
+		   {"mem_used", 2 * GiB},
+		   {"mem_total", 16 * GiB},
+		   {"temp", 55},
+		   {"power_mw", 70000},
+		   {"power_limit_mw", 70000},
+		   {"clock_sm", 1590},
+		   {"clock_mem", 5001},
+		   {"throttle", 0},
+		   {"pcie_tx_kbps", 0},
+		   {"pcie_rx_kbps", 0},
+		   {"fan", 35}}}},
 	};
 	return {{"proc_sample_ms", 50}, {"devices", {gpu0, gpu1}}};
 }
@@ -193,7 +226,8 @@ TEST_F(GpuLayer, DeviceValuesAreTheScriptedOnesAtTheirTimes)
 			auto samples = of(key, name);
 			bool absent = (dev == 0 && name == "fan_pct") || (dev == 1 && name.starts_with("ecc_"));
 			if (absent) {
-				EXPECT_TRUE(samples.empty()) << key << " " << name << ": not supported, so no samples at all";
+				EXPECT_TRUE(samples.empty())
+					<< key << " " << name << ": not supported, so no samples at all";
 				continue;
 			}
 			// 10 Hz for 1 s; gpu1 only until it is lost at 700 ms.
@@ -287,8 +321,9 @@ TEST_F(GpuLayer, XidAndDoubleBitEccOnceAtTheirTimes)
 	// The devices, named once each.
 	auto dev = named("device");
 	ASSERT_EQ(dev.size(), 2u);
-	EXPECT_EQ(dev[0].args, json({{"index", 0}, {"name", "Stand-in A100"},
-				     {"uuid", "GPU-11111111-2222-3333-4444-555555555555"}}));
+	EXPECT_EQ(
+		dev[0].args,
+		json({{"index", 0}, {"name", "Stand-in A100"}, {"uuid", "GPU-11111111-2222-3333-4444-555555555555"}}));
 	EXPECT_EQ(dev[1].key, "gpu1");
 	EXPECT_EQ(dev[1].args["name"], "Stand-in T4");
 }
@@ -347,7 +382,8 @@ TEST_F(GpuLayer, ProcessValuesForTracedProcessesOnly)
 			int n = 0;
 			for (int64_t g = last + 1; g <= grid; g++)
 				if (g % 50 == 0) {
-					sum += scripted(procs[0]["timeline"], name == "proc_util_sm_pct" ? "sm_util" : "mem_util", g);
+					sum += scripted(procs[0]["timeline"],
+							name == "proc_util_sm_pct" ? "sm_util" : "mem_util", g);
 					n++;
 				}
 			EXPECT_EQ(m.value, double(unsigned(sum / n))) << name << " at " << grid << " ms";
@@ -376,7 +412,8 @@ TEST(GpuOpen, MissingLibrary)
 {
 	auto r = open_gpu_collector({.library = "/nonexistent/libnvidia-ml.so.1"});
 	ASSERT_FALSE(r);
-	EXPECT_EQ(r.error().message, "gpu layer unavailable: /nonexistent/libnvidia-ml.so.1 not found (no NVIDIA driver)");
+	EXPECT_EQ(r.error().message,
+		  "gpu layer unavailable: /nonexistent/libnvidia-ml.so.1 not found (no NVIDIA driver)");
 	// The default, where no NVIDIA driver (nor the stand-in) is loadable.
 	if (void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW)) {
 		dlclose(h);
@@ -416,7 +453,8 @@ TEST(GpuOpen, SamplingRateOutOfRange)
 {
 	auto r = open_gpu_collector({.hz = 0, .library = NVML_STANDIN});
 	ASSERT_FALSE(r);
-	EXPECT_EQ(r.error().message, "gpu layer: a sampling rate of 0 Hz is out of range; give --gpu-hz between 0.1 and 1000");
+	EXPECT_EQ(r.error().message,
+		  "gpu layer: a sampling rate of 0 Hz is out of range; give --gpu-hz between 0.1 and 1000");
 }
 
 } // namespace

@@ -34,16 +34,14 @@ class HostSamplerFiles : public ::testing::Test {
 protected:
 	void SetUp() override
 	{
-		root = fs::temp_directory_path() / ("eacgm-host-" + std::to_string(getpid()) + "-" +
-						    ::testing::UnitTest::GetInstance()->current_test_info()->name());
+		root = fs::temp_directory_path() /
+			("eacgm-host-" + std::to_string(getpid()) + "-" +
+			 ::testing::UnitTest::GetInstance()->current_test_info()->name());
 		fs::create_directories(root / "proc/pressure");
 		fs::create_directories(root / "proc/net");
 	}
 	void TearDown() override { fs::remove_all(root); }
-	void write(const std::string &rel, const std::string &text)
-	{
-		std::ofstream(root / rel) << text;
-	}
+	void write(const std::string &rel, const std::string &text) { std::ofstream(root / rel) << text; }
 	void psi(const std::string &res, double some10, uint64_t some_total, double full10, uint64_t full_total)
 	{
 		char buf[256];

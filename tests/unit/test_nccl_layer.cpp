@@ -44,7 +44,8 @@ TEST(NcclLayer, RankAndSizeFollowTheCommunicator)
 TEST(NcclLayer, FailedInitsTeachNothing)
 {
 	NcclCommunicators c;
-	Span init = nccl("ncclCommInitRankConfig", {{"comm", "0x0"}, {"nranks", 2}, {"rank", 1}}, "ncclInvalidArgument");
+	Span init =
+		nccl("ncclCommInitRankConfig", {{"comm", "0x0"}, {"nranks", 2}, {"rank", 1}}, "ncclInvalidArgument");
 	c.observe(init);
 	Span ar = nccl("ncclAllReduce", {{"comm", "0x0"}});
 	c.observe(ar);

@@ -17,23 +17,46 @@ Recording trace_sample()
 	Recording r;
 	r.meta = {{"command", "python3 train.py"}};
 	r.wall_offset_ns = 1700000000123456789;
-	r.processes = {{.pid = 100, .ppid = 1, .comm = "python3"},
-		       {.pid = 200, .ppid = 100, .comm = "worker"}};
+	r.processes = {{.pid = 100, .ppid = 1, .comm = "python3"}, {.pid = 200, .ppid = 100, .comm = "worker"}};
 	r.threads = {{100, 100, "python3"}, {100, 101, "pt_autograd_0"}};
 	// Deliberately out of order: children before parents, threads mixed.
 	r.spans = {
-		{.start_ns = 5000, .dur_ns = 0, .pid = 100, .tid = 100, .depth = 1,
-		 .layer = "cuda", .name = "cudaLaunchKernel", .ret = 0, .ret_name = "cudaSuccess",
+		{.start_ns = 5000,
+		 .dur_ns = 0,
+		 .pid = 100,
+		 .tid = 100,
+		 .depth = 1,
+		 .layer = "cuda",
+		 .name = "cudaLaunchKernel",
+		 .ret = 0,
+		 .ret_name = "cudaSuccess",
 		 .args = {{"kernel", "gemm"}}},
-		{.start_ns = 1500, .dur_ns = 2000, .pid = 100, .tid = 100, .depth = 1,
-		 .layer = "cuda", .name = "cudaMalloc", .ret = 2,
-		 .ret_name = "cudaErrorMemoryAllocation", .bytes = 4096, .args = {{"size", 4096}}},
-		{.start_ns = 123456789012345, .dur_ns = 1, .pid = 200, .tid = 201,
-		 .layer = "nccl", .name = "ncclAllReduce", .ret = -3},
-		{.start_ns = 1500, .dur_ns = 10000, .pid = 100, .tid = 100, .depth = 0,
-		 .layer = "torch", .name = "aten::matmul"},
-		{.start_ns = 1600, .dur_ns = 7, .pid = 100, .tid = 101, .layer = "python",
-		 .name = "forward"},
+		{.start_ns = 1500,
+		 .dur_ns = 2000,
+		 .pid = 100,
+		 .tid = 100,
+		 .depth = 1,
+		 .layer = "cuda",
+		 .name = "cudaMalloc",
+		 .ret = 2,
+		 .ret_name = "cudaErrorMemoryAllocation",
+		 .bytes = 4096,
+		 .args = {{"size", 4096}}},
+		{.start_ns = 123456789012345,
+		 .dur_ns = 1,
+		 .pid = 200,
+		 .tid = 201,
+		 .layer = "nccl",
+		 .name = "ncclAllReduce",
+		 .ret = -3},
+		{.start_ns = 1500,
+		 .dur_ns = 10000,
+		 .pid = 100,
+		 .tid = 100,
+		 .depth = 0,
+		 .layer = "torch",
+		 .name = "aten::matmul"},
+		{.start_ns = 1600, .dur_ns = 7, .pid = 100, .tid = 101, .layer = "python", .name = "forward"},
 	};
 	return r;
 }
@@ -123,8 +146,7 @@ TEST(Perfetto, SpansExactTimesAndArgs)
 	EXPECT_EQ(x[1].at("dur").get<double>(), 2.0);
 	EXPECT_EQ(x[1].at("pid"), 100);
 	EXPECT_EQ(x[1].at("tid"), 100);
-	EXPECT_EQ(x[1].at("args"),
-		  json({{"size", 4096}, {"ret", "cudaErrorMemoryAllocation"}, {"bytes", 4096}}));
+	EXPECT_EQ(x[1].at("args"), json({{"size", 4096}, {"ret", "cudaErrorMemoryAllocation"}, {"bytes", 4096}}));
 
 	EXPECT_EQ(x[2].at("name"), "cudaLaunchKernel");
 	EXPECT_EQ(x[2].at("ts").get<double>(), 5.0);
@@ -193,7 +215,12 @@ TEST(Perfetto, MetricsAsCounterTracksAndEventsAsInstants)
 		{.ts_ns = 2000, .layer = "gpu", .name = "power_w", .key = "gpu0", .value = 300},
 		{.ts_ns = 2000, .layer = "gpu", .name = "power_w", .key = "gpu1", .value = 90},
 		{.ts_ns = 3000, .layer = "host", .name = "sched_delay_ns", .key = "", .pid = 100, .value = 5e5},
-		{.ts_ns = 3000, .layer = "gpu", .name = "proc_mem_used_bytes", .key = "gpu1", .pid = 100, .value = 1024},
+		{.ts_ns = 3000,
+		 .layer = "gpu",
+		 .name = "proc_mem_used_bytes",
+		 .key = "gpu1",
+		 .pid = 100,
+		 .value = 1024},
 	};
 	r.events = {{.ts_ns = 2500, .layer = "gpu", .name = "xid", .key = "gpu1", .args = {{"xid", 79}}},
 		    {.ts_ns = 2600, .layer = "host", .name = "oom", .pid = 100, .tid = 101}};

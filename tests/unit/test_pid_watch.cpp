@@ -38,8 +38,16 @@ struct Child {
 		gate = -1;
 	}
 	// Blocks until it has exited, leaving it a zombie (not reaped).
-	void wait_zombie() { siginfo_t si; waitid(P_PID, pid, &si, WEXITED | WNOWAIT); }
-	void reap() { waitpid(pid, nullptr, 0); pid = -1; }
+	void wait_zombie()
+	{
+		siginfo_t si;
+		waitid(P_PID, pid, &si, WEXITED | WNOWAIT);
+	}
+	void reap()
+	{
+		waitpid(pid, nullptr, 0);
+		pid = -1;
+	}
 	~Child()
 	{
 		if (gate >= 0)
@@ -90,9 +98,9 @@ TEST(PidWatch, AZombieHasExitedAndKeepsItsExitStatus)
 	EXPECT_EQ(zombie_exit_status(c.pid), 7);
 	auto live = open_live_process(c.pid);
 	ASSERT_FALSE(live);
-	EXPECT_EQ(live.error().message, "process " + std::to_string(c.pid) +
-						" has already exited: it is a zombie that its parent (PID " +
-						std::to_string(getpid()) + ") has not reaped; there is nothing to record");
+	EXPECT_EQ(live.error().message,
+		  "process " + std::to_string(c.pid) + " has already exited: it is a zombie that its parent (PID " +
+			  std::to_string(getpid()) + ") has not reaped; there is nothing to record");
 }
 
 TEST(PidWatch, AReapedProcessIsGone)

@@ -12,8 +12,9 @@ namespace {
 const std::string kNccl = "/usr/local/cuda/lib64/libnccl.so.2";
 const std::string kTestlib = std::string(TESTPROGS_DIR) + "/libeacgm_testlib.so";
 
-#define REQUIRE_FILE(p) \
-	if (access((p).c_str(), R_OK) != 0) GTEST_SKIP() << (p) << " is not installed on this machine"
+#define REQUIRE_FILE(p)                                                                                                \
+	if (access((p).c_str(), R_OK) != 0)                                                                            \
+	GTEST_SKIP() << (p) << " is not installed on this machine"
 
 ElfFile open_elf(const std::string &path)
 {
@@ -61,8 +62,9 @@ TEST(Probes, TestlibExactSet)
 	ElfFile elf = open_elf(kTestlib);
 	auto ms = match_functions(elf, "^tl_");
 	ASSERT_TRUE(ms.ok());
-	EXPECT_EQ(names(*ms), (std::vector<std::string>{"tl_eight", "tl_escape", "tl_inner", "tl_jump_deep", "tl_leaf",
-							  "tl_noop", "tl_out", "tl_outer", "tl_recurse"}));
+	EXPECT_EQ(names(*ms),
+		  (std::vector<std::string>{"tl_eight", "tl_escape", "tl_inner", "tl_jump_deep", "tl_leaf", "tl_noop",
+					    "tl_out", "tl_outer", "tl_recurse"}));
 	for (auto &m : *ms) {
 		EXPECT_EQ(m.offset, elf.vaddr_to_offset(elf.find(m.raw)->addr).value()) << m.raw;
 		EXPECT_GT(m.size, 0u) << m.raw;

@@ -14,12 +14,14 @@ namespace fs = std::filesystem;
 
 struct TempDir {
 	fs::path path;
-	TempDir() {
+	TempDir()
+	{
 		char tmpl[] = "/tmp/eacgm_maps_XXXXXX";
 		path = mkdtemp(tmpl);
 	}
 	~TempDir() { fs::remove_all(path); }
-	std::string write(const fs::path &rel, const std::string &content) const {
+	std::string write(const fs::path &rel, const std::string &content) const
+	{
 		fs::create_directories((path / rel).parent_path());
 		std::ofstream(path / rel) << content;
 		return (path / rel).string();
@@ -28,7 +30,8 @@ struct TempDir {
 
 __attribute__((noinline)) int local_function(int x) { return x * 7 + 1; }
 
-TEST(ProcMaps, OwnProcess) {
+TEST(ProcMaps, OwnProcess)
+{
 	auto maps = read_maps(getpid());
 	ASSERT_TRUE(maps.ok()) << maps.error().message;
 	const std::string exe = fs::read_symlink("/proc/self/exe").string();
@@ -45,17 +48,19 @@ TEST(ProcMaps, OwnProcess) {
 	EXPECT_EQ(mapping_for(*maps, 0), nullptr);
 }
 
-TEST(ProcMaps, ParsesFakeMaps) {
+TEST(ProcMaps, ParsesFakeMaps)
+{
 	TempDir root;
-	root.write("123/maps",
-	           "55d0c0a00000-55d0c0a02000 r--p 00000000 08:01 1234                       /usr/bin/my prog\n"
-	           "55d0c0a02000-55d0c0a05000 r-xp 00002000 08:01 1234                       /usr/bin/my prog\n"
-	           "7f0000000000-7f0000001000 rw-p 00000000 00:00 0 \n"
-	           "7f0000001000-7f0000002000 r-xp 00000000 00:05 99                         /memfd:jit (deleted)\n"
-	           "7f0000002000-7f0000003000 r-xp 00001000 fd:02 555                        /opt/lib/libx.so (deleted)\n"
-	           "7f0000004000-7f0000005000 rw-s 00000000 00:1a 42                         /dev/shm/weights file\n"
-	           "7ffd00000000-7ffd00002000 r-xp 00000000 00:00 0                          [vdso]\n"
-	           "ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsyscall]\n");
+	root.write(
+		"123/maps",
+		"55d0c0a00000-55d0c0a02000 r--p 00000000 08:01 1234                       /usr/bin/my prog\n"
+		"55d0c0a02000-55d0c0a05000 r-xp 00002000 08:01 1234                       /usr/bin/my prog\n"
+		"7f0000000000-7f0000001000 rw-p 00000000 00:00 0 \n"
+		"7f0000001000-7f0000002000 r-xp 00000000 00:05 99                         /memfd:jit (deleted)\n"
+		"7f0000002000-7f0000003000 r-xp 00001000 fd:02 555                        /opt/lib/libx.so (deleted)\n"
+		"7f0000004000-7f0000005000 rw-s 00000000 00:1a 42                         /dev/shm/weights file\n"
+		"7ffd00000000-7ffd00002000 r-xp 00000000 00:00 0                          [vdso]\n"
+		"ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsyscall]\n");
 	auto maps = read_maps(123, root.path.string());
 	ASSERT_TRUE(maps.ok()) << maps.error().message;
 	ASSERT_EQ(maps->size(), 8u);
@@ -86,7 +91,8 @@ TEST(ProcMaps, ParsesFakeMaps) {
 	EXPECT_EQ(mapped_files(*maps), std::vector<std::string>{"/usr/bin/my prog"});
 }
 
-TEST(ProcMaps, UnknownPidNamesThePid) {
+TEST(ProcMaps, UnknownPidNamesThePid)
+{
 	auto maps = read_maps(2147483647u);
 	ASSERT_FALSE(maps.ok());
 	EXPECT_NE(maps.error().message.find("2147483647"), std::string::npos) << maps.error().message;
@@ -97,12 +103,13 @@ TEST(ProcMaps, UnknownPidNamesThePid) {
 	EXPECT_NE(fake.error().message.find("77"), std::string::npos) << fake.error().message;
 }
 
-TEST(ProcMaps, HostPath) {
+TEST(ProcMaps, HostPath)
+{
 	// Same mount namespace: the plain path is the same file.
 	const std::string exe = fs::read_symlink("/proc/self/exe").string();
 	EXPECT_EQ(host_path(getpid(), exe), exe);
 	EXPECT_EQ(host_path(getpid(), "/nonexistent/lib.so"),
-	          "/proc/" + std::to_string(getpid()) + "/root/nonexistent/lib.so");
+		  "/proc/" + std::to_string(getpid()) + "/root/nonexistent/lib.so");
 
 	TempDir root, host;
 	const std::string r = root.path.string();

@@ -27,7 +27,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-
 std::map<std::string, PyOffsets> table()
 {
 	auto t = load_python_offsets();
@@ -110,7 +109,8 @@ std::set<std::string> installed_interpreters()
 	auto add = [&](const fs::path &inc, const std::string &name) {
 		std::smatch m;
 		std::string l = inc.filename().string();
-		if (!std::regex_match(l, m, leaf) || !fs::exists(inc / "Python.h") || !fs::is_directory(inc / "internal"))
+		if (!std::regex_match(l, m, leaf) || !fs::exists(inc / "Python.h") ||
+		    !fs::is_directory(inc / "internal"))
 			return;
 		int minor = std::stoi(m[1].str());
 		if (minor >= 8 && minor <= 13)
@@ -150,8 +150,9 @@ TEST(PythonOffsets, MeasuredHeadersMatchTheTable)
 	}
 	// An empty directory must not pass for a check.
 	for (auto &name : installed_interpreters())
-		EXPECT_TRUE(measured.count(name)) << "headers of " << name << " are installed but " PYTHON_OFFSETS_DIR "/"
-						  << name << ".json is missing: rebuild (target python_offsets)";
+		EXPECT_TRUE(measured.count(name))
+			<< "headers of " << name << " are installed but " PYTHON_OFFSETS_DIR "/" << name
+			<< ".json is missing: rebuild (target python_offsets)";
 }
 
 TEST(PythonOffsets, ParserReadsBothForms)
@@ -232,8 +233,9 @@ TEST(PythonDebugOffsets, TheInterpretersOwnValuesWinAndAreNamed)
 	auto image = debug_image(stated);
 	auto c = check_debug_offsets(t, image.data(), image.size());
 	ASSERT_TRUE(c.ok()) << c.error().message;
-	EXPECT_EQ(c->differ, (std::vector<std::string>{"tstate_next: table 8, interpreter 16",
-						       "code_qualname: table 128, interpreter 136"}));
+	EXPECT_EQ(c->differ,
+		  (std::vector<std::string>{"tstate_next: table 8, interpreter 16",
+					    "code_qualname: table 128, interpreter 136"}));
 	EXPECT_EQ(c->offsets.tstate_next, 16);
 	EXPECT_EQ(c->offsets.code_qualname, 136);
 	EXPECT_EQ(c->offsets.frame_code, t.frame_code);

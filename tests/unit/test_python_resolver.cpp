@@ -143,9 +143,15 @@ TEST_P(PythonResolverReal, ResolvesEveryFrameOfALiveInterpreter)
 
 	// Independently of what the script says: the names of the chain.
 	bool qual = o.minor >= 11; // co_qualname exists since 3.11
-	std::vector<std::string> want = {"far", qual ? "Outer.method" : "method",
-					 qual ? "outer.<locals>.inner" : "inner", "outer", "naïve", "καλημέρα", "𠀀",
-					 "<module>", "gen"};
+	std::vector<std::string> want = {"far",
+					 qual ? "Outer.method" : "method",
+					 qual ? "outer.<locals>.inner" : "inner",
+					 "outer",
+					 "naïve",
+					 "καλημέρα",
+					 "𠀀",
+					 "<module>",
+					 "gen"};
 	EXPECT_EQ(names, want);
 	EXPECT_EQ(frames[1]["filename"], kScript);
 	EXPECT_EQ(frames[0]["filename"], "<generated>");
@@ -169,8 +175,7 @@ TEST_P(PythonResolverReal, ResolvesEveryFrameOfALiveInterpreter)
 	EXPECT_FALSE(r.resolve(pid, o, code, raw, /*name_ptr=*/1)); // not the object the walker saw
 	PythonResolver fresh;
 	EXPECT_FALSE(fresh.resolve(pid, o, code, raw));
-	std::cout << "[ python   ] " << py.path << " (" << py.version << "): " << frames.size()
-		  << " frames resolved\n";
+	std::cout << "[ python   ] " << py.path << " (" << py.version << "): " << frames.size() << " frames resolved\n";
 }
 
 const Interpreter kInterpreters[] = {

@@ -29,17 +29,14 @@ TEST(PythonSpans, NestedFunctionsFromFirstToLastSample)
 {
 	PyFrame main = f("main", 1), step = f("step", 10), fwd = f("Model.forward", 20), loss = f("loss", 30);
 	std::vector<PyStackSample> s = {
-		at(100, {main}),
-		at(200, {main, step, fwd}),
-		at(300, {main, step, fwd}),
-		at(400, {main, step, loss}),
-		at(500, {main}),
-		at(600, {main, step}),
+		at(100, {main}), at(200, {main, step, fwd}), at(300, {main, step, fwd}), at(400, {main, step, loss}),
+		at(500, {main}), at(600, {main, step}),
 	};
 	auto spans = python_function_spans(7, 8, s);
 	ASSERT_EQ(spans.size(), 5u);
-	const Span *m = find(spans, "main", 100), *st1 = find(spans, "step", 200), *fw = find(spans, "Model.forward", 200),
-		   *lo = find(spans, "loss", 400), *st2 = find(spans, "step", 600);
+	const Span *m = find(spans, "main", 100), *st1 = find(spans, "step", 200),
+		   *fw = find(spans, "Model.forward", 200), *lo = find(spans, "loss", 400),
+		   *st2 = find(spans, "step", 600);
 	ASSERT_TRUE(m && st1 && fw && lo && st2);
 	EXPECT_EQ(m->dur_ns, 500u);
 	EXPECT_EQ(m->depth, 0u);
@@ -47,7 +44,7 @@ TEST(PythonSpans, NestedFunctionsFromFirstToLastSample)
 	EXPECT_EQ(st1->depth, 1u);
 	EXPECT_EQ(fw->dur_ns, 100u); // 200..300
 	EXPECT_EQ(fw->depth, 2u);
-	EXPECT_EQ(lo->dur_ns, 0u);   // one sample
+	EXPECT_EQ(lo->dur_ns, 0u); // one sample
 	EXPECT_EQ(st2->dur_ns, 0u);
 	EXPECT_EQ(m->layer, "python");
 	EXPECT_EQ(m->pid, 7u);
@@ -76,9 +73,12 @@ TEST(PythonSpans, MeasuredCallsSplitMergedSamplesAndKeepTheirTimes)
 {
 	PyFrame main = f("main", 1), key = f("key", 10), work = f("work", 20);
 	// The samples see key throughout 120..480: two calls back to back.
-	std::vector<PyStackSample> s = {at(100, {main}),		at(120, {main, key, work}),
-					at(290, {main, key, work}), at(350, {main, key, work}),
-					at(480, {main, key, work}), at(600, {main})};
+	std::vector<PyStackSample> s = {at(100, {main}),
+					at(120, {main, key, work}),
+					at(290, {main, key, work}),
+					at(350, {main, key, work}),
+					at(480, {main, key, work}),
+					at(600, {main})};
 	std::vector<PyCall> calls = {{110, 300, key}, {300, 490, key}};
 	auto spans = python_function_spans(1, 1, s, calls);
 	const Span *k1 = find(spans, "key", 110), *k2 = find(spans, "key", 300), *m = find(spans, "main", 100);
@@ -135,14 +135,15 @@ TEST(PythonSpans, ACallASampleContradictsIsLeftOutAndCounted)
 	// The call "ran" to 500, but at 300 and 400 the stack held main alone:
 	// its return was missed and it was paired with a later one.
 	size_t dropped = 0;
-	auto spans = python_function_spans(1, 1, {at(100, {main, a}), at(300, {main}), at(400, {main})},
-					   {{90, 500, a}}, &dropped);
+	auto spans = python_function_spans(1, 1, {at(100, {main, a}), at(300, {main}), at(400, {main})}, {{90, 500, a}},
+					   &dropped);
 	EXPECT_EQ(dropped, 1u);
 	EXPECT_EQ(find(spans, "a", 90), nullptr);
 	EXPECT_NE(find(spans, "a", 100), nullptr); // what the samples saw stays
 	// One sample alone (a walk that met the chain mid-update) is not enough.
 	dropped = 0;
-	python_function_spans(1, 1, {at(100, {main, a}), at(300, {main}), at(400, {main, a})}, {{90, 500, a}}, &dropped);
+	python_function_spans(1, 1, {at(100, {main, a}), at(300, {main}), at(400, {main, a})}, {{90, 500, a}},
+			      &dropped);
 	EXPECT_EQ(dropped, 0u);
 	// A truncated sample (outer frames missing) contradicts nothing.
 	PyStackSample cut = at(300, {main});

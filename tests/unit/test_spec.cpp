@@ -128,10 +128,11 @@ TEST(Spec, BuiltinCudaSpecLoadsAndCoversTheRuntime)
 		names.insert(p.function);
 		EXPECT_TRUE(compile_probe(p, 0).ok()) << p.function;
 	}
-	for (const char *f : {"cudaMalloc", "cudaFree", "cudaMallocHost", "cudaFreeHost", "cudaMemcpy",
-			      "cudaMemcpyAsync", "cudaMemset", "cudaMemsetAsync", "cudaLaunchKernel",
-			      "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventRecord",
-			      "cudaEventSynchronize", "cudaGraphLaunch", "cuLaunchKernel", "cuMemAlloc", "cuMemcpyHtoD"})
+	for (const char *f :
+	     {"cudaMalloc", "cudaFree", "cudaMallocHost", "cudaFreeHost", "cudaMemcpy", "cudaMemcpyAsync", "cudaMemset",
+	      "cudaMemsetAsync", "cudaLaunchKernel", "cudaStreamSynchronize", "cudaDeviceSynchronize",
+	      "cudaEventRecord", "cudaEventSynchronize", "cudaGraphLaunch", "cuLaunchKernel", "cuMemAlloc",
+	      "cuMemcpyHtoD"})
 		EXPECT_TRUE(names.count(f)) << f;
 	EXPECT_EQ(s->enums.at("cudaError_t").at(35), "cudaErrorInsufficientDriver");
 	EXPECT_EQ(s->enums.at("cudaMemcpyKind").at(1), "cudaMemcpyHostToDevice");
@@ -207,7 +208,8 @@ TEST(Spec, PatternProbesExpandWithNameTemplates)
 				   "at::_ops::linear::call(at::Tensor const&, at::Tensor const&, "
 				   "c10::optional<at::Tensor> const&)");
 	EXPECT_EQ(p.function, "aten::linear");
-	EXPECT_EQ(p.symbols, (std::vector<std::string>{"_ZN2at4_ops6linear4callERKNS_6TensorES4_RKN3c108optionalIS2_EE"}));
+	EXPECT_EQ(p.symbols,
+		  (std::vector<std::string>{"_ZN2at4_ops6linear4callERKNS_6TensorES4_RKN3c108optionalIS2_EE"}));
 	EXPECT_TRUE(p.match.empty());
 	EXPECT_EQ(p.returns, "void");
 	EXPECT_EQ(p.layer, "torch");
@@ -218,7 +220,8 @@ TEST(Spec, PatternErrors)
 	auto bad = parse_spec(R"({"library":"l","probes":[{"function":"f","match":"(unclosed"}]})", "t.json", true);
 	ASSERT_FALSE(bad.ok());
 	EXPECT_NE(bad.error().message.find("not a valid regular expression"), std::string::npos);
-	auto both = parse_spec(R"({"library":"l","probes":[{"function":"f","match":"x","symbols":["y"]}]})", "t.json", true);
+	auto both = parse_spec(R"({"library":"l","probes":[{"function":"f","match":"x","symbols":["y"]}]})", "t.json",
+			       true);
 	ASSERT_FALSE(both.ok());
 	EXPECT_NE(both.error().message.find("excludes \"symbols\""), std::string::npos);
 }
@@ -227,10 +230,12 @@ TEST(Spec, UnknownKeysAreReportedWithTheKnownOnes)
 {
 	auto s = parse_spec(R"({"library":"l","probes":[{"function":"f","retruns":"i32"}]})", "t.json", true);
 	ASSERT_FALSE(s.ok());
-	EXPECT_EQ(s.error().message, "t.json: probe 'f': unknown key \"retruns\" (known: function, library, symbols, "
-				     "match, args, bytes, returns, tensor_args, about)");
-	auto arg = parse_spec(R"({"library":"l","probes":[{"function":"f","args":[{"name":"a","slot":0,"kind":"x"}]}]})",
-			      "t.json", true);
+	EXPECT_EQ(s.error().message,
+		  "t.json: probe 'f': unknown key \"retruns\" (known: function, library, symbols, "
+		  "match, args, bytes, returns, tensor_args, about)");
+	auto arg =
+		parse_spec(R"({"library":"l","probes":[{"function":"f","args":[{"name":"a","slot":0,"kind":"x"}]}]})",
+			   "t.json", true);
 	ASSERT_FALSE(arg.ok());
 	EXPECT_NE(arg.error().message.find("unknown key \"kind\""), std::string::npos);
 }
@@ -282,12 +287,12 @@ TEST(Spec, AnchoredLiteralPrefix)
 {
 	EXPECT_EQ(anchored_literal_prefix("^at::_ops::(mm|addmm)::call\\("), "at::_ops::");
 	EXPECT_EQ(anchored_literal_prefix("^c10d::(ProcessGroup\\w*)::(allreduce)\\("), "c10d::");
-	EXPECT_EQ(anchored_literal_prefix("at::_ops::mm"), "");  // not anchored: a match may start anywhere
-	EXPECT_EQ(anchored_literal_prefix("^abc|def"), "");      // the anchor holds for one alternative only
-	EXPECT_EQ(anchored_literal_prefix("^(abc|def)x"), "");   // a group first: nothing literal
-	EXPECT_EQ(anchored_literal_prefix("^ab*c"), "a");        // b may be absent
-	EXPECT_EQ(anchored_literal_prefix("^ab[|]c"), "ab");     // a '|' in a class is a character
-	EXPECT_EQ(anchored_literal_prefix("^a\\|b"), "a");       // an escaped one too; the escape ends the literal
+	EXPECT_EQ(anchored_literal_prefix("at::_ops::mm"), ""); // not anchored: a match may start anywhere
+	EXPECT_EQ(anchored_literal_prefix("^abc|def"), "");     // the anchor holds for one alternative only
+	EXPECT_EQ(anchored_literal_prefix("^(abc|def)x"), "");  // a group first: nothing literal
+	EXPECT_EQ(anchored_literal_prefix("^ab*c"), "a");       // b may be absent
+	EXPECT_EQ(anchored_literal_prefix("^ab[|]c"), "ab");    // a '|' in a class is a character
+	EXPECT_EQ(anchored_literal_prefix("^a\\|b"), "a");      // an escaped one too; the escape ends the literal
 	// Every symbol the regex accepts starts with the prefix.
 	std::regex re("^at::_ops::(mm|addmm)::call\\(");
 	for (const char *s : {"at::_ops::mm::call(", "at::_ops::addmm::call(x", "c10::mm", "xat::_ops::mm::call("}) {

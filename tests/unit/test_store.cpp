@@ -34,42 +34,93 @@ Recording sample()
 	r.meta = {{"command", "python3 train.py --epochs 1"}, {"version", "0.1.0"}};
 	r.wall_offset_ns = 1700000000123456789;
 	r.processes = {
-		{.pid = 100, .ppid = 1, .comm = "python3", .cmdline = "python3 train.py",
-		 .start_ns = 1000, .end_ns = 900000, .exit_code = 0},
-		{.pid = 200, .ppid = 100, .comm = "pt_worker", .cmdline = "",
-		 .start_ns = 5000, .end_ns = 0, .exit_code = -1},
+		{.pid = 100,
+		 .ppid = 1,
+		 .comm = "python3",
+		 .cmdline = "python3 train.py",
+		 .start_ns = 1000,
+		 .end_ns = 900000,
+		 .exit_code = 0},
+		{.pid = 200,
+		 .ppid = 100,
+		 .comm = "pt_worker",
+		 .cmdline = "",
+		 .start_ns = 5000,
+		 .end_ns = 0,
+		 .exit_code = -1},
 	};
 	r.threads = {{100, 100, "python3"}, {100, 101, "pt_autograd_0"}, {200, 200, "pt_worker"}};
 	r.spans = {
-		{.start_ns = 1500, .dur_ns = 10000, .pid = 100, .tid = 100, .depth = 0,
-		 .layer = "torch", .name = "aten::matmul", .ret = 0, .ret_name = "", .bytes = 0,
+		{.start_ns = 1500,
+		 .dur_ns = 10000,
+		 .pid = 100,
+		 .tid = 100,
+		 .depth = 0,
+		 .layer = "torch",
+		 .name = "aten::matmul",
+		 .ret = 0,
+		 .ret_name = "",
+		 .bytes = 0,
 		 .args = {{"shapes", "[[2,3],[3,4]]"}}},
-		{.start_ns = 2000, .dur_ns = 500, .pid = 100, .tid = 100, .depth = 1,
-		 .layer = "cuda", .name = "cudaMalloc", .ret = 2,
-		 .ret_name = "cudaErrorMemoryAllocation", .bytes = 1ULL << 40,
+		{.start_ns = 2000,
+		 .dur_ns = 500,
+		 .pid = 100,
+		 .tid = 100,
+		 .depth = 1,
+		 .layer = "cuda",
+		 .name = "cudaMalloc",
+		 .ret = 2,
+		 .ret_name = "cudaErrorMemoryAllocation",
+		 .bytes = 1ULL << 40,
 		 .args = {{"size", 1099511627776ULL}, {"ptr", "0x7f00deadbeef"}}},
-		{.start_ns = 2600, .dur_ns = 0, .pid = 100, .tid = 101, .depth = 0,
-		 .layer = "cuda", .name = "cudaLaunchKernel", .ret = 0, .ret_name = "cudaSuccess",
-		 .bytes = 0, .args = {{"grid", {1, 2, 3}}, {"kernel", "gemm_µkernel"}}},
-		{.start_ns = 9000, .dur_ns = 123, .pid = 200, .tid = 200, .depth = 0,
-		 .layer = "nccl", .name = "ncclAllReduce", .ret = -1, .ret_name = "",
-		 .bytes = 4096, .args = nlohmann::json::object()},
+		{.start_ns = 2600,
+		 .dur_ns = 0,
+		 .pid = 100,
+		 .tid = 101,
+		 .depth = 0,
+		 .layer = "cuda",
+		 .name = "cudaLaunchKernel",
+		 .ret = 0,
+		 .ret_name = "cudaSuccess",
+		 .bytes = 0,
+		 .args = {{"grid", {1, 2, 3}}, {"kernel", "gemm_µkernel"}}},
+		{.start_ns = 9000,
+		 .dur_ns = 123,
+		 .pid = 200,
+		 .tid = 200,
+		 .depth = 0,
+		 .layer = "nccl",
+		 .name = "ncclAllReduce",
+		 .ret = -1,
+		 .ret_name = "",
+		 .bytes = 4096,
+		 .args = nlohmann::json::object()},
 	};
 	r.drops = {{"cuda", "ringbuf_full", 12}, {"host", "ringbuf_full", 3}};
 	r.metrics = {
 		{.ts_ns = 100, .layer = "gpu", .name = "power_w", .key = "gpu0", .pid = 0, .value = 312.5},
-		{.ts_ns = 100, .layer = "gpu", .name = "proc_mem_used_bytes", .key = "gpu0", .pid = 100,
+		{.ts_ns = 100,
+		 .layer = "gpu",
+		 .name = "proc_mem_used_bytes",
+		 .key = "gpu0",
+		 .pid = 100,
 		 .value = 8589934592.0},
 		{.ts_ns = 200, .layer = "host", .name = "sched_delay_ns", .key = "", .pid = 100, .value = 1.25e6},
 	};
 	r.events = {
-		{.ts_ns = 150, .layer = "gpu", .name = "xid", .key = "gpu1", .pid = 0, .tid = 0,
-		 .args = {{"xid", 79}}},
+		{.ts_ns = 150, .layer = "gpu", .name = "xid", .key = "gpu1", .pid = 0, .tid = 0, .args = {{"xid", 79}}},
 	};
 	r.anomalies = {
-		{.ts_ns = 1500, .dur_ns = 10000, .pid = 100, .tid = 100, .layer = "torch", .name = "aten::matmul",
-		 .score = -41.25, .threshold = -7.5,
-		 .features = {{"log_duration", {{"value", 10000.0}, {"typical", 20.0}, {"z", 31.5}, {"contribution", 0.97}}}},
+		{.ts_ns = 1500,
+		 .dur_ns = 10000,
+		 .pid = 100,
+		 .tid = 100,
+		 .layer = "torch",
+		 .name = "aten::matmul",
+		 .score = -41.25,
+		 .threshold = -7.5,
+		 .features = {{"log_duration",
+			       {{"value", 10000.0}, {"typical", 20.0}, {"z", 31.5}, {"contribution", 0.97}}}},
 		 .causes = {{{"kind", "feature"}, {"feature", "log_duration"}, {"strength", 0.97}}}},
 	};
 	return r;
@@ -154,7 +205,8 @@ void expect_equal(const Recording &a, const Recording &b)
 	for (size_t i = 0; i < a.metrics.size(); i++) {
 		SCOPED_TRACE("metric " + std::to_string(i));
 		const Metric &x = a.metrics[i], &y = b.metrics[i];
-		EXPECT_EQ(std::tie(x.ts_ns, x.layer, x.name, x.key, x.pid), std::tie(y.ts_ns, y.layer, y.name, y.key, y.pid));
+		EXPECT_EQ(std::tie(x.ts_ns, x.layer, x.name, x.key, x.pid),
+			  std::tie(y.ts_ns, y.layer, y.name, y.key, y.pid));
 		EXPECT_EQ(x.value, y.value); // REAL keeps a double exactly
 	}
 	ASSERT_EQ(a.events.size(), b.events.size());
@@ -168,8 +220,10 @@ void expect_equal(const Recording &a, const Recording &b)
 	for (size_t i = 0; i < a.anomalies.size(); i++) {
 		SCOPED_TRACE("anomaly " + std::to_string(i));
 		const Anomaly &x = a.anomalies[i], &y = b.anomalies[i];
-		EXPECT_EQ(std::tie(x.ts_ns, x.dur_ns, x.pid, x.tid, x.layer, x.name, x.score, x.threshold, x.features, x.causes),
-			  std::tie(y.ts_ns, y.dur_ns, y.pid, y.tid, y.layer, y.name, y.score, y.threshold, y.features, y.causes));
+		EXPECT_EQ(std::tie(x.ts_ns, x.dur_ns, x.pid, x.tid, x.layer, x.name, x.score, x.threshold, x.features,
+				   x.causes),
+			  std::tie(y.ts_ns, y.dur_ns, y.pid, y.tid, y.layer, y.name, y.score, y.threshold, y.features,
+				   y.causes));
 	}
 	ASSERT_EQ(a.drops.size(), b.drops.size());
 	for (size_t i = 0; i < a.drops.size(); i++) {
@@ -180,10 +234,7 @@ void expect_equal(const Recording &a, const Recording &b)
 	}
 }
 
-void write_text(const std::string &path, const std::string &text)
-{
-	std::ofstream(path, std::ios::binary) << text;
-}
+void write_text(const std::string &path, const std::string &text) { std::ofstream(path, std::ios::binary) << text; }
 
 // Runs SQL on a fresh SQLite file, to build files that are not recordings.
 void make_sqlite(const std::string &path, const char *sql)
@@ -221,8 +272,7 @@ TEST_F(StoreTest, FinishedFileIsOneSelfContainedFile)
 	std::string path = file("run.db");
 	write(sample(), path);
 	EXPECT_TRUE(fs::exists(path));
-	for (const char *suffix : {".partial", "-wal", "-shm", "-journal", ".partial-wal",
-				   ".partial-shm"})
+	for (const char *suffix : {".partial", "-wal", "-shm", "-journal", ".partial-wal", ".partial-shm"})
 		EXPECT_FALSE(fs::exists(path + suffix)) << suffix;
 	// SQLite header bytes 18/19 are the write/read format: 1 = rollback
 	// journal, 2 = WAL. A WAL-format file would need its -wal to be whole.
@@ -336,8 +386,9 @@ TEST_F(StoreTest, LoadDirectory)
 TEST_F(StoreTest, LoadFileThatIsNotSqlite)
 {
 	std::string path = file("trace.json");
-	write_text(path, "{\"traceEvents\": []} and some more text to fill a page header....."
-			 "................................................................");
+	write_text(path,
+		   "{\"traceEvents\": []} and some more text to fill a page header....."
+		   "................................................................");
 	std::string msg = load_error(path);
 	EXPECT_NE(msg.find(path), std::string::npos) << msg;
 	EXPECT_NE(msg.find("not an eacgm recording"), std::string::npos) << msg;
@@ -349,8 +400,7 @@ TEST_F(StoreTest, LoadSqliteThatIsNotARecording)
 	std::string path = file("other.db");
 	make_sqlite(path, "CREATE TABLE users(id INTEGER)");
 	std::string msg = load_error(path);
-	EXPECT_NE(msg.find("is a SQLite database but not an eacgm recording"), std::string::npos)
-		<< msg;
+	EXPECT_NE(msg.find("is a SQLite database but not an eacgm recording"), std::string::npos) << msg;
 	EXPECT_NE(msg.find("no meta table"), std::string::npos) << msg;
 
 	std::string nover = file("nover.db");
@@ -362,8 +412,9 @@ TEST_F(StoreTest, LoadSqliteThatIsNotARecording)
 TEST_F(StoreTest, LoadNewerSchema)
 {
 	std::string path = file("future.db");
-	make_sqlite(path, "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT);"
-			  "INSERT INTO meta VALUES('schema_version', '4')");
+	make_sqlite(path,
+		    "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT);"
+		    "INSERT INTO meta VALUES('schema_version', '4')");
 	std::string msg = load_error(path);
 	EXPECT_NE(msg.find("schema version 4"), std::string::npos) << msg;
 	EXPECT_NE(msg.find("reads version 3"), std::string::npos) << msg;
@@ -398,7 +449,12 @@ TEST_F(StoreTest, StacksAreWrittenOncePerDistinctStack)
 	PyStack a_again{"step (train.py:10)", "<module> (train.py:40)"}; // same frames, another object
 	PyStack b{"forward (model.py:7)", "step (train.py:11)", "<module> (train.py:40)"};
 	auto span = [](uint64_t start, PyStack st) {
-		return Span{.start_ns = start, .dur_ns = 10, .pid = 1, .tid = 1, .layer = "torch", .name = "aten::mm",
+		return Span{.start_ns = start,
+			    .dur_ns = 10,
+			    .pid = 1,
+			    .tid = 1,
+			    .layer = "torch",
+			    .name = "aten::mm",
 			    .py_stack = std::move(st)};
 	};
 	std::string path = file("stacks.db");
@@ -437,22 +493,23 @@ TEST_F(StoreTest, StacksAreWrittenOncePerDistinctStack)
 TEST_F(StoreTest, LoadsSpansKeptAsOneTable)
 {
 	std::string path = file("one_table.db");
-	make_sqlite(path, "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);"
-			  "INSERT INTO meta VALUES('schema_version', '3');"
-			  "CREATE TABLE processes(pid INTEGER PRIMARY KEY, ppid INTEGER, comm TEXT, cmdline TEXT,"
-			  " start_ns INTEGER, end_ns INTEGER, exit_code INTEGER);"
-			  "CREATE TABLE threads(pid INTEGER, tid INTEGER, name TEXT, PRIMARY KEY(pid, tid));"
-			  "CREATE TABLE spans(id INTEGER PRIMARY KEY, pid INTEGER, tid INTEGER, layer TEXT, name TEXT,"
-			  " start_ns INTEGER, dur_ns INTEGER, depth INTEGER, ret INTEGER, ret_name TEXT, bytes INTEGER,"
-			  " args TEXT, py_stack TEXT);"
-			  "CREATE TABLE drops(layer TEXT, reason TEXT, count INTEGER);"
-			  "CREATE TABLE metrics(ts_ns INTEGER, layer TEXT, name TEXT, key TEXT, pid INTEGER, value REAL);"
-			  "CREATE TABLE events(ts_ns INTEGER, layer TEXT, name TEXT, key TEXT, pid INTEGER, tid INTEGER,"
-			  " args TEXT);"
-			  "CREATE TABLE anomalies(ts_ns INTEGER, dur_ns INTEGER, pid INTEGER, tid INTEGER, layer TEXT,"
-			  " name TEXT, score REAL, threshold REAL, features TEXT, causes TEXT);"
-			  "INSERT INTO spans VALUES(1, 7, 7, 'torch', 'aten::mm', 100, 5, 0, 0, '', 0, '{}',"
-			  " '[\"step (train.py:10)\"]');");
+	make_sqlite(path,
+		    "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+		    "INSERT INTO meta VALUES('schema_version', '3');"
+		    "CREATE TABLE processes(pid INTEGER PRIMARY KEY, ppid INTEGER, comm TEXT, cmdline TEXT,"
+		    " start_ns INTEGER, end_ns INTEGER, exit_code INTEGER);"
+		    "CREATE TABLE threads(pid INTEGER, tid INTEGER, name TEXT, PRIMARY KEY(pid, tid));"
+		    "CREATE TABLE spans(id INTEGER PRIMARY KEY, pid INTEGER, tid INTEGER, layer TEXT, name TEXT,"
+		    " start_ns INTEGER, dur_ns INTEGER, depth INTEGER, ret INTEGER, ret_name TEXT, bytes INTEGER,"
+		    " args TEXT, py_stack TEXT);"
+		    "CREATE TABLE drops(layer TEXT, reason TEXT, count INTEGER);"
+		    "CREATE TABLE metrics(ts_ns INTEGER, layer TEXT, name TEXT, key TEXT, pid INTEGER, value REAL);"
+		    "CREATE TABLE events(ts_ns INTEGER, layer TEXT, name TEXT, key TEXT, pid INTEGER, tid INTEGER,"
+		    " args TEXT);"
+		    "CREATE TABLE anomalies(ts_ns INTEGER, dur_ns INTEGER, pid INTEGER, tid INTEGER, layer TEXT,"
+		    " name TEXT, score REAL, threshold REAL, features TEXT, causes TEXT);"
+		    "INSERT INTO spans VALUES(1, 7, 7, 'torch', 'aten::mm', 100, 5, 0, 0, '', 0, '{}',"
+		    " '[\"step (train.py:10)\"]');");
 	auto loaded = load_recording(path);
 	ASSERT_TRUE(loaded.ok()) << loaded.error().message;
 	ASSERT_EQ(loaded->spans.size(), 1u);

@@ -10,11 +10,16 @@ using namespace eacgm;
 namespace {
 
 Span make_span(const std::string &layer, const std::string &name, uint64_t start, uint64_t dur,
-	       const std::string &ret_name = "", uint64_t bytes = 0, uint32_t pid = 100,
-	       uint32_t tid = 100)
+	       const std::string &ret_name = "", uint64_t bytes = 0, uint32_t pid = 100, uint32_t tid = 100)
 {
-	return Span{.start_ns = start, .dur_ns = dur, .pid = pid, .tid = tid, .layer = layer,
-		    .name = name, .ret_name = ret_name, .bytes = bytes};
+	return Span{.start_ns = start,
+		    .dur_ns = dur,
+		    .pid = pid,
+		    .tid = tid,
+		    .layer = layer,
+		    .name = name,
+		    .ret_name = ret_name,
+		    .bytes = bytes};
 }
 
 Recording summary_sample()
@@ -25,16 +30,17 @@ Recording summary_sample()
 	// cudaMemcpy: 100 calls of 1..100 us, 1 MiB each; 2 errors.
 	for (uint64_t i = 1; i <= 100; i++)
 		r.spans.push_back(make_span("cuda", "cudaMemcpy", i * 1'000'000, i * 1000,
-					    i <= 2 ? "cudaErrorInvalidValue" : "cudaSuccess",
-					    1 << 20));
+					    i <= 2 ? "cudaErrorInvalidValue" : "cudaSuccess", 1 << 20));
 	// cudaMalloc: 10, 20, 30 ns.
 	for (uint64_t d : {30, 10, 20})
 		r.spans.push_back(make_span("cuda", "cudaMalloc", 500, d, "", 0, 100, 101));
-	r.spans.push_back(make_span("nccl", "ncclAllReduce", 1000, 2'000'000'000, "ncclSystemError",
-				    3ULL << 30, 200, 200));
+	r.spans.push_back(
+		make_span("nccl", "ncclAllReduce", 1000, 2'000'000'000, "ncclSystemError", 3ULL << 30, 200, 200));
 	r.spans.push_back(make_span("nccl", "ncclBroadcast", 2000, 5, "ncclSuccess"));
-	r.drops = {{"cuda", "ringbuf_full", 10}, {"host", "ringbuf_full", 2},
-		   {"cuda", "unknown_pid", 3}, {"gpu", "ringbuf_full", 0}};
+	r.drops = {{"cuda", "ringbuf_full", 10},
+		   {"host", "ringbuf_full", 2},
+		   {"cuda", "unknown_pid", 3},
+		   {"gpu", "ringbuf_full", 0}};
 	return r;
 }
 
@@ -137,19 +143,16 @@ TEST(Summary, TextRows)
 
 	using W = std::vector<std::string>;
 	EXPECT_EQ(row_words(text, "cudaMemcpy"),
-		  W({"cudaMemcpy", "100", "2", "5.05", "ms", "50.5", "µs", "50.0", "µs", "99.0",
-		     "µs", "100", "MiB"}));
+		  W({"cudaMemcpy", "100", "2", "5.05", "ms", "50.5", "µs", "50.0", "µs", "99.0", "µs", "100", "MiB"}));
 	EXPECT_EQ(row_words(text, "cudaMalloc"),
 		  W({"cudaMalloc", "3", "0", "60", "ns", "20", "ns", "20", "ns", "30", "ns"}));
 	EXPECT_EQ(row_words(text, "ncclAllReduce"),
-		  W({"ncclAllReduce", "1", "1", "2.00", "s", "2.00", "s", "2.00", "s", "2.00", "s",
-		     "3.00", "GiB"}));
+		  W({"ncclAllReduce", "1", "1", "2.00", "s", "2.00", "s", "2.00", "s", "2.00", "s", "3.00", "GiB"}));
 	EXPECT_NE(text.find("\ncuda "), std::string::npos);
 	EXPECT_NE(text.find("\nnccl "), std::string::npos);
 	EXPECT_LT(text.find("cudaMemcpy"), text.find("cudaMalloc"));
 	EXPECT_LT(text.find("cudaMalloc"), text.find("ncclAllReduce"));
-	EXPECT_NE(text.find("\nlost records: 15 (ring buffer full: 12, unknown pid: 3)\n"),
-		  std::string::npos);
+	EXPECT_NE(text.find("\nlost records: 15 (ring buffer full: 12, unknown pid: 3)\n"), std::string::npos);
 }
 
 TEST(Summary, ColumnsLineUp)
@@ -190,8 +193,9 @@ TEST(Summary, RowLimitPerLayer)
 TEST(Summary, EmptyRecording)
 {
 	std::string text = format_summary(Recording{});
-	EXPECT_EQ(text, "0 processes, 0 threads, 0 spans over 0 ns\n\nno spans recorded\n\n"
-			"lost records: 0\n");
+	EXPECT_EQ(text,
+		  "0 processes, 0 threads, 0 spans over 0 ns\n\nno spans recorded\n\n"
+		  "lost records: 0\n");
 }
 
 TEST(Summary, NamesTheMostFrequentErrors)
@@ -229,8 +233,9 @@ TEST(Summary, MetricsAndEvents)
 	EXPECT_EQ(w, (std::vector<std::string>{"power_w", "gpu0", "2", "250", "W", "200", "W", "300", "W"}));
 	std::istringstream delay(line_of("sched_delay_ns pid 100"));
 	std::vector<std::string> d{std::istream_iterator<std::string>(delay), {}};
-	EXPECT_EQ(d, (std::vector<std::string>{"sched_delay_ns", "pid", "100", "2", "1.00", "ms", "0", "ns", "2.00",
-					      "ms"}));
+	EXPECT_EQ(
+		d,
+		(std::vector<std::string>{"sched_delay_ns", "pid", "100", "2", "1.00", "ms", "0", "ns", "2.00", "ms"}));
 	EXPECT_NE(text.find("gpu xid x1: gpu0 xid=79"), std::string::npos) << text;
 	EXPECT_EQ(text.find("no spans recorded"), std::string::npos) << text;
 }
@@ -242,7 +247,12 @@ TEST(Summary, SampledFunctionsAreEstimates)
 	Recording r;
 	r.meta["python_sample_period_ns"] = "1000000";
 	auto span = [](uint64_t start, uint64_t dur, nlohmann::json args) {
-		return Span{.start_ns = start, .dur_ns = dur, .pid = 1, .tid = 1, .layer = "python", .name = "step",
+		return Span{.start_ns = start,
+			    .dur_ns = dur,
+			    .pid = 1,
+			    .tid = 1,
+			    .layer = "python",
+			    .name = "step",
 			    .args = std::move(args)};
 	};
 	r.spans = {span(0, 9'000'000, {{"samples", 10}}), span(20'000'000, 4'000'000, {{"samples", 5}}),
@@ -256,9 +266,11 @@ TEST(Summary, SampledFunctionsAreEstimates)
 	EXPECT_EQ(stats[0].p50_ns, 7'000'000u); // over measured calls
 	EXPECT_NEAR(stats[0].error_ns, 2e6 * std::sqrt(2.0 / 6.0), 1e-6);
 	std::string text = format_summary(r);
-	EXPECT_NE(text.find("python        calls samples      time    ± 2 sd      mean       p50       p99\n"), std::string::npos)
+	EXPECT_NE(text.find("python        calls samples      time    ± 2 sd      mean       p50       p99\n"),
+		  std::string::npos)
 		<< text;
-	EXPECT_NE(text.find("  step            1      15   22.0 ms  ±1.15 ms         -   7.00 ms   7.00 ms\n"), std::string::npos)
+	EXPECT_NE(text.find("  step            1      15   22.0 ms  ±1.15 ms         -   7.00 ms   7.00 ms\n"),
+		  std::string::npos)
 		<< text;
 }
 
@@ -269,16 +281,22 @@ TEST(Summary, ThrottledCallsAreWeightedEstimates)
 {
 	Recording r;
 	auto span = [](uint64_t dur, nlohmann::json args, int64_t ret = 0) {
-		return Span{.start_ns = 1000, .dur_ns = dur, .pid = 1, .tid = 1, .layer = "cuda", .name = "cudaMemcpy",
-			    .ret = ret, .ret_name = ret ? "cudaErrorInvalidValue" : "cudaSuccess", .bytes = 100,
+		return Span{.start_ns = 1000,
+			    .dur_ns = dur,
+			    .pid = 1,
+			    .tid = 1,
+			    .layer = "cuda",
+			    .name = "cudaMemcpy",
+			    .ret = ret,
+			    .ret_name = ret ? "cudaErrorInvalidValue" : "cudaSuccess",
+			    .bytes = 100,
 			    .args = std::move(args)};
 	};
 	r.spans = {span(10, {}), span(20, {{"weight", 10.0}}), span(30, {{"weight", 10.0}}, 1)};
 	r.meta["overhead_budget_pct"] = "2.000";
 	r.meta["overhead_full_pct_max"] = "12.500";
 	r.meta["overhead_expected_pct"] = "1.900";
-	r.meta["overhead_throttled"] =
-		R"([{"layer":"cuda","function":"cudaMemcpy","coverage":0.1,"now":true}])";
+	r.meta["overhead_throttled"] = R"([{"layer":"cuda","function":"cudaMemcpy","coverage":0.1,"now":true}])";
 	auto stats = compute_stats(r);
 	ASSERT_EQ(stats.size(), 1u);
 	EXPECT_TRUE(stats[0].estimated);
@@ -289,7 +307,8 @@ TEST(Summary, ThrottledCallsAreWeightedEstimates)
 	EXPECT_EQ(stats[0].bytes, 2100u);
 	EXPECT_EQ(stats[0].p50_ns, 20u);
 	std::string text = format_summary(r);
-	EXPECT_NE(text.find("  cudaMemcpy      ~21     ~10    510 ns     24 ns     20 ns     30 ns  2.05 KiB\n"), std::string::npos)
+	EXPECT_NE(text.find("  cudaMemcpy      ~21     ~10    510 ns     24 ns     20 ns     30 ns  2.05 KiB\n"),
+		  std::string::npos)
 		<< text;
 	EXPECT_NE(text.find("overhead budget 2.0%: traced calls would have cost 12.5% of the traced processes' CPU at "
 			    "most; the hottest were probed in bursts (about 1.9% now):\n  cuda cudaMemcpy: attached "

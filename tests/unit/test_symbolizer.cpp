@@ -12,7 +12,8 @@
 namespace symtest {
 // Non-static and noinline so it has its own symbol; the body keeps it longer
 // than one byte so "+0x1" is still inside it.
-__attribute__((noinline)) int symbolizer_target(int x) {
+__attribute__((noinline)) int symbolizer_target(int x)
+{
 	volatile int v = x;
 	return v * 3 + 1;
 }
@@ -27,11 +28,12 @@ const std::string kTarget = "symtest::symbolizer_target(int)";
 uint64_t target_addr() { return reinterpret_cast<uint64_t>(&symtest::symbolizer_target); }
 
 // Resolving our own code needs our own symbols: skip in a stripped build.
-#define REQUIRE_OWN_SYMBOLS()                                                          \
-	if (auto self = ElfFile::open("/proc/self/exe"); !self || !self->find("_ZN7symtest17symbolizer_targetEi")) \
+#define REQUIRE_OWN_SYMBOLS()                                                                                          \
+	if (auto self = ElfFile::open("/proc/self/exe"); !self || !self->find("_ZN7symtest17symbolizer_targetEi"))     \
 	GTEST_SKIP() << "the test binary is stripped"
 
-std::string own_maps() {
+std::string own_maps()
+{
 	std::ifstream in("/proc/self/maps");
 	std::stringstream ss;
 	ss << in.rdbuf();
@@ -40,30 +42,35 @@ std::string own_maps() {
 
 // This process's maps without the test binary's own lines: a process that
 // has not mapped (or no longer maps) the code being resolved.
-std::string own_maps_without_exe() {
+std::string own_maps_without_exe()
+{
 	const std::string exe = fs::read_symlink("/proc/self/exe").string();
 	std::string out, line;
 	std::istringstream all(own_maps());
 	while (std::getline(all, line))
-		if (!line.ends_with(" " + exe)) out += line + "\n";
+		if (!line.ends_with(" " + exe))
+			out += line + "\n";
 	return out;
 }
 
 struct FakeProc {
 	fs::path root;
-	FakeProc() {
+	FakeProc()
+	{
 		char tmpl[] = "/tmp/eacgm_sym_XXXXXX";
 		root = mkdtemp(tmpl);
 	}
 	~FakeProc() { fs::remove_all(root); }
-	void write_maps(uint32_t pid, const std::string &maps) const {
+	void write_maps(uint32_t pid, const std::string &maps) const
+	{
 		fs::create_directories(root / std::to_string(pid));
 		std::ofstream(root / std::to_string(pid) / "maps") << maps;
 	}
 	void exit(uint32_t pid) const { fs::remove_all(root / std::to_string(pid)); }
 };
 
-TEST(Symbolizer, ResolvesOwnFunction) {
+TEST(Symbolizer, ResolvesOwnFunction)
+{
 	REQUIRE_OWN_SYMBOLS();
 	Symbolizer s;
 	EXPECT_EQ(s.resolve(getpid(), target_addr()), kTarget);
@@ -75,7 +82,8 @@ TEST(Symbolizer, ResolvesOwnFunction) {
 	EXPECT_EQ(s.resolve(2147483647u, target_addr()), std::nullopt);
 }
 
-TEST(Symbolizer, SnapshotInheritForget) {
+TEST(Symbolizer, SnapshotInheritForget)
+{
 	REQUIRE_OWN_SYMBOLS();
 	FakeProc p;
 	Symbolizer s(p.root.string());
@@ -95,7 +103,8 @@ TEST(Symbolizer, SnapshotInheritForget) {
 }
 
 // A library loaded after the maps were read: the first miss re-reads them.
-TEST(Symbolizer, RereadsMapsOnMiss) {
+TEST(Symbolizer, RereadsMapsOnMiss)
+{
 	REQUIRE_OWN_SYMBOLS();
 	const std::string without_exe = own_maps_without_exe();
 
@@ -111,7 +120,7 @@ TEST(Symbolizer, RereadsMapsOnMiss) {
 	// A miss is cached (no re-read per event) until a snapshot, e.g. on exec.
 	p.write_maps(201, without_exe);
 	EXPECT_TRUE(s.resolve(201, reinterpret_cast<uint64_t>(libc_fn)).has_value()); // first read
-	EXPECT_EQ(s.resolve(201, target_addr()), std::nullopt); // re-read, still absent
+	EXPECT_EQ(s.resolve(201, target_addr()), std::nullopt);                       // re-read, still absent
 	p.write_maps(201, own_maps());
 	EXPECT_EQ(s.resolve(201, target_addr()), std::nullopt); // cached miss
 	s.snapshot(201);
@@ -122,7 +131,8 @@ TEST(Symbolizer, RereadsMapsOnMiss) {
 // unmaps as it goes): what the read lacks resolves through the parent's
 // maps, until the child execs. Seen when eacgm was busy at start: the kernel
 // name of a child's cudaLaunchKernel came out as an address.
-TEST(Symbolizer, ChildReadWhileExitingFallsBackToItsParent) {
+TEST(Symbolizer, ChildReadWhileExitingFallsBackToItsParent)
+{
 	REQUIRE_OWN_SYMBOLS();
 	const std::string without_exe = own_maps_without_exe();
 	FakeProc p;
@@ -140,7 +150,8 @@ TEST(Symbolizer, ChildReadWhileExitingFallsBackToItsParent) {
 // A child forked right after its parent's exec, before eacgm rescanned the
 // parent, inherits the new image's maps, not those read before the exec (a
 // launched command is first seen at the gate, still running eacgm's image).
-TEST(Symbolizer, ChildOfAnExecInheritsTheNewImage) {
+TEST(Symbolizer, ChildOfAnExecInheritsTheNewImage)
+{
 	REQUIRE_OWN_SYMBOLS();
 	const std::string without_exe = own_maps_without_exe();
 	FakeProc p;

@@ -13,9 +13,10 @@ TEST(TorchLayer, VersionFromTheFileNameOrTheWheel)
 	char dir[] = "/tmp/eacgm-torch-XXXXXX";
 	ASSERT_NE(mkdtemp(dir), nullptr);
 	std::string torch = std::string(dir) + "/torch";
-	ASSERT_EQ(system(("mkdir -p " + torch + "/lib && echo \"__version__ = '2.3.1+cu121'\" > " + torch +
-			  "/version.py").c_str()),
-		  0);
+	ASSERT_EQ(
+		system(("mkdir -p " + torch + "/lib && echo \"__version__ = '2.3.1+cu121'\" > " + torch + "/version.py")
+			       .c_str()),
+		0);
 	EXPECT_EQ(torch_version(torch + "/lib/libtorch_cpu.so"), "2.3");
 	EXPECT_EQ(torch_version(std::string(dir) + "/libtorch_cpu.so"), "");
 	ASSERT_EQ(system(("rm -rf " + std::string(dir)).c_str()), 0);
@@ -23,7 +24,8 @@ TEST(TorchLayer, VersionFromTheFileNameOrTheWheel)
 
 TEST(TorchLayer, WhichOperatorsReturnThroughAHiddenPointer)
 {
-	for (const char *op : {"linear", "addmm", "_to_copy", "native_layer_norm", "_foreach_add_List", "__and___Tensor"})
+	for (const char *op :
+	     {"linear", "addmm", "_to_copy", "native_layer_norm", "_foreach_add_List", "__and___Tensor"})
 		EXPECT_TRUE(returns_by_hidden_pointer(op)) << op;
 	for (const char *op : {"add_", "add__Tensor", "copy_", "zero_", "_foreach_add__List", "mm_out", "add_out",
 			       "__iand___Tensor", "_fused_adam_"})
@@ -52,8 +54,10 @@ TEST(TorchLayer, LeadingTensorParametersBecomeTensorArguments)
 		"c10::Scalar const&)",
 		2, layout);
 	EXPECT_EQ(capped.size(), 2u);
-	EXPECT_TRUE(leading_tensor_args("at::_ops::arange::call(c10::Scalar const&, at::Tensor const&)", 2, layout).empty());
-	EXPECT_TRUE(leading_tensor_args("c10d::ProcessGroupGloo::barrier(c10d::BarrierOptions const&)", 2, layout).empty());
+	EXPECT_TRUE(leading_tensor_args("at::_ops::arange::call(c10::Scalar const&, at::Tensor const&)", 2, layout)
+			    .empty());
+	EXPECT_TRUE(
+		leading_tensor_args("c10d::ProcessGroupGloo::barrier(c10d::BarrierOptions const&)", 2, layout).empty());
 }
 
 TEST(TorchLayer, TensorsAreShownWithDtypeAndShape)

@@ -80,19 +80,19 @@ struct eacgm_span_event {
 
 /* Counters kept per CPU in the span program; user space sums them. */
 enum eacgm_counter {
-	EACGM_CNT_SPANS = 0,        /* records written to the ring buffer */
-	EACGM_CNT_RINGBUF_FULL = 1, /* records lost: ring buffer full */
+	EACGM_CNT_SPANS = 0,          /* records written to the ring buffer */
+	EACGM_CNT_RINGBUF_FULL = 1,   /* records lost: ring buffer full */
 	EACGM_CNT_DEPTH_OVERFLOW = 2, /* entries deeper than EACGM_MAX_DEPTH, not recorded */
-	EACGM_CNT_UNPAIRED = 3,     /* entries that never returned (longjmp, exceptions) */
-	EACGM_CNT_NO_STATE = 4,     /* per-thread state map full */
+	EACGM_CNT_UNPAIRED = 3,       /* entries that never returned (longjmp, exceptions) */
+	EACGM_CNT_NO_STATE = 4,       /* per-thread state map full */
 	EACGM_CNT_COUNT = 5,
 };
 
 /* Process-tree events from proc.bpf.c. */
 enum eacgm_proc_kind {
-	EACGM_PROC_FORK = 1, /* a traced process made a child (tgid = child, ppid = parent) */
-	EACGM_PROC_EXIT = 2, /* a traced process's last thread left */
-	EACGM_PROC_EXEC = 3, /* a traced process exec'd a new program */
+	EACGM_PROC_FORK = 1,   /* a traced process made a child (tgid = child, ppid = parent) */
+	EACGM_PROC_EXIT = 2,   /* a traced process's last thread left */
+	EACGM_PROC_EXEC = 3,   /* a traced process exec'd a new program */
 	EACGM_PROC_DLOPEN = 4, /* the dynamic linker changed a traced process's link map */
 };
 

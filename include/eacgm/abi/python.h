@@ -20,7 +20,7 @@
 struct eacgm_py_process {
 	__u64 runtime;   /* address of _PyRuntime in the process */
 	__u64 code_type; /* address of PyCode_Type: a frame whose code is not one ends the walk */
-	__u16 minor;   /* 3.minor */
+	__u16 minor;     /* 3.minor */
 	__u16 runtime_interpreters_head;
 	__u16 interp_threads_head;
 	__u16 tstate_next;
@@ -61,8 +61,8 @@ struct eacgm_py_frame {
 };
 
 enum eacgm_py_flags {
-	EACGM_PY_TRUNCATED = 1, /* more frames than kept */
-	EACGM_PY_NO_THREAD = 2, /* no thread state for this thread (not running Python) */
+	EACGM_PY_TRUNCATED = 1,   /* more frames than kept */
+	EACGM_PY_NO_THREAD = 2,   /* no thread state for this thread (not running Python) */
 	EACGM_PY_READ_FAILED = 4, /* a pointer did not read: stack cut there */
 };
 
