@@ -33,6 +33,7 @@
 #include "layers/gpu.h"
 #include "layers/host.h"
 #include "layers/python.h"
+#include "layers/torch.h"
 #include "probe/attacher.h"
 #include "probe/pid_watch.h"
 #include "probe/prog_stats.h"
@@ -317,6 +318,7 @@ RecordSession::Stop RecordSession::open_probes()
 	if (auto stop = check_target_alive())
 		return stop;
 	attacher_.emplace(*engine_, *tracker_, std::move(specs_));
+	attacher_->set_signature_reader(torch_signature_reader(attacher_->specs()));
 	attacher_->use_prefetch(&prefetch_);
 	if (auto r = attacher_->load_specs(); !r)
 		return fail(r.error().message);
@@ -350,6 +352,7 @@ void RecordSession::open_collectors()
 RecordSession::Stop RecordSession::open_recorder()
 {
 	recorder_.emplace(*attacher_, *engine_, *tracker_, *store_, python_.get());
+	recorder_->set_tensor_formatter(format_tensor);
 	if (!a_.flamegraph.empty())
 		recorder_->keep_folded_stacks();
 	if (python_ && python_->sample_period_ns())

@@ -2,7 +2,6 @@
 
 #include <cstdio>
 
-#include "layers/torch.h"
 #include "probe/symbolizer.h"
 
 namespace eacgm {
@@ -25,7 +24,8 @@ static std::string enum_name(const std::map<std::string, EnumTable> &enums, cons
 	return name + "(" + std::to_string(v) + ")";
 }
 
-Span decode_span(const eacgm_span_event &e, const ProbeSpec &spec, const SpecSet &specs, Symbolizer *sym)
+Span decode_span(const eacgm_span_event &e, const ProbeSpec &spec, const SpecSet &specs, Symbolizer *sym,
+		 TensorFormatter tensors)
 {
 	const auto &enums = specs.enums;
 	std::map<std::string, uint64_t> raw; // for the bytes rule
@@ -62,9 +62,11 @@ Span decode_span(const eacgm_span_event &e, const ProbeSpec &spec, const SpecSet
 			break;
 		}
 		case ArgType::Enum: s.args[a.name] = enum_name(enums, a.enum_name, (int32_t)v); break;
-		case ArgType::Tensor:
-			s.args[a.name] = format_tensor(v, slot + 1 < EACGM_MAX_ARGS ? e.args[slot + 1] : 0);
+		case ArgType::Tensor: {
+			uint64_t b = slot + 1 < EACGM_MAX_ARGS ? e.args[slot + 1] : 0;
+			s.args[a.name] = tensors ? tensors(v, b) : nlohmann::json::array({hex(v), hex(b)});
 			break;
+		}
 		case ArgType::Symbol: {
 			std::optional<std::string> name;
 			if (sym)

@@ -463,7 +463,7 @@ Result<void> Recorder::flush(bool force)
 	{
 		for (size_t k = 0; k < pending_.size(); k++) {
 			const eacgm_span_event &e = pending_[k];
-			decoded_.push_back(decode_span(e, specs.probes[e.spec_id], specs, &symbolizer_));
+			decoded_.push_back(decode_span(e, specs.probes[e.spec_id], specs, &symbolizer_, tensors_));
 			Span &s = decoded_.back();
 			// A call seen in a burst of a throttled probe stands for those
 			// its probe was detached for (--overhead-budget).

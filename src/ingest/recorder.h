@@ -17,6 +17,7 @@
 #include "common/result.h"
 #include "detect/online.h"
 #include "eacgm/abi/events.h"
+#include "ingest/decode.h"
 #include "ingest/python_spans.h"
 #include "layers/nccl.h"
 #include "layers/python.h"
@@ -86,6 +87,8 @@ public:
 	// carry no period of their own: the kernel's sample record keeps the
 	// period the event was opened with.
 	void set_sample_period(uint64_t from_ns, uint64_t period_ns) { periods_.push_back({from_ns, period_ns}); }
+	// How tensor arguments read (the torch layer's format_tensor).
+	void set_tensor_formatter(TensorFormatter f) { tensors_ = f; }
 	// Scores every CUDA/NCCL/torch call online as it is stored (null: off).
 	void set_detector(detect::OnlineDetector *d) { detector_ = d; }
 	uint64_t anomalies_seen() const { return anomalies_seen_; }
@@ -201,6 +204,7 @@ private:
 	std::vector<std::pair<uint64_t, uint64_t>> periods_;            // (from_ns, period), ascending
 	uint64_t period_at(uint64_t ts_ns) const;
 	detect::OnlineDetector *detector_ = nullptr;
+	TensorFormatter tensors_ = nullptr;
 	uint64_t anomalies_seen_ = 0;
 };
 

@@ -74,6 +74,29 @@ std::vector<ArgSpec> leading_tensor_args(const std::string &demangled, int max, 
 	return args;
 }
 
+SignatureReader torch_signature_reader(const SpecSet &specs)
+{
+	// A copy: the attacher outlives nothing it could point into.
+	return [layouts = specs.tensor_layouts](const ProbeSpec &pattern, const std::string &path) {
+		SignatureArgs sig;
+		std::string version = torch_version(path);
+		auto it = layouts.find(version);
+		if (it == layouts.end()) {
+			sig.warning = "no tensor layout known for torch " +
+				(version.empty() ? "of unknown version" : version) + " (" + path +
+				"): operators are traced without shapes; scripts/torch-layout.py measures one";
+			return sig;
+		}
+		auto layout = it->second;
+		int max = pattern.tensor_args;
+		sig.key = 1 + (uint64_t(layout.first) << 16 | layout.second); // 0: no reading
+		sig.args = [layout, max](const std::string &demangled) {
+			return leading_tensor_args(demangled, max, layout);
+		};
+		return sig;
+	};
+}
+
 nlohmann::json format_tensor(uint64_t a, uint64_t b)
 {
 	if (a == 0)

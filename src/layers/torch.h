@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "probe/attacher.h"
 #include "probe/spec.h"
 
 namespace eacgm {
@@ -29,6 +30,12 @@ bool returns_by_hidden_pointer(const std::string &op);
 // Tensor arguments for the leading `at::Tensor const&` (or `&`) parameters of a
 // demangled operator entry point (at most max), named in0, in1, ...
 std::vector<ArgSpec> leading_tensor_args(const std::string &demangled, int max, std::pair<uint16_t, uint16_t> layout);
+
+// The attacher's reader of an operator's tensor arguments: for a libtorch
+// file, the leading tensors of each operator with the TensorImpl layout of
+// that file's torch version (specs' tensor_layouts), keyed by the layout; a
+// version without a known layout reads none, and says so.
+SignatureReader torch_signature_reader(const SpecSet &specs);
 
 // The two words the BPF side packs (EACGM_ARG_TENSOR_A/B) as "float32[8, 32]";
 // null when the tensor could not be read (an undefined tensor).

@@ -12,7 +12,6 @@
 #include <unistd.h>
 
 #include "probe/elf_symbols.h"
-#include "layers/torch.h"
 #include "probe/proc_maps.h"
 #include "probe/symbol_search.h"
 
@@ -132,28 +131,19 @@ Result<void> Attacher::expand_pattern(size_t pattern, const ElfFile &elf,
 			ahead = &it->second;
 	const std::vector<uint32_t> found = ahead ? *ahead : match_symbols(elf, match);
 	bool any = false;
-	// Tensor shapes need the TensorImpl layout of this file's torch version.
-	int tensors = specs_.probes[pattern].tensor_args;
-	std::optional<std::pair<uint16_t, uint16_t>> layout;
-	if (tensors) {
-		std::string version = torch_version(elf.path());
-		auto it = specs_.tensor_layouts.find(version);
-		if (it != specs_.tensor_layouts.end())
-			layout = it->second;
-		else
-			warnings_.push_back("no tensor layout known for torch " +
-					    (version.empty() ? "of unknown version" : version) + " (" + elf.path() +
-					    "): operators are traced without shapes; "
-					    "scripts/torch-layout.py measures one");
-	}
+	SignatureArgs sig;
+	if (specs_.probes[pattern].tensor_args && signature_reader_)
+		sig = signature_reader_(specs_.probes[pattern], elf.path());
+	if (!sig.warning.empty())
+		warnings_.push_back(sig.warning);
 	for (uint32_t k : found) {
 		const ElfSymbol &sym = elf.symbols()[k];
 		any = true;
 		ProbeSpec p = expand_match(specs_.probes[pattern], sym.name, sym.demangled);
-		if (layout)
-			p.args = leading_tensor_args(sym.demangled, tensors, *layout);
-		// One spec per function name and layout, shared by every file that has it.
-		auto key = std::make_tuple(pattern, p.function, layout.value_or(std::make_pair(0, 0)));
+		if (sig.args)
+			p.args = sig.args(sym.demangled);
+		// One spec per function name and reading, shared by every file that has it.
+		auto key = std::make_tuple(pattern, p.function, sig.key);
 		auto it = expanded_.find(key);
 		if (it == expanded_.end()) {
 			uint32_t id = specs_.probes.size();

@@ -31,6 +31,20 @@ struct AttachedProbe {
 	uint64_t offset;
 };
 
+// Arguments a pattern probe reads from each matched function's signature
+// (the torch layer's leading tensors), for the functions of one library
+// file. `args` null: the probes keep the arguments their spec lists. `key`
+// tells readings apart (the torch layer: its TensorImpl layout): functions
+// of the same name read with the same key share one compiled spec.
+struct SignatureArgs {
+	std::function<std::vector<ArgSpec>(const std::string &demangled)> args;
+	uint64_t key = 0;
+	std::string warning; // said once to the user when not empty
+};
+// Given a pattern spec that asks for signature arguments and the file it
+// matched in. Set by the layer that knows the signatures.
+using SignatureReader = std::function<SignatureArgs(const ProbeSpec &pattern, const std::string &path)>;
+
 class Attacher {
 public:
 	Attacher(SpanEngine &engine, ProcTracker &tracker, SpecSet specs);
@@ -54,6 +68,9 @@ public:
 	// (the loader cache, CUDA toolkits) or that a program links.
 	Result<void> attach_installed(const std::vector<std::string> &extra_libraries);
 
+	// How pattern specs that ask for signature arguments (tensor_args) get
+	// them; without a reader they keep the arguments they list.
+	void set_signature_reader(SignatureReader r) { signature_reader_ = std::move(r); }
 	// ELF files read ahead (at start, while the BPF objects load); not owned.
 	void use_prefetch(ElfPrefetch *p) { prefetch_ = p; }
 	const SpecSet &specs() const { return specs_; }
@@ -87,8 +104,9 @@ private:
 	// The distinct `library` values of specs_ (as of libraries_for_ specs).
 	mutable std::vector<std::string> libraries_;
 	mutable size_t libraries_for_ = 0;
-	// (pattern, function, tensor layout) -> spec id
-	std::map<std::tuple<size_t, std::string, std::pair<uint16_t, uint16_t>>, uint32_t> expanded_;
+	// (pattern, function, signature reading key) -> spec id
+	std::map<std::tuple<size_t, std::string, uint64_t>, uint32_t> expanded_;
+	SignatureReader signature_reader_;
 };
 
 // The shared libraries a dynamically linked program loads at start, as its

@@ -1,6 +1,7 @@
 // Tensor arguments of torch operators: which slots, which version, how shown.
 #include <gtest/gtest.h>
 
+#include "ingest/decode.h"
 #include "layers/torch.h"
 
 namespace eacgm {
@@ -69,6 +70,46 @@ TEST(TorchLayer, TensorsAreShownWithDtypeAndShape)
 	EXPECT_EQ(format_tensor(word_a(5, 5, 2), 3 | 4ull << 32), "float16[2, 3, 4, ... 5d]");
 	EXPECT_EQ(format_tensor(word_a(1, 99, 50000), 0), "dtype99[50000]");
 	EXPECT_EQ(format_tensor(0, 0), nullptr); // not readable: an undefined tensor
+}
+
+// The attacher learns an operator's tensor arguments from the torch layer:
+// with the TensorImpl layout of the file's own torch version, or none (and
+// a warning) for a version without one.
+TEST(TorchLayer, SignatureReaderUsesTheFilesTorchVersion)
+{
+	SpecSet specs;
+	specs.tensor_layouts["1.13"] = {16, 24};
+	ProbeSpec pattern;
+	pattern.tensor_args = 2;
+	SignatureReader read = torch_signature_reader(specs);
+	SignatureArgs sig = read(pattern, "/usr/lib/x86_64-linux-gnu/libtorch_cpu.so.1.13.0");
+	ASSERT_TRUE(sig.args);
+	EXPECT_TRUE(sig.warning.empty()) << sig.warning;
+	EXPECT_NE(sig.key, 0u);
+	auto args = sig.args("at::_ops::mm::call(at::Tensor const&, at::Tensor const&)");
+	ASSERT_EQ(args.size(), 2u);
+	EXPECT_EQ(args[0].name, "in0");
+	EXPECT_EQ(args[1].name, "in1");
+	EXPECT_EQ(args[0].type, ArgType::Tensor);
+	SignatureArgs none = read(pattern, "/usr/lib/x86_64-linux-gnu/libtorch_cpu.so.9.99.0");
+	EXPECT_FALSE(none.args);
+	EXPECT_NE(none.warning.find("no tensor layout known for torch 9.99"), std::string::npos) << none.warning;
+}
+
+// A tensor argument reads as the torch layer formats it, and as its two raw
+// words without it.
+TEST(TorchLayer, DecodedTensorsUseTheLayersFormatter)
+{
+	SpecSet specs;
+	ProbeSpec p;
+	p.layer = "torch";
+	p.function = "aten::mm";
+	p.args = {ArgSpec{.name = "in0", .type = ArgType::Tensor}};
+	eacgm_span_event e{};
+	e.args[0] = 2 | 6 << 8 | 8ull << 16; // float32, 2 dimensions: [8, 32]
+	e.args[1] = 32;
+	EXPECT_EQ(decode_span(e, p, specs, nullptr, format_tensor).args["in0"], "float32[8, 32]");
+	EXPECT_EQ(decode_span(e, p, specs, nullptr).args["in0"], nlohmann::json::array({"0x80602", "0x20"}));
 }
 
 } // namespace
