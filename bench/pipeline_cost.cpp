@@ -29,12 +29,14 @@ static double secs(clk::time_point a, clk::time_point b) { return std::chrono::d
 // values bound once, no eacgm code between the inserts. M rows/s; < 0 on error.
 static double sqlite_ceiling(size_t n, size_t batch)
 {
+	// The recording's schema as it is while recording (the indexes come in
+	// finish()): a second connection to the writer's partial file, in WAL
+	// mode as the writer left it.
 	std::string path = "/tmp/eacgm-ceiling-" + std::to_string(getpid()) + ".db";
-	{
-		auto store = StoreWriter::create(path); // the recording's schema
-		if (!store || !store->finish())
-			return -1;
-	}
+	auto store = StoreWriter::create(path);
+	if (!store)
+		return -1;
+	path += ".partial";
 	sqlite3 *db = nullptr;
 	sqlite3_stmt *st = nullptr;
 	double rate = -1;
@@ -62,9 +64,7 @@ static double sqlite_ceiling(size_t n, size_t batch)
 	}
 	sqlite3_finalize(st);
 	sqlite3_close(db);
-	for (const char *suffix : {"", "-wal", "-shm"})
-		unlink((path + suffix).c_str());
-	return rate;
+	return rate; // the writer removes its partial file
 }
 
 int main(int argc, char **argv)
