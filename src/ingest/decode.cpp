@@ -1,5 +1,6 @@
 #include "ingest/decode.h"
 
+#include <array>
 #include <cstdio>
 
 #include "probe/symbolizer.h"
@@ -28,7 +29,9 @@ Span decode_span(const eacgm_span_event &e, const ProbeSpec &spec, const SpecSet
 		 TensorFormatter tensors)
 {
 	const auto &enums = specs.enums;
-	std::map<std::string, uint64_t> raw; // for the bytes rule
+	// Each argument's raw value, by its place in spec.args (for the bytes
+	// rule): no map built per span.
+	std::array<uint64_t, EACGM_MAX_ARGS> raw{};
 	Span s;
 	s.start_ns = e.start_ns;
 	s.dur_ns = e.dur_ns;
@@ -38,10 +41,12 @@ Span decode_span(const eacgm_span_event &e, const ProbeSpec &spec, const SpecSet
 	s.layer = spec.layer;
 	s.name = spec.function;
 	bool have_bytes = false;
-	size_t slot = 0;
+	size_t slot = 0, index = 0;
 	for (auto &a : spec.args) {
 		uint64_t v = slot < EACGM_MAX_ARGS ? e.args[slot] : 0;
-		raw[a.name] = v;
+		if (index < raw.size())
+			raw[index] = v;
+		index++;
 		switch (a.type) {
 		case ArgType::U64: s.args[a.name] = v; break;
 		case ArgType::I64: s.args[a.name] = (int64_t)v; break;
@@ -80,15 +85,24 @@ Span decode_span(const eacgm_span_event &e, const ProbeSpec &spec, const SpecSet
 	if (spec.bytes) {
 		// count x element size; an element type without a known size gives 0.
 		s.bytes = 0;
+		// The last argument of that name, as a map by name would keep.
+		auto value_of = [&](const std::string &name, const ArgSpec **arg) -> uint64_t {
+			uint64_t v = 0;
+			for (size_t i = 0; i < spec.args.size(); i++)
+				if (spec.args[i].name == name) {
+					v = i < raw.size() ? raw[i] : 0;
+					if (arg)
+						*arg = &spec.args[i];
+				}
+			return v;
+		};
 		const ArgSpec *elem = nullptr;
-		for (auto &a : spec.args)
-			if (a.name == spec.bytes->element)
-				elem = &a;
+		uint64_t elem_value = value_of(spec.bytes->element, &elem);
 		auto table = elem ? specs.sizes.find(elem->enum_name) : specs.sizes.end();
 		if (table != specs.sizes.end()) {
-			auto size = table->second.find((int32_t)raw[spec.bytes->element]);
+			auto size = table->second.find((int32_t)elem_value);
 			if (size != table->second.end())
-				s.bytes = raw[spec.bytes->count] * size->second;
+				s.bytes = value_of(spec.bytes->count, nullptr) * size->second;
 		}
 	}
 	const std::string &r = spec.returns;
