@@ -4,9 +4,27 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <fcntl.h>
 #include <unistd.h>
 
 namespace eacgm {
+
+std::optional<std::string> read_small_file(const std::string &path)
+{
+	int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return std::nullopt;
+	std::string out;
+	char buf[4096];
+	ssize_t n;
+	while ((n = read(fd, buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR))
+		if (n > 0)
+			out.append(buf, static_cast<size_t>(n));
+	close(fd);
+	if (n < 0)
+		return std::nullopt;
+	return out;
+}
 
 static std::string dir_of(const std::string &path)
 {

@@ -1,6 +1,7 @@
 // Small file helpers shared by every writer: outputs appear whole or not at all.
 #pragma once
 #include <functional>
+#include <optional>
 #include <ostream>
 #include <string>
 
@@ -11,6 +12,11 @@ namespace eacgm {
 // Checks early that `path` can be created (its directory exists and is
 // writable), so a recording does not run for an hour and then fail to save.
 Result<void> check_writable(const std::string &path);
+
+// The whole of a small file (a /proc or /sys file, read every interval:
+// plain open and read, without an ifstream's set-up, which cost more than
+// the read); nullopt when it cannot be opened or read.
+std::optional<std::string> read_small_file(const std::string &path);
 
 // Writes `content` to path.tmp.<pid> and renames it over `path`.
 Result<void> write_file_atomic(const std::string &path, const std::string &content);

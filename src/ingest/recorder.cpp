@@ -5,13 +5,12 @@
 #include <bpf/libbpf.h>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <csignal>
 #include <poll.h>
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/fs.h"
 #include "common/text.h"
 #include "eacgm/abi/events.h"
 #include "ingest/decode.h"
@@ -22,12 +21,7 @@ static constexpr size_t kBatch = 4096;
 
 std::string read_proc_text(const std::string &path)
 {
-	std::ifstream in(path, std::ios::binary);
-	if (!in)
-		return "";
-	std::stringstream ss;
-	ss << in.rdbuf();
-	std::string s = ss.str();
+	std::string s = read_small_file(path).value_or("");
 	while (!s.empty() && (s.back() == '\n' || s.back() == '\0'))
 		s.pop_back();
 	for (auto &c : s)

@@ -6,29 +6,19 @@
 #include <bpf/libbpf.h>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <functional>
 #include <sstream>
 #include <sys/types.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "common/fs.h"
 #include "host.skel.h"
 #include "probe/links.h"
 
 namespace eacgm {
 
 namespace {
-
-std::optional<std::string> read_text(const std::string &path)
-{
-	std::ifstream f(path);
-	if (!f)
-		return std::nullopt;
-	std::stringstream ss;
-	ss << f.rdbuf();
-	return ss.str();
-}
 
 uint64_t clock_ns(clockid_t c)
 {
@@ -121,7 +111,7 @@ void HostSystemSampler::sample(uint64_t ts, std::vector<Metric> &out)
 	while (!root.empty() && root.back() == '/')
 		root.pop_back();
 	for (const char *res : {"cpu", "memory", "io"}) {
-		auto text = read_text(root + "/proc/pressure/" + res);
+		auto text = read_small_file(root + "/proc/pressure/" + res);
 		auto psi = text ? parse_psi(*text) : std::nullopt;
 		if (!psi) {
 			if (!warned_psi_)
@@ -146,7 +136,7 @@ void HostSystemSampler::sample(uint64_t ts, std::vector<Metric> &out)
 	// /proc/net/dev rather than /sys/class/net/*/statistics/*: the same
 	// counters (both come from dev_get_stats), one read instead of eight
 	// per interface, every interval.
-	auto text = read_text(root + "/proc/net/dev");
+	auto text = read_small_file(root + "/proc/net/dev");
 	if (!text) {
 		if (!warned_net_)
 			warnings_.push_back("host: cannot read " + root +
