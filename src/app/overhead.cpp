@@ -30,7 +30,7 @@ OverheadKeeper::OverheadKeeper(double budget_pct, double warmup_s, SpanEngine &e
 			       PythonTracer *python)
 	: budget_pct_(budget_pct), engine_(engine), specs_(specs),
 	  next_ns_(mono_ns() + static_cast<uint64_t>(warmup_s * 1e9)), python_(python),
-	  asked_hz_(python ? python->sample_hz() : 0), min_hz_(asked_hz_)
+	  asked_hz_(python ? python->sample_hz() : 0)
 {
 	// The Python layer's entry probes make Python function spans exactly;
 	// a scaled estimate of them would mean nothing there: they stay.
@@ -189,7 +189,7 @@ void OverheadKeeper::steer_sampler(Recorder &rec, uint64_t now, double pct, std:
 {
 	agent_pct_ = pct;
 	agent_pct_max_ = std::max(agent_pct_max_, pct);
-	if (!python_ || !python_->sample_hz())
+	if (!python_ || !sampler_follows_budget_)
 		return;
 	unsigned was = python_->sample_hz();
 	unsigned hz = decide_sample_hz(was, asked_hz_, pct, budget_pct_);
@@ -197,11 +197,10 @@ void OverheadKeeper::steer_sampler(Recorder &rec, uint64_t now, double pct, std:
 		return;
 	if (auto r = python_->set_sample_hz(hz); !r) {
 		notes.push_back("warning: " + r.error().message);
-		python_ = nullptr; // left as it is from here
+		sampler_follows_budget_ = false; // left as it is from here
 		return;
 	}
 	rec.set_sample_period(mono_ns(), python_->sample_period_ns());
-	min_hz_ = std::min(min_hz_, hz);
 	notes.push_back("overhead budget " + pct_text(budget_pct_) + ": eacgm used " + pct_text(pct) +
 			" of a core; Python stacks sampled at " + std::to_string(hz) + " Hz (asked: " +
 			std::to_string(asked_hz_) + "); sampled times stay estimates, with a wider error");
@@ -298,9 +297,7 @@ void OverheadKeeper::write_meta(StoreWriter &store) const
 	}
 	if (asked_hz_) {
 		(void)store.set_meta("python_sample_hz_asked", std::to_string(asked_hz_));
-		(void)store.set_meta("python_sample_hz_min", std::to_string(min_hz_));
-		// The longest period used bounds a sampled time's error (summary).
-		(void)store.set_meta("python_sample_period_ns", std::to_string(1'000'000'000ull / min_hz_));
+		(void)store.set_meta("python_sample_hz_min", std::to_string(python_->lowest_sample_hz()));
 	}
 	if (!decisions_)
 		return;

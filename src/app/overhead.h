@@ -65,10 +65,12 @@ private:
 	std::map<uint32_t, double> ever_throttled_;
 	double max_full_pct_ = 0;
 	size_t decisions_ = 0;
-	// The sampler: its tracer, the rate asked for and the lowest used;
-	// eacgm's whole CPU at the last decision.
+	// The sampler: its tracer (which keeps the lowest rate used), the rate
+	// asked for, whether its rate still follows the budget (not after a
+	// change failed); eacgm's whole CPU at the last decision.
 	PythonTracer *python_;
-	unsigned asked_hz_ = 0, min_hz_ = 0;
+	unsigned asked_hz_ = 0;
+	bool sampler_follows_budget_ = true;
 	uint64_t last_self_cpu_ns_ = 0, last_self_ns_ = 0;
 	double agent_pct_ = -1, agent_pct_max_ = -1; // eacgm's whole CPU, % of a core
 };

@@ -497,10 +497,6 @@ void RecordSession::begin()
 				python_ && python_->sample_hz() ? python_.get() : nullptr);
 	(void)store_->set_meta("command", a_.command.empty() ? "pid " + std::to_string(a_.pid) : join(a_.command, " "));
 	(void)store_->set_meta("layers", join(layers_));
-	// What a sampled span's "samples" count is worth (the budget writes the
-	// longest period instead if it lowers the rate).
-	if (python_ && python_->sample_period_ns())
-		(void)store_->set_meta("python_sample_period_ns", std::to_string(python_->sample_period_ns()));
 	(void)store_->set_meta("eacgm_version", EACGM_VERSION);
 	(void)store_->set_meta("start_mono_ns", std::to_string(mono_ns()));
 	(void)store_->set_wall_offset(wall_offset_ns());
@@ -649,6 +645,10 @@ int RecordSession::finish()
 		budget_->write_meta(*store_);
 		budget_.reset(); // the last burst ends
 	}
+	// What a sampled span's "samples" count is worth: the longest period
+	// used (the budget may have lowered the rate), which bounds its error.
+	if (python_ && python_->longest_sample_period_ns())
+		(void)store_->set_meta("python_sample_period_ns", std::to_string(python_->longest_sample_period_ns()));
 	if (detector_)
 		detector_->flush(true); // refits would score nothing more
 	double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();

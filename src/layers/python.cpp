@@ -184,7 +184,7 @@ Result<void> PythonTracer::load(unsigned sample_hz)
 	links_.add(fork_link);
 	if (!sample_hz)
 		return {};
-	sample_hz_ = sample_hz;
+	sample_hz_ = lowest_hz_ = sample_hz;
 	// One CPU-clock sampling event per CPU, all processes: the program keeps
 	// only traced ones.
 	int ncpu = libbpf_num_possible_cpus();
@@ -222,6 +222,7 @@ Result<void> PythonTracer::set_sample_hz(unsigned hz)
 			return make_error(std::string("cannot change the Python sampler's rate: ") +
 					  std::strerror(errno));
 	sample_hz_ = hz;
+	lowest_hz_ = std::min(lowest_hz_, hz);
 	return {};
 }
 

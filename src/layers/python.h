@@ -69,6 +69,10 @@ public:
 	// The sampler's period of a thread's CPU time now; 0 without sampling.
 	uint64_t sample_period_ns() const { return sample_hz_ ? 1'000'000'000ull / sample_hz_ : 0; }
 	unsigned sample_hz() const { return sample_hz_; }
+	// The lowest rate used since load(), and its period: what bounds a
+	// sampled time's error (0 without sampling).
+	unsigned lowest_sample_hz() const { return lowest_hz_; }
+	uint64_t longest_sample_period_ns() const { return lowest_hz_ ? 1'000'000'000ull / lowest_hz_ : 0; }
 	// Changes the sampling rate of every CPU's event at once (the overhead
 	// budget's lever on the sampler); a sampler that is off stays off.
 	Result<void> set_sample_hz(unsigned hz);
@@ -98,7 +102,7 @@ private:
 	std::map<uint32_t, PythonRuntime> procs_;
 	std::set<std::string> warned_;
 	std::vector<std::string> warnings_;
-	unsigned sample_hz_ = 0;
+	unsigned sample_hz_ = 0, lowest_hz_ = 0;
 };
 
 } // namespace eacgm
