@@ -4,12 +4,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <poll.h>
 #include <sstream>
 #include <sys/epoll.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+
+#include "common/fs.h"
 
 namespace eacgm {
 
@@ -51,8 +52,7 @@ struct ProcStat {
 // exit code (Linux 3.5+), a wait status.
 std::optional<ProcStat> read_stat(uint32_t pid)
 {
-	std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-	std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+	std::string stat = read_small_file("/proc/" + std::to_string(pid) + "/stat").value_or("");
 	auto paren = stat.rfind(')');
 	if (paren == std::string::npos)
 		return std::nullopt;
