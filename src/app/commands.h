@@ -1,7 +1,10 @@
 // One function per subcommand; each returns the process exit code.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
+
+#include "common/result.h"
 
 namespace CLI {
 class App;
@@ -33,6 +36,9 @@ struct RecordArgs {
 };
 int run_record(const RecordArgs &args);
 int run_export(const std::string &db, const std::string &perfetto);
+// Writes a finished recording's trace and returns its summary, reading its
+// spans once, one at a time (record's end, export); spans: how many.
+Result<std::string> write_trace_and_summary(const std::string &db, const std::string &trace, uint64_t *spans = nullptr);
 int run_summary(const std::string &db);
 int run_doctor();
 

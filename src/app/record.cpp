@@ -657,15 +657,13 @@ int RecordSession::finish()
 		return fail(r.error().message);
 	g_partial[0][0] = 0;
 
-	auto rec = load_recording(db_);
-	if (!rec)
-		return fail(rec.error().message);
-	if (auto r = write_perfetto(rec.value(), trace_); !r)
-		return fail(r.error().message);
+	auto summary = write_trace_and_summary(db_, trace_);
+	if (!summary)
+		return fail(summary.error().message);
 	if (!a_.flamegraph.empty())
 		if (auto r = write_file_atomic(a_.flamegraph, recorder_->folded_stacks()); !r)
 			return fail(r.error().message);
-	std::cerr << format_summary(rec.value());
+	std::cerr << *summary;
 	std::cerr << "recording: " << db_ << "\ntrace:     " << trace_ << " (open in ui.perfetto.dev)\n";
 	if (!a_.flamegraph.empty())
 		std::cerr << "flame graph stacks: " << a_.flamegraph << "\n";

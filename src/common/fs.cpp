@@ -50,10 +50,13 @@ Result<void> check_writable(const std::string &path)
 
 Result<void> write_file_atomic(const std::string &path, const std::string &content)
 {
-	return write_file_atomic(path, [&](std::ostream &out) { out << content; });
+	return write_file_atomic(path, [&](std::ostream &out) -> Result<void> {
+		out << content;
+		return {};
+	});
 }
 
-Result<void> write_file_atomic(const std::string &path, const std::function<void(std::ostream &)> &write)
+Result<void> write_file_atomic(const std::string &path, const std::function<Result<void>(std::ostream &)> &write)
 {
 	std::string tmp = path + ".tmp." + std::to_string(getpid());
 	{
@@ -61,7 +64,11 @@ Result<void> write_file_atomic(const std::string &path, const std::function<void
 		if (!out)
 			return make_error("cannot write " + path + ": " + std::strerror(errno) +
 					  "; choose another output path");
-		write(out);
+		if (auto r = write(out); !r) {
+			out.close();
+			std::remove(tmp.c_str());
+			return r;
+		}
 		out.flush();
 		if (!out) {
 			std::remove(tmp.c_str());

@@ -20,7 +20,8 @@ std::optional<std::string> read_small_file(const std::string &path);
 
 // Writes `content` to path.tmp.<pid> and renames it over `path`.
 Result<void> write_file_atomic(const std::string &path, const std::string &content);
-// The same for content written as it is made (never held whole).
-Result<void> write_file_atomic(const std::string &path, const std::function<void(std::ostream &)> &write);
+// The same for content written as it is made (never held whole). An error
+// from write (its source failed) leaves nothing at path and is returned.
+Result<void> write_file_atomic(const std::string &path, const std::function<Result<void>(std::ostream &)> &write);
 
 } // namespace eacgm

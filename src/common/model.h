@@ -3,6 +3,7 @@
 // them to Unix time at the edges (trace metadata, summaries).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <map>
 #include <memory>
@@ -137,5 +138,15 @@ struct Recording {
 	std::vector<Event> events;      // by ts_ns
 	std::vector<Anomaly> anomalies; // by ts_ns; written by `eacgm detect`
 };
+
+// Spans handed over one at a time (read from a file as they are needed
+// rather than held), in an order their maker promises:
+enum class SpanOrder {
+	as_recorded, // the order they were stored in: the cheapest to read
+	by_start,    // start_ns; ties in the order they were recorded
+	by_thread,   // pid, tid, start_ns, longer first, shallower first, then
+		     // as recorded: how a trace viewer nests them
+};
+using SpanVisit = std::function<void(const Span &)>;
 
 } // namespace eacgm

@@ -115,17 +115,12 @@ json anomaly_event(const Anomaly &a)
 
 } // namespace
 
-// Every trace event in the order viewers want them.
-static void emit_events(const Recording &rec, const Emit &emit)
+// Viewers nest complete events on a thread by order of appearance: a
+// parent must come before a child that starts at the same time, hence
+// longer first, then shallower first for spans identical in time
+// (SpanOrder::by_thread).
+static Result<void> in_memory_by_thread(const Recording &rec, const SpanVisit &visit)
 {
-	for (const Process &p : rec.processes)
-		emit(name_event("process_name", p.pid, p.pid, p.comm + " (" + std::to_string(p.pid) + ")"));
-	for (const Thread &t : rec.threads)
-		emit(name_event("thread_name", t.pid, t.tid, t.name));
-
-	// Viewers nest complete events on a thread by order of appearance: a
-	// parent must come before a child that starts at the same time, hence
-	// longer first, then shallower first for spans identical in time.
 	std::vector<size_t> order(rec.spans.size());
 	std::iota(order.begin(), order.end(), 0);
 	std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
@@ -134,43 +129,65 @@ static void emit_events(const Recording &rec, const Emit &emit)
 			std::tie(y.pid, y.tid, y.start_ns, x.dur_ns, y.depth);
 	});
 	for (size_t i : order)
-		emit(span_event(rec.spans[i]));
+		visit(rec.spans[i]);
+	return {};
+}
+
+// Every trace event in the order viewers want them.
+static Result<void> emit_events(const Recording &rec, const SpanFeed &spans, const Emit &emit)
+{
+	for (const Process &p : rec.processes)
+		emit(name_event("process_name", p.pid, p.pid, p.comm + " (" + std::to_string(p.pid) + ")"));
+	for (const Thread &t : rec.threads)
+		emit(name_event("thread_name", t.pid, t.tid, t.name));
+	if (auto r = spans([&](const Span &s) { emit(span_event(s)); }); !r)
+		return r;
 	add_metrics(rec, emit);
 	for (const Event &e : rec.events)
 		emit(instant_event(e));
 	for (const Anomaly &a : rec.anomalies)
 		emit(anomaly_event(a));
+	return {};
 }
 
 // Writes the document event by event: {"traceEvents":[...], then the rest.
-static void write_trace(const Recording &rec, std::ostream &out)
+static Result<void> write_trace(const Recording &rec, const SpanFeed &spans, std::ostream &out)
 {
 	// replace: captured strings and process names may not be valid UTF-8.
 	auto text = [](const json &j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); };
 	out << "{\"traceEvents\":[";
 	bool first = true;
-	emit_events(rec, [&](const json &e) {
+	auto r = emit_events(rec, spans, [&](const json &e) {
 		out << (first ? "\n" : ",\n") << text(e);
 		first = false;
 	});
+	if (!r)
+		return r;
 	json other = json::object();
 	for (const auto &[k, v] : rec.meta)
 		other[k] = v;
 	other["clock"] = "CLOCK_MONOTONIC";
 	other["wall_offset_ns"] = std::to_string(rec.wall_offset_ns);
 	out << "],\n\"displayTimeUnit\":\"ns\",\n\"otherData\":" << text(other) << "}";
+	return {};
 }
 
 std::string perfetto_json(const Recording &rec)
 {
 	std::ostringstream out;
-	write_trace(rec, out);
+	(void)write_trace(
+		rec, [&](const SpanVisit &v) { return in_memory_by_thread(rec, v); }, out);
 	return out.str();
 }
 
 Result<void> write_perfetto(const Recording &rec, const std::string &path)
 {
-	return write_file_atomic(path, [&](std::ostream &out) { write_trace(rec, out); });
+	return write_perfetto(rec, path, [&](const SpanVisit &v) { return in_memory_by_thread(rec, v); });
+}
+
+Result<void> write_perfetto(const Recording &rec, const std::string &path, const SpanFeed &spans)
+{
+	return write_file_atomic(path, [&](std::ostream &out) { return write_trace(rec, spans, out); });
 }
 
 } // namespace eacgm

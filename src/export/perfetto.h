@@ -6,6 +6,7 @@
 // every nanosecond while the clock is below 2^43 us (about 100 days of
 // uptime); otherData.wall_offset_ns converts to Unix time.
 #pragma once
+#include <functional>
 #include <string>
 
 #include "common/model.h"
@@ -22,5 +23,13 @@ std::string perfetto_json(const Recording &rec);
 // Writes perfetto_json(rec) to path, event by event (the document is never
 // held whole); the file appears whole or not at all.
 Result<void> write_perfetto(const Recording &rec, const std::string &path);
+
+// Hands each span to the visitor in SpanOrder::by_thread: a recording's
+// RecordingReader::each_span, so that its spans are never held whole.
+using SpanFeed = std::function<Result<void>(const SpanVisit &)>;
+// The same document with the spans from spans (rec.spans unused): the
+// same bytes as from the spans in memory. An error from the feed leaves
+// nothing at path.
+Result<void> write_perfetto(const Recording &rec, const std::string &path, const SpanFeed &spans);
 
 } // namespace eacgm

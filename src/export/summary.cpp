@@ -188,7 +188,7 @@ std::string metrics_section(const Recording &rec, size_t max_rows_per_layer)
 
 // What `eacgm detect` found: how many per key, then the most anomalous
 // (lowest score relative to the threshold) with their first cause.
-std::string anomalies_section(const Recording &rec, size_t max_rows)
+std::string anomalies_section(const Recording &rec, uint64_t first, size_t max_rows)
 {
 	if (rec.anomalies.empty())
 		return "";
@@ -212,7 +212,6 @@ std::string anomalies_section(const Recording &rec, size_t max_rows)
 		return x->score - x->threshold < y->score - y->threshold;
 	});
 	size_t n = max_rows ? std::min(max_rows, top.size()) : top.size();
-	uint64_t first = rec.spans.empty() ? 0 : rec.spans.front().start_ns;
 	for (size_t i = 0; i < n; i++) {
 		const Anomaly &a = *top[i];
 		char head[96];
@@ -232,12 +231,8 @@ std::string anomalies_section(const Recording &rec, size_t max_rows)
 } // namespace
 
 // Which errors, not only how many: the most frequent return names.
-std::string errors_line(const std::vector<Span> &spans)
+static std::string errors_line(const std::map<std::string, uint64_t> &by_name)
 {
-	std::map<std::string, uint64_t> by_name;
-	for (const Span &s : spans)
-		if (is_error_span(s))
-			by_name[s.ret_name]++;
 	if (by_name.empty())
 		return "";
 	std::vector<std::pair<std::string, uint64_t>> names(by_name.begin(), by_name.end());
@@ -248,6 +243,15 @@ std::string errors_line(const std::vector<Span> &spans)
 	if (names.size() > 5)
 		line += ", ... " + std::to_string(names.size() - 5) + " more kinds";
 	return line + "\n";
+}
+
+std::string errors_line(const std::vector<Span> &spans)
+{
+	std::map<std::string, uint64_t> by_name;
+	for (const Span &s : spans)
+		if (is_error_span(s))
+			by_name[s.ret_name]++;
+	return errors_line(by_name);
 }
 
 bool is_error_span(const Span &s)
@@ -296,56 +300,65 @@ static uint64_t sample_period_ns(const Recording &rec)
 	return it == rec.meta.end() ? 0 : std::strtoull(it->second.c_str(), nullptr, 10);
 }
 
-std::vector<FunctionStats> compute_stats(const Recording &rec)
+SpanTally::SpanTally(uint64_t period_ns) : period_(period_ns) {}
+
+SpanTally::SpanTally(const Recording &rec) : period_(sample_period_ns(rec))
 {
-	const uint64_t period = sample_period_ns(rec);
-	// Per function: its stats, its calls' durations, and the weighted sums
-	// (calls, errors, ns, bytes) its exact calls add up to.
-	struct Acc {
-		FunctionStats st;
-		std::vector<uint64_t> durs;
-		std::array<double, 4> sums{};
-	};
-	std::map<std::pair<std::string, std::string>, Acc> acc;
-	for (const Span &s : rec.spans) {
-		auto &[st, durs, sums] = acc[{s.layer, s.name}];
-		if (auto n = s.args.find("samples");
-		    n != s.args.end() && n->is_number_integer() && n->get<int64_t>() >= 0) {
-			auto k = n->get<uint64_t>();
-			st.runs++;
-			st.samples += k;
-			if (auto t = s.args.find("sampled_ns"); t != s.args.end() && t->is_number_unsigned())
-				st.total_ns += t->get<uint64_t>();
-			else
-				st.total_ns += period ? k * period : s.dur_ns;
-			continue;
-		}
-		double w = 1;
-		if (auto n = s.args.find("weight"); n != s.args.end() && n->is_number() && n->get<double>() >= 1) {
-			w = n->get<double>();
-			st.estimated = true;
-		}
-		sums[0] += w;
-		sums[1] += w * is_error_span(s);
-		sums[2] += w * static_cast<double>(s.dur_ns);
-		sums[3] += w * static_cast<double>(s.bytes);
-		st.seen++;
-		durs.push_back(s.dur_ns);
+	for (const Span &s : rec.spans)
+		add(s);
+}
+
+void SpanTally::add(const Span &s)
+{
+	spans_++;
+	pids_.insert(s.pid);
+	tids_.insert({s.pid, s.tid});
+	first_ns_ = std::min(first_ns_, s.start_ns);
+	last_ns_ = std::max(last_ns_, s.start_ns + s.dur_ns);
+	if (is_error_span(s))
+		errors_[s.ret_name]++;
+
+	Acc &a = acc_[{s.layer, s.name}];
+	if (auto n = s.args.find("samples"); n != s.args.end() && n->is_number_integer() && n->get<int64_t>() >= 0) {
+		auto k = n->get<uint64_t>();
+		a.st.runs++;
+		a.st.samples += k;
+		if (auto t = s.args.find("sampled_ns"); t != s.args.end() && t->is_number_unsigned())
+			a.st.total_ns += t->get<uint64_t>();
+		else
+			a.st.total_ns += period_ ? k * period_ : s.dur_ns;
+		return;
 	}
+	double w = 1;
+	if (auto n = s.args.find("weight"); n != s.args.end() && n->is_number() && n->get<double>() >= 1) {
+		w = n->get<double>();
+		a.st.estimated = true;
+	}
+	a.sums[0] += w;
+	a.sums[1] += w * is_error_span(s);
+	a.sums[2] += w * static_cast<double>(s.dur_ns);
+	a.sums[3] += w * static_cast<double>(s.bytes);
+	a.st.seen++;
+	a.durs.push_back(s.dur_ns);
+}
+
+std::vector<FunctionStats> SpanTally::stats() const
+{
 	std::vector<FunctionStats> out;
-	out.reserve(acc.size());
-	for (auto &[key, entry] : acc) {
-		auto &[st, durs, sums] = entry;
-		st.calls = std::llround(sums[0]);
-		st.errors = std::llround(sums[1]);
-		st.total_ns += std::llround(sums[2]);
-		st.bytes = std::llround(sums[3]);
+	out.reserve(acc_.size());
+	for (const auto &[key, a] : acc_) {
+		FunctionStats st = a.st;
+		st.calls = std::llround(a.sums[0]);
+		st.errors = std::llround(a.sums[1]);
+		st.total_ns += std::llround(a.sums[2]);
+		st.bytes = std::llround(a.sums[3]);
+		std::vector<uint64_t> durs = a.durs;
 		std::sort(durs.begin(), durs.end());
 		st.layer = key.first;
 		st.name = key.second;
 		st.p50_ns = durs.empty() ? 0 : percentile(durs, 50);
 		st.p99_ns = durs.empty() ? 0 : percentile(durs, 99);
-		st.error_ns = 2.0 * static_cast<double>(period) * std::sqrt(static_cast<double>(st.runs) / 6.0);
+		st.error_ns = 2.0 * static_cast<double>(period_) * std::sqrt(static_cast<double>(st.runs) / 6.0);
 		out.push_back(std::move(st));
 	}
 	std::sort(out.begin(), out.end(), [](const FunctionStats &a, const FunctionStats &b) {
@@ -353,6 +366,8 @@ std::vector<FunctionStats> compute_stats(const Recording &rec)
 	});
 	return out;
 }
+
+std::vector<FunctionStats> compute_stats(const Recording &rec) { return SpanTally(rec).stats(); }
 
 // One table row's cells; a layer with sampled functions shows samples and
 // the time's error where the others show errors and bytes.
@@ -413,31 +428,34 @@ static std::string budget_section(const Recording &rec)
 
 std::string format_summary(const Recording &rec, size_t max_rows_per_layer)
 {
-	// Counts include processes and threads only seen in spans, so a missed
-	// exec or thread-name event does not make the header disagree with the table.
-	std::set<uint32_t> pids;
-	std::set<std::pair<uint32_t, uint32_t>> tids;
+	return format_summary(rec, SpanTally(rec), max_rows_per_layer);
+}
+
+// "N processes, N threads, N spans over T": processes and threads only
+// seen in spans count too, so a missed exec or thread-name event does not
+// make the header disagree with the table.
+static std::string header_line(const Recording &rec, const SpanTally &tally)
+{
+	std::set<uint32_t> pids = tally.pids();
+	std::set<std::pair<uint32_t, uint32_t>> tids = tally.threads();
 	for (const Process &p : rec.processes)
 		pids.insert(p.pid);
 	for (const Thread &t : rec.threads)
 		tids.insert({t.pid, t.tid});
-	uint64_t first = UINT64_MAX, last = 0;
-	for (const Span &s : rec.spans) {
-		pids.insert(s.pid);
-		tids.insert({s.pid, s.tid});
-		first = std::min(first, s.start_ns);
-		last = std::max(last, s.start_ns + s.dur_ns);
-	}
 	// Duration is the extent of the spans: process start times may predate
 	// the recording (eacgm record -p).
-	double span_ns = rec.spans.empty() ? 0 : static_cast<double>(last - first);
+	double span_ns = tally.spans() ? static_cast<double>(tally.last_ns() - tally.first_ns()) : 0;
 	auto count = [](size_t n, const char *one, const char *many) {
 		return std::to_string(n) + " " + (n == 1 ? one : many);
 	};
-	std::string out = count(pids.size(), "process", "processes") + ", " + count(tids.size(), "thread", "threads") +
-		", " + count(rec.spans.size(), "span", "spans") + " over " + format_duration(span_ns) + "\n";
+	return count(pids.size(), "process", "processes") + ", " + count(tids.size(), "thread", "threads") + ", " +
+		count(tally.spans(), "span", "spans") + " over " + format_duration(span_ns) + "\n";
+}
 
-	auto stats = compute_stats(rec);
+std::string format_summary(const Recording &rec, const SpanTally &tally, size_t max_rows_per_layer)
+{
+	std::string out = header_line(rec, tally);
+	auto stats = tally.stats();
 	size_t name_w = 8;
 	for (const FunctionStats &f : stats)
 		name_w = std::max(name_w, std::min<size_t>(width(f.name), 40));
@@ -483,10 +501,10 @@ std::string format_summary(const Recording &rec, size_t max_rows_per_layer)
 	}
 	if (stats.empty() && rec.metrics.empty())
 		out += "\nno spans recorded\n";
-	out += errors_line(rec.spans);
+	out += errors_line(tally.error_names());
 	out += budget_section(rec);
 	out += metrics_section(rec, max_rows_per_layer);
-	out += anomalies_section(rec, max_rows_per_layer);
+	out += anomalies_section(rec, tally.spans() ? tally.first_ns() : 0, max_rows_per_layer);
 	out += "\n" + drops_line(rec.drops) + "\n";
 	return out;
 }

@@ -1,6 +1,10 @@
 // The one-screen text summary printed after a recording and by `eacgm summary`.
 #pragma once
+#include <array>
 #include <cstdint>
+#include <map>
+#include <set>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -41,8 +45,47 @@ struct FunctionStats {
 std::string errors_line(const std::vector<Span> &spans);
 bool is_error_span(const Span &s);
 
-// One entry per (layer, function), sorted by layer, then total time
-// descending, then name.
+// What the summary needs of the spans, gathered one span at a time, so
+// that a recording's spans need not be held (RecordingReader::each_span):
+// per function its counts and sums and its exact calls' durations (8 bytes
+// a call, for exact percentiles), the processes and threads, the extent,
+// the error names.
+class SpanTally {
+public:
+	// period_ns: what a sampled span's count of samples is worth where the
+	// span does not say (sampled_ns); 0: not known.
+	explicit SpanTally(uint64_t period_ns = 0);
+	// rec's spans (none when it was read without them), with the period
+	// its meta gives (python_sample_period_ns).
+	explicit SpanTally(const Recording &rec);
+	void add(const Span &s);
+
+	// One entry per (layer, function), sorted by layer, then total time
+	// descending, then name.
+	std::vector<FunctionStats> stats() const;
+	uint64_t spans() const { return spans_; }
+	uint64_t first_ns() const { return first_ns_; } // the earliest start, with spans()
+	uint64_t last_ns() const { return last_ns_; }   // the latest end
+	const std::set<uint32_t> &pids() const { return pids_; }
+	const std::set<std::pair<uint32_t, uint32_t>> &threads() const { return tids_; }
+	const std::map<std::string, uint64_t> &error_names() const { return errors_; } // see is_error_span
+
+private:
+	struct Acc {
+		FunctionStats st;
+		std::vector<uint64_t> durs; // exact calls'
+		// Weighted sums of its exact calls: calls, errors, ns, bytes.
+		std::array<double, 4> sums{};
+	};
+	uint64_t period_;
+	uint64_t spans_ = 0, first_ns_ = UINT64_MAX, last_ns_ = 0;
+	std::set<uint32_t> pids_;
+	std::set<std::pair<uint32_t, uint32_t>> tids_;
+	std::map<std::string, uint64_t> errors_;
+	std::map<std::pair<std::string, std::string>, Acc> acc_;
+};
+
+// SpanTally(rec).stats().
 std::vector<FunctionStats> compute_stats(const Recording &rec);
 
 // Header (processes, threads, spans, duration), a table per layer with calls,
@@ -51,6 +94,8 @@ std::vector<FunctionStats> compute_stats(const Recording &rec);
 // the max_rows_per_layer functions with the most total time per layer
 // (0: all) and says how many were left out.
 std::string format_summary(const Recording &rec, size_t max_rows_per_layer = 20);
+// The same with the spans from tally (rec.spans unused).
+std::string format_summary(const Recording &rec, const SpanTally &tally, size_t max_rows_per_layer = 20);
 
 // Human units with three significant digits: "850 ns", "12.3 µs", "1.50 ms",
 // "2.00 s"; "512 B", "1.50 KiB", "3.00 GiB".

@@ -531,21 +531,28 @@ static Result<DbHandle> open_recording(const std::string &path, int flags)
 	return db;
 }
 
-Result<Recording> load_recording(const std::string &path)
+Result<RecordingReader> RecordingReader::open(const std::string &path)
 {
-	auto opened = open_recording(path, SQLITE_OPEN_READONLY);
-	if (!opened)
-		return opened.error();
-	DbHandle db = std::move(*opened);
+	auto db = open_recording(path, SQLITE_OPEN_READONLY);
+	if (!db)
+		return db.error();
+	RecordingReader reader;
+	reader.path_ = path;
+	reader.db_ = std::move(*db);
+	return reader;
+}
 
-	Recording rec;
-	auto read = [&](const char *sql, auto fn) -> Result<void> {
-		if (auto r = each_row(db.get(), sql, fn); !r)
-			return make_error("recording " + path + " is damaged: " + r.error().message);
-		return {};
-	};
+template <class F>
+Result<void> RecordingReader::rows(const char *sql, F fn) const
+{
+	if (auto r = each_row(db_.get(), sql, fn); !r)
+		return make_error("recording " + path_ + " is damaged: " + r.error().message);
+	return {};
+}
 
-	auto r = read("SELECT key, value FROM meta", [&](sqlite3_stmt *st) -> Result<void> {
+Result<void> RecordingReader::read_meta(Recording &rec) const
+{
+	return rows("SELECT key, value FROM meta", [&](sqlite3_stmt *st) -> Result<void> {
 		std::string key = col_text(st, 0), value = col_text(st, 1);
 		if (key == "wall_offset_ns") {
 			auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), rec.wall_offset_ns);
@@ -556,27 +563,26 @@ Result<Recording> load_recording(const std::string &path)
 		}
 		return {};
 	});
-	if (!r)
-		return r.error();
+}
 
-	r = read("SELECT pid, ppid, comm, cmdline, start_ns, end_ns, exit_code FROM processes"
-		 " ORDER BY pid",
-		 [&](sqlite3_stmt *st) -> Result<void> {
-			 rec.processes.push_back(Process{
-				 .pid = static_cast<uint32_t>(col_int(st, 0)),
-				 .ppid = static_cast<uint32_t>(col_int(st, 1)),
-				 .comm = col_text(st, 2),
-				 .cmdline = col_text(st, 3),
-				 .start_ns = static_cast<uint64_t>(col_int(st, 4)),
-				 .end_ns = static_cast<uint64_t>(col_int(st, 5)),
-				 .exit_code = static_cast<int>(col_int(st, 6)),
-			 });
-			 return {};
-		 });
+Result<void> RecordingReader::read_tasks(Recording &rec) const
+{
+	auto r = rows("SELECT pid, ppid, comm, cmdline, start_ns, end_ns, exit_code FROM processes ORDER BY pid",
+		      [&](sqlite3_stmt *st) -> Result<void> {
+			      rec.processes.push_back(Process{
+				      .pid = static_cast<uint32_t>(col_int(st, 0)),
+				      .ppid = static_cast<uint32_t>(col_int(st, 1)),
+				      .comm = col_text(st, 2),
+				      .cmdline = col_text(st, 3),
+				      .start_ns = static_cast<uint64_t>(col_int(st, 4)),
+				      .end_ns = static_cast<uint64_t>(col_int(st, 5)),
+				      .exit_code = static_cast<int>(col_int(st, 6)),
+			      });
+			      return {};
+		      });
 	if (!r)
-		return r.error();
-
-	r = read("SELECT pid, tid, name FROM threads ORDER BY pid, tid", [&](sqlite3_stmt *st) -> Result<void> {
+		return r;
+	return rows("SELECT pid, tid, name FROM threads ORDER BY pid, tid", [&](sqlite3_stmt *st) -> Result<void> {
 		rec.threads.push_back(Thread{
 			.pid = static_cast<uint32_t>(col_int(st, 0)),
 			.tid = static_cast<uint32_t>(col_int(st, 1)),
@@ -584,67 +590,99 @@ Result<Recording> load_recording(const std::string &path)
 		});
 		return {};
 	});
-	if (!r)
-		return r.error();
+}
 
-	// A few distinct stacks stand behind many calls: each is parsed once and
-	// shared by its spans (PyStack), as when they were recorded.
+// The stack of a row: a few distinct stacks stand behind many calls, so
+// each is parsed once and shared by its spans (PyStack), as when they were
+// recorded.
+static Result<PyStack> row_stack(std::unordered_map<std::string, PyStack> &stacks, std::string text)
+{
+	auto [it, fresh] = stacks.try_emplace(std::move(text));
+	if (fresh) {
+		auto stack = nlohmann::json::parse(it->first, nullptr, false);
+		if (!stack.is_array() ||
+		    !std::all_of(stack.begin(), stack.end(), [](auto &f) { return f.is_string(); })) {
+			std::string bad = it->first;
+			stacks.erase(it);
+			return make_error("span py_stack is not a JSON array of strings: " + bad);
+		}
+		it->second = PyStack(stack.get<std::vector<std::string>>());
+	}
+	return it->second;
+}
+
+// by_thread is how a trace nests spans (see perfetto.h): the
+// spans_by_thread index gives that order but for ties.
+static const char *span_query(SpanOrder order)
+{
+	switch (order) {
+	case SpanOrder::as_recorded:
+		return "SELECT pid, tid, layer, name, start_ns, dur_ns, depth, ret, ret_name, bytes, args, py_stack"
+		       " FROM spans ORDER BY id";
+	case SpanOrder::by_start:
+		return "SELECT pid, tid, layer, name, start_ns, dur_ns, depth, ret, ret_name, bytes, args, py_stack"
+		       " FROM spans ORDER BY start_ns, id";
+	case SpanOrder::by_thread: break;
+	}
+	return "SELECT pid, tid, layer, name, start_ns, dur_ns, depth, ret, ret_name, bytes, args, py_stack"
+	       " FROM spans ORDER BY pid, tid, start_ns, dur_ns DESC, depth, id";
+}
+
+template <class F>
+Result<void> RecordingReader::spans(SpanOrder order, F take) const
+{
+	const char *sql = span_query(order);
 	std::unordered_map<std::string, PyStack> stacks;
-	r = read("SELECT pid, tid, layer, name, start_ns, dur_ns, depth, ret, ret_name, bytes,"
-		 " args, py_stack FROM spans ORDER BY start_ns, id",
-		 [&](sqlite3_stmt *st) -> Result<void> {
-			 std::string args = col_text(st, 10);
-			 Span s{
-				 .start_ns = static_cast<uint64_t>(col_int(st, 4)),
-				 .dur_ns = static_cast<uint64_t>(col_int(st, 5)),
-				 .pid = static_cast<uint32_t>(col_int(st, 0)),
-				 .tid = static_cast<uint32_t>(col_int(st, 1)),
-				 .depth = static_cast<uint32_t>(col_int(st, 6)),
-				 .layer = col_text(st, 2),
-				 .name = col_text(st, 3),
-				 .ret = col_int(st, 7),
-				 .ret_name = col_text(st, 8),
-				 .bytes = static_cast<uint64_t>(col_int(st, 9)),
-				 .args = args.empty() ? nlohmann::json::object()
-						      : nlohmann::json::parse(args, nullptr, false),
-			 };
-			 if (s.args.is_discarded())
-				 return make_error("span args are not valid JSON: " + args);
-			 if (std::string py = col_text(st, 11); !py.empty()) {
-				 auto [it, fresh] = stacks.try_emplace(py);
-				 if (fresh) {
-					 auto stack = nlohmann::json::parse(py, nullptr, false);
-					 if (!stack.is_array() || !std::all_of(stack.begin(), stack.end(), [](auto &f) {
-						     return f.is_string();
-					     }))
-						 return make_error("span py_stack is not a JSON array of strings: " +
-								   py);
-					 it->second = PyStack(stack.get<std::vector<std::string>>());
-				 }
-				 s.py_stack = it->second;
-			 }
-			 rec.spans.push_back(std::move(s));
-			 return {};
-		 });
-	if (!r)
-		return r.error();
+	return rows(sql, [&](sqlite3_stmt *st) -> Result<void> {
+		std::string args = col_text(st, 10);
+		Span s{
+			.start_ns = static_cast<uint64_t>(col_int(st, 4)),
+			.dur_ns = static_cast<uint64_t>(col_int(st, 5)),
+			.pid = static_cast<uint32_t>(col_int(st, 0)),
+			.tid = static_cast<uint32_t>(col_int(st, 1)),
+			.depth = static_cast<uint32_t>(col_int(st, 6)),
+			.layer = col_text(st, 2),
+			.name = col_text(st, 3),
+			.ret = col_int(st, 7),
+			.ret_name = col_text(st, 8),
+			.bytes = static_cast<uint64_t>(col_int(st, 9)),
+			.args = args.empty() ? nlohmann::json::object() : nlohmann::json::parse(args, nullptr, false),
+		};
+		if (s.args.is_discarded())
+			return make_error("span args are not valid JSON: " + args);
+		if (std::string py = col_text(st, 11); !py.empty()) {
+			auto stack = row_stack(stacks, std::move(py));
+			if (!stack)
+				return stack.error();
+			s.py_stack = *stack;
+		}
+		take(std::move(s));
+		return {};
+	});
+}
 
-	r = read("SELECT ts_ns, layer, name, key, pid, value FROM metrics ORDER BY ts_ns, rowid",
-		 [&](sqlite3_stmt *st) -> Result<void> {
-			 rec.metrics.push_back(Metric{
-				 .ts_ns = static_cast<uint64_t>(col_int(st, 0)),
-				 .layer = col_text(st, 1),
-				 .name = col_text(st, 2),
-				 .key = col_text(st, 3),
-				 .pid = static_cast<uint32_t>(col_int(st, 4)),
-				 .value = sqlite3_column_double(st, 5),
-			 });
-			 return {};
-		 });
-	if (!r)
-		return r.error();
+Result<void> RecordingReader::each_span(SpanOrder order, const SpanVisit &visit) const
+{
+	return spans(order, [&](Span &&s) { visit(s); });
+}
 
-	r = read("SELECT ts_ns, layer, name, key, pid, tid, args FROM events ORDER BY ts_ns, rowid",
+Result<void> RecordingReader::read_measures(Recording &rec) const
+{
+	auto r = rows("SELECT ts_ns, layer, name, key, pid, value FROM metrics ORDER BY ts_ns, rowid",
+		      [&](sqlite3_stmt *st) -> Result<void> {
+			      rec.metrics.push_back(Metric{
+				      .ts_ns = static_cast<uint64_t>(col_int(st, 0)),
+				      .layer = col_text(st, 1),
+				      .name = col_text(st, 2),
+				      .key = col_text(st, 3),
+				      .pid = static_cast<uint32_t>(col_int(st, 4)),
+				      .value = sqlite3_column_double(st, 5),
+			      });
+			      return {};
+		      });
+	if (!r)
+		return r;
+	r = rows("SELECT ts_ns, layer, name, key, pid, tid, args FROM events ORDER BY ts_ns, rowid",
 		 [&](sqlite3_stmt *st) -> Result<void> {
 			 std::string args = col_text(st, 6);
 			 Event e{
@@ -663,32 +701,8 @@ Result<Recording> load_recording(const std::string &path)
 			 return {};
 		 });
 	if (!r)
-		return r.error();
-
-	r = read("SELECT ts_ns, dur_ns, pid, tid, layer, name, score, threshold, features, causes FROM anomalies"
-		 " ORDER BY ts_ns, rowid",
-		 [&](sqlite3_stmt *st) -> Result<void> {
-			 Anomaly a{
-				 .ts_ns = static_cast<uint64_t>(col_int(st, 0)),
-				 .dur_ns = static_cast<uint64_t>(col_int(st, 1)),
-				 .pid = static_cast<uint32_t>(col_int(st, 2)),
-				 .tid = static_cast<uint32_t>(col_int(st, 3)),
-				 .layer = col_text(st, 4),
-				 .name = col_text(st, 5),
-				 .score = sqlite3_column_double(st, 6),
-				 .threshold = sqlite3_column_double(st, 7),
-				 .features = nlohmann::json::parse(col_text(st, 8), nullptr, false),
-				 .causes = nlohmann::json::parse(col_text(st, 9), nullptr, false),
-			 };
-			 if (!a.features.is_object() || !a.causes.is_array())
-				 return make_error("anomaly features or causes are not valid JSON");
-			 rec.anomalies.push_back(std::move(a));
-			 return {};
-		 });
-	if (!r)
-		return r.error();
-
-	r = read("SELECT layer, reason, count FROM drops ORDER BY rowid", [&](sqlite3_stmt *st) -> Result<void> {
+		return r;
+	return rows("SELECT layer, reason, count FROM drops ORDER BY rowid", [&](sqlite3_stmt *st) -> Result<void> {
 		rec.drops.push_back(Drop{
 			.layer = col_text(st, 0),
 			.reason = col_text(st, 1),
@@ -696,9 +710,51 @@ Result<Recording> load_recording(const std::string &path)
 		});
 		return {};
 	});
-	if (!r)
-		return r.error();
+}
+
+Result<void> RecordingReader::read_anomalies(Recording &rec) const
+{
+	return rows("SELECT ts_ns, dur_ns, pid, tid, layer, name, score, threshold, features, causes FROM anomalies"
+		    " ORDER BY ts_ns, rowid",
+		    [&](sqlite3_stmt *st) -> Result<void> {
+			    Anomaly a{
+				    .ts_ns = static_cast<uint64_t>(col_int(st, 0)),
+				    .dur_ns = static_cast<uint64_t>(col_int(st, 1)),
+				    .pid = static_cast<uint32_t>(col_int(st, 2)),
+				    .tid = static_cast<uint32_t>(col_int(st, 3)),
+				    .layer = col_text(st, 4),
+				    .name = col_text(st, 5),
+				    .score = sqlite3_column_double(st, 6),
+				    .threshold = sqlite3_column_double(st, 7),
+				    .features = nlohmann::json::parse(col_text(st, 8), nullptr, false),
+				    .causes = nlohmann::json::parse(col_text(st, 9), nullptr, false),
+			    };
+			    if (!a.features.is_object() || !a.causes.is_array())
+				    return make_error("anomaly features or causes are not valid JSON");
+			    rec.anomalies.push_back(std::move(a));
+			    return {};
+		    });
+}
+
+Result<Recording> RecordingReader::read(bool with_spans) const
+{
+	Recording rec;
+	for (auto part : {&RecordingReader::read_meta, &RecordingReader::read_tasks, &RecordingReader::read_measures,
+			  &RecordingReader::read_anomalies})
+		if (auto r = (this->*part)(rec); !r)
+			return r.error();
+	if (with_spans)
+		if (auto r = spans(SpanOrder::by_start, [&](Span &&s) { rec.spans.push_back(std::move(s)); }); !r)
+			return r.error();
 	return rec;
+}
+
+Result<Recording> load_recording(const std::string &path)
+{
+	auto reader = RecordingReader::open(path);
+	if (!reader)
+		return reader.error();
+	return reader->read(true);
 }
 
 Result<void> replace_anomalies(const std::string &path, const std::vector<Anomaly> &anomalies)
