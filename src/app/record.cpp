@@ -357,6 +357,8 @@ RecordSession::Stop RecordSession::open_recorder()
 		recorder_->keep_folded_stacks();
 	if (python_ && python_->sample_period_ns())
 		recorder_->set_sample_period(0, python_->sample_period_ns());
+	if (a_.python_entries != "off")
+		recorder_->keep_python_samples(); // measured calls reshape the sampled spans
 	// Online detection: a model per function, trained on its first calls,
 	// refitted in the background; anomalies go to the store as they come.
 	if (a_.detect) {

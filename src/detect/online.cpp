@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <ctime>
+#include <malloc.h>
 #include <pthread.h>
 #include <sched.h>
 
@@ -211,8 +212,15 @@ void OnlineDetector::worker()
 		credit -= thread_cpu_s() - t0;
 		lk.lock();
 		busy_ = false;
-		if (jobs_.empty())
+		if (jobs_.empty()) {
 			idle_cv_.notify_all();
+			// A fit's matrices are freed, but glibc keeps the pages of
+			// this thread's arena (21 MB of eacgm's RSS on GPT): give
+			// them back while nothing waits.
+			lk.unlock();
+			malloc_trim(0);
+			lk.lock();
+		}
 	}
 }
 

@@ -64,6 +64,7 @@ std::string reason_text(const std::string &reason)
 		{"unresolved_entry", "Python calls whose code was freed before it was read"},
 		{"unresolved_stack", "Python stacks whose code was freed before it was read"},
 		{"contradicted_call", "Python calls whose return the kernel missed (a sample showed them gone)"},
+		{"late_sample", "Python samples read too late to place in their thread's timeline"},
 	};
 	if (auto it = known.find(reason); it != known.end())
 		return it->second;

@@ -120,7 +120,117 @@ std::vector<Sampled> sampled_spans(uint32_t pid, uint32_t tid, const std::vector
 	return out;
 }
 
+// Viewers' and the tests' order: by start, longer first, shallower first.
+void sort_by_start(std::vector<Span> &out)
+{
+	std::sort(out.begin(), out.end(), [](const Span &a, const Span &b) {
+		uint64_t ea = a.start_ns + a.dur_ns, eb = b.start_ns + b.dur_ns;
+		if (a.start_ns != b.start_ns)
+			return a.start_ns < b.start_ns;
+		if (ea != eb)
+			return ea > eb;
+		return a.depth < b.depth; // as the samples nested them; unseen calls innermost
+	});
+}
+
 } // namespace
+
+// The stack is the nesting: a frame's span holds those opened above it while
+// it was open, so its depth is its place on the stack and its self time its
+// length less theirs (the batch's nesting by time finds the same).
+void SampledSpans::close_from(size_t depth)
+{
+	for (; open_.size() > depth; open_.pop_back()) {
+		Open &o = open_.back();
+		size_t d = open_.size() - 1;
+		Span s = function_span(pid_, tid_, o.frame, o.start, o.last);
+		s.depth = static_cast<uint32_t>(d);
+		s.args["samples"] = o.samples; // an estimate, not a call
+		if (o.sampled_ns)
+			s.args["sampled_ns"] = o.sampled_ns;
+		s.args["self_ns"] = s.dur_ns - std::min(s.dur_ns, o.children_ns);
+		if (d)
+			open_[d - 1].children_ns += s.dur_ns;
+		if (ended_.size() <= d)
+			ended_.resize(d + 1, 0);
+		ended_[d] = o.last;
+		closed_.push_back(std::move(s));
+	}
+}
+
+void SampledSpans::add(const PyStackSample &smp)
+{
+	if (smp.ts_ns < last_ns_)
+		return add_late(smp);
+	last_ns_ = smp.ts_ns;
+	// A truncated sample lacks its outer frames: it continues the open
+	// stack where its outermost frame sits there, or says nothing.
+	std::vector<PyFrame> whole;
+	const std::vector<PyFrame> *frames = &*smp.frames;
+	if (smp.truncated) {
+		if (smp.frames->empty())
+			return;
+		size_t at = open_.size();
+		for (size_t d = 0; d < open_.size() && at == open_.size(); d++)
+			if (same_function(open_[d].frame, smp.frames->back()))
+				at = d;
+		if (at == open_.size())
+			return;
+		whole = *smp.frames;
+		for (size_t d = at; d-- > 0;)
+			whole.push_back(open_[d].frame);
+		frames = &whole;
+	}
+	size_t n = frames->size();
+	size_t common = 0;
+	while (common < open_.size() && common < n && same_function(open_[common].frame, (*frames)[n - 1 - common]))
+		common++;
+	close_from(common);
+	uint64_t weight_ns = smp.periodic ? smp.period_ns : 0;
+	for (auto &o : open_) {
+		o.last = smp.ts_ns;
+		o.samples += smp.periodic;
+		o.sampled_ns += weight_ns;
+	}
+	for (size_t d = common; d < n; d++)
+		open_.push_back({.frame = (*frames)[n - 1 - d],
+				 .start = smp.ts_ns,
+				 .last = smp.ts_ns,
+				 .floor = d < ended_.size() ? ended_[d] : 0,
+				 .samples = smp.periodic,
+				 .sampled_ns = weight_ns});
+}
+
+// Where the open stack holds the late sample's outer frames, and their
+// spans could have started at it (after the span before them at their
+// depth, not before their caller), they start there; what is left of it has
+// no span to go to.
+void SampledSpans::add_late(const PyStackSample &smp)
+{
+	const std::vector<PyFrame> &f = *smp.frames;
+	size_t n = smp.truncated ? 0 : f.size(), d = 0;
+	for (; d < open_.size() && d < n; d++) {
+		Open &o = open_[d];
+		if (!same_function(o.frame, f[n - 1 - d]) || smp.ts_ns <= o.floor ||
+		    (d && open_[d - 1].start > smp.ts_ns))
+			break;
+		o.start = std::min(o.start, smp.ts_ns);
+	}
+	if (d < f.size() || smp.truncated) {
+		late_++;
+		return;
+	}
+	for (size_t i = 0; i < d; i++) { // it saw them all: it counts
+		open_[i].samples += smp.periodic;
+		open_[i].sampled_ns += smp.periodic ? smp.period_ns : 0;
+	}
+}
+
+std::vector<Span> SampledSpans::finish()
+{
+	close_from(0);
+	return take();
+}
 
 std::vector<Span> python_function_spans(uint32_t pid, uint32_t tid, const std::vector<PyStackSample> &samples,
 					const std::vector<PyCall> &all_calls, size_t *dropped)
@@ -144,6 +254,15 @@ std::vector<Span> python_function_spans(uint32_t pid, uint32_t tid, const std::v
 			++*dropped;
 		if (!contradicted)
 			calls.push_back(c);
+	}
+
+	if (calls.empty()) { // the samples alone: as they would come
+		SampledSpans spans(pid, tid);
+		for (const PyStackSample &smp : samples)
+			spans.add(smp);
+		auto out = spans.finish();
+		sort_by_start(out);
+		return out;
 	}
 
 	// Measured calls are the truth for their function: a sampled span of the
@@ -231,14 +350,7 @@ std::vector<Span> python_function_spans(uint32_t pid, uint32_t tid, const std::v
 	// only knows its ends to a sample period, so where one disagrees with a
 	// measured call it gives way: a sampled parent extends to cover a call
 	// it contains, a sampled span that starts inside a call ends with it.
-	std::sort(out.begin(), out.end(), [](const Span &a, const Span &b) {
-		uint64_t ea = a.start_ns + a.dur_ns, eb = b.start_ns + b.dur_ns;
-		if (a.start_ns != b.start_ns)
-			return a.start_ns < b.start_ns;
-		if (ea != eb)
-			return ea > eb;
-		return a.depth < b.depth; // as the samples nested them; unseen calls innermost
-	});
+	sort_by_start(out);
 	std::vector<size_t> stack; // indexes into out, outermost first
 	std::vector<uint64_t> children(out.size(), 0);
 	auto end_of = [&](size_t i) { return out[i].start_ns + out[i].dur_ns; };

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/model.h"
@@ -73,6 +74,46 @@ struct PyCall {
 // are one span: a sampled span is a run of calls, not a call.
 std::vector<Span> python_function_spans(uint32_t pid, uint32_t tid, const std::vector<PyStackSample> &samples,
 					const std::vector<PyCall> &calls = {}, size_t *dropped = nullptr);
+
+// The same spans, for a thread without measured calls, made as its samples
+// come instead of from all of them at the end: a function's span is final
+// once a sample no longer holds it, and only the frames still on the stack
+// are kept (a long recording need not keep its samples: on GPT they grew
+// by half a MB a second, two per torch call). Samples must come in time
+// order; one that comes late (a torch call's start, read when the call
+// ended) moves the start of the open frames it shares back to it, where no
+// earlier span of their depth ended after it, and is otherwise dropped
+// (late()). take() hands over the spans closed so far; finish() closes the
+// rest. Together they are python_function_spans()'s spans, in another order.
+class SampledSpans {
+public:
+	SampledSpans(uint32_t pid, uint32_t tid) : pid_(pid), tid_(tid) {}
+	void add(const PyStackSample &smp);
+	std::vector<Span> take() { return std::exchange(closed_, {}); }
+	std::vector<Span> finish();
+	// The latest sample so far (0: none): a later one may come in order.
+	uint64_t last_ns() const { return last_ns_; }
+	uint64_t late() const { return late_; } // samples that came late and said nothing
+	size_t open_frames() const { return open_.size(); }
+
+private:
+	struct Open {
+		PyFrame frame;
+		uint64_t start, last;
+		uint64_t floor;           // the end of the span before it at its depth
+		uint64_t samples = 0;     // periodic samples that saw it
+		uint64_t sampled_ns = 0;  // the sum of their periods
+		uint64_t children_ns = 0; // of the spans closed inside it
+	};
+	void close_from(size_t depth);
+	void add_late(const PyStackSample &smp);
+
+	uint32_t pid_, tid_;
+	std::vector<Open> open_;      // outermost first
+	std::vector<uint64_t> ended_; // per depth, the end of the last span closed there
+	std::vector<Span> closed_;
+	uint64_t last_ns_ = 0, late_ = 0;
+};
 
 // "train_step (train.py:42)", innermost first: how a span shows its stack.
 std::vector<std::string> format_py_stack(const std::vector<PyFrame> &frames);

@@ -480,9 +480,8 @@ Result<void> Recorder::flush(bool force)
 					// the samples at its start and end (a cut or truncated
 					// stack would mislead them: it stays out).
 					if (frames->back().qualname != "..." && !(flags & EACGM_PY_TRUNCATED)) {
-						auto &thread = samples_[{s.pid, s.tid}];
-						thread.push_back({s.start_ns, frames, false, false});
-						thread.push_back({s.start_ns + s.dur_ns, frames, false, false});
+						add_sample(s.pid, s.tid, {s.start_ns, frames, false, false});
+						add_sample(s.pid, s.tid, {s.start_ns + s.dur_ns, frames, false, false});
 					}
 				}
 				span_stacks_.erase(stack);
@@ -514,11 +513,75 @@ Result<void> Recorder::flush(bool force)
 		if (!rs.frames || (*rs.frames)->empty())
 			continue;
 		rs.samples += fold_;
-		samples_[{raw.pid, raw.tid}].push_back(
-			{raw.ts, *rs.frames, (raw.flags & EACGM_PY_TRUNCATED) != 0, true, period_at(raw.ts)});
+		add_sample(raw.pid, raw.tid,
+			   {raw.ts, *rs.frames, (raw.flags & EACGM_PY_TRUNCATED) != 0, true, period_at(raw.ts)});
 	}
 	pending_samples_.clear();
 	retire_stack_cache();
+	if (stream_python_ && (force || now - last_py_fold_ > std::chrono::seconds(1))) {
+		last_py_fold_ = now;
+		return fold_python(false);
+	}
+	return {};
+}
+
+void Recorder::add_sample(uint32_t pid, uint32_t tid, PyStackSample smp)
+{
+	if (!stream_python_) {
+		samples_[{pid, tid}].push_back(std::move(smp));
+		return;
+	}
+	auto [it, fresh] = py_threads_.try_emplace({pid, tid}, PyThread{{}, SampledSpans(pid, tid)});
+	if (fresh)
+		note_thread(pid, tid);
+	it->second.pending.push_back(std::move(smp));
+}
+
+// Samples come out of order by up to the length of a traced call (a torch
+// call's start is read when it returns) and the read's latency; those older
+// than this go in in time order (a later one still comes in: SampledSpans
+// places it where it can).
+static constexpr uint64_t kPyReorderNs = 2'000'000'000;
+
+Result<void> Recorder::fold_python(bool all)
+{
+	uint64_t before = all ? UINT64_MAX : mono_ns() - kPyReorderNs;
+	auto by_time = [](const PyStackSample &a, const PyStackSample &b) { return a.ts_ns < b.ts_ns; };
+	std::vector<Span> spans;
+	for (auto &[key, t] : py_threads_) {
+		std::stable_sort(t.pending.begin(), t.pending.end(), by_time);
+		auto end = std::upper_bound(t.pending.begin(), t.pending.end(), before,
+					    [](uint64_t ts, const PyStackSample &s) { return ts < s.ts_ns; });
+		for (auto it = t.pending.begin(); it != end; ++it)
+			t.spans.add(*it);
+		t.pending.erase(t.pending.begin(), end);
+		for (Span &s : all ? t.spans.finish() : t.spans.take())
+			spans.push_back(std::move(s));
+		if (all)
+			py_late_ += t.spans.late();
+	}
+	return store_.add_spans(spans);
+}
+
+// Python function spans: the rest of those made as the samples came, or
+// all of them, from each thread's samples in time order.
+Result<void> Recorder::finish_python()
+{
+	if (stream_python_)
+		return fold_python(true);
+	for (auto &[key, calls] : calls_)
+		samples_[key]; // a thread with calls and no samples
+	for (auto &[key, samples] : samples_) {
+		std::stable_sort(samples.begin(), samples.end(),
+				 [](const PyStackSample &a, const PyStackSample &b) { return a.ts_ns < b.ts_ns; });
+		note_thread(key.first, key.second);
+		auto calls = calls_.find(key);
+		if (auto r = store_.add_spans(python_function_spans(
+			    key.first, key.second, samples,
+			    calls == calls_.end() ? std::vector<PyCall>{} : calls->second, &py_calls_contradicted_));
+		    !r)
+			return r;
+	}
 	return {};
 }
 
@@ -537,20 +600,8 @@ Result<void> Recorder::finish()
 		if (auto r = store_.upsert_thread({key.first, key.second, name}); !r)
 			return r;
 	}
-	// Python function spans, from each thread's samples in time order.
-	for (auto &[key, calls] : calls_)
-		samples_[key]; // a thread with calls and no samples
-	for (auto &[key, samples] : samples_) {
-		std::stable_sort(samples.begin(), samples.end(),
-				 [](const PyStackSample &a, const PyStackSample &b) { return a.ts_ns < b.ts_ns; });
-		note_thread(key.first, key.second);
-		auto calls = calls_.find(key);
-		if (auto r = store_.add_spans(python_function_spans(
-			    key.first, key.second, samples,
-			    calls == calls_.end() ? std::vector<PyCall>{} : calls->second, &py_calls_contradicted_));
-		    !r)
-			return r;
-	}
+	if (auto r = finish_python(); !r)
+		return r;
 	auto c = engine_.counters();
 	std::vector<Drop> drops = {
 		{"uprobe", "ring_buffer_full", c[EACGM_CNT_RINGBUF_FULL]},
@@ -565,6 +616,7 @@ Result<void> Recorder::finish()
 		drops.push_back({"python", "unresolved_stack", py_unresolved_});
 		drops.push_back({"python", "unresolved_entry", py_entries_lost_});
 		drops.push_back({"python", "contradicted_call", py_calls_contradicted_});
+		drops.push_back({"python", "late_sample", py_late_});
 	}
 	return store_.set_drops(drops);
 }

@@ -92,6 +92,11 @@ public:
 	// Scores every CUDA/NCCL/torch call online as it is stored (null: off).
 	void set_detector(detect::OnlineDetector *d) { detector_ = d; }
 	uint64_t anomalies_seen() const { return anomalies_seen_; }
+	// Keep every Python sample and measured call to the end and make the
+	// function spans from them all there (--python-entries: a measured call
+	// can reshape spans far before it ends). Otherwise each thread's spans
+	// are made as its samples come (SampledSpans) and stored once closed.
+	void keep_python_samples() { stream_python_ = false; }
 	// Keep the sampled stacks for folded_stacks() (--flamegraph); off by
 	// default: naming every sample's stack as a line of text cost more than
 	// resolving it, for a file nobody asked for.
@@ -189,9 +194,24 @@ private:
 	std::map<uint64_t, SpanStack> span_stacks_;
 	std::vector<RawStack> pending_samples_;
 	std::map<std::pair<uint32_t, uint32_t>, std::vector<PyStackSample>> samples_; // (pid, tid)
+	// Streaming (stream_python_): each thread's samples not yet in order
+	// (younger than kPyReorderNs), and its spans being made.
+	struct PyThread {
+		std::vector<PyStackSample> pending;
+		SampledSpans spans;
+	};
+	std::map<std::pair<uint32_t, uint32_t>, PyThread> py_threads_;
+	bool stream_python_ = true;
+	std::chrono::steady_clock::time_point last_py_fold_ = std::chrono::steady_clock::now();
+	void add_sample(uint32_t pid, uint32_t tid, PyStackSample smp);
+	// Hands each thread's samples older than kPyReorderNs (all: at the end)
+	// to its spans, and stores the spans that closed.
+	Result<void> fold_python(bool all);
+	Result<void> finish_python();
 	uint64_t py_unresolved_ = 0;
 	uint64_t py_entries_lost_ = 0;     // eval-loop entries whose code object did not resolve
 	size_t py_calls_contradicted_ = 0; // measured calls a sample showed were not running
+	uint64_t py_late_ = 0;             // samples read too late to place (SampledSpans::late)
 	bool fold_ = false;
 	std::map<std::string, uint64_t> folded_; // collapsed sampled stacks -> samples
 	std::vector<std::string> warnings_;

@@ -1,6 +1,10 @@
 // Python function spans from stack samples.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <random>
+#include <tuple>
+
 #include "ingest/python_spans.h"
 
 namespace eacgm {
@@ -181,6 +185,105 @@ TEST(PythonSpans, CallsAloneNestByTime)
 	EXPECT_EQ(find(spans, "b", 20)->depth, 2u);
 	EXPECT_EQ(find(spans, "a", 50)->depth, 1u); // a sibling that starts where the first ends
 	EXPECT_EQ(find(spans, "<module>", 0)->args["self_ns"], 50);
+}
+
+// Random walks of a call tree: calls and returns between samples, some
+// samples truncated, some periodic. (Two samples at one moment that
+// disagree are left out: there the batch nests by time, which makes a
+// one-sample span a child of the sibling that ended at that moment, while
+// the stack, which SampledSpans follows, says sibling.)
+std::vector<PyStackSample> random_samples(unsigned seed, size_t n)
+{
+	std::mt19937 rng(seed);
+	const PyFrame names[] = {f("a", 10), f("b", 20), f("c", 30), f("d", 40)};
+	std::vector<PyFrame> stack = {f("<module>", 1)};
+	std::vector<PyStackSample> out;
+	uint64_t ts = 1000;
+	for (size_t i = 0; i < n; i++) {
+		for (unsigned moves = rng() % 3; moves-- > 0;)
+			if (rng() % 2 && stack.size() > 1)
+				stack.pop_back();
+			else if (stack.size() < 7)
+				stack.push_back(names[rng() % 4]);
+		PyStackSample smp = at(ts, stack);
+		if (rng() % 9 == 0) { // the walker's depth cut its outer frames
+			smp.frames = std::vector<PyFrame>(smp.frames->begin(),
+							  smp.frames->begin() + 1 + rng() % smp.frames->size());
+			smp.truncated = true;
+		}
+		smp.periodic = rng() % 3 != 0;
+		smp.period_ns = smp.periodic && rng() % 2 ? 1000 + rng() % 50 : 0;
+		out.push_back(smp);
+		ts += 100 + rng() % 900;
+	}
+	return out;
+}
+
+// The spans of samples by the batch's general path (with measured calls):
+// a call of a function no sample holds, after them all, makes it take that
+// path without changing the sampled spans.
+std::vector<Span> by_batch(const std::vector<PyStackSample> &s)
+{
+	PyFrame never = f("never_sampled", 900);
+	uint64_t after = s.back().ts_ns + 1000000;
+	auto spans = python_function_spans(1, 1, s, {{after, after + 10, never}});
+	EXPECT_EQ(spans.back().name, "never_sampled");
+	spans.pop_back();
+	return spans;
+}
+
+TEST(PythonSpans, SpansMadeAsSamplesComeAreTheBatchsSpans)
+{
+	for (unsigned seed = 1; seed <= 40; seed++) {
+		SCOPED_TRACE("seed " + std::to_string(seed));
+		auto samples = random_samples(seed, 300);
+		auto expected = by_batch(samples);
+		// Handed over in pieces of every size, as the recorder takes them.
+		SampledSpans builder(1, 1);
+		std::vector<Span> got;
+		for (size_t i = 0; i < samples.size(); i++) {
+			builder.add(samples[i]);
+			if (i % (1 + seed % 17) == 0)
+				for (Span &s : builder.take())
+					got.push_back(std::move(s));
+		}
+		for (Span &s : builder.finish())
+			got.push_back(std::move(s));
+		EXPECT_EQ(builder.late(), 0u);
+		EXPECT_EQ(builder.open_frames(), 0u);
+		auto key = [](const Span &s) { return std::tie(s.start_ns, s.dur_ns, s.depth, s.name); };
+		std::sort(got.begin(), got.end(), [&](auto &x, auto &y) { return key(x) < key(y); });
+		std::sort(expected.begin(), expected.end(), [&](auto &x, auto &y) { return key(x) < key(y); });
+		ASSERT_EQ(got.size(), expected.size());
+		ASSERT_GT(got.size(), 30u); // the walk made spans at several depths
+		for (size_t i = 0; i < got.size(); i++) {
+			EXPECT_EQ(key(got[i]), key(expected[i])) << i;
+			EXPECT_EQ(got[i].args, expected[i].args) << i;
+		}
+	}
+}
+
+TEST(PythonSpans, ALateSampleStartsTheOpenFramesItShares)
+{
+	PyFrame m = f("<module>", 1), a = f("a", 5), b = f("b", 9), c = f("c", 13);
+	SampledSpans builder(1, 1);
+	builder.add(at(100, {m, b}));
+	builder.add(at(200, {m}));                // b ends at 100
+	builder.add(at(400, {m, a, c}));          // a from 400
+	PyStackSample start = at(300, {m, a, c}); // a torch call's start, read when it ended
+	start.periodic = false;
+	builder.add(start);
+	PyStackSample before_b = at(50, {m, a}); // before b ended at its depth: nowhere to go
+	before_b.periodic = false;
+	builder.add(before_b);
+	builder.add(at(500, {m}));
+	auto spans = builder.finish();
+	EXPECT_EQ(builder.late(), 1u);
+	ASSERT_EQ(spans.size(), 4u);
+	ASSERT_TRUE(find(spans, "a", 300) && find(spans, "c", 300) && find(spans, "<module>", 50));
+	EXPECT_EQ(find(spans, "a", 300)->dur_ns, 100u); // 300..400
+	EXPECT_EQ(find(spans, "<module>", 50)->dur_ns, 450u);
+	EXPECT_EQ(find(spans, "<module>", 50)->args["samples"], 4); // the late ones are not periodic
 }
 
 TEST(PythonSpans, NoSamplesNoSpans) { EXPECT_TRUE(python_function_spans(1, 1, {}).empty()); }
