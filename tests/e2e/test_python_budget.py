@@ -3,10 +3,15 @@ budget eacgm cannot meet (0.01% of a core, acting from the start), each
 decision cuts the rate to a quarter, down to 100 Hz, and says so (an
 `events` row per change, the lowest rate in `meta`). Each sampled span
 carries the sum of its samples' own periods (args sampled_ns), so the
-estimate stays right across the changes: within 5% of the CPU time the
-workload (tests/testprogs/py_stdlib.py) measured around each call, where
-samples x the rate asked for would be far off."""
+estimate stays right across the changes: against the CPU time the workload
+(tests/testprogs/py_stdlib.py) measured around each call, within the error
+eacgm gives it (3 sd, where `summary` prints 2), where samples x the rate
+asked for would be far off. (At 100 Hz a pass of about 5 ms holds half a
+sample: the estimate's own spread is several percent, so a fixed 5% would
+fail by chance; tests/e2e/test_python_sampled.py checks 5% at the default
+rate.)"""
 import json
+import math
 import os
 import unittest
 
@@ -54,8 +59,12 @@ class SamplerUnderTheBudget(unittest.TestCase):
             self.assertTrue(spans, name)
             est = sum(s["args"]["sampled_ns"] for s in spans)
             samples = sum(s["args"]["samples"] for s in spans)
-            self.assertLessEqual(abs(est - truth), 0.05 * truth,
-                                 "%s: %.1f ms estimated, the program measured %.1f ms" % (name, est / 1e6, truth / 1e6))
+            # summary's error model: each run's two edges are off by up to
+            # the longest period used, sd period/sqrt(6) a run.
+            sd = int(E.meta(self.rec.db)["python_sample_period_ns"]) * math.sqrt(len(spans) / 6)
+            self.assertLessEqual(abs(est - truth), max(0.05 * truth, 3 * sd),
+                                 "%s: %.1f ms estimated, the program measured %.1f ms, sd %.1f ms" %
+                                 (name, est / 1e6, truth / 1e6, sd / 1e6))
             # The rate did change under this pass: counting every sample
             # at the period asked for would miss most of its time.
             self.assertLess(samples * ASKED_PERIOD_NS, 0.8 * truth, name)
