@@ -548,17 +548,26 @@ Result<void> Recorder::fold_python(bool all)
 	uint64_t before = all ? UINT64_MAX : mono_ns() - kPyReorderNs;
 	auto by_time = [](const PyStackSample &a, const PyStackSample &b) { return a.ts_ns < b.ts_ns; };
 	std::vector<Span> spans;
-	for (auto &[key, t] : py_threads_) {
+	for (auto it = py_threads_.begin(); it != py_threads_.end();) {
+		PyThread &t = it->second;
 		std::stable_sort(t.pending.begin(), t.pending.end(), by_time);
 		auto end = std::upper_bound(t.pending.begin(), t.pending.end(), before,
 					    [](uint64_t ts, const PyStackSample &s) { return ts < s.ts_ns; });
-		for (auto it = t.pending.begin(); it != end; ++it)
-			t.spans.add(*it);
+		for (auto p = t.pending.begin(); p != end; ++p)
+			t.spans.add(*p);
 		t.pending.erase(t.pending.begin(), end);
-		for (Span &s : all ? t.spans.finish() : t.spans.take())
+		// A thread of a process that has exited, with nothing left to
+		// place, is done: its state goes (a node agent sees thousands of
+		// short-lived threads come and go).
+		bool done = all || (t.pending.empty() && !live(it->first.first));
+		for (Span &s : done ? t.spans.finish() : t.spans.take())
 			spans.push_back(std::move(s));
-		if (all)
-			py_late_ += t.spans.late();
+		if (!done) {
+			++it;
+			continue;
+		}
+		py_late_ += t.spans.late();
+		it = py_threads_.erase(it);
 	}
 	return store_.add_spans(spans);
 }
