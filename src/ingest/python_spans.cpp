@@ -14,6 +14,53 @@ bool same_function(const PyFrame &a, const PyFrame &b)
 	return a.first_line == b.first_line && a.qualname == b.qualname && a.filename == b.filename;
 }
 
+// The frames a sample stands for, innermost first, given the open stack
+// (outermost first, each with its .frame). A truncated sample lacks its
+// outer frames: it continues the open stack where its outermost frame sits
+// there (made in buf), or says nothing (null).
+template <class OpenFrames>
+const std::vector<PyFrame> *whole_stack(const PyStackSample &smp, const OpenFrames &open, std::vector<PyFrame> &buf)
+{
+	if (!smp.truncated)
+		return &*smp.frames;
+	if (smp.frames->empty())
+		return nullptr;
+	size_t at = open.size();
+	for (size_t d = 0; d < open.size() && at == open.size(); d++)
+		if (same_function(open[d].frame, smp.frames->back()))
+			at = d;
+	if (at == open.size())
+		return nullptr;
+	buf = *smp.frames;
+	for (size_t d = at; d-- > 0;)
+		buf.push_back(open[d].frame);
+	return &buf;
+}
+
+// How many of the open frames, from the outermost, the stack still holds.
+template <class OpenFrames>
+size_t common_depth(const OpenFrames &open, const std::vector<PyFrame> &frames)
+{
+	size_t n = frames.size(), common = 0;
+	while (common < open.size() && common < n && same_function(open[common].frame, frames[n - 1 - common]))
+		common++;
+	return common;
+}
+
+// The frames still open were seen by the sample: they last to it, and a
+// periodic one counts its period for each. Returns that period (0: none).
+template <class OpenFrames>
+uint64_t credit(OpenFrames &open, const PyStackSample &smp)
+{
+	uint64_t weight_ns = smp.periodic ? smp.period_ns : 0;
+	for (auto &o : open) {
+		o.last = smp.ts_ns;
+		o.samples += smp.periodic;
+		o.sampled_ns += weight_ns;
+	}
+	return weight_ns;
+}
+
 struct Open {
 	PyFrame frame;
 	uint64_t start, last;
@@ -80,36 +127,14 @@ std::vector<Sampled> sampled_spans(uint32_t pid, uint32_t tid, const std::vector
 					close_from(d);
 					break;
 				}
-		// A truncated sample lacks its outer frames: it continues the open
-		// stack where its outermost frame sits there, or says nothing.
 		std::vector<PyFrame> whole;
-		const std::vector<PyFrame> *frames = &*smp.frames;
-		if (smp.truncated) {
-			if (smp.frames->empty())
-				continue;
-			size_t at = open.size();
-			for (size_t d = 0; d < open.size() && at == open.size(); d++)
-				if (same_function(open[d].frame, smp.frames->back()))
-					at = d;
-			if (at == open.size())
-				continue;
-			whole = *smp.frames;
-			for (size_t d = at; d-- > 0;)
-				whole.push_back(open[d].frame);
-			frames = &whole;
-		}
+		const std::vector<PyFrame> *frames = whole_stack(smp, open, whole);
+		if (!frames)
+			continue;
 		size_t n = frames->size();
-		size_t common = 0;
-		while (common < open.size() && common < n &&
-		       same_function(open[common].frame, (*frames)[n - 1 - common]))
-			common++;
+		size_t common = common_depth(open, *frames);
 		close_from(common);
-		uint64_t weight_ns = smp.periodic ? smp.period_ns : 0;
-		for (auto &o : open) {
-			o.last = smp.ts_ns;
-			o.samples += smp.periodic;
-			o.sampled_ns += weight_ns;
-		}
+		uint64_t weight_ns = credit(open, smp);
 		for (size_t d = common; d < n; d++) {
 			open.push_back({(*frames)[n - 1 - d], smp.ts_ns, smp.ts_ns, out.size(),
 					d ? open.back().id : kNone, smp.periodic, weight_ns});
@@ -163,35 +188,14 @@ void SampledSpans::add(const PyStackSample &smp)
 	if (smp.ts_ns < last_ns_)
 		return add_late(smp);
 	last_ns_ = smp.ts_ns;
-	// A truncated sample lacks its outer frames: it continues the open
-	// stack where its outermost frame sits there, or says nothing.
 	std::vector<PyFrame> whole;
-	const std::vector<PyFrame> *frames = &*smp.frames;
-	if (smp.truncated) {
-		if (smp.frames->empty())
-			return;
-		size_t at = open_.size();
-		for (size_t d = 0; d < open_.size() && at == open_.size(); d++)
-			if (same_function(open_[d].frame, smp.frames->back()))
-				at = d;
-		if (at == open_.size())
-			return;
-		whole = *smp.frames;
-		for (size_t d = at; d-- > 0;)
-			whole.push_back(open_[d].frame);
-		frames = &whole;
-	}
+	const std::vector<PyFrame> *frames = whole_stack(smp, open_, whole);
+	if (!frames)
+		return;
 	size_t n = frames->size();
-	size_t common = 0;
-	while (common < open_.size() && common < n && same_function(open_[common].frame, (*frames)[n - 1 - common]))
-		common++;
+	size_t common = common_depth(open_, *frames);
 	close_from(common);
-	uint64_t weight_ns = smp.periodic ? smp.period_ns : 0;
-	for (auto &o : open_) {
-		o.last = smp.ts_ns;
-		o.samples += smp.periodic;
-		o.sampled_ns += weight_ns;
-	}
+	uint64_t weight_ns = credit(open_, smp);
 	for (size_t d = common; d < n; d++)
 		open_.push_back({.frame = (*frames)[n - 1 - d],
 				 .start = smp.ts_ns,

@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "store/store.h"
+#include "recording_writer.h"
 
 using namespace eacgm;
 namespace fs = std::filesystem;
@@ -126,40 +127,12 @@ Recording sample()
 	return r;
 }
 
-// Writes rec through a StoreWriter the way a recording does: in batches
-// that arrive out of order, with upserts that overwrite earlier rows.
+// Writes rec the way a recording does: the later spans first.
 void write(const Recording &rec, const std::string &path)
 {
-	auto w = StoreWriter::create(path);
-	ASSERT_TRUE(w.ok()) << w.error().message;
-	StoreWriter writer = std::move(w).value();
-	for (const auto &[k, v] : rec.meta)
-		ASSERT_TRUE(writer.set_meta(k, v).ok());
-	ASSERT_TRUE(writer.set_wall_offset(rec.wall_offset_ns).ok());
-	for (Process p : rec.processes) {
-		Process early = p;
-		early.end_ns = 0;
-		early.exit_code = -1;
-		ASSERT_TRUE(writer.upsert_process(early).ok());
-		ASSERT_TRUE(writer.upsert_process(p).ok());
-	}
-	for (const Thread &t : rec.threads) {
-		ASSERT_TRUE(writer.upsert_thread({t.pid, t.tid, "old name"}).ok());
-		ASSERT_TRUE(writer.upsert_thread(t).ok());
-	}
-	std::vector<Span> late(rec.spans.begin() + 2, rec.spans.end());
-	std::vector<Span> early(rec.spans.begin(), rec.spans.begin() + 2);
-	ASSERT_TRUE(writer.add_spans(late).ok());
-	ASSERT_TRUE(writer.add_spans(early).ok());
-	ASSERT_TRUE(writer.add_spans({}).ok());
-	ASSERT_TRUE(writer.add_metrics(rec.metrics).ok());
-	ASSERT_TRUE(writer.add_metrics({}).ok());
-	ASSERT_TRUE(writer.add_events(rec.events).ok());
-	ASSERT_TRUE(writer.add_anomalies(rec.anomalies).ok());
-	ASSERT_TRUE(writer.set_drops({{"cuda", "ringbuf_full", 1}}).ok());
-	ASSERT_TRUE(writer.set_drops(rec.drops).ok());
-	auto f = writer.finish();
-	ASSERT_TRUE(f.ok()) << f.error().message;
+	test::write_recording(rec, path,
+			      {std::vector<Span>(rec.spans.begin() + 2, rec.spans.end()),
+			       std::vector<Span>(rec.spans.begin(), rec.spans.begin() + 2)});
 }
 
 void expect_equal(const Recording &a, const Recording &b)

@@ -13,6 +13,7 @@
 #include "export/perfetto.h"
 #include "export/summary.h"
 #include "store/store.h"
+#include "recording_writer.h"
 
 using namespace eacgm;
 namespace fs = std::filesystem;
@@ -84,30 +85,15 @@ Recording varied()
 	return r;
 }
 
+// Batches as the recorder writes them, each in the order it was read,
+// the later batches first here.
 void store(const Recording &rec, const std::string &path)
 {
-	auto w = StoreWriter::create(path);
-	ASSERT_TRUE(w.ok()) << w.error().message;
-	StoreWriter writer = std::move(w).value();
-	for (const auto &[k, v] : rec.meta)
-		ASSERT_TRUE(writer.set_meta(k, v).ok());
-	ASSERT_TRUE(writer.set_wall_offset(rec.wall_offset_ns).ok());
-	for (const Process &p : rec.processes)
-		ASSERT_TRUE(writer.upsert_process(p).ok());
-	for (const Thread &t : rec.threads)
-		ASSERT_TRUE(writer.upsert_thread(t).ok());
-	// Batches as the recorder writes them: each in the order it was read,
-	// the later batches first here.
-	for (size_t end = rec.spans.size(); end > 0; end -= std::min<size_t>(end, 150)) {
-		size_t begin = end - std::min<size_t>(end, 150);
-		std::vector<Span> batch(rec.spans.begin() + static_cast<long>(begin),
-					rec.spans.begin() + static_cast<long>(end));
-		ASSERT_TRUE(writer.add_spans(batch).ok());
-	}
-	ASSERT_TRUE(writer.add_metrics(rec.metrics).ok());
-	ASSERT_TRUE(writer.add_events(rec.events).ok());
-	ASSERT_TRUE(writer.set_drops(rec.drops).ok());
-	ASSERT_TRUE(writer.finish().ok());
+	std::vector<std::vector<Span>> batches;
+	for (size_t end = rec.spans.size(); end > 0; end -= std::min<size_t>(end, 150))
+		batches.emplace_back(rec.spans.begin() + static_cast<long>(end - std::min<size_t>(end, 150)),
+				     rec.spans.begin() + static_cast<long>(end));
+	test::write_recording(rec, path, batches);
 }
 
 std::string slurp(const std::string &path)
