@@ -13,7 +13,8 @@ namespace eacgm::test {
 // Processes and threads are upserted twice (a first row, then the one that
 // must win), the spans go in the batches given (a recorder's arrive out of
 // order), empty batches and replaced drops included.
-inline void write_recording(const Recording &rec, const std::string &path, const std::vector<std::vector<Span>> &batches)
+inline void write_recording(const Recording &rec, const std::string &path,
+			    const std::vector<std::vector<Span>> &batches)
 {
 	auto w = StoreWriter::create(path);
 	ASSERT_TRUE(w.ok()) << w.error().message;
