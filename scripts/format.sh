@@ -5,7 +5,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if git rev-parse --git-dir >/dev/null 2>&1; then
-  mapfile -t files < <(git ls-files '*.c' '*.cpp' '*.h' | grep -v '^bpf/vmlinux\.h$')
+  # Tracked files and new ones not yet added (not the ignored build output):
+  # a file created since the last commit is formatted before it is added.
+  mapfile -t files < <(git ls-files --cached --others --exclude-standard '*.c' '*.cpp' '*.h' |
+                       grep -v '^bpf/vmlinux\.h$')
 else # a source tree without its history: the same directories
   mapfile -t files < <(find bpf include src tests bench tools demo -name '*.c' -o -name '*.cpp' -o -name '*.h' |
                        grep -v '^bpf/vmlinux\.h$' | sort)
