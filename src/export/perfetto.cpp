@@ -5,7 +5,10 @@
 #include <map>
 #include <numeric>
 #include <sstream>
+#include <string_view>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include "common/fs.h"
 
@@ -15,28 +18,48 @@ using nlohmann::json;
 
 namespace {
 
-json span_event(const Span &s)
+// nlohmann's text of a value: keys sorted, invalid UTF-8 replaced (captured
+// strings and process names may not be valid UTF-8).
+std::string dump(const json &j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+} // namespace
+
+// A span's complete event as text: the same bytes as dumping the object
+// {"args": its args with ret, bytes and python set, "cat", "dur", "name",
+// "ph", "pid", "tid", "ts"}, written without building it. A long
+// recording's trace is mostly these, and building and dumping an object
+// per span, its stack as an array of strings, was most of the time writing
+// it; the stack's text is made once per distinct stack (PyStack::json).
+std::string span_event_text(const Span &s)
 {
-	json args = s.args.is_object() ? s.args : json::object();
-	if (s.ret_name.empty())
-		args["ret"] = s.ret;
-	else
-		args["ret"] = s.ret_name;
+	std::vector<std::pair<std::string_view, std::string>> args; // key, value's text
+	if (s.args.is_object())
+		for (auto it = s.args.begin(); it != s.args.end(); ++it) {
+			const std::string &k = it.key();
+			if (k != "ret" && !(k == "bytes" && s.bytes) && !(k == "python" && !s.py_stack.empty()))
+				args.emplace_back(k, dump(*it));
+		}
+	args.emplace_back("ret", s.ret_name.empty() ? std::to_string(s.ret) : dump(s.ret_name));
 	if (s.bytes != 0)
-		args["bytes"] = s.bytes;
+		args.emplace_back("bytes", std::to_string(s.bytes));
 	if (!s.py_stack.empty())
-		args["python"] = s.py_stack;
-	return {
-		{"ph", "X"},
-		{"name", s.name},
-		{"cat", s.layer},
-		{"ts", static_cast<double>(s.start_ns) / 1000.0},
-		{"dur", static_cast<double>(s.dur_ns) / 1000.0},
-		{"pid", s.pid},
-		{"tid", s.tid},
-		{"args", std::move(args)},
-	};
+		args.emplace_back("python", s.py_stack.json());
+	std::sort(args.begin(), args.end(), [](auto &a, auto &b) { return a.first < b.first; });
+	std::string out = "{\"args\":{";
+	for (size_t i = 0; i < args.size(); i++) {
+		if (i)
+			out += ',';
+		out += dump(std::string(args[i].first));
+		out += ':';
+		out += args[i].second;
+	}
+	out += "},\"cat\":" + dump(s.layer) + ",\"dur\":" + dump(static_cast<double>(s.dur_ns) / 1000.0) +
+		",\"name\":" + dump(s.name) + ",\"ph\":\"X\",\"pid\":" + std::to_string(s.pid) +
+		",\"tid\":" + std::to_string(s.tid) + ",\"ts\":" + dump(static_cast<double>(s.start_ns) / 1000.0) + "}";
+	return out;
 }
+
+namespace {
 
 json name_event(const char *kind, uint32_t pid, uint32_t tid, const std::string &name)
 {
@@ -50,7 +73,10 @@ constexpr uint32_t kFirstTrackPid = 1u << 30;
 // Hands each trace event to the writer as it is made: the document is
 // never held whole (a 20 s GPT recording's trace is 110 MB of JSON, and
 // as one JSON value it took eacgm to 940 MB at the end of the recording).
-using Emit = std::function<void(const json &)>;
+struct Emit {
+	std::function<void(const std::string &)> text; // an event's text
+	void operator()(const json &e) const { text(dump(e)); }
+};
 
 void add_metrics(const Recording &rec, const Emit &emit)
 {
@@ -140,7 +166,7 @@ static Result<void> emit_events(const Recording &rec, const SpanFeed &spans, con
 		emit(name_event("process_name", p.pid, p.pid, p.comm + " (" + std::to_string(p.pid) + ")"));
 	for (const Thread &t : rec.threads)
 		emit(name_event("thread_name", t.pid, t.tid, t.name));
-	if (auto r = spans([&](const Span &s) { emit(span_event(s)); }); !r)
+	if (auto r = spans([&](const Span &s) { emit.text(span_event_text(s)); }); !r)
 		return r;
 	add_metrics(rec, emit);
 	for (const Event &e : rec.events)
@@ -153,14 +179,12 @@ static Result<void> emit_events(const Recording &rec, const SpanFeed &spans, con
 // Writes the document event by event: {"traceEvents":[...], then the rest.
 static Result<void> write_trace(const Recording &rec, const SpanFeed &spans, std::ostream &out)
 {
-	// replace: captured strings and process names may not be valid UTF-8.
-	auto text = [](const json &j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); };
 	out << "{\"traceEvents\":[";
 	bool first = true;
-	auto r = emit_events(rec, spans, [&](const json &e) {
-		out << (first ? "\n" : ",\n") << text(e);
-		first = false;
-	});
+	auto r = emit_events(rec, spans, Emit{[&](const std::string &e) {
+				     out << (first ? "\n" : ",\n") << e;
+				     first = false;
+			     }});
 	if (!r)
 		return r;
 	json other = json::object();
@@ -168,7 +192,7 @@ static Result<void> write_trace(const Recording &rec, const SpanFeed &spans, std
 		other[k] = v;
 	other["clock"] = "CLOCK_MONOTONIC";
 	other["wall_offset_ns"] = std::to_string(rec.wall_offset_ns);
-	out << "],\n\"displayTimeUnit\":\"ns\",\n\"otherData\":" << text(other) << "}";
+	out << "],\n\"displayTimeUnit\":\"ns\",\n\"otherData\":" << dump(other) << "}";
 	return {};
 }
 

@@ -24,6 +24,11 @@ std::string perfetto_json(const Recording &rec);
 // held whole); the file appears whole or not at all.
 Result<void> write_perfetto(const Recording &rec, const std::string &path);
 
+// One span's complete ("X") event, as the trace holds it: args are the
+// span's args with "ret" (its decoded name, or the raw value), "bytes" (when
+// not 0) and "python" (its stack) set; ts and dur in microseconds.
+std::string span_event_text(const Span &s);
+
 // Hands each span to the visitor in SpanOrder::by_thread: a recording's
 // RecordingReader::each_span, so that its spans are never held whole.
 using SpanFeed = std::function<Result<void>(const SpanVisit &)>;

@@ -256,3 +256,53 @@ TEST(Perfetto, MetricsAsCounterTracksAndEventsAsInstants)
 	EXPECT_EQ(instants[1].at("s"), "t");
 	EXPECT_EQ(instants[1].at("tid"), 101);
 }
+
+// The event's text is what nlohmann would make of the event as an object
+// (keys sorted, invalid UTF-8 replaced, its numbers), byte for byte, where
+// the span's own args have keys on both sides of those set and some of the
+// same names.
+TEST(Perfetto, ASpanEventIsTheTextOfItsObject)
+{
+	auto dump = [](const json &j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); };
+	std::vector<Span> spans(4);
+	spans[0] = {.start_ns = 1234567,
+		    .dur_ns = 1001,
+		    .pid = 7,
+		    .tid = 8,
+		    .layer = "cuda",
+		    .name = "cudaMemcpy",
+		    .ret = 1,
+		    .ret_name = "cudaErrorInvalidValue",
+		    .bytes = 4096,
+		    .args = {{"a", 1}, {"bytes", "stale"}, {"pz", "x"}, {"ret", 9}, {"zz", {1.5, "y"}}},
+		    .py_stack = PyStack{"step (train.py:10)", "<module> (train.py:40)"}};
+	spans[1] = {
+		.start_ns = 3, .dur_ns = 0, .pid = 1, .tid = 1, .layer = "torch", .name = "bad\xff name", .ret = -5};
+	spans[1].args = {{"shape", "[\xfe]"}, {"bytes", 12}}; // kept: the span moved no bytes
+	spans[2] = {.start_ns = 999999999999, .dur_ns = 7, .layer = "python", .name = "f"};
+	spans[2].args = nullptr;
+	spans[3] = {.start_ns = 10, .dur_ns = 20, .layer = "nccl", .name = "ncclAllReduce"};
+	spans[3].args = {{"python", "stale"}, {"samples", 3}};
+	spans[3].py_stack = PyStack{"g (m.py:1)"};
+	for (const Span &s : spans) {
+		SCOPED_TRACE(s.name);
+		json args = s.args.is_object() ? s.args : json::object();
+		args["ret"] = s.ret_name.empty() ? json(s.ret) : json(s.ret_name);
+		if (s.bytes)
+			args["bytes"] = s.bytes;
+		if (!s.py_stack.empty())
+			args["python"] = s.py_stack.frames();
+		json event = {{"ph", "X"},
+			      {"name", s.name},
+			      {"cat", s.layer},
+			      {"ts", static_cast<double>(s.start_ns) / 1000.0},
+			      {"dur", static_cast<double>(s.dur_ns) / 1000.0},
+			      {"pid", s.pid},
+			      {"tid", s.tid},
+			      {"args", args}};
+		EXPECT_EQ(span_event_text(s), dump(event));
+	}
+	EXPECT_EQ(
+		span_event_text(spans[2]),
+		R"({"args":{"ret":0},"cat":"python","dur":0.007,"name":"f","ph":"X","pid":0,"tid":0,"ts":999999999.999})");
+}
