@@ -8,9 +8,17 @@
 
 namespace eacgm {
 
-// One pass over the spans, as the file holds them, feeds both: never the
-// whole recording in memory.
-Result<std::string> write_trace_and_summary(const std::string &db, const std::string &trace, uint64_t *spans)
+namespace {
+
+// A finished recording opened to be read span by span: what it holds
+// besides its spans, and the summary's tally to feed them to.
+struct Streamed {
+	RecordingReader reader;
+	Recording rec;
+	SpanTally tally;
+};
+
+Result<Streamed> open_streamed(const std::string &db)
 {
 	auto reader = RecordingReader::open(db);
 	if (!reader)
@@ -19,52 +27,64 @@ Result<std::string> write_trace_and_summary(const std::string &db, const std::st
 	if (!rec)
 		return rec.error();
 	SpanTally tally(*rec);
+	return Streamed{std::move(*reader), std::move(*rec), std::move(tally)};
+}
+
+Result<std::string> summary_of(const std::string &db)
+{
+	auto s = open_streamed(db);
+	if (!s)
+		return s.error();
+	if (auto r = s->reader.each_span(SpanOrder::as_recorded, [&](const Span &sp) { s->tally.add(sp); }); !r)
+		return r.error();
+	return format_summary(s->rec, s->tally);
+}
+
+int fail(const std::string &message)
+{
+	std::cerr << "eacgm: " << message << "\n";
+	return 1;
+}
+
+} // namespace
+
+// One pass over the spans, as the file holds them, feeds both: never the
+// whole recording in memory.
+Result<std::string> write_trace_and_summary(const std::string &db, const std::string &trace, uint64_t *spans)
+{
+	auto s = open_streamed(db);
+	if (!s)
+		return s.error();
 	auto feed = [&](const SpanVisit &visit) {
-		return reader->each_span(SpanOrder::by_thread, [&](const Span &s) {
-			tally.add(s);
-			visit(s);
+		return s->reader.each_span(SpanOrder::by_thread, [&](const Span &sp) {
+			s->tally.add(sp);
+			visit(sp);
 		});
 	};
-	if (auto r = write_perfetto(*rec, trace, feed); !r)
+	if (auto r = write_perfetto(s->rec, trace, feed); !r)
 		return r.error();
 	if (spans)
-		*spans = tally.spans();
-	return format_summary(*rec, tally);
+		*spans = s->tally.spans();
+	return format_summary(s->rec, s->tally);
 }
 
 int run_export(const std::string &db, const std::string &perfetto)
 {
-	if (auto w = check_writable(perfetto); !w) {
-		std::cerr << "eacgm: " << w.error().message << "\n";
-		return 1;
-	}
+	if (auto w = check_writable(perfetto); !w)
+		return fail(w.error().message);
 	uint64_t spans = 0;
-	if (auto r = write_trace_and_summary(db, perfetto, &spans); !r) {
-		std::cerr << "eacgm: " << r.error().message << "\n";
-		return 1;
-	}
+	if (auto r = write_trace_and_summary(db, perfetto, &spans); !r)
+		return fail(r.error().message);
 	std::cout << "wrote " << perfetto << " (" << spans << " spans); open it in ui.perfetto.dev\n";
 	return 0;
 }
 
 int run_summary(const std::string &db)
 {
-	auto reader = RecordingReader::open(db);
-	if (!reader) {
-		std::cerr << "eacgm: " << reader.error().message << "\n";
-		return 1;
-	}
-	auto rec = reader->read(false);
-	if (!rec) {
-		std::cerr << "eacgm: " << rec.error().message << "\n";
-		return 1;
-	}
-	SpanTally tally(*rec);
-	if (auto r = reader->each_span(SpanOrder::as_recorded, [&](const Span &s) { tally.add(s); }); !r) {
-		std::cerr << "eacgm: " << r.error().message << "\n";
-		return 1;
-	}
-	std::cout << format_summary(*rec, tally);
+	auto text = summary_of(db);
+	if (!text)
+		return fail(text.error().message);
+	std::cout << *text;
 	return 0;
 }
 

@@ -248,11 +248,10 @@ static std::string errors_line(const std::map<std::string, uint64_t> &by_name)
 
 std::string errors_line(const std::vector<Span> &spans)
 {
-	std::map<std::string, uint64_t> by_name;
+	SpanTally tally;
 	for (const Span &s : spans)
-		if (is_error_span(s))
-			by_name[s.ret_name]++;
-	return errors_line(by_name);
+		tally.add(s);
+	return errors_line(tally.error_names());
 }
 
 bool is_error_span(const Span &s)
@@ -316,7 +315,8 @@ void SpanTally::add(const Span &s)
 	tids_.insert({s.pid, s.tid});
 	first_ns_ = std::min(first_ns_, s.start_ns);
 	last_ns_ = std::max(last_ns_, s.start_ns + s.dur_ns);
-	if (is_error_span(s))
+	bool error = is_error_span(s);
+	if (error)
 		errors_[s.ret_name]++;
 
 	Acc &a = acc_[{s.layer, s.name}];
@@ -336,7 +336,7 @@ void SpanTally::add(const Span &s)
 		a.st.estimated = true;
 	}
 	a.sums[0] += w;
-	a.sums[1] += w * is_error_span(s);
+	a.sums[1] += w * error;
 	a.sums[2] += w * static_cast<double>(s.dur_ns);
 	a.sums[3] += w * static_cast<double>(s.bytes);
 	a.st.seen++;
@@ -353,7 +353,7 @@ std::vector<FunctionStats> SpanTally::stats() const
 		st.errors = std::llround(a.sums[1]);
 		st.total_ns += std::llround(a.sums[2]);
 		st.bytes = std::llround(a.sums[3]);
-		std::vector<uint64_t> durs = a.durs;
+		std::vector<uint64_t> &durs = a.durs;
 		std::sort(durs.begin(), durs.end());
 		st.layer = key.first;
 		st.name = key.second;

@@ -73,7 +73,9 @@ public:
 private:
 	struct Acc {
 		FunctionStats st;
-		std::vector<uint64_t> durs; // exact calls'
+		// Exact calls'; stats() sorts them in place (the same values):
+		// not copied, they are a summary's one cost per call.
+		mutable std::vector<uint64_t> durs;
 		// Weighted sums of its exact calls: calls, errors, ns, bytes.
 		std::array<double, 4> sums{};
 	};

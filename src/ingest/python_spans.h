@@ -91,8 +91,6 @@ public:
 	void add(const PyStackSample &smp);
 	std::vector<Span> take() { return std::exchange(closed_, {}); }
 	std::vector<Span> finish();
-	// The latest sample so far (0: none): a later one may come in order.
-	uint64_t last_ns() const { return last_ns_; }
 	uint64_t late() const { return late_; } // samples that came late and said nothing
 	size_t open_frames() const { return open_.size(); }
 
