@@ -51,7 +51,8 @@ SEC("tp_btf/sched_process_exec")
 int BPF_PROG(on_exec, struct task_struct *p)
 {
 	__u32 tgid = BPF_CORE_READ(p, tgid);
-	if (!bpf_map_lookup_elem(&traced_tgids, &tgid))
+	/* trace_all (serve): every exec, so the agent finds new programs. */
+	if (!eacgm_is_traced(tgid))
 		return 0;
 	emit(EACGM_PROC_EXEC, tgid, 0, 0);
 	return 0;

@@ -12,6 +12,9 @@ class App;
 
 namespace eacgm {
 
+// Prints "eacgm: message" on stderr and gives the exit code to stop with.
+int fail(const std::string &message, int code = 1);
+
 // Registers the subcommand on the app; the returned callback runs it.
 struct RecordArgs {
 	std::vector<std::string> layers;
@@ -41,6 +44,15 @@ int run_export(const std::string &db, const std::string &perfetto);
 Result<std::string> write_trace_and_summary(const std::string &db, const std::string &trace, uint64_t *spans = nullptr);
 int run_summary(const std::string &db);
 int run_doctor();
+
+// eacgm serve (src/app/serve.cpp): the node agent.
+struct ServeArgs {
+	std::string config;     // empty: /etc/eacgm/eacgm.toml when it exists, else the defaults
+	std::string listen;     // overrides the config's
+	std::string ready_file; // written once serving, with the port
+};
+int run_serve(const ServeArgs &args);
+inline constexpr const char *kDefaultServeConfig = "/etc/eacgm/eacgm.toml";
 
 // eacgm detect (src/app/detect.cpp).
 struct DetectArgs {

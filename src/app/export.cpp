@@ -40,12 +40,6 @@ Result<std::string> summary_of(const std::string &db)
 	return format_summary(s->rec, s->tally);
 }
 
-int fail(const std::string &message)
-{
-	std::cerr << "eacgm: " << message << "\n";
-	return 1;
-}
-
 } // namespace
 
 // One pass over the spans, as the file holds them, feeds both: never the

@@ -99,12 +99,6 @@ Result<double> measure_probe_cost()
 	return best;
 }
 
-static int fail(const std::string &msg, int code)
-{
-	std::cerr << "eacgm: " << msg << "\n";
-	return code;
-}
-
 int run_probes(const ProbesArgs &a)
 {
 	auto path = resolve_library(a.lib);

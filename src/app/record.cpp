@@ -7,7 +7,6 @@
 #include <csignal>
 #include <cstring>
 #include <ctime>
-#include <future>
 #include <iostream>
 #include <limits.h>
 #include <optional>
@@ -15,37 +14,18 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include <bpf/libbpf.h>
 #include <nlohmann/json.hpp>
 
 #include "app/commands.h"
-#include "app/overhead.h"
+#include "app/pipeline.h"
 #include "app/target.h"
 #include "common/clock.h"
 #include "common/fs.h"
 #include "common/text.h"
-#include "common/usage.h"
-#include "detect/online.h"
-#include "export/perfetto.h"
-#include "export/summary.h"
-#include "ingest/recorder.h"
-#include "layers/collector.h"
-#include "layers/gpu.h"
-#include "layers/host.h"
-#include "layers/python.h"
-#include "layers/torch.h"
-#include "probe/attacher.h"
 #include "probe/pid_watch.h"
-#include "probe/prog_stats.h"
-#include "probe/spec.h"
 #include "store/store.h"
 
 namespace eacgm {
-
-const std::vector<std::string> kAllLayers = {"cuda", "nccl", "torch", "python", "gpu", "host"};
-const std::vector<std::string> kSpecLayers = {"cuda", "nccl", "torch"};
-
-Result<SpecSet> torch_ops_spec(const std::vector<std::string> &ops);
 
 namespace {
 
@@ -92,85 +72,62 @@ std::string trace_path_for(const std::string &db)
 	return stem + ".trace.json";
 }
 
-// Prints the message and gives the exit code to stop with.
-int fail(const std::string &msg, int code = 1)
-{
-	std::cerr << "eacgm: " << msg << "\n";
-	return code;
-}
-
-// One pidfd per traced process (and one per thousands of short-lived
-// ones): the soft limit on open files is raised to the hard one.
-void raise_open_file_limit()
-{
-	rlimit r;
-	if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
-		r.rlim_cur = r.rlim_max;
-		setrlimit(RLIMIT_NOFILE, &r);
-	}
-}
-
 // One `record` run, as steps that each either go on or give the exit code
 // to stop with: check the arguments, open the outputs, load the probes,
 // start or attach to the target, record until it is done, write it all.
 class RecordSession {
 public:
-	explicit RecordSession(const RecordArgs &a) : a_(a) {}
+	explicit RecordSession(const RecordArgs &a) : a_(a), pipeline_(pipeline_options(a)) {}
 	int run();
 
 private:
 	using Stop = std::optional<int>; // an exit code: the recording cannot go on
-	bool has(const std::string &layer) const
-	{
-		return std::find(layers_.begin(), layers_.end(), layer) != layers_.end();
-	}
+	static PipelineOptions pipeline_options(const RecordArgs &a);
 	Stop check_args();
-	Stop build_specs();
 	Stop check_target();
 	Stop open_outputs();
 	Stop open_probes();
 	Stop check_target_alive();
-	void open_collectors();
 	Stop open_recorder();
 	Stop launch_command();
 	Stop attach_tree();
 	Stop announce_ready();
 	void begin();
-	Result<void> collect();
 	Stop record_until_done();
-	int poll_timeout_ms() const;
-	void note_own_cost();
+	Stop take_command_exit();
 	int finish();
 
 	const RecordArgs &a_;
-	std::vector<std::string> layers_;
-	SpecSet specs_;
+	Pipeline pipeline_;
 	std::string exe_;  // the command's executable, resolved
 	UniqueFd root_fd_; // -p: the process named, pinned by a pidfd
 	std::string db_, trace_;
 	std::optional<StoreWriter> store_;
-	std::unique_ptr<ProcTracker> tracker_;
-	std::unique_ptr<PythonTracer> python_;
-	std::unique_ptr<SpanEngine> engine_;
+	std::optional<StoreSink> store_sink_;
 	ElfPrefetch prefetch_; // the target's libraries, read while the BPF objects load
-	std::optional<Attacher> attacher_;
-	std::vector<std::unique_ptr<Collector>> collectors_;
-	// The host layer's programs load while the span and Python ones do:
-	// verifying and relocating each BPF object takes tens of milliseconds,
-	// and start-up is what a user waits for.
-	std::future<Result<std::unique_ptr<Collector>>> host_loading_;
-	std::optional<detect::OnlineDetector> detector_;
-	std::optional<Recorder> recorder_;
-	std::optional<OverheadKeeper> budget_;
 	std::optional<LaunchedCommand> launched_;
 	bool command_exited_ = false;
 	int exit_code_ = 0;
-	std::chrono::steady_clock::time_point start_;
-	SelfUsage usage_at_start_; // eacgm's own CPU when the recording began
-	UniqueFd prog_stats_;      // the kernel counts our programs' runs and time while held
-	std::vector<Metric> metrics_;
-	std::vector<Event> events_;
 };
+
+PipelineOptions RecordSession::pipeline_options(const RecordArgs &a)
+{
+	PipelineOptions o;
+	o.layers = a.layers;
+	o.specs = a.specs;
+	o.torch_ops = a.torch_ops;
+	o.ring_buffer_kb = a.ring_buffer_kb;
+	o.sample_hz = a.sample_hz;
+	o.python_entries = a.python_entries;
+	o.gpu_hz = a.gpu_hz;
+	o.host_interval_ms = a.host_interval_ms;
+	o.detect = a.detect;
+	o.detect_fpr = a.detect_fpr;
+	o.overhead_budget_pct = a.overhead_budget_pct;
+	o.budget_after_s = a.budget_after_s;
+	o.flamegraph = !a.flamegraph.empty();
+	return o;
+}
 
 RecordSession::Stop RecordSession::check_args()
 {
@@ -178,42 +135,9 @@ RecordSession::Stop RecordSession::check_args()
 		return fail("give either -p PID or -- COMMAND, not both", 2);
 	if (!a_.pid && a_.command.empty())
 		return fail("nothing to record: give -p PID or -- COMMAND [ARGS...]", 2);
-	layers_ = a_.layers.empty() ? kAllLayers : a_.layers;
-	for (auto &l : layers_)
-		if (std::find(kAllLayers.begin(), kAllLayers.end(), l) == kAllLayers.end())
-			return fail("unknown layer '" + l + "'; choose from " + join(kAllLayers), 2);
-	if (!a_.torch_ops.empty() && !has("torch"))
-		return fail("--torch-ops needs the torch layer; add torch to --layers", 2);
-	if (!a_.flamegraph.empty() && !has("python"))
-		return fail("--flamegraph needs the python layer; add python to --layers", 2);
-	if (auto r = check_bpf_privileges(); !r)
-		return fail(r.error().message);
-	return {};
-}
-
-RecordSession::Stop RecordSession::build_specs()
-{
-	for (auto &l : kSpecLayers) {
-		if (!has(l))
-			continue;
-		auto s = load_builtin_spec(l);
-		if (!s)
-			return fail(s.error().message);
-		specs_.merge(std::move(s.value()));
-	}
-	if (!a_.torch_ops.empty()) {
-		auto extra = torch_ops_spec(a_.torch_ops);
-		if (!extra)
-			return fail(extra.error().message, 2);
-		specs_.merge(std::move(extra.value()));
-	}
-	for (auto &f : a_.specs) {
-		auto s = load_spec_file(f, true);
-		if (!s)
-			return fail(s.error().message, 2);
-		specs_.merge(std::move(s.value()));
-	}
-	return {};
+	if (auto stop = pipeline_.check())
+		return stop;
+	return pipeline_.build_specs();
 }
 
 // Before anything is loaded: the command exists, or the process is alive.
@@ -231,7 +155,7 @@ RecordSession::Stop RecordSession::check_target()
 			return fail(fd.error().message);
 		root_fd_ = std::move(fd.value());
 	}
-	prefetch_.start(specs_, a_.command.empty() ? a_.pid : 0, exe_);
+	prefetch_.start(pipeline_.specs(), a_.command.empty() ? a_.pid : 0, exe_);
 	return {};
 }
 
@@ -253,6 +177,7 @@ RecordSession::Stop RecordSession::open_outputs()
 	if (!store)
 		return fail(store.error().message);
 	store_.emplace(std::move(store.value()));
+	store_sink_.emplace(*store_);
 	// StoreWriter's work file and SQLite's WAL files beside it.
 	snprintf(g_partial[0], PATH_MAX, "%s.partial", db_.c_str());
 	snprintf(g_partial[2], PATH_MAX, "%s.partial-wal", db_.c_str());
@@ -275,102 +200,13 @@ RecordSession::Stop RecordSession::check_target_alive()
 
 RecordSession::Stop RecordSession::open_probes()
 {
-	auto tracker = ProcTracker::open(false);
-	if (!tracker)
-		return fail(tracker.error().message);
-	tracker_ = std::move(tracker.value());
-	if (auto stop = check_target_alive())
+	if (auto stop = pipeline_.open_probes(&prefetch_, [this] { return check_target_alive(); }))
 		return stop;
-	if (has("host")) {
-		HostOptions ho;
-		ho.interval_ms = a_.host_interval_ms;
-		host_loading_ = std::async(std::launch::async, [fd = tracker_->traced_map_fd(), ho] {
-			return open_host_collector(fd, ho);
-		});
-	}
-	SpanEngine::Options eo;
-	eo.ring_buffer_bytes = a_.ring_buffer_kb * 1024u;
-	// The Python programs verify on a thread while the span engine's do
-	// (the engine shares the maps prepare() makes).
-	std::future<Result<void>> python_loading;
-	if (has("python")) {
-		auto p = PythonTracer::prepare(tracker_->traced_map_fd());
-		if (!p)
-			return fail(p.error().message);
-		python_ = std::move(p.value());
-		eo.py_procs = bpf_map__fd(python_->procs_map());
-		eo.py_tstates = bpf_map__fd(python_->tstates_map());
-		eo.py_events = bpf_map__fd(python_->events_map());
-		eo.py_counters = bpf_map__fd(python_->counters_map());
-		python_loading = std::async(std::launch::async, [this] { return python_->load(a_.sample_hz); });
-		if (a_.python_entries != "off")
-			specs_.merge(python_->eval_entry_probes(a_.python_entries == "all"));
-		if (auto stop = check_target_alive())
-			return stop;
-	}
-	auto engine = SpanEngine::open(eo, tracker_->traced_map_fd());
-	if (!engine)
-		return fail(engine.error().message, 2);
-	engine_ = std::move(engine.value());
-	if (python_loading.valid())
-		if (auto r = python_loading.get(); !r)
-			return fail(r.error().message);
-	if (auto stop = check_target_alive())
-		return stop;
-	attacher_.emplace(*engine_, *tracker_, std::move(specs_));
-	attacher_->set_signature_reader(torch_signature_reader(attacher_->specs()));
-	attacher_->use_prefetch(&prefetch_);
-	if (auto r = attacher_->load_specs(); !r)
-		return fail(r.error().message);
-	char ld[PATH_MAX];
-	if (realpath("/lib64/ld-linux-x86-64.so.2", ld))
-		if (auto r = tracker_->watch_dynamic_linker(ld); !r)
-			std::cerr << "eacgm: warning: " << r.error().message << "\n";
+	pipeline_.open_collectors();
 	return {};
 }
 
-// Layers read from user space. One that cannot work here says why once and
-// the others go on (a machine without a GPU still has a host).
-void RecordSession::open_collectors()
-{
-	if (has("gpu")) {
-		GpuOptions go;
-		go.hz = a_.gpu_hz;
-		if (auto c = open_gpu_collector(go))
-			collectors_.push_back(std::move(c.value()));
-		else
-			std::cerr << "eacgm: " << c.error().message << "\n";
-	}
-	if (host_loading_.valid()) {
-		if (auto c = host_loading_.get())
-			collectors_.push_back(std::move(c.value()));
-		else
-			std::cerr << "eacgm: host layer unavailable: " << c.error().message << "\n";
-	}
-}
-
-RecordSession::Stop RecordSession::open_recorder()
-{
-	recorder_.emplace(*attacher_, *engine_, *tracker_, *store_, python_.get());
-	recorder_->set_tensor_formatter(format_tensor);
-	if (!a_.flamegraph.empty())
-		recorder_->keep_folded_stacks();
-	if (python_ && python_->sample_period_ns())
-		recorder_->set_sample_period(0, python_->sample_period_ns());
-	if (a_.python_entries != "off")
-		recorder_->keep_python_samples(); // measured calls reshape the sampled spans
-	// Online detection: a model per function, trained on its first calls,
-	// refitted in the background; anomalies go to the store as they come.
-	if (a_.detect) {
-		auto dopt = detect::DetectOptions::always_on();
-		dopt.model.fpr = a_.detect_fpr;
-		detector_.emplace(dopt);
-		recorder_->set_detector(&*detector_);
-	}
-	if (auto r = recorder_->open(); !r)
-		return fail(r.error().message);
-	return {};
-}
+RecordSession::Stop RecordSession::open_recorder() { return pipeline_.open_recorder(*store_sink_); }
 
 // The command waits at a gate until every probe is in place: nothing it
 // does, and no process it starts, is missed.
@@ -380,10 +216,10 @@ RecordSession::Stop RecordSession::launch_command()
 	if (!l)
 		return fail(l.error().message);
 	launched_.emplace(std::move(l.value()));
-	if (auto r = tracker_->track(launched_->pid()); !r)
+	if (auto r = pipeline_.tracker().track(launched_->pid()); !r)
 		return fail(r.error().message);
-	recorder_->add_root(launched_->pid(), getpid(), mono_ns());
-	if (auto r = attacher_->attach_installed(linked_libraries(exe_)); !r)
+	pipeline_.recorder().add_root(launched_->pid(), getpid(), mono_ns());
+	if (auto r = pipeline_.attacher().attach_installed(linked_libraries(exe_)); !r)
 		return fail(r.error().message, 2); // the gate closes: the command never runs
 	return {};
 }
@@ -414,16 +250,16 @@ RecordSession::Stop RecordSession::attach_tree()
 					continue; // gone before it was tracked: nothing of it to record
 				fd = std::move(**f);
 			}
-			if (auto r = tracker_->track(p); !r)
+			if (auto r = pipeline_.tracker().track(p); !r)
 				return fail(r.error().message);
-			recorder_->add_root(p, 0, mono_ns(), std::move(fd));
+			pipeline_.recorder().add_root(p, 0, mono_ns(), std::move(fd));
 			// A process that exits while it is scanned has nothing left to probe.
-			auto r = attacher_->scan_process(p);
+			auto r = pipeline_.attacher().scan_process(p);
 			if (!r && p == (uint32_t)a_.pid && process_exists(p) && !zombie_exit_status(p))
 				return fail(r.error().message, 2);
 		}
 	}
-	if (auto r = attacher_->attach_installed({}); !r)
+	if (auto r = pipeline_.attacher().attach_installed({}); !r)
 		return fail(r.error().message, 2);
 	return {};
 }
@@ -435,10 +271,10 @@ RecordSession::Stop RecordSession::announce_ready()
 {
 	uint64_t now = mono_ns();
 	// What happened while attaching (exits included) before counting.
-	if (auto n = recorder_->poll(0); !n)
+	if (auto n = pipeline_.recorder().poll(0); !n)
 		return fail(n.error().message);
-	size_t probes = attacher_->attached().size();
-	size_t processes = recorder_->live_processes();
+	size_t probes = pipeline_.attacher().attached().size();
+	size_t processes = pipeline_.recorder().live_processes();
 	// The file first: whoever reads the line may look for the file next.
 	if (!a_.ready_file.empty()) {
 		nlohmann::json ready = {{"pid", getpid()},
@@ -462,27 +298,7 @@ RecordSession::Stop RecordSession::announce_ready()
 // then releases the command.
 void RecordSession::begin()
 {
-	for (auto &w : attacher_->take_warnings())
-		std::cerr << "eacgm: warning: " << w << "\n";
-	if (auto note = single_step_note(attacher_->sites()); !note.empty())
-		std::cerr << "eacgm: note: " << note << "\n";
-	// Which mode the Python layer runs in: CPython's USDT function probes
-	// miss Python-to-Python calls in 3.11 to 3.14, so frames are sampled.
-	if (python_)
-		std::cerr << "eacgm: python: "
-			  << (a_.sample_hz ? "sampling stacks at " + std::to_string(a_.sample_hz) + " Hz of CPU time, "
-					   : std::string("no sampling, "))
-			  << (a_.python_entries == "off" ? ""
-				      : a_.python_entries == "all"
-				      ? "every call exactly on 3.8-3.10 and entries from C on 3.11+, "
-				      : "entries from C exactly on 3.11+, ")
-			  << "the stack behind each CUDA/NCCL/torch call\n";
-	if (detector_)
-		std::cerr << "eacgm: detect: scoring each CUDA/NCCL/torch call online; each function's first "
-			  << detector_->options().cold_start << " calls train its model (cold start)\n";
-	if (attacher_->attached().empty())
-		std::cerr << "eacgm: note: no traced library is loaded yet; probes attach when the target loads one\n";
-
+	pipeline_.begin();
 	if (launched_)
 		g_child = launched_->pid();
 	struct sigaction sa = {};
@@ -490,15 +306,8 @@ void RecordSession::begin()
 	sa.sa_flags = SA_SIGINFO;
 	sigaction(SIGINT, &sa, nullptr);
 	sigaction(SIGTERM, &sa, nullptr);
-
-	start_ = std::chrono::steady_clock::now();
-	usage_at_start_ = self_usage();
-	prog_stats_ = enable_prog_stats(); // from here: the attached phase only
-	if (a_.overhead_budget_pct > 0)
-		budget_.emplace(a_.overhead_budget_pct, a_.budget_after_s, *engine_, attacher_->specs(),
-				python_ && python_->sample_hz() ? python_.get() : nullptr);
 	(void)store_->set_meta("command", a_.command.empty() ? "pid " + std::to_string(a_.pid) : join(a_.command, " "));
-	(void)store_->set_meta("layers", join(layers_));
+	(void)store_->set_meta("layers", join(pipeline_.layers()));
 	(void)store_->set_meta("eacgm_version", EACGM_VERSION);
 	(void)store_->set_meta("start_mono_ns", std::to_string(mono_ns()));
 	(void)store_->set_wall_offset(wall_offset_ns());
@@ -506,45 +315,20 @@ void RecordSession::begin()
 		launched_->release();
 }
 
-Result<void> RecordSession::collect()
+// The launched command's exit, once: its own code is the recording's.
+RecordSession::Stop RecordSession::take_command_exit()
 {
-	uint64_t now = mono_ns();
-	std::set<uint32_t> traced = recorder_->pids();
-	for (auto &c : collectors_) {
-		c->collect(now, traced, metrics_, events_);
-		for (auto &w : c->take_warnings())
-			std::cerr << "eacgm: warning: " << c->layer() << ": " << w << "\n";
-	}
-	if (detector_) { // context for the calls around them
-		for (auto &m : metrics_)
-			detector_->observe(m);
-		for (auto &e : events_)
-			detector_->observe(e);
-	}
-	if (auto r = store_->add_metrics(metrics_); !r)
-		return r;
-	if (auto r = store_->add_events(events_); !r)
-		return r;
-	metrics_.clear();
-	events_.clear();
+	int status;
+	if (!launched_ || command_exited_ || !launched_->poll_exit(status))
+		return {};
+	exit_code_ = status;
+	command_exited_ = true;
+	Recorder &rec = pipeline_.recorder();
+	rec.set_exit(launched_->pid(), status, mono_ns());
+	if (size_t left = rec.live_processes())
+		std::cerr << "eacgm: the command exited (" << status << "); recording its "
+			  << plural(left, "process", "processes") << " still running until they exit (Ctrl-C stops)\n";
 	return {};
-}
-
-// Until the earliest collector is due, at most 250 ms: every wake-up of
-// eacgm is CPU taken from the job (records wake it sooner, when their
-// buffer fills; a traced process's exit wakes it at once).
-int RecordSession::poll_timeout_ms() const
-{
-	// The kernel reports an exit (tracepoint, pidfd) a moment before the
-	// process can be reaped, and nothing wakes eacgm then: look again soon.
-	if (launched_ && !command_exited_ && !recorder_->live(launched_->pid()))
-		return 1;
-	uint64_t due = UINT64_MAX, now = mono_ns();
-	for (auto &c : collectors_)
-		due = std::min(due, c->next_due_ns());
-	if (due == UINT64_MAX || due > now + 250'000'000)
-		return 250;
-	return due <= now ? 0 : int((due - now + 999'999) / 1'000'000);
 }
 
 // Until every traced process has exited (the command, the processes it
@@ -553,32 +337,17 @@ RecordSession::Stop RecordSession::record_until_done()
 {
 	using clock = std::chrono::steady_clock;
 	bool tty = isatty(2);
-	auto last_status = start_;
+	auto last_status = clock::now();
 	std::optional<clock::time_point> interrupted_at;
+	Recorder &rec = pipeline_.recorder();
 	for (;;) {
-		auto n = recorder_->poll(poll_timeout_ms());
-		if (!n)
-			return fail(n.error().message);
-		for (auto &w : recorder_->take_warnings())
-			std::cerr << "eacgm: warning: " << w << "\n";
-		std::vector<std::string> notes = recorder_->take_notes();
-		if (budget_)
-			budget_->tick(*recorder_, notes, events_);
-		for (auto &m : notes)
-			std::cerr << "eacgm: " << m << "\n";
-		if (auto r = collect(); !r)
-			return fail(r.error().message);
-		int status;
-		if (launched_ && !command_exited_ && launched_->poll_exit(status)) {
-			exit_code_ = status;
-			command_exited_ = true;
-			recorder_->set_exit(launched_->pid(), status, mono_ns());
-			if (size_t left = recorder_->live_processes())
-				std::cerr << "eacgm: the command exited (" << status << "); recording its "
-					  << plural(left, "process", "processes")
-					  << " still running until they exit (Ctrl-C stops)\n";
-		}
-		if (recorder_->live_processes() == 0 && (!launched_ || command_exited_))
+		// The kernel reports an exit (tracepoint, pidfd) a moment before the
+		// process can be reaped, and nothing wakes eacgm then: look again soon.
+		bool soon = launched_ && !command_exited_ && !rec.live(launched_->pid());
+		if (auto stop = pipeline_.step(pipeline_.poll_timeout_ms(soon)))
+			return stop;
+		take_command_exit();
+		if (rec.live_processes() == 0 && (!launched_ || command_exited_))
 			return {};
 		if (g_interrupts.load() && !interrupted_at) {
 			interrupted_at = clock::now();
@@ -603,58 +372,19 @@ RecordSession::Stop RecordSession::record_until_done()
 		if (tty && clock::now() - last_status > std::chrono::seconds(1)) {
 			last_status = clock::now();
 			fprintf(stderr, "\reacgm: recording: %llu spans, %zu live processes ",
-				(unsigned long long)recorder_->spans_seen(), recorder_->live_processes());
+				(unsigned long long)rec.spans_seen(), rec.live_processes());
 		}
 	}
 }
 
-// What eacgm itself cost while attached (the recording's steady state:
-// start-up and the final flush excluded), for `summary` and the benchmarks.
-void RecordSession::note_own_cost()
-{
-	SelfUsage now = self_usage();
-	double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-	(void)store_->set_meta("attached_s", std::to_string(secs));
-	(void)store_->set_meta("agent_cpu_attached_s", std::to_string(now.cpu_s - usage_at_start_.cpu_s));
-	(void)store_->set_meta("agent_cpu_s", std::to_string(now.cpu_s));
-	(void)store_->set_meta("agent_max_rss_kb", std::to_string(now.max_rss_kb));
-	// And what its BPF programs cost the traced processes and the machine
-	// (the uprobe traps themselves come on top: the kernel's, not ours).
-	uint64_t total = 0;
-	for (const ProgStats &p : own_prog_stats()) {
-		if (!p.runs)
-			continue;
-		total += p.run_ns;
-		(void)store_->set_meta("bpf_runs:" + p.name, std::to_string(p.runs));
-		(void)store_->set_meta("bpf_ns:" + p.name, std::to_string(p.run_ns));
-	}
-	if (prog_stats_)
-		(void)store_->set_meta("bpf_run_ns", std::to_string(total));
-}
-
 int RecordSession::finish()
 {
-	note_own_cost();
+	pipeline_.write_meta(*store_);
 	if (isatty(2))
 		fprintf(stderr, "\r\033[K");
-	for (auto &c : collectors_)
-		c->stop();
-	if (auto r = collect(); !r)
-		return fail(r.error().message);
-	if (auto r = recorder_->finish(); !r)
-		return fail(r.error().message);
-	if (budget_) {
-		budget_->write_meta(*store_);
-		budget_.reset(); // the last burst ends
-	}
-	// What a sampled span's "samples" count is worth: the longest period
-	// used (the budget may have lowered the rate), which bounds its error.
-	if (python_ && python_->longest_sample_period_ns())
-		(void)store_->set_meta("python_sample_period_ns", std::to_string(python_->longest_sample_period_ns()));
-	if (detector_)
-		detector_->flush(true); // refits would score nothing more
-	double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-	(void)store_->set_meta("duration_s", std::to_string(secs));
+	if (auto stop = pipeline_.finish(&*store_))
+		return *stop;
+	(void)store_->set_meta("duration_s", std::to_string(pipeline_.attached_s()));
 	if (auto r = store_->finish(); !r)
 		return fail(r.error().message);
 	g_partial[0][0] = 0;
@@ -663,7 +393,7 @@ int RecordSession::finish()
 	if (!summary)
 		return fail(summary.error().message);
 	if (!a_.flamegraph.empty())
-		if (auto r = write_file_atomic(a_.flamegraph, recorder_->folded_stacks()); !r)
+		if (auto r = write_file_atomic(a_.flamegraph, pipeline_.recorder().folded_stacks()); !r)
 			return fail(r.error().message);
 	std::cerr << *summary;
 	std::cerr << "recording: " << db_ << "\ntrace:     " << trace_ << " (open in ui.perfetto.dev)\n";
@@ -675,11 +405,10 @@ int RecordSession::finish()
 int RecordSession::run()
 {
 	raise_open_file_limit();
-	for (auto step : {&RecordSession::check_args, &RecordSession::build_specs, &RecordSession::check_target,
-			  &RecordSession::open_outputs, &RecordSession::open_probes})
+	for (auto step : {&RecordSession::check_args, &RecordSession::check_target, &RecordSession::open_outputs,
+			  &RecordSession::open_probes})
 		if (auto stop = (this->*step)())
 			return *stop;
-	open_collectors();
 	auto start = a_.command.empty() ? &RecordSession::attach_tree : &RecordSession::launch_command;
 	for (auto step :
 	     {&RecordSession::check_target_alive, &RecordSession::open_recorder, start, &RecordSession::announce_ready})
@@ -692,20 +421,6 @@ int RecordSession::run()
 }
 
 } // namespace
-
-// A pattern probe over libtorch's operator entry points for the operators
-// the user named (names or regular expressions over operator names).
-Result<SpecSet> torch_ops_spec(const std::vector<std::string> &ops)
-{
-	nlohmann::json probe = {{"function", "aten::$1"},
-				{"match", "^at::_ops::(" + join(ops, "|") + ")::call\\("},
-				{"tensor_args", 2}};
-	nlohmann::json doc = {{"layer", "torch"}, {"library", "libtorch_cpu.so*"}, {"probes", {probe}}};
-	auto s = parse_spec(doc.dump(), "--torch-ops", true);
-	if (!s)
-		return make_error("--torch-ops " + join(ops) + ": not a valid list of operator names or patterns");
-	return s;
-}
 
 int run_record(const RecordArgs &args) { return RecordSession(args).run(); }
 

@@ -1,3 +1,4 @@
+#include <sys/resource.h>
 #include "app/target.h"
 
 #include "ingest/recorder.h"
@@ -180,6 +181,17 @@ Result<void> check_bpf_privileges()
 	return make_error(
 		"eBPF tracing needs root or " + missing +
 		"; run eacgm with sudo (or grant them: setcap cap_bpf,cap_perfmon,cap_sys_resource+ep eacgm)");
+}
+
+// One pidfd per traced process (and one per thousands of short-lived
+// ones): the soft limit on open files is raised to the hard one.
+void raise_open_file_limit()
+{
+	rlimit r;
+	if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
+		r.rlim_cur = r.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &r);
+	}
 }
 
 } // namespace eacgm

@@ -39,4 +39,8 @@ bool process_exists(uint32_t pid);
 // True with root, or with CAP_BPF and CAP_PERFMON; message says what is missing.
 Result<void> check_bpf_privileges();
 
+// One pidfd per traced process (and one per thousands of short-lived
+// ones): the soft limit on open files is raised to the hard one.
+void raise_open_file_limit();
+
 } // namespace eacgm

@@ -30,9 +30,8 @@ std::string read_proc_text(const std::string &path)
 	return s;
 }
 
-Recorder::Recorder(Attacher &attacher, SpanEngine &engine, ProcTracker &tracker, StoreWriter &store,
-		   PythonTracer *python)
-	: attacher_(attacher), engine_(engine), tracker_(tracker), store_(store), python_(python)
+Recorder::Recorder(Attacher &attacher, SpanEngine &engine, ProcTracker &tracker, Sink &out, PythonTracer *python)
+	: attacher_(attacher), engine_(engine), tracker_(tracker), out_(out), python_(python)
 {}
 
 Recorder::~Recorder()
@@ -106,7 +105,8 @@ void Recorder::set_exit(uint32_t pid, int exit_code, uint64_t end_ns)
 	p.exit_code = exit_code;
 	if (!p.end_ns)
 		p.end_ns = end_ns;
-	live_.erase(pid);
+	if (live_.erase(pid) && discover_)
+		ended_.push_back(pid);
 	exits_.remove(pid);
 }
 
@@ -128,8 +128,8 @@ void Recorder::note_thread(uint32_t pid, uint32_t tid)
 	if (threads_.count(key))
 		return;
 	std::string name = read_proc_text("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/comm");
-	if (name.empty())
-		name = process(pid).comm;
+	if (auto p = processes_.find(pid); name.empty() && p != processes_.end())
+		name = p->second.comm; // else named at finish, from its process
 	threads_[key] = name;
 }
 
@@ -142,7 +142,14 @@ int Recorder::on_span(void *ctx, void *data, size_t size)
 	const auto &specs = self->attacher_.specs();
 	if (e.spec_id >= specs.probes.size())
 		return 0;
-	self->process(e.tgid);
+	if (self->discover_ && self->excluded_.count(e.tgid)) {
+		self->filtered_++;
+		return 0;
+	}
+	// Made known after this round's records: reading /proc, its maps and
+	// its interpreter here would hold up every record behind this one.
+	if (!self->processes_.count(e.tgid))
+		self->unseen_.insert(e.tgid);
 	self->note_thread(e.tgid, e.tid);
 	// Decoded at flush, after this round's process events: a forked child's
 	// spans can be read before the fork record that says whose maps it has.
@@ -321,6 +328,11 @@ void Recorder::handle_proc(const eacgm_proc_event &e)
 		break;
 	}
 	case EACGM_PROC_EXEC: {
+		if (discover_ && !processes_.count(e.tgid)) {
+			excluded_.erase(e.tgid); // a new program: judged afresh
+			candidates_.insert(e.tgid);
+			break;
+		}
 		Process &p = process(e.tgid);
 		p.comm = std::string(e.comm, strnlen(e.comm, sizeof(e.comm)));
 		p.cmdline = read_proc_text("/proc/" + std::to_string(e.tgid) + "/cmdline");
@@ -330,6 +342,11 @@ void Recorder::handle_proc(const eacgm_proc_event &e)
 		break;
 	}
 	case EACGM_PROC_DLOPEN:
+		if (discover_ && !processes_.count(e.tgid)) {
+			if (!excluded_.count(e.tgid))
+				candidates_.insert(e.tgid);
+			break;
+		}
 		// A dlopen reports twice (adding, consistent) and an import loads
 		// libraries in bursts: one rescan per process per round is enough.
 		process(e.tgid);
@@ -371,6 +388,103 @@ void Recorder::rescan_processes()
 		warn_once(w);
 }
 
+void Recorder::adopt_unseen()
+{
+	for (uint32_t pid : std::exchange(unseen_, {}))
+		if (!processes_.count(pid) && !excluded_.count(pid))
+			adopt(pid);
+}
+
+bool Recorder::adopt(uint32_t pid)
+{
+	if (discover_) {
+		// Gone already: nothing to watch, and a table entry that no exit
+		// would ever end.
+		if (access(("/proc/" + std::to_string(pid)).c_str(), F_OK) != 0)
+			return false;
+		if (wanted_ && !wanted_(pid)) {
+			excluded_.insert(pid);
+			auto first = threads_.lower_bound({pid, 0});
+			threads_.erase(first, threads_.lower_bound({pid + 1, 0}));
+			return false;
+		}
+		// Its forks, execs, exit and scheduling are followed from now on.
+		if (auto r = tracker_.track(pid); !r)
+			warn_once(r.error().message);
+	}
+	process(pid);
+	return true;
+}
+
+static bool is_interpreter(const std::string &path)
+{
+	std::string base = path.substr(path.rfind('/') + 1);
+	return base.rfind("python", 0) == 0 || base.rfind("libpython", 0) == 0;
+}
+
+// serve: a process that exec'd or loaded a library is adopted once it maps
+// what the specs trace or an interpreter; until then it costs nothing more.
+void Recorder::judge_candidates()
+{
+	for (uint32_t pid : std::exchange(candidates_, {})) {
+		if (processes_.count(pid) || excluded_.count(pid))
+			continue;
+		auto maps = read_maps(pid);
+		if (!maps)
+			continue; // gone
+		bool traced = false;
+		for (const Mapping &m : maps.value())
+			if (!m.path.empty() && m.path[0] == '/' &&
+			    (attacher_.wanted(m.path) || (python_ && is_interpreter(m.path)))) {
+				traced = true;
+				break;
+			}
+		if (traced && adopt(pid))
+			rescan_.insert(pid);
+	}
+}
+
+// serve: an exited process is handed on whole (its end and exit code, its
+// threads) and forgotten, with everything kept about it.
+Result<void> Recorder::retire_exited()
+{
+	for (uint32_t pid : std::exchange(ended_, {})) {
+		auto p = processes_.find(pid);
+		if (p == processes_.end() || live_.count(pid))
+			continue;
+		if (auto r = out_.process(p->second); !r)
+			return r;
+		auto first = threads_.lower_bound({pid, 0}), last = threads_.lower_bound({pid + 1, 0});
+		for (auto t = first; t != last; ++t)
+			if (auto r =
+				    out_.thread({pid, t->first.second, t->second.empty() ? p->second.comm : t->second});
+			    !r)
+				return r;
+		threads_.erase(first, last);
+		symbolizer_.forget(pid);
+		attacher_.forget(pid);
+		if (python_)
+			python_->forget(pid);
+		processes_.erase(p);
+	}
+	return {};
+}
+
+// serve: the filters' verdicts on processes that have exited since (their
+// exits are not reported: they were never tracked).
+void Recorder::sweep_excluded()
+{
+	auto now = std::chrono::steady_clock::now();
+	if (excluded_.empty() || now - last_sweep_ < std::chrono::seconds(10))
+		return;
+	last_sweep_ = now;
+	for (auto it = excluded_.begin(); it != excluded_.end();)
+		if (access(("/proc/" + std::to_string(*it)).c_str(), F_OK) != 0)
+			it = excluded_.erase(it);
+		else
+			++it;
+}
+
 // Probes placed after the start, on a library a process loaded (dlopen) or
 // an exec'd program maps: said once per library, since calls made before
 // this moment were not seen.
@@ -404,6 +518,8 @@ Result<int> Recorder::poll(int timeout_ms)
 		return make_error(std::string("reading the ring buffers failed: ") + std::strerror(-n));
 	records_read_ += n > 0 ? static_cast<uint64_t>(n) : 0;
 	handling_cpu_ns_ += clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu;
+	adopt_unseen();
+	judge_candidates();
 	rescan_processes();
 	// After the records: an exit the kernel reported there (with its code and
 	// time) is already handled; the kernel writes it before the pidfd wakes.
@@ -412,6 +528,9 @@ Result<int> Recorder::poll(int timeout_ms)
 	if (auto r = flush(); !r)
 		return r.error();
 	handling_cpu_ns_ += clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu;
+	if (auto r = retire_exited(); !r)
+		return r.error();
+	sweep_excluded();
 	return n < 0 ? 0 : n;
 }
 
@@ -421,6 +540,7 @@ Result<void> Recorder::drain()
 	if (n < 0)
 		return make_error(std::string("reading the ring buffers failed: ") + std::strerror(-n));
 	records_read_ += static_cast<uint64_t>(n);
+	adopt_unseen();
 	rescan_processes();
 	return flush(true);
 }
@@ -457,6 +577,10 @@ Result<void> Recorder::flush(bool force)
 	{
 		for (size_t k = 0; k < pending_.size(); k++) {
 			const eacgm_span_event &e = pending_[k];
+			if (discover_ && excluded_.count(e.tgid)) {
+				filtered_++; // read before its process was judged
+				continue;
+			}
 			decoded_.push_back(decode_span(e, specs.probes[e.spec_id], specs, &symbolizer_, tensors_));
 			Span &s = decoded_.back();
 			// A call seen in a burst of a throttled probe stands for those
@@ -494,19 +618,9 @@ Result<void> Recorder::flush(bool force)
 	auto now = std::chrono::steady_clock::now();
 	if (force || decoded_.size() >= kBatch || now - last_store_ > std::chrono::milliseconds(200)) {
 		last_store_ = now;
-		// Each call scored as it is stored, against its function's model of the moment.
-		std::vector<Anomaly> anomalies;
-		if (detector_)
-			for (const Span &sp : decoded_)
-				if (auto a = detector_->observe(sp))
-					anomalies.push_back(std::move(*a));
-		anomalies_seen_ += anomalies.size();
-		auto r = store_.add_spans(decoded_);
-		decoded_.clear();
-		if (!r)
+		SpanBatch batch{SpanBatch::calls, std::exchange(decoded_, {}), {}};
+		if (auto r = out_.write(batch); !r)
 			return r;
-		if (auto a = store_.add_anomalies(anomalies); !a)
-			return a;
 	}
 	for (auto &raw : pending_samples_) {
 		ResolvedStack &rs = resolved(raw.pid, raw.frames.data(), raw.frames.size(), false);
@@ -569,7 +683,8 @@ Result<void> Recorder::fold_python(bool all)
 		py_late_ += t.spans.late();
 		it = py_threads_.erase(it);
 	}
-	return store_.add_spans(spans);
+	SpanBatch batch{SpanBatch::sampled, std::move(spans), {}};
+	return out_.write(batch);
 }
 
 // Python function spans: the rest of those made as the samples came, or
@@ -585,10 +700,12 @@ Result<void> Recorder::finish_python()
 				 [](const PyStackSample &a, const PyStackSample &b) { return a.ts_ns < b.ts_ns; });
 		note_thread(key.first, key.second);
 		auto calls = calls_.find(key);
-		if (auto r = store_.add_spans(python_function_spans(
-			    key.first, key.second, samples,
-			    calls == calls_.end() ? std::vector<PyCall>{} : calls->second, &py_calls_contradicted_));
-		    !r)
+		SpanBatch batch{SpanBatch::sampled,
+				python_function_spans(key.first, key.second, samples,
+						      calls == calls_.end() ? std::vector<PyCall>{} : calls->second,
+						      &py_calls_contradicted_),
+				{}};
+		if (auto r = out_.write(batch); !r)
 			return r;
 	}
 	return {};
@@ -599,14 +716,14 @@ Result<void> Recorder::finish()
 	if (auto r = drain(); !r)
 		return r;
 	for (auto &[pid, p] : processes_)
-		if (auto r = store_.upsert_process(p); !r)
+		if (auto r = out_.process(p); !r)
 			return r;
 	for (auto &[key, name] : threads_) {
 		// A short-lived process may be gone before its thread was named,
 		// and its fork record (with the name) read after its first span.
 		if (name.empty())
 			name = process(key.first).comm;
-		if (auto r = store_.upsert_thread({key.first, key.second, name}); !r)
+		if (auto r = out_.thread({key.first, key.second, name}); !r)
 			return r;
 	}
 	if (auto r = finish_python(); !r)
@@ -627,7 +744,7 @@ Result<void> Recorder::finish()
 		drops.push_back({"python", "contradicted_call", py_calls_contradicted_});
 		drops.push_back({"python", "late_sample", py_late_});
 	}
-	return store_.set_drops(drops);
+	return out_.drops(drops);
 }
 
 std::vector<std::string> Recorder::take_warnings() { return std::exchange(warnings_, {}); }

@@ -1,8 +1,10 @@
-// The ingest loop of a recording: drains the BPF ring buffers, decodes
+// The ingest loop of the pipeline: drains the BPF ring buffers, decodes
 // spans, keeps the process and thread tables, reacts to forks, execs, exits
-// and dlopen, and streams everything into the store.
+// and dlopen, joins Python stacks to calls and samples into function spans,
+// and hands everything to the sink chain (common/sink.h).
 #pragma once
 #include <chrono>
+#include <functional>
 #include <cstdint>
 #include <map>
 #include <string_view>
@@ -15,7 +17,7 @@
 
 #include "common/model.h"
 #include "common/result.h"
-#include "detect/online.h"
+#include "common/sink.h"
 #include "eacgm/abi/events.h"
 #include "ingest/decode.h"
 #include "ingest/python_spans.h"
@@ -25,7 +27,6 @@
 #include "probe/attacher.h"
 #include "probe/pid_watch.h"
 #include "probe/symbolizer.h"
-#include "store/store.h"
 
 struct ring_buffer;
 
@@ -34,7 +35,7 @@ namespace eacgm {
 class Recorder {
 public:
 	// python may be null (no python layer).
-	Recorder(Attacher &attacher, SpanEngine &engine, ProcTracker &tracker, StoreWriter &store,
+	Recorder(Attacher &attacher, SpanEngine &engine, ProcTracker &tracker, Sink &out,
 		 PythonTracer *python = nullptr);
 	~Recorder();
 	Recorder(const Recorder &) = delete;
@@ -89,9 +90,6 @@ public:
 	void set_sample_period(uint64_t from_ns, uint64_t period_ns) { periods_.push_back({from_ns, period_ns}); }
 	// How tensor arguments read (the torch layer's format_tensor).
 	void set_tensor_formatter(TensorFormatter f) { tensors_ = f; }
-	// Scores every CUDA/NCCL/torch call online as it is stored (null: off).
-	void set_detector(detect::OnlineDetector *d) { detector_ = d; }
-	uint64_t anomalies_seen() const { return anomalies_seen_; }
 	// Keep every Python sample and measured call to the end and make the
 	// function spans from them all there (--python-entries: a measured call
 	// can reshape spans far before it ends). Otherwise each thread's spans
@@ -104,6 +102,26 @@ public:
 	// Sampled Python stacks in the collapsed format of flame graph tools:
 	// "outer;...;inner count" per line, frames as "qualname (file:def line)".
 	std::string folded_stacks();
+	// The node agent's mode (serve): the span engine traces every process
+	// that calls a traced library, and every exec and library load on the
+	// node is reported. A process is adopted (its maps, Python, exit
+	// watched, tracked for the host layer and its children) when it first
+	// makes a call, or when it execs or loads a library and then maps a
+	// traced library or an interpreter, and only when `wanted` says so
+	// (the configured filters); the others' calls are dropped, counted. An
+	// exited process is handed to the sinks and forgotten: the table holds
+	// the live ones only.
+	using ProcessFilter = std::function<bool(uint32_t pid)>;
+	void discover(ProcessFilter wanted)
+	{
+		discover_ = true;
+		wanted_ = std::move(wanted);
+	}
+	// serve: a process running when the agent starts, judged as one that
+	// just exec'd.
+	void consider(uint32_t pid) { candidates_.insert(pid); }
+	uint64_t filtered_spans() const { return filtered_; }
+	size_t known_processes() const { return processes_.size(); }
 	// Messages for the user (rescans that failed, ...), at most once each.
 	std::vector<std::string> take_warnings();
 	// What the user should know as it happens (probes attached late, ...).
@@ -115,6 +133,13 @@ private:
 	static int on_py(void *ctx, void *data, size_t size);
 	void watch_python(uint32_t pid);
 	void rescan_processes();
+	// Discovery, off the ring buffer's callback: the processes seen first
+	// in this round's records become known (and, in serve, judged).
+	void adopt_unseen();
+	void judge_candidates();
+	bool adopt(uint32_t pid); // false: the filters exclude it
+	Result<void> retire_exited();
+	void sweep_excluded();
 	// Said to the user once, however often it happens.
 	void warn_once(const std::string &message);
 	// partial: a frame that does not resolve cuts the stack there (marked
@@ -153,7 +178,7 @@ private:
 	Attacher &attacher_;
 	SpanEngine &engine_;
 	ProcTracker &tracker_;
-	StoreWriter &store_;
+	Sink &out_;
 	Symbolizer symbolizer_;
 	NcclCommunicators nccl_;
 	struct ring_buffer *rb_ = nullptr;
@@ -217,15 +242,21 @@ private:
 	std::vector<std::string> warnings_;
 	std::vector<std::string> notes_;
 	std::set<std::string> warned_;
+	bool discover_ = false;
+	ProcessFilter wanted_;
+	std::set<uint32_t> unseen_;     // pids of this round's spans not known yet
+	std::set<uint32_t> candidates_; // serve: exec'd or loaded a library, not known yet
+	std::set<uint32_t> excluded_;   // serve: the filters said no
+	std::vector<uint32_t> ended_;   // serve: exited, to hand on and forget after the flush
+	uint64_t filtered_ = 0;
+	std::chrono::steady_clock::time_point last_sweep_ = std::chrono::steady_clock::now();
 	uint64_t spans_seen_ = 0;
 	uint64_t records_read_ = 0, handling_cpu_ns_ = 0, samples_read_ = 0;
 	std::vector<uint64_t> spans_per_spec_;
 	std::vector<std::pair<uint64_t, std::vector<double>>> weights_; // by from_ns, ascending
 	std::vector<std::pair<uint64_t, uint64_t>> periods_;            // (from_ns, period), ascending
 	uint64_t period_at(uint64_t ts_ns) const;
-	detect::OnlineDetector *detector_ = nullptr;
 	TensorFormatter tensors_ = nullptr;
-	uint64_t anomalies_seen_ = 0;
 };
 
 // Reads a file under /proc into a string without the trailing newline;

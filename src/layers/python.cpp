@@ -298,6 +298,12 @@ void PythonTracer::inherit(uint32_t child, uint32_t parent)
 		procs_[child] = it->second;
 }
 
+void PythonTracer::forget(uint32_t pid)
+{
+	if (procs_.erase(pid))
+		bpf_map__delete_elem(skel_->maps.py_procs, &pid, sizeof(pid), 0);
+}
+
 struct bpf_map *PythonTracer::procs_map() const { return skel_->maps.py_procs; }
 struct bpf_map *PythonTracer::tstates_map() const { return skel_->maps.py_tstates; }
 struct bpf_map *PythonTracer::events_map() const { return skel_->maps.py_events; }

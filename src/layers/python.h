@@ -65,6 +65,9 @@ public:
 	// A forked child runs its parent's interpreter (the kernel side copied
 	// its registration already).
 	void inherit(uint32_t child, uint32_t parent);
+	// A process that exited: its registration goes (a pid may come back
+	// as another program).
+	void forget(uint32_t pid);
 	const PyOffsets *offsets(int minor) const; // the built-in table's
 	// The sampler's period of a thread's CPU time now; 0 without sampling.
 	uint64_t sample_period_ns() const { return sample_hz_ ? 1'000'000'000ull / sample_hz_ : 0; }

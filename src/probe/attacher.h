@@ -80,8 +80,10 @@ public:
 	// Things worth telling the user once (a built-in symbol missing, ...).
 	std::vector<std::string> take_warnings() { return std::exchange(warnings_, {}); }
 
-private:
+	// Whether a spec names this library file.
 	bool wanted(const std::string &path) const;
+
+private:
 	// Adds a probe per function of `elf` that a `match` pattern finds.
 	// `matched`: what the prefetch found per pattern (null: match here).
 	Result<void> expand_pattern(size_t pattern, const ElfFile &elf,

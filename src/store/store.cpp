@@ -385,6 +385,20 @@ Result<void> StoreWriter::add_anomalies(const std::vector<Anomaly> &anomalies)
 	return insert_all(kInsertAnomaly, anomalies, "anomalies", bind_anomaly);
 }
 
+Result<void> StoreSink::write(SpanBatch &b)
+{
+	if (auto r = w_.add_spans(b.spans); !r)
+		return r;
+	return b.anomalies.empty() ? Result<void>() : w_.add_anomalies(b.anomalies);
+}
+
+Result<void> StoreSink::measures(const std::vector<Metric> &m, const std::vector<Event> &e)
+{
+	if (auto r = w_.add_metrics(m); !r)
+		return r;
+	return w_.add_events(e);
+}
+
 Result<void> StoreWriter::upsert_process(const Process &p)
 {
 	if (auto r = ready(); !r)

@@ -14,6 +14,7 @@
 
 #include "common/model.h"
 #include "common/result.h"
+#include "common/sink.h"
 
 struct sqlite3;
 struct sqlite3_stmt;
@@ -93,6 +94,21 @@ private:
 	// Stacks written so far -> their row; those of the open transaction.
 	std::unordered_map<std::string, int64_t, TextHash, std::equal_to<>> stack_ids_;
 	std::vector<std::string_view> new_stacks_;
+};
+
+// The store as the pipeline's last sink: each batch of spans with its
+// anomalies, and each batch of measures, in the writer's transactions.
+class StoreSink : public Sink {
+public:
+	explicit StoreSink(StoreWriter &w) : w_(w) {}
+	Result<void> write(SpanBatch &b) override;
+	Result<void> measures(const std::vector<Metric> &m, const std::vector<Event> &e) override;
+	Result<void> process(const Process &p) override { return w_.upsert_process(p); }
+	Result<void> thread(const Thread &t) override { return w_.upsert_thread(t); }
+	Result<void> drops(const std::vector<Drop> &d) override { return w_.set_drops(d); }
+
+private:
+	StoreWriter &w_;
 };
 
 // Reads a finished recording: what every reader wants whole (meta,

@@ -1,0 +1,318 @@
+#include "app/pipeline.h"
+
+#include <algorithm>
+#include <iostream>
+#include <limits.h>
+#include <stdlib.h>
+
+#include <bpf/libbpf.h>
+#include <nlohmann/json.hpp>
+
+#include "app/commands.h"
+#include "app/target.h"
+#include "common/clock.h"
+#include "common/text.h"
+#include "layers/gpu.h"
+#include "layers/host.h"
+#include "layers/torch.h"
+#include "probe/prog_stats.h"
+
+namespace eacgm {
+
+const std::vector<std::string> kAllLayers = {"cuda", "nccl", "torch", "python", "gpu", "host"};
+const std::vector<std::string> kSpecLayers = {"cuda", "nccl", "torch"};
+
+bool Pipeline::has(const std::string &layer) const
+{
+	return std::find(layers_.begin(), layers_.end(), layer) != layers_.end();
+}
+
+Pipeline::Stop Pipeline::check()
+{
+	layers_ = o_.layers.empty() ? kAllLayers : o_.layers;
+	for (auto &l : layers_)
+		if (std::find(kAllLayers.begin(), kAllLayers.end(), l) == kAllLayers.end())
+			return fail("unknown layer '" + l + "'; choose from " + join(kAllLayers), 2);
+	if (!o_.torch_ops.empty() && !has("torch"))
+		return fail("--torch-ops needs the torch layer; add torch to --layers", 2);
+	if (o_.flamegraph && !has("python"))
+		return fail("--flamegraph needs the python layer; add python to --layers", 2);
+	if (auto r = check_bpf_privileges(); !r)
+		return fail(r.error().message);
+	return {};
+}
+
+Pipeline::Stop Pipeline::build_specs()
+{
+	for (auto &l : kSpecLayers) {
+		if (!has(l))
+			continue;
+		auto s = load_builtin_spec(l);
+		if (!s)
+			return fail(s.error().message);
+		specs_.merge(std::move(s.value()));
+	}
+	if (!o_.torch_ops.empty()) {
+		auto extra = torch_ops_spec(o_.torch_ops);
+		if (!extra)
+			return fail(extra.error().message, 2);
+		specs_.merge(std::move(extra.value()));
+	}
+	for (auto &f : o_.specs) {
+		auto s = load_spec_file(f, true);
+		if (!s)
+			return fail(s.error().message, 2);
+		specs_.merge(std::move(s.value()));
+	}
+	return {};
+}
+
+Pipeline::Stop Pipeline::open_probes(ElfPrefetch *prefetch, const std::function<Stop()> &abandon)
+{
+	auto tracker = ProcTracker::open(o_.trace_all);
+	if (!tracker)
+		return fail(tracker.error().message);
+	tracker_ = std::move(tracker.value());
+	if (auto stop = abandon())
+		return stop;
+	if (has("host")) {
+		HostOptions ho;
+		ho.interval_ms = o_.host_interval_ms;
+		host_loading_ = std::async(std::launch::async, [fd = tracker_->traced_map_fd(), ho] {
+			return open_host_collector(fd, ho);
+		});
+	}
+	if (auto stop = load_engine(abandon))
+		return stop;
+	attacher_.emplace(*engine_, *tracker_, std::move(specs_));
+	attacher_->set_signature_reader(torch_signature_reader(attacher_->specs()));
+	attacher_->use_prefetch(prefetch);
+	if (auto r = attacher_->load_specs(); !r)
+		return fail(r.error().message);
+	char ld[PATH_MAX];
+	if (realpath("/lib64/ld-linux-x86-64.so.2", ld))
+		if (auto r = tracker_->watch_dynamic_linker(ld); !r)
+			std::cerr << "eacgm: warning: " << r.error().message << "\n";
+	return {};
+}
+
+// The span engine, and the Python programs verified on a thread meanwhile
+// (the engine shares the maps prepare() makes).
+Pipeline::Stop Pipeline::load_engine(const std::function<Stop()> &abandon)
+{
+	SpanEngine::Options eo;
+	eo.ring_buffer_bytes = o_.ring_buffer_kb * 1024u;
+	eo.trace_all = o_.trace_all;
+	std::future<Result<void>> python_loading;
+	if (has("python")) {
+		auto p = PythonTracer::prepare(tracker_->traced_map_fd());
+		if (!p)
+			return fail(p.error().message);
+		python_ = std::move(p.value());
+		eo.py_procs = bpf_map__fd(python_->procs_map());
+		eo.py_tstates = bpf_map__fd(python_->tstates_map());
+		eo.py_events = bpf_map__fd(python_->events_map());
+		eo.py_counters = bpf_map__fd(python_->counters_map());
+		python_loading = std::async(std::launch::async, [this] { return python_->load(o_.sample_hz); });
+		if (o_.python_entries != "off")
+			specs_.merge(python_->eval_entry_probes(o_.python_entries == "all"));
+		if (auto stop = abandon())
+			return stop;
+	}
+	auto engine = SpanEngine::open(eo, tracker_->traced_map_fd());
+	if (!engine)
+		return fail(engine.error().message, 2);
+	engine_ = std::move(engine.value());
+	if (python_loading.valid())
+		if (auto r = python_loading.get(); !r)
+			return fail(r.error().message);
+	return abandon();
+}
+
+void Pipeline::open_collectors()
+{
+	if (has("gpu")) {
+		GpuOptions go;
+		go.hz = o_.gpu_hz;
+		if (auto c = open_gpu_collector(go))
+			collectors_.push_back(std::move(c.value()));
+		else
+			std::cerr << "eacgm: " << c.error().message << "\n";
+	}
+	if (host_loading_.valid()) {
+		if (auto c = host_loading_.get())
+			collectors_.push_back(std::move(c.value()));
+		else
+			std::cerr << "eacgm: host layer unavailable: " << c.error().message << "\n";
+	}
+}
+
+Pipeline::Stop Pipeline::open_recorder(Sink &out)
+{
+	// Online detection: a model per function, trained on its first calls,
+	// refitted in the background; it scores each batch before the sinks
+	// after it see the batch, and adds what it flags.
+	if (o_.detect) {
+		auto dopt = detect::DetectOptions::always_on();
+		dopt.model.fpr = o_.detect_fpr;
+		detector_.emplace(dopt);
+		scoring_.emplace(*detector_);
+		chain_.add(&*scoring_);
+	}
+	chain_.add(&out);
+	recorder_.emplace(*attacher_, *engine_, *tracker_, chain_, python_.get());
+	recorder_->set_tensor_formatter(format_tensor);
+	if (o_.flamegraph)
+		recorder_->keep_folded_stacks();
+	if (python_ && python_->sample_period_ns())
+		recorder_->set_sample_period(0, python_->sample_period_ns());
+	if (o_.python_entries != "off")
+		recorder_->keep_python_samples(); // measured calls reshape the sampled spans
+	if (auto r = recorder_->open(); !r)
+		return fail(r.error().message);
+	return {};
+}
+
+void Pipeline::begin()
+{
+	for (auto &w : attacher_->take_warnings())
+		std::cerr << "eacgm: warning: " << w << "\n";
+	if (auto note = single_step_note(attacher_->sites()); !note.empty())
+		std::cerr << "eacgm: note: " << note << "\n";
+	// Which mode the Python layer runs in: CPython's USDT function probes
+	// miss Python-to-Python calls in 3.11 to 3.14, so frames are sampled.
+	if (python_)
+		std::cerr << "eacgm: python: "
+			  << (o_.sample_hz ? "sampling stacks at " + std::to_string(o_.sample_hz) + " Hz of CPU time, "
+					   : std::string("no sampling, "))
+			  << (o_.python_entries == "off" ? ""
+				      : o_.python_entries == "all"
+				      ? "every call exactly on 3.8-3.10 and entries from C on 3.11+, "
+				      : "entries from C exactly on 3.11+, ")
+			  << "the stack behind each CUDA/NCCL/torch call\n";
+	if (detector_)
+		std::cerr << "eacgm: detect: scoring each CUDA/NCCL/torch call online; each function's first "
+			  << detector_->options().cold_start << " calls train its model (cold start)\n";
+	if (attacher_->attached().empty())
+		std::cerr << "eacgm: note: no traced library is loaded yet; probes attach when the target loads one\n";
+	start_ = std::chrono::steady_clock::now();
+	usage_at_start_ = self_usage();
+	prog_stats_ = enable_prog_stats(); // from here: the attached phase only
+	if (o_.overhead_budget_pct > 0)
+		budget_.emplace(o_.overhead_budget_pct, o_.budget_after_s, *engine_, attacher_->specs(),
+				python_ && python_->sample_hz() ? python_.get() : nullptr);
+}
+
+Result<void> Pipeline::collect()
+{
+	uint64_t now = mono_ns();
+	std::set<uint32_t> traced = recorder_->pids();
+	for (auto &c : collectors_) {
+		c->collect(now, traced, metrics_, events_);
+		for (auto &w : c->take_warnings())
+			std::cerr << "eacgm: warning: " << c->layer() << ": " << w << "\n";
+	}
+	auto r = chain_.measures(metrics_, events_);
+	metrics_.clear();
+	events_.clear();
+	return r;
+}
+
+// Until the earliest collector is due, at most 250 ms: every wake-up of
+// eacgm is CPU taken from the job (records wake it sooner, when their
+// buffer fills; a traced process's exit wakes it at once). soon: the front
+// end expects something the kernel does not wake it for.
+int Pipeline::poll_timeout_ms(bool soon) const
+{
+	if (soon)
+		return 1;
+	uint64_t due = UINT64_MAX, now = mono_ns();
+	for (auto &c : collectors_)
+		due = std::min(due, c->next_due_ns());
+	if (due == UINT64_MAX || due > now + 250'000'000)
+		return 250;
+	return due <= now ? 0 : int((due - now + 999'999) / 1'000'000);
+}
+
+Pipeline::Stop Pipeline::step(int timeout_ms)
+{
+	auto n = recorder_->poll(timeout_ms);
+	if (!n)
+		return fail(n.error().message);
+	for (auto &w : recorder_->take_warnings())
+		std::cerr << "eacgm: warning: " << w << "\n";
+	std::vector<std::string> notes = recorder_->take_notes();
+	if (budget_)
+		budget_->tick(*recorder_, notes, events_);
+	for (auto &m : notes)
+		std::cerr << "eacgm: " << m << "\n";
+	if (auto r = collect(); !r)
+		return fail(r.error().message);
+	return {};
+}
+
+double Pipeline::attached_s() const
+{
+	return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+}
+
+// What eacgm itself cost while attached (the steady state: start-up and
+// the final flush excluded), for `summary` and the benchmarks, and what its
+// BPF programs cost the traced processes and the machine (the uprobe traps
+// themselves come on top: the kernel's, not ours). Before finish().
+void Pipeline::write_meta(StoreWriter &store)
+{
+	SelfUsage now = self_usage();
+	(void)store.set_meta("attached_s", std::to_string(attached_s()));
+	(void)store.set_meta("agent_cpu_attached_s", std::to_string(now.cpu_s - usage_at_start_.cpu_s));
+	(void)store.set_meta("agent_cpu_s", std::to_string(now.cpu_s));
+	(void)store.set_meta("agent_max_rss_kb", std::to_string(now.max_rss_kb));
+	uint64_t total = 0;
+	for (const ProgStats &p : own_prog_stats()) {
+		if (!p.runs)
+			continue;
+		total += p.run_ns;
+		(void)store.set_meta("bpf_runs:" + p.name, std::to_string(p.runs));
+		(void)store.set_meta("bpf_ns:" + p.name, std::to_string(p.run_ns));
+	}
+	if (prog_stats_)
+		(void)store.set_meta("bpf_run_ns", std::to_string(total));
+}
+
+Pipeline::Stop Pipeline::finish(StoreWriter *store)
+{
+	for (auto &c : collectors_)
+		c->stop();
+	if (auto r = collect(); !r)
+		return fail(r.error().message);
+	if (auto r = recorder_->finish(); !r)
+		return fail(r.error().message);
+	if (budget_) {
+		if (store)
+			budget_->write_meta(*store);
+		budget_.reset(); // the last burst ends
+	}
+	// What a sampled span's "samples" count is worth: the longest period
+	// used (the budget may have lowered the rate), which bounds its error.
+	if (store && python_ && python_->longest_sample_period_ns())
+		(void)store->set_meta("python_sample_period_ns", std::to_string(python_->longest_sample_period_ns()));
+	if (detector_)
+		detector_->flush(true); // refits would score nothing more
+	return {};
+}
+
+// A pattern probe over libtorch's operator entry points for the operators
+// the user named (names or regular expressions over operator names).
+Result<SpecSet> torch_ops_spec(const std::vector<std::string> &ops)
+{
+	nlohmann::json probe = {{"function", "aten::$1"},
+				{"match", "^at::_ops::(" + join(ops, "|") + ")::call\\("},
+				{"tensor_args", 2}};
+	nlohmann::json doc = {{"layer", "torch"}, {"library", "libtorch_cpu.so*"}, {"probes", {probe}}};
+	auto s = parse_spec(doc.dump(), "--torch-ops", true);
+	if (!s)
+		return make_error("--torch-ops " + join(ops) + ": not a valid list of operator names or patterns");
+	return s;
+}
+
+} // namespace eacgm

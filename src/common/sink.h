@@ -1,0 +1,78 @@
+// Where the pipeline's output goes. The recorder (ingest) makes spans,
+// process and thread records and loss counts; the collectors make metrics
+// and events; each goes to every sink of a chain, in order: the online
+// detector first (it adds the anomalies it finds to the batch), then the
+// store, the Prometheus registry, ... `record` and `serve` differ only in
+// the chain they build.
+#pragma once
+#include <vector>
+
+#include "common/model.h"
+#include "common/result.h"
+
+namespace eacgm {
+
+// Spans made since the last batch and the anomalies found among them.
+struct SpanBatch {
+	// Traced calls (a probe's entry and return) are scored online; Python
+	// function spans made from stack samples are not (their duration is an
+	// estimate from sample counts, not a measurement).
+	enum Kind { calls, sampled } kind = calls;
+	std::vector<Span> spans;
+	std::vector<Anomaly> anomalies; // filled by the sinks that score
+};
+
+class Sink {
+public:
+	virtual ~Sink() = default;
+	// A sink earlier in the chain may add to the batch (anomalies).
+	virtual Result<void> write(SpanBatch &batch) = 0;
+	// Host and GPU samples and instants: context for the spans near them.
+	virtual Result<void> measures(const std::vector<Metric> &, const std::vector<Event> &) { return {}; }
+	// A process or thread as known now; again when it has changed (exited).
+	virtual Result<void> process(const Process &) { return {}; }
+	virtual Result<void> thread(const Thread &) { return {}; }
+	// Records lost or not recorded so far, all of them (replaces the last).
+	virtual Result<void> drops(const std::vector<Drop> &) { return {}; }
+};
+
+// Sinks called in order; the first error stops the call there.
+class SinkChain : public Sink {
+public:
+	SinkChain() = default;
+	SinkChain(std::vector<Sink *> sinks) : sinks_(std::move(sinks)) {}
+	void add(Sink *s) { sinks_.push_back(s); }
+	Result<void> write(SpanBatch &b) override
+	{
+		return each([&](Sink &s) { return s.write(b); });
+	}
+	Result<void> measures(const std::vector<Metric> &m, const std::vector<Event> &e) override
+	{
+		return each([&](Sink &s) { return s.measures(m, e); });
+	}
+	Result<void> process(const Process &p) override
+	{
+		return each([&](Sink &s) { return s.process(p); });
+	}
+	Result<void> thread(const Thread &t) override
+	{
+		return each([&](Sink &s) { return s.thread(t); });
+	}
+	Result<void> drops(const std::vector<Drop> &d) override
+	{
+		return each([&](Sink &s) { return s.drops(d); });
+	}
+
+private:
+	template <class F>
+	Result<void> each(F f)
+	{
+		for (Sink *s : sinks_)
+			if (auto r = f(*s); !r)
+				return r;
+		return {};
+	}
+	std::vector<Sink *> sinks_;
+};
+
+} // namespace eacgm

@@ -1,0 +1,39 @@
+// The online detector as the first sink of the pipeline: every traced call
+// is scored as it passes, against its function's model of the moment, and
+// what it flags rides on with the batch to the sinks after it (the store,
+// the metrics). Host and GPU measures feed its context on the way.
+#pragma once
+#include <cstdint>
+
+#include "common/sink.h"
+#include "detect/online.h"
+
+namespace eacgm::detect {
+
+class ScoringSink : public Sink {
+public:
+	explicit ScoringSink(OnlineDetector &d) : d_(d) {}
+	Result<void> write(SpanBatch &b) override
+	{
+		if (b.kind != SpanBatch::calls)
+			return {};
+		for (const Span &s : b.spans)
+			if (auto a = d_.observe(s))
+				b.anomalies.push_back(std::move(*a));
+		return {};
+	}
+	Result<void> measures(const std::vector<Metric> &metrics, const std::vector<Event> &events) override
+	{
+		for (auto &m : metrics)
+			d_.observe(m);
+		for (auto &e : events)
+			d_.observe(e);
+		return {};
+	}
+	OnlineDetector &detector() { return d_; }
+
+private:
+	OnlineDetector &d_;
+};
+
+} // namespace eacgm::detect
