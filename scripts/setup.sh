@@ -21,6 +21,9 @@ packages=(
   libarmadillo-dev      # anomaly detection: EM for Gaussian mixtures (gmm_full / gmm_diag)
   python3-sklearn       # the detector's check against scikit-learn's GaussianMixture, and its benchmark
   clang-format          # the house style: make format, and ctest format.check
+  libcpp-httplib-dev    # eacgm serve's /metrics and /healthz
+  libtomlplusplus-dev   # eacgm serve's configuration file (TOML)
+  prometheus            # the node agent's e2e test scrapes it with a real Prometheus server
 )
 missing=()
 for p in "${packages[@]}"; do

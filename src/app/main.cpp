@@ -8,6 +8,27 @@
 
 using namespace eacgm;
 
+static CLI::App *add_serve(CLI::App &app, ServeArgs &sa)
+{
+	auto *serve = app.add_subcommand("serve",
+					 "Run as the node agent: trace every process on the node that calls a traced "
+					 "library or runs Python, serve Prometheus metrics, until SIGTERM");
+	serve->add_option("--config", sa.config,
+			  std::string("Configuration file (TOML; every key and its default: README, Configuration). "
+				      "Default: ") +
+				  kDefaultServeConfig + " when it exists, else the defaults");
+	serve->add_option("--listen", sa.listen,
+			  "Address of /metrics and /healthz, HOST:PORT (overrides the config's listen; default "
+			  "127.0.0.1:9464; port 0 picks a free one)");
+	serve->add_option("--ready-file", sa.ready_file,
+			  "Write this file once serving: one line of JSON with eacgm's pid, the port, the probes and "
+			  "processes traced. Wait on it (or on the stderr line 'eacgm: serving ...') rather than "
+			  "guessing when the agent is up");
+	serve->footer("SIGHUP reloads the configuration's filters; SIGTERM or SIGINT stops the agent, which "
+		      "flushes what it holds and exits 0.");
+	return serve;
+}
+
 int main(int argc, char **argv)
 {
 	// Everything after "--" is the traced command, untouched by our parser.
@@ -164,6 +185,9 @@ int main(int argc, char **argv)
 	det->add_option("--max-rows", da.max_rows, "Anomalies printed (0: all)")->capture_default_str();
 	det->footer("Features, model and causes: see README (Anomaly detection) and src/detect/features.h.");
 
+	ServeArgs sa;
+	auto *serve = add_serve(app, sa);
+
 	auto *doc = app.add_subcommand("doctor", "Check kernel features, privileges, libraries and Pythons");
 
 	ProbesArgs pa;
@@ -203,6 +227,8 @@ int main(int argc, char **argv)
 	}
 	if (record->parsed())
 		return run_record(rec);
+	if (serve->parsed())
+		return run_serve(sa);
 	if (exp->parsed())
 		return run_export(db, perfetto);
 	if (sum->parsed())

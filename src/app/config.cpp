@@ -1,0 +1,192 @@
+#include "app/config.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <regex>
+#include <unistd.h>
+
+#include <toml++/toml.h>
+
+#include "common/fs.h"
+#include "export/http.h"
+
+namespace eacgm {
+
+namespace {
+
+std::string toml_number(double v)
+{
+	char buf[32];
+	snprintf(buf, sizeof buf, "%g", v);
+	return buf;
+}
+
+using Reader = std::function<Result<void>(const toml::node &, const std::string &where)>;
+
+Reader string_of(std::string &out)
+{
+	return [&out](const toml::node &n, const std::string &w) -> Result<void> {
+		if (!n.is_string())
+			return make_error(w + " must be a string, in quotes");
+		out = n.as_string()->get();
+		return {};
+	};
+}
+
+Reader strings_of(std::vector<std::string> &out)
+{
+	return [&out](const toml::node &n, const std::string &w) -> Result<void> {
+		const toml::array *a = n.as_array();
+		if (!a)
+			return make_error(w + " must be an array of strings, e.g. [\"a\", \"b\"]");
+		out.clear();
+		for (const toml::node &e : *a) {
+			if (!e.is_string())
+				return make_error(w + " must be an array of strings, e.g. [\"a\", \"b\"]");
+			out.push_back(e.as_string()->get());
+		}
+		return {};
+	};
+}
+
+// A number within [lo, hi]; integers only when T is.
+template <class T>
+Reader number_of(T &out, double lo, double hi)
+{
+	return [&out, lo, hi](const toml::node &n, const std::string &w) -> Result<void> {
+		double v;
+		if (n.is_integer())
+			v = double(n.as_integer()->get());
+		else if (n.is_floating_point() && !std::is_integral_v<T>)
+			v = n.as_floating_point()->get();
+		else
+			return make_error(w + " must be " + (std::is_integral_v<T> ? "a whole number" : "a number"));
+		if (!(v >= lo && v <= hi))
+			return make_error(w + " must be from " + toml_number(lo) + " to " + toml_number(hi));
+		out = T(v);
+		return {};
+	};
+}
+
+Reader bool_of(bool &out)
+{
+	return [&out](const toml::node &n, const std::string &w) -> Result<void> {
+		if (!n.is_boolean())
+			return make_error(w + " must be true or false");
+		out = n.as_boolean()->get();
+		return {};
+	};
+}
+
+Result<void> read_table(const toml::table &t, const std::string &prefix, const std::string &path,
+			const std::map<std::string, Reader> &keys)
+{
+	for (auto &[k, node] : t) {
+		std::string key = prefix + std::string(k.str());
+		auto r = keys.find(std::string(k.str()));
+		std::string w = path + ":" + std::to_string(k.source().begin.line) + ": " + key;
+		if (r == keys.end()) {
+			std::string known;
+			for (auto &[name, reader] : keys)
+				known += (known.empty() ? "" : ", ") + prefix + name;
+			return make_error(w + ": unknown key; the keys here are " + known);
+		}
+		if (auto ok = r->second(node, w); !ok)
+			return ok;
+	}
+	return {};
+}
+
+Result<void> check_values(const ServeConfig &c, const std::string &path)
+{
+	static const std::vector<std::string> layers = {"cuda", "nccl", "torch", "python", "gpu", "host"};
+	for (auto &l : c.layers)
+		if (std::find(layers.begin(), layers.end(), l) == layers.end())
+			return make_error(path + ": layers: unknown layer '" + l +
+					  "'; choose from cuda, nccl, torch, python, gpu, host");
+	if (auto r = parse_listen(c.listen); !r)
+		return make_error(path + ": listen: " + r.error().message);
+	for (auto &re : c.filter.comm) {
+		try {
+			std::regex test(re);
+		} catch (const std::regex_error &e) {
+			return make_error(path + ": filter.comm: '" + re +
+					  "' is not a regular expression: " + e.what());
+		}
+	}
+	return {};
+}
+
+} // namespace
+
+Result<ServeConfig> parse_serve_config(const std::string &text, const std::string &path)
+{
+	toml::table doc;
+	try {
+		doc = toml::parse(text, path);
+	} catch (const toml::parse_error &e) {
+		return make_error(path + ":" + std::to_string(e.source().begin.line) +
+				  ": not valid TOML: " + std::string(e.description()));
+	}
+	ServeConfig c;
+	std::map<std::string, Reader> filter = {
+		{"comm", strings_of(c.filter.comm)},
+		{"cgroup", strings_of(c.filter.cgroup)},
+		{"pid_namespace",
+		 [&c](const toml::node &n, const std::string &w) -> Result<void> {
+			 const toml::array *a = n.as_array();
+			 if (!a)
+				 return make_error(w + " must be an array of whole numbers (pid namespace inodes)");
+			 for (const toml::node &e : *a) {
+				 if (!e.is_integer() || e.as_integer()->get() <= 0)
+					 return make_error(w +
+							   " must be an array of whole numbers (pid namespace inodes)");
+				 c.filter.pid_namespace.push_back(uint64_t(e.as_integer()->get()));
+			 }
+			 return {};
+		 }},
+	};
+	std::map<std::string, Reader> top = {
+		{"listen", string_of(c.listen)},
+		{"layers", strings_of(c.layers)},
+		{"specs", strings_of(c.specs)},
+		{"store", string_of(c.store)},
+		{"top_functions", number_of(c.top_functions, 1, 100000)},
+		{"sample_hz", number_of(c.sample_hz, 0, 10000)},
+		{"gpu_hz", number_of(c.gpu_hz, 0.01, 1000)},
+		{"host_interval_ms", number_of(c.host_interval_ms, 10, 600000)},
+		{"detect", bool_of(c.detect)},
+		{"detect_fpr", number_of(c.detect_fpr, 1e-9, 0.5)},
+		{"overhead_budget_pct", number_of(c.overhead_budget_pct, 0, 100)},
+		{"ring_buffer_kb", number_of(c.ring_buffer_kb, 64, 1048576)},
+		{"filter",
+		 [&](const toml::node &n, const std::string &w) -> Result<void> {
+			 if (!n.is_table())
+				 return make_error(w + " must be a table: [filter]");
+			 return read_table(*n.as_table(), "filter.", path, filter);
+		 }},
+	};
+	if (auto r = read_table(doc, "", path, top); !r)
+		return r.error();
+	if (auto r = check_values(c, path); !r)
+		return r.error();
+	return c;
+}
+
+Result<ServeConfig> load_serve_config(const std::string &path)
+{
+	std::string p = path.empty() ? kDefaultServeConfig : path;
+	if (path.empty() && access(p.c_str(), F_OK) != 0)
+		return ServeConfig{};
+	auto text = read_small_file(p);
+	if (!text)
+		return make_error("cannot read the configuration " + p + ": " + std::strerror(errno) +
+				  (path.empty() ? "" : " (give another with --config)"));
+	return parse_serve_config(*text, p);
+}
+
+} // namespace eacgm

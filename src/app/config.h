@@ -1,0 +1,42 @@
+// eacgm serve's configuration: a TOML file (/etc/eacgm/eacgm.toml by
+// default), every key optional, each documented with its default in the
+// README ("Configuration"). An unknown key or a value of the wrong kind is
+// an error naming the key and its line: a typo must not silently leave a
+// default in force on every node.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "app/commands.h"
+#include "common/result.h"
+
+namespace eacgm {
+
+struct ServeConfig {
+	std::string listen = "127.0.0.1:9464";
+	std::vector<std::string> layers = {"cuda", "nccl", "torch", "python", "gpu", "host"};
+	std::vector<std::string> specs;   // extra spec files
+	std::string store;                // SQLite recording of the agent's spans; "": none
+	size_t top_functions = 100;       // per layer, functions with their own series; the rest "other"
+	unsigned sample_hz = 100;         // Python stack samples per second of a thread's CPU time
+	double gpu_hz = 1;                // NVML samples per second
+	unsigned host_interval_ms = 1000; // host layer aggregation interval
+	bool detect = true;
+	double detect_fpr = 1e-4;
+	double overhead_budget_pct = 2;
+	unsigned ring_buffer_kb = 8192;
+	// Which processes are traced: all of them must match where given.
+	struct Filter {
+		std::vector<std::string> comm;       // regular expressions (ECMAScript), matched whole
+		std::vector<std::string> cgroup;     // prefixes of the cgroup v2 path ("/kubepods.slice")
+		std::vector<uint64_t> pid_namespace; // inode numbers of pid namespaces (ls -L -i /proc/PID/ns/pid)
+	} filter;
+};
+
+// `path` names the file in messages.
+Result<ServeConfig> parse_serve_config(const std::string &text, const std::string &path);
+// path empty: the default path when it exists, else the defaults.
+Result<ServeConfig> load_serve_config(const std::string &path);
+
+} // namespace eacgm

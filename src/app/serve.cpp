@@ -1,0 +1,335 @@
+// eacgm serve: the node agent. The pipeline `record` runs, on every process
+// of the node that calls a traced library or runs a traced interpreter,
+// with the Prometheus registry as its sink (and the store when configured),
+// until SIGTERM; SIGHUP reloads the filters.
+#include <atomic>
+#include <csignal>
+#include <dirent.h>
+#include <fstream>
+#include <iostream>
+#include <regex>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "app/commands.h"
+#include "app/config.h"
+#include "app/pipeline.h"
+#include "app/target.h"
+#include "common/clock.h"
+#include "common/fs.h"
+#include "common/text.h"
+#include "common/usage.h"
+#include "export/http.h"
+#include "export/metrics.h"
+#include "ingest/recorder.h"
+#include "store/store.h"
+
+namespace eacgm {
+
+namespace {
+
+std::atomic<bool> g_stop{false}, g_reload{false};
+
+void on_stop(int) { g_stop = true; }
+void on_hup(int) { g_reload = true; }
+
+PipelineOptions pipeline_options(const ServeConfig &c)
+{
+	PipelineOptions o;
+	o.layers = c.layers;
+	o.specs = c.specs;
+	o.ring_buffer_kb = c.ring_buffer_kb;
+	o.sample_hz = c.sample_hz;
+	o.gpu_hz = c.gpu_hz;
+	o.host_interval_ms = c.host_interval_ms;
+	o.detect = c.detect;
+	o.detect_fpr = c.detect_fpr;
+	o.overhead_budget_pct = c.overhead_budget_pct;
+	o.trace_all = true;
+	return o;
+}
+
+// The configured filters over a process: all that are given must match.
+class ProcessFilter {
+public:
+	explicit ProcessFilter(const ServeConfig::Filter &f) : f_(f)
+	{
+		for (auto &re : f.comm)
+			comm_.emplace_back(re);
+	}
+	bool operator()(uint32_t pid) const
+	{
+		std::string dir = "/proc/" + std::to_string(pid);
+		if (!comm_.empty()) {
+			std::string comm = read_proc_text(dir + "/comm");
+			bool any = false;
+			for (auto &re : comm_)
+				any |= std::regex_match(comm, re);
+			if (!any)
+				return false;
+		}
+		if (!f_.cgroup.empty()) {
+			std::string cg = cgroup_path(pid);
+			bool any = false;
+			for (auto &prefix : f_.cgroup)
+				any |= cg.rfind(prefix, 0) == 0;
+			if (!any)
+				return false;
+		}
+		if (!f_.pid_namespace.empty()) {
+			struct stat st;
+			if (stat((dir + "/ns/pid").c_str(), &st) != 0)
+				return false;
+			if (std::find(f_.pid_namespace.begin(), f_.pid_namespace.end(), uint64_t(st.st_ino)) ==
+			    f_.pid_namespace.end())
+				return false;
+		}
+		return true;
+	}
+	// The cgroup v2 path ("0::/system.slice/x.service" -> "/system.slice/x.service").
+	static std::string cgroup_path(uint32_t pid)
+	{
+		std::ifstream in("/proc/" + std::to_string(pid) + "/cgroup");
+		std::string line;
+		while (std::getline(in, line))
+			if (line.rfind("0::", 0) == 0)
+				return line.substr(3);
+		return "";
+	}
+
+private:
+	ServeConfig::Filter f_;
+	std::vector<std::regex> comm_;
+};
+
+class ServeSession {
+public:
+	explicit ServeSession(const ServeArgs &a) : a_(a) {}
+	int run();
+
+private:
+	using Stop = std::optional<int>;
+	Stop load_config();
+	Stop open_pipeline();
+	Stop open_outputs();
+	Stop start_serving();
+	void find_running_processes();
+	void publish_health();
+	void reload();
+	int finish();
+
+	const ServeArgs &a_;
+	ServeConfig config_;
+	std::optional<Pipeline> pipeline_;
+	MetricsRegistry registry_;
+	std::optional<MetricsSink> metrics_;
+	std::optional<StoreWriter> store_;
+	std::optional<StoreSink> store_sink_;
+	SinkChain sinks_;
+	std::unique_ptr<MetricsServer> server_;
+	std::shared_ptr<ProcessFilter> filter_;
+};
+
+ServeSession::Stop ServeSession::load_config()
+{
+	auto c = load_serve_config(a_.config);
+	if (!c)
+		return fail(c.error().message, 2);
+	config_ = std::move(c.value());
+	if (!a_.listen.empty()) {
+		if (auto r = parse_listen(a_.listen); !r)
+			return fail("--listen: " + r.error().message, 2);
+		config_.listen = a_.listen;
+	}
+	if (!a_.ready_file.empty()) {
+		if (auto r = check_writable(a_.ready_file); !r)
+			return fail(r.error().message, 2);
+		unlink(a_.ready_file.c_str());
+	}
+	return {};
+}
+
+ServeSession::Stop ServeSession::open_pipeline()
+{
+	pipeline_.emplace(pipeline_options(config_));
+	if (auto stop = pipeline_->check())
+		return stop;
+	if (auto stop = pipeline_->build_specs())
+		return stop;
+	if (auto stop = pipeline_->open_probes(nullptr, [] { return Stop{}; }))
+		return stop;
+	pipeline_->open_collectors();
+	return {};
+}
+
+ServeSession::Stop ServeSession::open_outputs()
+{
+	metrics_.emplace(registry_, config_.top_functions);
+	sinks_.add(&*metrics_);
+	if (!config_.store.empty()) {
+		auto s = StoreWriter::create(config_.store);
+		if (!s)
+			return fail(s.error().message);
+		store_.emplace(std::move(s.value()));
+		store_sink_.emplace(*store_);
+		sinks_.add(&*store_sink_);
+	}
+	if (auto stop = pipeline_->open_recorder(sinks_))
+		return stop;
+	filter_ = std::make_shared<ProcessFilter>(config_.filter);
+	pipeline_->recorder().discover([this](uint32_t pid) { return (*filter_)(pid); });
+	return {};
+}
+
+// Every process already running is judged as if it had just started.
+void ServeSession::find_running_processes()
+{
+	DIR *d = opendir("/proc");
+	if (!d)
+		return;
+	uint32_t self = getpid();
+	while (dirent *e = readdir(d)) {
+		char *end;
+		unsigned long pid = strtoul(e->d_name, &end, 10);
+		if (*end == 0 && pid && pid != self)
+			pipeline_->recorder().consider(uint32_t(pid));
+	}
+	closedir(d);
+}
+
+ServeSession::Stop ServeSession::start_serving()
+{
+	auto &reg = registry_;
+	MetricsServer::Handlers h;
+	h.metrics = [&reg] { return reg.render(); };
+	h.health = [] { return std::string(); };
+	auto s = MetricsServer::start(config_.listen, h);
+	if (!s)
+		return fail(s.error().message);
+	server_ = std::move(s.value());
+	if (auto r = pipeline_->attacher().attach_installed({}); !r)
+		return fail(r.error().message, 2);
+	find_running_processes();
+	if (auto stop = pipeline_->step(0)) // the running processes judged and attached to
+		return stop;
+	std::string host = config_.listen.substr(0, config_.listen.rfind(':'));
+	std::string url = "http://" + host + ":" + std::to_string(server_->port()) + "/metrics";
+	size_t probes = pipeline_->attacher().attached().size();
+	size_t processes = pipeline_->recorder().live_processes();
+	if (!a_.ready_file.empty()) {
+		nlohmann::json ready = {{"pid", getpid()},
+					{"port", server_->port()},
+					{"probes", probes},
+					{"processes", processes},
+					{"mono_ns", mono_ns()}};
+		if (auto r = write_file_atomic(a_.ready_file, ready.dump() + "\n"); !r)
+			return fail(r.error().message);
+	}
+	std::cerr << "eacgm: serving " << url << " (" << plural(probes, "probe", "probes") << ", "
+		  << plural(processes, "process", "processes") << " traced)\n";
+	return {};
+}
+
+// The agent's own health, as gauges and counters next to what it traces
+// (declaring a family again is a no-op).
+void ServeSession::publish_health()
+{
+	{
+		registry_.declare("eacgm_agent_records_read_total", MetricsRegistry::counter,
+				  "Records the agent read from its ring buffers.");
+		registry_.declare("eacgm_agent_spans_filtered_total", MetricsRegistry::counter,
+				  "Calls of processes the filters exclude, dropped.");
+		registry_.declare("eacgm_agent_probes_attached", MetricsRegistry::gauge, "Probes attached, by layer.");
+		registry_.declare("eacgm_agent_processes_traced", MetricsRegistry::gauge, "Live processes traced.");
+		registry_.declare("eacgm_agent_process_table", MetricsRegistry::gauge,
+				  "Processes the agent holds state for (live, and exited ones not yet handed on).");
+		registry_.declare("eacgm_agent_cpu_seconds_total", MetricsRegistry::counter,
+				  "The agent's own CPU time, user and system.");
+		registry_.declare("eacgm_agent_max_rss_bytes", MetricsRegistry::gauge,
+				  "The agent's peak resident memory.");
+	}
+	Recorder &rec = pipeline_->recorder();
+	SelfUsage u = self_usage();
+	registry_.set("eacgm_agent_records_read_total", {}, double(rec.records_read()));
+	registry_.set("eacgm_agent_spans_filtered_total", {}, double(rec.filtered_spans()));
+	const Attacher &att = pipeline_->attacher();
+	std::map<std::string, size_t> per_layer;
+	for (const AttachedProbe &p : att.attached())
+		per_layer[att.specs().probes[p.spec_id].layer]++;
+	for (auto &[layer, n] : per_layer)
+		registry_.set("eacgm_agent_probes_attached", {{"layer", layer}}, double(n));
+	registry_.set("eacgm_agent_processes_traced", {}, double(rec.live_processes()));
+	registry_.set("eacgm_agent_process_table", {}, double(rec.known_processes()));
+	registry_.set("eacgm_agent_cpu_seconds_total", {}, u.cpu_s);
+	registry_.set("eacgm_agent_max_rss_bytes", {}, double(u.max_rss_kb) * 1024);
+}
+
+// SIGHUP: the filters apply to processes judged from now on; keys that
+// shape the probes or the listener need a restart, and say so.
+void ServeSession::reload()
+{
+	auto c = load_serve_config(a_.config);
+	if (!c) {
+		std::cerr << "eacgm: reload: " << c.error().message << "; the running configuration stays\n";
+		return;
+	}
+	filter_ = std::make_shared<ProcessFilter>(c->filter);
+	config_.filter = c->filter;
+	std::cerr << "eacgm: reloaded " << (a_.config.empty() ? kDefaultServeConfig : a_.config)
+		  << ": the filters apply to processes found from now on (other keys take effect at restart)\n";
+}
+
+int ServeSession::finish()
+{
+	if (store_)
+		pipeline_->write_meta(*store_);
+	if (auto stop = pipeline_->finish(store_ ? &*store_ : nullptr))
+		return *stop;
+	if (store_) {
+		(void)store_->set_meta("command", "eacgm serve");
+		if (auto r = store_->finish(); !r)
+			return fail(r.error().message);
+	}
+	std::cerr << "eacgm: stopped\n";
+	return 0;
+}
+
+int ServeSession::run()
+{
+	raise_open_file_limit();
+	for (auto step : {&ServeSession::load_config, &ServeSession::open_pipeline, &ServeSession::open_outputs})
+		if (auto stop = (this->*step)())
+			return *stop;
+	// Without SA_RESTART: a signal ends the wait at once.
+	struct sigaction stop = {}, hup = {};
+	stop.sa_handler = on_stop;
+	hup.sa_handler = on_hup;
+	sigaction(SIGTERM, &stop, nullptr);
+	sigaction(SIGINT, &stop, nullptr);
+	sigaction(SIGHUP, &hup, nullptr);
+	pipeline_->begin();
+	if (store_) {
+		(void)store_->set_meta("layers", join(pipeline_->layers()));
+		(void)store_->set_meta("eacgm_version", EACGM_VERSION);
+		(void)store_->set_meta("start_mono_ns", std::to_string(mono_ns()));
+		(void)store_->set_wall_offset(int64_t(clock_ns(CLOCK_REALTIME)) - int64_t(mono_ns()));
+	}
+	if (auto stop = start_serving())
+		return *stop;
+	while (!g_stop) {
+		if (g_reload.exchange(false))
+			reload();
+		if (auto stop = pipeline_->step(pipeline_->poll_timeout_ms()))
+			return *stop;
+		publish_health();
+	}
+	return finish();
+}
+
+} // namespace
+
+int run_serve(const ServeArgs &args) { return ServeSession(args).run(); }
+
+} // namespace eacgm

@@ -1,0 +1,285 @@
+#include "export/metrics.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+
+#include "export/summary.h"
+
+namespace eacgm {
+
+const std::vector<double> &duration_buckets()
+{
+	// Written out: 2.5 * 1e-6 is not the double nearest 2.5e-6, and a
+	// bucket's bound is its label ("le") in every query a user writes.
+	static const std::vector<double> b = {1e-6, 2.5e-6, 5e-6,   1e-5, 2.5e-5, 5e-5,   1e-4, 2.5e-4,
+					      5e-4, 1e-3,   2.5e-3, 5e-3, 1e-2,   2.5e-2, 5e-2, 0.1,
+					      0.25, 0.5,    1,      2.5,  5,      10};
+	return b;
+}
+
+void MetricsRegistry::declare(const std::string &name, Type type, const std::string &help, std::vector<double> buckets)
+{
+	std::lock_guard<std::mutex> lock(mu_);
+	auto [it, fresh] = families_.try_emplace(name);
+	if (fresh)
+		it->second = Family{type, help, std::move(buckets), {}};
+}
+
+MetricsRegistry::Series *MetricsRegistry::find(const std::string &name, const Labels &labels, Type type)
+{
+	auto f = families_.find(name);
+	if (f == families_.end() || f->second.type != type)
+		return nullptr;
+	Series &s = f->second.series[labels];
+	if (type == histogram && s.counts.empty())
+		s.counts.assign(f->second.buckets.size() + 1, 0);
+	return &s;
+}
+
+void MetricsRegistry::add(const std::string &name, const Labels &labels, double v)
+{
+	std::lock_guard<std::mutex> lock(mu_);
+	if (Series *s = find(name, labels, counter))
+		s->value += v;
+}
+
+void MetricsRegistry::set(const std::string &name, const Labels &labels, double v)
+{
+	std::lock_guard<std::mutex> lock(mu_);
+	auto f = families_.find(name);
+	if (Series *s = find(name, labels, f != families_.end() && f->second.type == counter ? counter : gauge))
+		s->value = v;
+}
+
+void MetricsRegistry::observe(const std::string &name, const Labels &labels, double v)
+{
+	std::lock_guard<std::mutex> lock(mu_);
+	Series *s = find(name, labels, histogram);
+	if (!s)
+		return;
+	const auto &b = families_[name].buckets;
+	s->counts[std::lower_bound(b.begin(), b.end(), v) - b.begin()] += 1;
+	s->sum += v;
+}
+
+void MetricsRegistry::observe_many(const std::string &name, const Labels &labels, const std::vector<double> &counts,
+				   double sum)
+{
+	std::lock_guard<std::mutex> lock(mu_);
+	Series *s = find(name, labels, histogram);
+	if (!s || counts.size() != s->counts.size())
+		return;
+	for (size_t i = 0; i < counts.size(); i++)
+		s->counts[i] += counts[i];
+	s->sum += sum;
+}
+
+void MetricsRegistry::remove(const std::string &key, const std::string &value)
+{
+	std::lock_guard<std::mutex> lock(mu_);
+	for (auto &[name, f] : families_)
+		for (auto it = f.series.begin(); it != f.series.end();)
+			if (std::find(it->first.begin(), it->first.end(), std::make_pair(key, value)) !=
+			    it->first.end())
+				it = f.series.erase(it);
+			else
+				++it;
+}
+
+size_t MetricsRegistry::series() const
+{
+	std::lock_guard<std::mutex> lock(mu_);
+	size_t n = 0;
+	for (auto &[name, f] : families_)
+		n += f.series.size();
+	return n;
+}
+
+namespace {
+
+// Label values escape backslash, double quote and newline; help text
+// backslash and newline.
+std::string escaped(const std::string &s, bool quote)
+{
+	std::string out;
+	out.reserve(s.size());
+	for (char c : s) {
+		if (c == '\\')
+			out += "\\\\";
+		else if (c == '\n')
+			out += "\\n";
+		else if (c == '"' && quote)
+			out += "\\\"";
+		else
+			out += c;
+	}
+	return out;
+}
+
+std::string number(double v)
+{
+	if (std::isinf(v))
+		return v > 0 ? "+Inf" : "-Inf";
+	if (std::isnan(v))
+		return "NaN";
+	// The shortest text that reads back as the same double.
+	char buf[32];
+	auto r = std::to_chars(buf, buf + sizeof buf, v);
+	return std::string(buf, r.ptr);
+}
+
+void write_labels(std::string &out, const Labels &labels, const char *le = nullptr)
+{
+	if (labels.empty() && !le)
+		return;
+	out += '{';
+	bool first = true;
+	for (auto &[k, v] : labels) {
+		out += (first ? "" : ",") + k + "=\"" + escaped(v, true) + "\"";
+		first = false;
+	}
+	if (le)
+		out += std::string(first ? "" : ",") + "le=\"" + le + "\"";
+	out += '}';
+}
+
+} // namespace
+
+std::string MetricsRegistry::render() const
+{
+	static const char *types[] = {"counter", "gauge", "histogram"};
+	std::lock_guard<std::mutex> lock(mu_);
+	std::string out;
+	for (auto &[name, f] : families_) {
+		if (f.series.empty())
+			continue;
+		out += "# HELP " + name + " " + escaped(f.help, false) + "\n# TYPE " + name + " " + types[f.type] +
+			"\n";
+		for (auto &[labels, s] : f.series) {
+			if (f.type != histogram) {
+				out += name;
+				write_labels(out, labels);
+				out += " " + number(s.value) + "\n";
+				continue;
+			}
+			double cumulative = 0;
+			for (size_t i = 0; i <= f.buckets.size(); i++) {
+				cumulative += s.counts[i];
+				std::string le = i < f.buckets.size() ? number(f.buckets[i]) : "+Inf";
+				out += name + "_bucket";
+				write_labels(out, labels, le.c_str());
+				out += " " + number(cumulative) + "\n";
+			}
+			out += name + "_sum";
+			write_labels(out, labels);
+			out += " " + number(s.sum) + "\n" + name + "_count";
+			write_labels(out, labels);
+			out += " " + number(cumulative) + "\n";
+		}
+	}
+	return out;
+}
+
+MetricsSink::MetricsSink(MetricsRegistry &reg, size_t top_n) : reg_(reg), top_n_(top_n)
+{
+	reg_.declare("eacgm_calls_total", MetricsRegistry::counter, "Traced calls, by layer and function.");
+	reg_.declare("eacgm_call_errors_total", MetricsRegistry::counter,
+		     "Traced calls that returned an error, by layer and function.");
+	reg_.declare("eacgm_call_duration_seconds", MetricsRegistry::histogram,
+		     "Duration of traced calls, by layer and function.", duration_buckets());
+	reg_.declare("eacgm_bytes_total", MetricsRegistry::counter,
+		     "Bytes moved or allocated by traced calls, by layer and function.");
+	reg_.declare("eacgm_anomalies_total", MetricsRegistry::counter,
+		     "Calls the online detector flagged, by layer, function and most likely cause.");
+	reg_.declare("eacgm_records_lost_total", MetricsRegistry::counter,
+		     "Records lost or not recorded, by layer and reason.");
+}
+
+const std::string &MetricsSink::function_label(const std::string &layer, const std::string &name)
+{
+	static const std::string other = "other";
+	auto &names = named_[layer];
+	if (auto it = names.find(name); it != names.end())
+		return it->second;
+	if (names.size() >= top_n_)
+		return other;
+	return names.emplace(name, name).first->second;
+}
+
+Result<void> MetricsSink::write(SpanBatch &b)
+{
+	const auto &bounds = duration_buckets();
+	for (const Span &s : b.spans) {
+		Acc &a = batch_[{s.layer, function_label(s.layer, s.name)}];
+		if (a.counts.empty())
+			a.counts.assign(bounds.size() + 1, 0);
+		double w = 1;
+		if (auto it = s.args.find("weight"); it != s.args.end() && it->is_number())
+			w = it->get<double>();
+		double secs = s.dur_ns / 1e9;
+		a.calls += w;
+		a.errors += is_error_span(s) ? w : 0;
+		a.bytes += w * double(s.bytes);
+		a.sum += w * secs;
+		a.counts[std::lower_bound(bounds.begin(), bounds.end(), secs) - bounds.begin()] += w;
+	}
+	for (auto &[key, a] : batch_) {
+		if (!a.calls)
+			continue;
+		Labels l = {{"layer", key.first}, {"function", key.second}};
+		reg_.add("eacgm_calls_total", l, a.calls);
+		reg_.add("eacgm_call_errors_total", l, a.errors);
+		reg_.add("eacgm_bytes_total", l, a.bytes);
+		reg_.observe_many("eacgm_call_duration_seconds", l, a.counts, a.sum);
+		a.calls = a.errors = a.bytes = a.sum = 0;
+		std::fill(a.counts.begin(), a.counts.end(), 0);
+	}
+	for (const Anomaly &a : b.anomalies) {
+		std::string cause = "unknown";
+		if (a.causes.is_array() && !a.causes.empty() && a.causes[0].contains("kind"))
+			cause = a.causes[0]["kind"].get<std::string>();
+		reg_.add("eacgm_anomalies_total",
+			 {{"layer", a.layer}, {"function", function_label(a.layer, a.name)}, {"cause", cause}}, 1);
+	}
+	return {};
+}
+
+Result<void> MetricsSink::measures(const std::vector<Metric> &metrics, const std::vector<Event> &events)
+{
+	for (const Metric &m : metrics) {
+		std::string name = "eacgm_" + m.layer + "_" + m.name;
+		reg_.declare(name, MetricsRegistry::gauge, "The " + m.layer + " layer's " + m.name + ", last value.");
+		Labels l;
+		if (!m.key.empty())
+			l.push_back({"key", m.key});
+		if (m.pid)
+			l.push_back({"pid", std::to_string(m.pid)});
+		reg_.set(name, l, m.value);
+	}
+	for (const Event &e : events) {
+		reg_.declare("eacgm_events_total", MetricsRegistry::counter,
+			     "Instants the layers reported (XID errors, throttling changes, ...), by layer and name.");
+		reg_.add("eacgm_events_total", {{"layer", e.layer}, {"name", e.name}}, 1);
+	}
+	return {};
+}
+
+// A process that ended takes its per-process gauges with it: on a node
+// thousands come and go, and their last values would be scraped forever.
+Result<void> MetricsSink::process(const Process &p)
+{
+	if (p.end_ns)
+		reg_.remove("pid", std::to_string(p.pid));
+	return {};
+}
+
+Result<void> MetricsSink::drops(const std::vector<Drop> &d)
+{
+	for (const Drop &x : d)
+		reg_.set("eacgm_records_lost_total", {{"layer", x.layer}, {"reason", x.reason}}, double(x.count));
+	return {};
+}
+
+} // namespace eacgm

@@ -1,0 +1,93 @@
+// Metrics for Prometheus: a registry of counter, gauge and histogram
+// families written in the text exposition format (version 0.0.4), and the
+// pipeline's sink that fills it from spans, anomalies and measures.
+//
+// Debian has no Prometheus client library for C++ (prometheus-cpp is not
+// packaged), and the format is a few lines of text: it is written here.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "common/sink.h"
+
+namespace eacgm {
+
+using Labels = std::vector<std::pair<std::string, std::string>>; // in the order written
+
+class MetricsRegistry {
+public:
+	enum Type { counter, gauge, histogram };
+	// Declares a family once; samples of an undeclared family are a bug
+	// (they are dropped). Histograms take their upper bounds, ascending.
+	void declare(const std::string &name, Type type, const std::string &help, std::vector<double> buckets = {});
+	void add(const std::string &name, const Labels &labels, double v); // counter
+	// A gauge's value, or a counter's running total kept elsewhere (the
+	// BPF side's loss counters).
+	void set(const std::string &name, const Labels &labels, double v);
+	void observe(const std::string &name, const Labels &labels, double v); // histogram
+	// A histogram's samples given at once: per-bucket counts (not
+	// cumulative, one more than the bounds: the last is above them all),
+	// their sum. Counts may be fractional: a call of a throttled probe
+	// stands for several (--overhead-budget).
+	void observe_many(const std::string &name, const Labels &labels, const std::vector<double> &counts, double sum);
+	// Drops the series of every family whose label `key` is `value` (a
+	// process that exited: its gauges would otherwise stay forever).
+	void remove(const std::string &key, const std::string &value);
+	size_t series() const;
+	// The text format, families in name order, series in label order.
+	std::string render() const;
+
+private:
+	struct Series {
+		double value = 0;
+		std::vector<double> counts; // histogram: per bucket, the last above all bounds
+		double sum = 0;
+	};
+	struct Family {
+		Type type;
+		std::string help;
+		std::vector<double> buckets;
+		std::map<Labels, Series> series;
+	};
+	Series *find(const std::string &name, const Labels &labels, Type type);
+	mutable std::mutex mu_;
+	std::map<std::string, Family> families_;
+};
+
+// Duration buckets from 1 us to 10 s (1, 2.5, 5 per decade), in seconds.
+const std::vector<double> &duration_buckets();
+
+// Fills a registry from the pipeline. Per call: eacgm_calls_total,
+// eacgm_call_errors_total, eacgm_call_duration_seconds and
+// eacgm_bytes_total, by layer and function; eacgm_anomalies_total by
+// layer, function and cause; the GPU and host layers' measures as gauges
+// (eacgm_gpu_*, eacgm_host_*) by key and pid. A layer's functions past its
+// first `top_n` get function="other": Python functions and kernel names are
+// unbounded, a Prometheus series is not free, and a counter cannot move
+// from one series to another once scraped.
+class MetricsSink : public Sink {
+public:
+	MetricsSink(MetricsRegistry &reg, size_t top_n = 100);
+	Result<void> write(SpanBatch &b) override;
+	Result<void> measures(const std::vector<Metric> &metrics, const std::vector<Event> &events) override;
+	Result<void> process(const Process &p) override;
+	Result<void> drops(const std::vector<Drop> &d) override;
+
+private:
+	const std::string &function_label(const std::string &layer, const std::string &name);
+	struct Acc {
+		double calls = 0, errors = 0, bytes = 0, sum = 0;
+		std::vector<double> counts;
+	};
+	MetricsRegistry &reg_;
+	size_t top_n_;
+	std::map<std::string, std::unordered_map<std::string, std::string>> named_; // layer -> name -> label
+	std::map<std::pair<std::string, std::string>, Acc> batch_;                  // (layer, function label), reused
+};
+
+} // namespace eacgm

@@ -1,0 +1,299 @@
+"""eacgm serve, the node agent, scraped by a real Prometheus server (Debian's,
+started here on loopback): exact call counts of programs started after the
+agent, as Prometheus' HTTP API returns them; processes followed in and out
+of the agent's table; configuration errors named by key and line."""
+import collections
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import unittest
+import urllib.parse
+import urllib.request
+
+import eacgm_e2e as E
+import test_cuda
+
+PROMETHEUS = "/usr/bin/prometheus"
+TORCH_GATED = os.path.join(E.SOURCE_DIR, "tests", "testprogs", "torch_gated.py")
+SERVING = r"eacgm: serving http://[^ ]+/metrics"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def get(url, timeout=10):
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.status, r.read().decode()
+
+
+def parse_metrics(text):
+    """{(name, ((label, value), ...)): value} from the text format."""
+    out = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = re.match(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$', line)
+        assert m, "not a sample line: %r" % line
+        labels = tuple(re.findall(r'([a-zA-Z_]+)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
+        out[(m.group(1), labels)] = float(m.group(3))
+    return out
+
+
+class Agent:
+    """`eacgm serve --config CONFIG --listen 127.0.0.1:0`, returned once it says it serves."""
+
+    def __init__(self, tmp, config):
+        self.cfg = os.path.join(tmp, "eacgm.toml")
+        with open(self.cfg, "w") as f:
+            f.write(config)
+        self.ready_file = os.path.join(tmp, "serve.ready")
+        self.err = os.path.join(tmp, "serve.err")
+        with open(self.err, "w") as err:
+            self.proc = subprocess.Popen([E.EACGM, "serve", "--config", self.cfg, "--listen", "127.0.0.1:0",
+                                          "--ready-file", self.ready_file], stdout=subprocess.DEVNULL, stderr=err)
+        E.wait_for_text(self.err, SERVING, self.proc)
+        with open(self.ready_file) as f:
+            self.port = json.load(f)["port"]
+
+    def metrics(self):
+        status, text = get("http://127.0.0.1:%d/metrics" % self.port)
+        assert status == 200
+        return parse_metrics(text)
+
+    def value(self, name, **labels):
+        return self.metrics().get((name, tuple(labels.items())), 0)
+
+    def wait_until(self, what, check, timeout=60):
+        """Polls the agent's own metrics (its signal) until check(metrics) holds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            m = self.metrics()
+            if check(m):
+                return m
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError("agent never reported %s (exit %s): %s" %
+                                     (what, self.proc.poll(), self.stderr()[-2000:]))
+            time.sleep(0.05)
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        rc = self.proc.wait(timeout=30)
+        return rc, self.stderr()
+
+    def stderr(self):
+        with open(self.err) as f:
+            return f.read()
+
+
+class Prometheus:
+    """Debian's Prometheus on loopback, scraping the agent every second."""
+
+    def __init__(self, tmp, agent_port):
+        self.port = free_port()
+        cfg = os.path.join(tmp, "prometheus.yml")
+        with open(cfg, "w") as f:
+            f.write("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
+                    "scrape_configs:\n  - job_name: eacgm\n    static_configs:\n"
+                    "      - targets: ['127.0.0.1:%d']\n" % agent_port)
+        self.log = open(os.path.join(tmp, "prometheus.log"), "w")
+        self.proc = subprocess.Popen([PROMETHEUS, "--config.file=" + cfg, "--storage.tsdb.path=" +
+                                      os.path.join(tmp, "tsdb"), "--web.listen-address=127.0.0.1:%d" % self.port],
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while True:  # its own signal: /-/ready answers 200 once it serves queries
+            try:
+                if get(self.url("/-/ready"), timeout=2)[0] == 200:
+                    break
+            except OSError:
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError("prometheus did not start: see " + self.log.name)
+            time.sleep(0.05)
+
+    def url(self, path):
+        return "http://127.0.0.1:%d%s" % (self.port, path)
+
+    def query(self, expr):
+        """The instant vector for expr: {(label, value) tuple without __name__: value}."""
+        _, text = get(self.url("/api/v1/query?" + urllib.parse.urlencode({"query": expr})))
+        body = json.loads(text)
+        assert body["status"] == "success", body
+        return {tuple(sorted((k, v) for k, v in r["metric"].items() if k not in ("__name__", "instance", "job"))):
+                float(r["value"][1]) for r in body["data"]["result"]}
+
+    def scrapes(self):
+        """Scrapes of the agent so far (prometheus' own count of its samples)."""
+        r = self.query('count_over_time(up{job="eacgm"}[1h])')
+        return int(next(iter(r.values()), 0))
+
+    def wait_for(self, what, expr, want, timeout=60):
+        """Waits until expr's single value equals want, then for one more scrape, and
+        returns the vector of that later scrape."""
+        deadline = time.monotonic() + timeout
+        while True:
+            v = self.query(expr)
+            if list(v.values()) == [want]:
+                break
+            if time.monotonic() > deadline:
+                raise AssertionError("prometheus never saw %s == %s: %s" % (what, want, v))
+            time.sleep(0.1)
+        seen = self.scrapes()
+        while self.scrapes() <= seen:
+            if time.monotonic() > deadline + 10:
+                raise AssertionError("prometheus stopped scraping")
+            time.sleep(0.1)
+        return v
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+        self.log.close()
+
+
+def by_function(vector):
+    return {dict(k)["function"]: v for k, v in vector.items()}
+
+
+class ServeWithPrometheus(unittest.TestCase):
+    maxDiff = None
+
+    @classmethod
+    def setUpClass(cls):
+        E.require_root()
+        cls.tmp = E.make_tempdir(cls)
+        # The agent traces what the filters let through: a copy of the test
+        # programs under names of this run, so nothing else on the machine counts.
+        cls.tag = "ec%d" % (os.getpid() % 100000)
+        cls.cuda = os.path.join(cls.tmp, cls.tag + "cu")
+        shutil.copy(E.CUDA_CALLS, cls.cuda)
+        cls.python = os.path.join(cls.tmp, cls.tag + "py")
+        os.symlink("/usr/bin/python3", cls.python)
+        cls.agent = Agent(cls.tmp, 'layers = ["cuda", "torch"]\n[filter]\ncomm = ["%s(cu|py)"]\n' % cls.tag)
+        cls.addClassCleanup(lambda: cls.agent.proc.poll() is None and cls.agent.proc.kill())
+        cls.prom = Prometheus(cls.tmp, cls.agent.port)
+        cls.addClassCleanup(cls.prom.stop)
+
+    def test_1_cuda_calls_counted_exactly(self):
+        # Started after the agent, twice; each run makes the parent's and its child's calls.
+        for _ in range(2):
+            r = E.run([self.cuda, "0"])
+            self.assertEqual(r.returncode, 0, r.stderr)
+        want = collections.Counter()
+        for (name, *_rest), n in (test_cuda.PARENT_CALLS + test_cuda.CHILD_CALLS).items():
+            want[name] += 2 * n
+        self.prom.wait_for("every CUDA call", 'sum(eacgm_calls_total{layer="cuda"})', sum(want.values()))
+        got = by_function(self.prom.query('eacgm_calls_total{layer="cuda"}'))
+        self.assertEqual(got, dict(want))
+        # Every call failed (no driver): all of them are errors; bytes as the calls moved them.
+        errors = by_function(self.prom.query('eacgm_call_errors_total{layer="cuda"}'))
+        self.assertEqual(errors, dict(want))
+        nbytes = collections.Counter()
+        for (name, _args, _ret, _rname, b), n in (test_cuda.PARENT_CALLS + test_cuda.CHILD_CALLS).items():
+            nbytes[name] += 2 * n * b
+        self.assertEqual(by_function(self.prom.query('eacgm_bytes_total{layer="cuda"}')),
+                         {f: nbytes[f] for f in want})
+        counts = by_function(self.prom.query('eacgm_call_duration_seconds_count{layer="cuda"}'))
+        self.assertEqual(counts, dict(want))
+        inf = by_function(self.prom.query('eacgm_call_duration_seconds_bucket{layer="cuda",le="+Inf"}'))
+        self.assertEqual(inf, dict(want))
+
+    def test_2_torch_ops_counted_exactly(self):
+        layers, steps = 3, 5
+        p = subprocess.Popen([self.python, TORCH_GATED, str(layers), str(steps)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+        self.assertEqual(p.stdout.readline().strip(), "imported")
+        # libtorch is attached to once it is loaded: the agent says so in its metrics.
+        self.agent.wait_until("torch probes attached",
+                              lambda m: m.get(("eacgm_agent_probes_attached", (("layer", "torch"),)), 0) > 0)
+        out, _ = p.communicate("go\n", timeout=300)
+        self.assertEqual(p.returncode, 0)
+        self.assertIn("torch_train: %d steps" % steps, out)
+        want = {"aten::linear": layers * steps, "aten::addmm": layers * steps,
+                "aten::mm": steps * layers + steps * (layers - 1), "aten::mse_loss": steps}
+        self.prom.wait_for("the training's linear calls", 'eacgm_calls_total{function="aten::linear"}',
+                           want["aten::linear"])
+        got = by_function(self.prom.query('eacgm_calls_total{layer="torch"}'))
+        self.assertEqual({f: got.get(f) for f in want}, want)
+
+    def test_3_processes_leave_the_table(self):
+        m = self.agent.wait_until("no live process", lambda m: m.get(("eacgm_agent_processes_traced", ()), 1) == 0)
+        self.assertEqual(m[("eacgm_agent_process_table", ())], 0)
+
+    def test_4_healthz(self):
+        self.assertEqual(get("http://127.0.0.1:%d/healthz" % self.agent.port), (200, "ok\n"))
+
+    def test_9_sigterm_flushes_and_exits_0(self):
+        rc, err = self.agent.stop()
+        self.assertEqual(rc, 0, err)
+        self.assertTrue(err.rstrip().endswith("eacgm: stopped"), err[-1000:])
+
+
+class ServeFollowsShortLivedProcesses(unittest.TestCase):
+    N = 1000
+
+    def test_a_thousand_processes_come_and_go(self):
+        E.require_root()
+        tmp = E.make_tempdir(self)
+        tag = "ef%d" % (os.getpid() % 100000)
+        prog = os.path.join(tmp, tag)
+        shutil.copy(E.CUDA_CALLS, prog)
+        agent = Agent(tmp, 'layers = ["cuda"]\ndetect = false\n[filter]\ncomm = ["%s"]\n' % tag)
+        self.addCleanup(lambda: agent.proc.poll() is None and agent.proc.kill())
+        per_run = sum((test_cuda.PARENT_CALLS + test_cuda.CHILD_CALLS).values())
+        for i in range(self.N):
+            r = subprocess.run([prog, "0"], capture_output=True)
+            self.assertEqual(r.returncode, 0, r.stderr)
+        m = self.agent_settles(agent, per_run * self.N)
+        self.assertEqual(m[("eacgm_agent_process_table", ())], 0)
+        rc, err = agent.stop()
+        self.assertEqual(rc, 0, err)
+        self.assertIn("eacgm: stopped", err)
+
+    def agent_settles(self, agent, calls):
+        def done(m):
+            total = sum(v for (n, l), v in m.items() if n == "eacgm_calls_total")
+            return total == calls and m.get(("eacgm_agent_processes_traced", ()), 1) == 0
+        return agent.wait_until("%d calls and no live process" % calls, done, timeout=120)
+
+
+class ServeConfigErrors(unittest.TestCase):
+    def serve(self, text):
+        tmp = E.make_tempdir(self)
+        cfg = os.path.join(tmp, "c.toml")
+        with open(cfg, "w") as f:
+            f.write(text)
+        return E.eacgm("serve", "--config", cfg, timeout=60)
+
+    def test_unknown_key_named_with_its_line(self):
+        r = self.serve('listen = "127.0.0.1:9464"\n\n[filter]\ncomms = ["python"]\n')
+        self.assertEqual(r.returncode, 2)
+        self.assertRegex(r.stderr, r"c\.toml:4: filter\.comms: unknown key; the keys here are filter\.cgroup, "
+                                   r"filter\.comm, filter\.pid_namespace")
+
+    def test_bad_values_named_with_their_line(self):
+        for text, msg in [('sample_hz = "fast"\n', r"c\.toml:1: sample_hz must be a whole number"),
+                          ('\ngpu_hz = 0\n', r"c\.toml:2: gpu_hz must be from 0\.01 to 1000"),
+                          ('layers = ["cuda", "tpu"]\n', r"layers: unknown layer 'tpu'"),
+                          ('listen = "9464"\n', r"listen: listen address '9464' is not HOST:PORT"),
+                          ('[filter]\ncomm = ["("]\n', r"filter\.comm: '\(' is not a regular expression"),
+                          ('detect = yes\n', r"c\.toml:1: not valid TOML")]:
+            r = self.serve(text)
+            self.assertEqual(r.returncode, 2, text)
+            self.assertRegex(r.stderr, msg, text)
+
+    def test_missing_config_named(self):
+        r = E.eacgm("serve", "--config", "/nonexistent/eacgm.toml")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("cannot read the configuration /nonexistent/eacgm.toml: No such file or directory", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
