@@ -71,6 +71,9 @@ struct Process {
 	uint64_t start_ns = 0;
 	uint64_t end_ns = 0; // 0 while running or unknown
 	int exit_code = -1;  // -1 unknown
+	// Where it runs (ingest/cgroup.h); labels of the agent's metrics, not
+	// (yet) columns of the store.
+	std::string cgroup, container_id, pod_uid;
 };
 
 struct Thread {

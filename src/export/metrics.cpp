@@ -76,14 +76,14 @@ void MetricsRegistry::observe_many(const std::string &name, const Labels &labels
 	s->sum += sum;
 }
 
-void MetricsRegistry::remove(const std::string &key, const std::string &value)
+void MetricsRegistry::remove(const std::string &key, const std::string &value, const std::string &family)
 {
 	std::lock_guard<std::mutex> lock(mu_);
 	for (auto &[name, f] : families_)
 		for (auto it = f.series.begin(); it != f.series.end();)
 			if (std::find(it->first.begin(), it->first.end(), std::make_pair(key, value)) !=
 			    it->first.end())
-				it = f.series.erase(it);
+				it = family.empty() || family == name ? f.series.erase(it) : std::next(it);
 			else
 				++it;
 }
@@ -195,6 +195,9 @@ MetricsSink::MetricsSink(MetricsRegistry &reg, size_t top_n) : reg_(reg), top_n_
 		     "Calls the online detector flagged, by layer, function and most likely cause.");
 	reg_.declare("eacgm_records_lost_total", MetricsRegistry::counter,
 		     "Records lost or not recorded, by layer and reason.");
+	reg_.declare("eacgm_process_info", MetricsRegistry::gauge,
+		     "1 per traced process, labelled with its name, cgroup, container id and pod uid: join on pid "
+		     "(group_left) to label its other series.");
 }
 
 const std::string &MetricsSink::function_label(const std::string &layer, const std::string &name)
@@ -270,8 +273,16 @@ Result<void> MetricsSink::measures(const std::vector<Metric> &metrics, const std
 // thousands come and go, and their last values would be scraped forever.
 Result<void> MetricsSink::process(const Process &p)
 {
-	if (p.end_ns)
-		reg_.remove("pid", std::to_string(p.pid));
+	std::string pid = std::to_string(p.pid);
+	reg_.remove("pid", pid, p.end_ns ? "" : "eacgm_process_info"); // renamed: its info anew
+	if (!p.end_ns)
+		reg_.set("eacgm_process_info",
+			 {{"pid", pid},
+			  {"comm", p.comm},
+			  {"cgroup", p.cgroup},
+			  {"container_id", p.container_id},
+			  {"pod_uid", p.pod_uid}},
+			 1);
 	return {};
 }
 

@@ -35,9 +35,10 @@ public:
 	// their sum. Counts may be fractional: a call of a throttled probe
 	// stands for several (--overhead-budget).
 	void observe_many(const std::string &name, const Labels &labels, const std::vector<double> &counts, double sum);
-	// Drops the series of every family whose label `key` is `value` (a
-	// process that exited: its gauges would otherwise stay forever).
-	void remove(const std::string &key, const std::string &value);
+	// Drops the series whose label `key` is `value`, of every family or of
+	// the one named (a process that exited: its gauges would otherwise
+	// stay forever).
+	void remove(const std::string &key, const std::string &value, const std::string &family = "");
 	size_t series() const;
 	// The text format, families in name order, series in label order.
 	std::string render() const;
@@ -66,7 +67,9 @@ const std::vector<double> &duration_buckets();
 // eacgm_call_errors_total, eacgm_call_duration_seconds and
 // eacgm_bytes_total, by layer and function; eacgm_anomalies_total by
 // layer, function and cause; the GPU and host layers' measures as gauges
-// (eacgm_gpu_*, eacgm_host_*) by key and pid. A layer's functions past its
+// (eacgm_gpu_*, eacgm_host_*) by key and pid; eacgm_process_info per live
+// process (its name, cgroup, container and pod), gone with the process,
+// like every series of its pid. A layer's functions past its
 // first `top_n` get function="other": Python functions and kernel names are
 // unbounded, a Prometheus series is not free, and a counter cannot move
 // from one series to another once scraped.

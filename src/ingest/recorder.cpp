@@ -13,6 +13,7 @@
 #include "common/fs.h"
 #include "common/text.h"
 #include "eacgm/abi/events.h"
+#include "ingest/cgroup.h"
 #include "ingest/decode.h"
 
 namespace eacgm {
@@ -84,6 +85,11 @@ Process &Recorder::process(uint32_t pid, UniqueFd pidfd)
 	p.cmdline = read_proc_text(dir + "/cmdline");
 	if (auto ppid = parent_pid(pid))
 		p.ppid = *ppid;
+	CgroupInfo cg = cgroup_of(pid);
+	p.cgroup = std::move(cg.path);
+	p.container_id = std::move(cg.container_id);
+	p.pod_uid = std::move(cg.pod_uid);
+	unannounced_.insert(pid);
 	live_.insert(pid);
 	watch(pid, std::move(pidfd));
 	symbolizer_.snapshot(pid);
@@ -338,6 +344,7 @@ void Recorder::handle_proc(const eacgm_proc_event &e)
 		p.cmdline = read_proc_text("/proc/" + std::to_string(e.tgid) + "/cmdline");
 		attacher_.forget(e.tgid); // a new image
 		symbolizer_.exec(e.tgid);
+		unannounced_.insert(e.tgid); // by its new name
 		rescan_.insert(e.tgid);
 		break;
 	}
@@ -386,6 +393,17 @@ void Recorder::rescan_processes()
 	}
 	for (auto &w : attacher_.take_warnings())
 		warn_once(w);
+}
+
+// New processes, and renamed ones, to the sinks: the metrics label what a
+// process does by its name and where it runs.
+Result<void> Recorder::announce()
+{
+	for (uint32_t pid : std::exchange(unannounced_, {}))
+		if (auto p = processes_.find(pid); p != processes_.end())
+			if (auto r = out_.process(p->second); !r)
+				return r;
+	return {};
 }
 
 void Recorder::adopt_unseen()
@@ -524,6 +542,8 @@ Result<int> Recorder::poll(int timeout_ms)
 	// After the records: an exit the kernel reported there (with its code and
 	// time) is already handled; the kernel writes it before the pidfd wakes.
 	end_exited_processes();
+	if (auto r = announce(); !r)
+		return r.error();
 	cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID);
 	if (auto r = flush(); !r)
 		return r.error();

@@ -136,6 +136,7 @@ private:
 	// Discovery, off the ring buffer's callback: the processes seen first
 	// in this round's records become known (and, in serve, judged).
 	void adopt_unseen();
+	Result<void> announce();
 	void judge_candidates();
 	bool adopt(uint32_t pid); // false: the filters exclude it
 	Result<void> retire_exited();
@@ -244,6 +245,7 @@ private:
 	std::set<std::string> warned_;
 	bool discover_ = false;
 	ProcessFilter wanted_;
+	std::set<uint32_t> unannounced_; // new or renamed since the sinks last heard of them
 	std::set<uint32_t> unseen_;     // pids of this round's spans not known yet
 	std::set<uint32_t> candidates_; // serve: exec'd or loaded a library, not known yet
 	std::set<uint32_t> excluded_;   // serve: the filters said no

@@ -213,6 +213,14 @@ class ServeWithPrometheus(unittest.TestCase):
         # libtorch is attached to once it is loaded: the agent says so in its metrics.
         self.agent.wait_until("torch probes attached",
                               lambda m: m.get(("eacgm_agent_probes_attached", (("layer", "torch"),)), 0) > 0)
+        # Described while it runs: its name and where it runs, as /proc says.
+        with open("/proc/%d/cgroup" % p.pid) as f:
+            cgroup = [l[3:].strip() for l in f if l.startswith("0::")][0]
+        info = [k for k in self.agent.wait_until(
+            "the process described", lambda m: any(n == "eacgm_process_info" and ("pid", str(p.pid)) in l
+                                                   for n, l in m)) if k[0] == "eacgm_process_info"]
+        self.assertIn(("eacgm_process_info", (("pid", str(p.pid)), ("comm", self.tag + "py"), ("cgroup", cgroup),
+                                              ("container_id", ""), ("pod_uid", ""))), info)
         out, _ = p.communicate("go\n", timeout=300)
         self.assertEqual(p.returncode, 0)
         self.assertIn("torch_train: %d steps" % steps, out)
@@ -226,6 +234,7 @@ class ServeWithPrometheus(unittest.TestCase):
     def test_3_processes_leave_the_table(self):
         m = self.agent.wait_until("no live process", lambda m: m.get(("eacgm_agent_processes_traced", ()), 1) == 0)
         self.assertEqual(m[("eacgm_agent_process_table", ())], 0)
+        self.assertEqual([k for k in m if k[0] == "eacgm_process_info"], [])
 
     def test_4_healthz(self):
         self.assertEqual(get("http://127.0.0.1:%d/healthz" % self.agent.port), (200, "ok\n"))

@@ -6,6 +6,7 @@
 #include "app/config.h"
 #include "export/http.h"
 #include "export/metrics.h"
+#include "ingest/cgroup.h"
 
 using namespace eacgm;
 
@@ -165,12 +166,23 @@ TEST(MetricsSink, MeasuresAreGaugesAndGoWithTheirProcess)
 	EXPECT_EQ(lines_of(r.render(), "eacgm_events_total")[0], "eacgm_events_total{layer=\"gpu\",name=\"xid\"} 2");
 	Process p;
 	p.pid = 42;
-	ASSERT_TRUE(sink.process(p)); // running: kept
+	p.comm = "python3";
+	ASSERT_TRUE(sink.process(p)); // running: kept, and described
 	EXPECT_EQ(lines_of(r.render(), "eacgm_host_sched_delay_ns").size(), 2u);
+	p.comm = "trainer"; // exec'd: described anew
+	p.cgroup = "/kubepods/burstable/pod6f1d2c3b-0a1b-4c2d-8e3f-0123456789ab/" + std::string(64, 'a');
+	p.container_id = std::string(64, 'a');
+	p.pod_uid = "6f1d2c3b-0a1b-4c2d-8e3f-0123456789ab";
+	ASSERT_TRUE(sink.process(p));
+	EXPECT_EQ(lines_of(r.render(), "eacgm_process_info"),
+		  (std::vector<std::string>{"eacgm_process_info{pid=\"42\",comm=\"trainer\",cgroup=\"" + p.cgroup +
+					    "\",container_id=\"" + p.container_id +
+					    "\",pod_uid=\"6f1d2c3b-0a1b-4c2d-8e3f-0123456789ab\"} 1"}));
 	p.end_ns = 5;
 	ASSERT_TRUE(sink.process(p));
 	EXPECT_EQ(lines_of(r.render(), "eacgm_host_sched_delay_ns"),
 		  (std::vector<std::string>{"eacgm_host_sched_delay_ns{pid=\"43\"} 7"}));
+	EXPECT_TRUE(lines_of(r.render(), "eacgm_process_info").empty());
 }
 
 TEST(MetricsSink, LossCountsAreTotals)
@@ -264,4 +276,32 @@ TEST(ServeConfig, ErrorsNameTheKeyAndLine)
 	expect("[filter]\n\n\ncgroups = []\n",
 	       "c.toml:4: filter.cgroups: unknown key; the keys here are filter.cgroup, filter.comm, "
 	       "filter.pid_namespace");
+}
+
+TEST(Cgroup, ContainerAndPodFromThePath)
+{
+	std::string id = "4c0b3f5e1d2a" + std::string(52, '9');
+	struct Case {
+		std::string path, container, pod;
+	} cases[] = {
+		{"/user.slice/user-0.slice/session-3.scope", "", ""},
+		{"/system.slice/docker-" + id + ".scope", id, ""},
+		{"/docker/" + id, id, ""},
+		{"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod6f1d2c3b_0a1b_4c2d_8e3f_0123456789ab.slice/"
+		 "cri-containerd-" +
+			 id + ".scope",
+		 id, "6f1d2c3b-0a1b-4c2d-8e3f-0123456789ab"},
+		{"/kubepods/besteffort/pod6f1d2c3b-0a1b-4c2d-8e3f-0123456789ab/" + id, id,
+		 "6f1d2c3b-0a1b-4c2d-8e3f-0123456789ab"},
+		{"/kubepods/pod6f1d2c3b-0a1b-4c2d-8e3f-0123456789ab", "", "6f1d2c3b-0a1b-4c2d-8e3f-0123456789ab"},
+		{"/x/" + id + "0", "", ""},                  // 65 hex digits: not an id
+		{"/x/" + std::string(64, 'A'), "", ""},      // upper case: not how runtimes write ids
+		{"/podcast/notauid-0000", "", ""},           // "pod" without a uid
+	};
+	for (auto &c : cases) {
+		CgroupInfo i = parse_cgroup_path(c.path);
+		EXPECT_EQ(i.path, c.path);
+		EXPECT_EQ(i.container_id, c.container) << c.path;
+		EXPECT_EQ(i.pod_uid, c.pod) << c.path;
+	}
 }
