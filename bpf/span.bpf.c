@@ -165,7 +165,7 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct thread_calls *tc = bpf_task_storage_get(&open_calls, task, 0, 0);
 	if (!tc) {
-		if (!eacgm_is_traced(id >> 32))
+		if (!eacgm_traced_on_call(id >> 32))
 			return 0;
 		tc = bpf_task_storage_get(&open_calls, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 		if (!tc) {

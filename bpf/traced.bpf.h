@@ -24,4 +24,18 @@ static __always_inline bool eacgm_is_traced(__u32 tgid)
 	return bpf_map_lookup_elem(&traced_tgids, &tgid) != NULL;
 }
 
+/* On a traced call. trace_all (serve): the caller is traced from this call
+ * on, added to the set here in the kernel, so that its forks and its exit
+ * are followed from that instant rather than from whenever the agent hears
+ * of it (a child forked meanwhile would be missed). Paid once per thread:
+ * the span programs keep per-thread state once a thread is traced. */
+static __always_inline bool eacgm_traced_on_call(__u32 tgid)
+{
+	if (!trace_all)
+		return bpf_map_lookup_elem(&traced_tgids, &tgid) != NULL;
+	if (!bpf_map_lookup_elem(&traced_tgids, &tgid))
+		bpf_map_update_elem(&traced_tgids, &tgid, &tgid, BPF_NOEXIST);
+	return true;
+}
+
 #endif

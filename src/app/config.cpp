@@ -155,6 +155,8 @@ Result<ServeConfig> parse_serve_config(const std::string &text, const std::strin
 		{"layers", strings_of(c.layers)},
 		{"specs", strings_of(c.specs)},
 		{"store", string_of(c.store)},
+		{"store_max_mb", number_of(c.store_max_mb, 1, 1e7)},
+		{"store_max_age_hours", number_of(c.store_max_age_hours, 0.01, 1e6)},
 		{"top_functions", number_of(c.top_functions, 1, 100000)},
 		{"sample_hz", number_of(c.sample_hz, 0, 10000)},
 		{"gpu_hz", number_of(c.gpu_hz, 0.01, 1000)},

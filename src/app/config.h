@@ -16,8 +16,12 @@ namespace eacgm {
 struct ServeConfig {
 	std::string listen = "127.0.0.1:9464";
 	std::vector<std::string> layers = {"cuda", "nccl", "torch", "python", "gpu", "host"};
-	std::vector<std::string> specs;   // extra spec files
-	std::string store;                // SQLite recording of the agent's spans; "": none
+	std::vector<std::string> specs; // extra spec files
+	// The agent's SQLite store (spans, measures, anomalies), written in
+	// place and bounded; "": none. A previous one is moved to STORE.1.
+	std::string store = "/var/lib/eacgm/eacgm.db";
+	double store_max_mb = 1024;       // the file and its WAL; the oldest batches go first
+	double store_max_age_hours = 168; // rows older than this go
 	size_t top_functions = 100;       // per layer, functions with their own series; the rest "other"
 	unsigned sample_hz = 100;         // Python stack samples per second of a thread's CPU time
 	double gpu_hz = 1;                // NVML samples per second

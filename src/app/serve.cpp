@@ -169,11 +169,19 @@ ServeSession::Stop ServeSession::open_outputs()
 	metrics_.emplace(registry_, config_.top_functions);
 	sinks_.add(&*metrics_);
 	if (!config_.store.empty()) {
-		auto s = StoreWriter::create(config_.store);
+		// Its directory, owner-only, when it is the first start (systemd's
+		// StateDirectory= makes it too).
+		std::string dir = config_.store.substr(0, config_.store.rfind('/'));
+		if (!dir.empty() && dir != config_.store && access(dir.c_str(), F_OK) != 0)
+			mkdir(dir.c_str(), 0700);
+		auto s = StoreWriter::create(config_.store, true);
 		if (!s)
-			return fail(s.error().message);
+			return fail(s.error().message + " (set store in the configuration, or store = \"\" for none)");
 		store_.emplace(std::move(s.value()));
-		store_sink_.emplace(*store_);
+		StoreWriter::Retention keep;
+		keep.max_bytes = uint64_t(config_.store_max_mb * 1024 * 1024);
+		keep.max_age_ns = uint64_t(config_.store_max_age_hours * 3600e9);
+		store_sink_.emplace(*store_, keep);
 		sinks_.add(&*store_sink_);
 	}
 	if (auto stop = pipeline_->open_recorder(sinks_))
@@ -243,6 +251,10 @@ void ServeSession::publish_health()
 				  "Calls of processes the filters exclude, dropped.");
 		registry_.declare("eacgm_agent_probes_attached", MetricsRegistry::gauge, "Probes attached, by layer.");
 		registry_.declare("eacgm_agent_processes_traced", MetricsRegistry::gauge, "Live processes traced.");
+		registry_.declare("eacgm_agent_store_bytes", MetricsRegistry::gauge,
+				  "The agent's store on disk (the file and its WAL).");
+		registry_.declare("eacgm_agent_store_rows_expired_total", MetricsRegistry::counter,
+				  "Rows the store's bounds (store_max_mb, store_max_age_hours) deleted.");
 		registry_.declare("eacgm_agent_process_table", MetricsRegistry::gauge,
 				  "Processes the agent holds state for (live, and exited ones not yet handed on).");
 		registry_.declare("eacgm_agent_cpu_seconds_total", MetricsRegistry::counter,
@@ -262,6 +274,10 @@ void ServeSession::publish_health()
 		registry_.set("eacgm_agent_probes_attached", {{"layer", layer}}, double(n));
 	registry_.set("eacgm_agent_processes_traced", {}, double(rec.live_processes()));
 	registry_.set("eacgm_agent_process_table", {}, double(rec.known_processes()));
+	if (store_) {
+		registry_.set("eacgm_agent_store_bytes", {}, double(store_->file_bytes()));
+		registry_.set("eacgm_agent_store_rows_expired_total", {}, double(store_sink_->rows_expired()));
+	}
 	registry_.set("eacgm_agent_cpu_seconds_total", {}, u.cpu_s);
 	registry_.set("eacgm_agent_max_rss_bytes", {}, double(u.max_rss_kb) * 1024);
 }

@@ -316,6 +316,8 @@ static int exit_status(int32_t code)
 
 void Recorder::handle_proc(const eacgm_proc_event &e)
 {
+	if (discover_ && !processes_.count(e.kind == EACGM_PROC_FORK ? e.ppid : e.tgid) && discover_proc(e))
+		return;
 	switch (e.kind) {
 	case EACGM_PROC_FORK: {
 		symbolizer_.inherit(e.tgid, e.ppid);
@@ -334,11 +336,6 @@ void Recorder::handle_proc(const eacgm_proc_event &e)
 		break;
 	}
 	case EACGM_PROC_EXEC: {
-		if (discover_ && !processes_.count(e.tgid)) {
-			excluded_.erase(e.tgid); // a new program: judged afresh
-			candidates_.insert(e.tgid);
-			break;
-		}
 		Process &p = process(e.tgid);
 		p.comm = std::string(e.comm, strnlen(e.comm, sizeof(e.comm)));
 		p.cmdline = read_proc_text("/proc/" + std::to_string(e.tgid) + "/cmdline");
@@ -349,11 +346,6 @@ void Recorder::handle_proc(const eacgm_proc_event &e)
 		break;
 	}
 	case EACGM_PROC_DLOPEN:
-		if (discover_ && !processes_.count(e.tgid)) {
-			if (!excluded_.count(e.tgid))
-				candidates_.insert(e.tgid);
-			break;
-		}
 		// A dlopen reports twice (adding, consistent) and an import loads
 		// libraries in bursts: one rescan per process per round is enough.
 		process(e.tgid);
@@ -404,6 +396,41 @@ Result<void> Recorder::announce()
 			if (auto r = out_.process(p->second); !r)
 				return r;
 	return {};
+}
+
+// serve: a record about a process the table does not hold. True when it
+// is handled here.
+bool Recorder::discover_proc(const eacgm_proc_event &e)
+{
+	switch (e.kind) {
+	case EACGM_PROC_FORK: // of a parent the filters excluded (else it is known)
+		if (excluded_.count(e.ppid))
+			excluded_.insert(e.tgid); // the same program until it execs
+		return excluded_.count(e.ppid) != 0;
+	case EACGM_PROC_EXEC: // a new program: judged afresh
+		excluded_.erase(e.tgid);
+		candidates_.insert(e.tgid);
+		return true;
+	case EACGM_PROC_DLOPEN:
+		if (!excluded_.count(e.tgid))
+			candidates_.insert(e.tgid);
+		return true;
+	case EACGM_PROC_EXIT:
+		if (excluded_.erase(e.tgid))
+			return true;
+		// Its calls were read, and it exited before it was looked at: kept
+		// with what the record says (no /proc left to read).
+		if (unseen_.erase(e.tgid)) {
+			Process &p = processes_[e.tgid];
+			p.pid = e.tgid;
+			p.comm = std::string(e.comm, strnlen(e.comm, sizeof(e.comm)));
+			p.exit_code = exit_status(e.exit_code);
+			p.end_ns = e.ts_ns;
+			ended_.push_back(e.tgid);
+		}
+		return true;
+	}
+	return false;
 }
 
 void Recorder::adopt_unseen()
@@ -638,8 +665,11 @@ Result<void> Recorder::flush(bool force)
 	auto now = std::chrono::steady_clock::now();
 	if (force || decoded_.size() >= kBatch || now - last_store_ > std::chrono::milliseconds(200)) {
 		last_store_ = now;
-		SpanBatch batch{SpanBatch::calls, std::exchange(decoded_, {}), {}};
-		if (auto r = out_.write(batch); !r)
+		SpanBatch batch{SpanBatch::calls, std::move(decoded_), {}};
+		auto r = out_.write(batch);
+		decoded_ = std::move(batch.spans); // its capacity, for the next batch
+		decoded_.clear();
+		if (!r)
 			return r;
 	}
 	for (auto &raw : pending_samples_) {

@@ -136,6 +136,7 @@ private:
 	// Discovery, off the ring buffer's callback: the processes seen first
 	// in this round's records become known (and, in serve, judged).
 	void adopt_unseen();
+	bool discover_proc(const eacgm_proc_event &e);
 	Result<void> announce();
 	void judge_candidates();
 	bool adopt(uint32_t pid); // false: the filters exclude it
@@ -246,10 +247,10 @@ private:
 	bool discover_ = false;
 	ProcessFilter wanted_;
 	std::set<uint32_t> unannounced_; // new or renamed since the sinks last heard of them
-	std::set<uint32_t> unseen_;     // pids of this round's spans not known yet
-	std::set<uint32_t> candidates_; // serve: exec'd or loaded a library, not known yet
-	std::set<uint32_t> excluded_;   // serve: the filters said no
-	std::vector<uint32_t> ended_;   // serve: exited, to hand on and forget after the flush
+	std::set<uint32_t> unseen_;      // pids of this round's spans not known yet
+	std::set<uint32_t> candidates_;  // serve: exec'd or loaded a library, not known yet
+	std::set<uint32_t> excluded_;    // serve: the filters said no
+	std::vector<uint32_t> ended_;    // serve: exited, to hand on and forget after the flush
 	uint64_t filtered_ = 0;
 	std::chrono::steady_clock::time_point last_sweep_ = std::chrono::steady_clock::now();
 	uint64_t spans_seen_ = 0;

@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <utility>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <sqlite3.h>
 
@@ -141,13 +142,22 @@ static_assert(kSchemaVersion == 3, "update the schema_version row in kSchema");
 
 } // namespace
 
-Result<StoreWriter> StoreWriter::create(const std::string &path)
+Result<StoreWriter> StoreWriter::create(const std::string &path, bool in_place)
 {
 	if (auto w = check_writable(path); !w)
 		return w.error();
 	StoreWriter s;
 	s.path_ = path;
-	s.partial_ = path + ".partial";
+	s.in_place_ = in_place;
+	s.partial_ = in_place ? path : path + ".partial";
+	if (in_place && access(path.c_str(), F_OK) == 0) {
+		remove_db_files(path + ".1");
+		if (std::rename(path.c_str(), (path + ".1").c_str()) != 0)
+			return make_error("cannot move the previous store " + path + " to " + path +
+					  ".1: " + std::strerror(errno));
+		for (const char *suffix : {"-wal", "-shm"})
+			std::rename((path + suffix).c_str(), (path + ".1" + suffix).c_str());
+	}
 	// A partial file left by a crashed run would otherwise be appended to.
 	remove_db_files(s.partial_);
 
@@ -169,7 +179,7 @@ Result<StoreWriter> StoreWriter::create(const std::string &path)
 StoreWriter::StoreWriter(StoreWriter &&o) noexcept
 	: path_(std::move(o.path_)), partial_(std::exchange(o.partial_, {})), db_(std::move(o.db_)),
 	  statements_(std::move(o.statements_)), stack_ids_(std::move(o.stack_ids_)),
-	  new_stacks_(std::move(o.new_stacks_))
+	  new_stacks_(std::move(o.new_stacks_)), in_place_(o.in_place_)
 {}
 
 StoreWriter &StoreWriter::operator=(StoreWriter &&o) noexcept
@@ -182,6 +192,7 @@ StoreWriter &StoreWriter::operator=(StoreWriter &&o) noexcept
 		statements_ = std::move(o.statements_);
 		stack_ids_ = std::move(o.stack_ids_);
 		new_stacks_ = std::move(o.new_stacks_);
+		in_place_ = o.in_place_;
 	}
 	return *this;
 }
@@ -192,7 +203,7 @@ void StoreWriter::discard()
 {
 	statements_.clear();
 	db_.reset();
-	if (!partial_.empty())
+	if (!partial_.empty() && !in_place_)
 		remove_db_files(partial_);
 	partial_.clear();
 }
@@ -253,6 +264,7 @@ Result<void> StoreWriter::insert_all(const char *sql, const std::vector<T> &rows
 		return make_error("cannot write " + std::string(what) + " to " + partial_ + ": " + m +
 				  "; check free disk space");
 	};
+	int64_t first = 0;
 	for (const T &row : rows) {
 		if (!bind(*st, row))
 			return fail();
@@ -260,6 +272,8 @@ Result<void> StoreWriter::insert_all(const char *sql, const std::vector<T> &rows
 		sqlite3_reset(*st);
 		if (rc != SQLITE_DONE)
 			return fail();
+		if (!first)
+			first = sqlite3_last_insert_rowid(db_.get());
 	}
 	if (auto r = exec("COMMIT"); !r) {
 		(void)exec("ROLLBACK");
@@ -267,6 +281,7 @@ Result<void> StoreWriter::insert_all(const char *sql, const std::vector<T> &rows
 		return r;
 	}
 	new_stacks_.clear();
+	note_batch(what, first);
 	return {};
 }
 
@@ -389,14 +404,43 @@ Result<void> StoreSink::write(SpanBatch &b)
 {
 	if (auto r = w_.add_spans(b.spans); !r)
 		return r;
-	return b.anomalies.empty() ? Result<void>() : w_.add_anomalies(b.anomalies);
+	if (!b.anomalies.empty())
+		if (auto r = w_.add_anomalies(b.anomalies); !r)
+			return r;
+	return keep_bounds(b.spans.empty() ? 0 : b.spans.back().start_ns);
 }
 
 Result<void> StoreSink::measures(const std::vector<Metric> &m, const std::vector<Event> &e)
 {
 	if (auto r = w_.add_metrics(m); !r)
 		return r;
-	return w_.add_events(e);
+	if (auto r = w_.add_events(e); !r)
+		return r;
+	return keep_bounds(m.empty() ? 0 : m.back().ts_ns);
+}
+
+// now_ns: the newest time written (0: none); ages count back from it.
+Result<void> StoreSink::keep_bounds(uint64_t now_ns)
+{
+	StoreWriter::Retention due;
+	// The file never shrinks (freed pages are reused): once past 70% it is
+	// looked at once a second of data, not at every batch.
+	if (retention_.max_bytes && now_ns >= last_size_check_ns_ + 1'000'000'000ull &&
+	    w_.file_bytes() > retention_.max_bytes * 0.7) {
+		last_size_check_ns_ = now_ns;
+		due.max_bytes = retention_.max_bytes;
+	}
+	if (retention_.max_age_ns && now_ns > last_age_check_ns_ + 60'000'000'000ull) {
+		last_age_check_ns_ = now_ns;
+		due.max_age_ns = retention_.max_age_ns;
+	}
+	if (!due.max_bytes && !due.max_age_ns)
+		return {};
+	auto n = w_.enforce(due, now_ns);
+	if (!n)
+		return n.error();
+	expired_ += *n;
+	return {};
 }
 
 Result<void> StoreWriter::upsert_process(const Process &p)
@@ -491,7 +535,7 @@ Result<void> StoreWriter::finish()
 	if (rc != SQLITE_OK)
 		return make_error("cannot close " + partial_ + ": " + sqlite3_errstr(rc));
 	(void)db_.release(); // closed above
-	if (std::rename(partial_.c_str(), path_.c_str()) != 0) {
+	if (!in_place_ && std::rename(partial_.c_str(), path_.c_str()) != 0) {
 		// Keep the complete data rather than deleting it with the writer.
 		std::string kept = std::exchange(partial_, {});
 		return make_error("cannot rename " + kept + " to " + path_ + ": " + std::strerror(errno) +

@@ -6,6 +6,8 @@
 // the partial file). load_recording() reads a finished file back whole.
 #pragma once
 #include <cstdint>
+#include <deque>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -43,7 +45,10 @@ class StoreWriter {
 public:
 	// Opens `path + ".partial"` (replacing a stale one from a crashed run)
 	// and creates the schema. Fails early if `path` cannot be written.
-	static Result<StoreWriter> create(const std::string &path);
+	// in_place (the node agent's store, read while it is written): `path`
+	// itself, kept whatever happens; an existing file is moved to
+	// `path.1` first.
+	static Result<StoreWriter> create(const std::string &path, bool in_place = false);
 
 	StoreWriter(StoreWriter &&other) noexcept;
 	StoreWriter &operator=(StoreWriter &&other) noexcept;
@@ -62,6 +67,16 @@ public:
 	Result<void> set_meta(const std::string &key, const std::string &value);
 	Result<void> set_wall_offset(int64_t wall_offset_ns);
 
+	// Bounds on a store that is never finished (the node agent's): the
+	// oldest rows go first, whole batches at a time, while writing goes on.
+	struct Retention {
+		uint64_t max_bytes = 0;  // the file and its WAL; 0: no bound
+		uint64_t max_age_ns = 0; // rows older than this (by their time); 0: no bound
+	};
+	// Deletes what the bounds leave out; returns the rows deleted.
+	Result<uint64_t> enforce(const Retention &r, uint64_t now_ns);
+	uint64_t file_bytes() const; // the database file and its WAL, as on disk
+
 	// Checkpoints the WAL, switches back to a single-file journal and renames
 	// the partial file onto the final path. The writer is closed afterwards.
 	Result<void> finish();
@@ -78,6 +93,15 @@ private:
 	void forget_new_stacks();
 	Result<void> ready() const;
 	void discard();
+	Result<uint64_t> delete_rows(const std::string &sql);
+	Result<uint64_t> delete_oldest(double share); // of each table's rows, by insertion order
+	Result<uint64_t> used_bytes();                // pages in use (the free ones are reused)
+	// Where each batch of a table begins (its first rowid), oldest first:
+	// retention deletes whole batches. Thinned to every other boundary
+	// past kMaxBatchStarts (batches then count double).
+	void note_batch(const char *what, int64_t first_rowid);
+	static constexpr size_t kMaxBatchStarts = 8192;
+	std::map<std::string, std::deque<int64_t>> batch_starts_; // by table
 
 	struct TextHash {
 		using is_transparent = void;
@@ -94,21 +118,30 @@ private:
 	// Stacks written so far -> their row; those of the open transaction.
 	std::unordered_map<std::string, int64_t, TextHash, std::equal_to<>> stack_ids_;
 	std::vector<std::string_view> new_stacks_;
+	bool in_place_ = false;
 };
 
 // The store as the pipeline's last sink: each batch of spans with its
 // anomalies, and each batch of measures, in the writer's transactions.
 class StoreSink : public Sink {
 public:
-	explicit StoreSink(StoreWriter &w) : w_(w) {}
+	// retention: applied when the file has passed 70% of its bound (looked
+	// at once per second of data: two stat calls), and once per minute of
+	// data for the age bound.
+	explicit StoreSink(StoreWriter &w, StoreWriter::Retention retention = {}) : w_(w), retention_(retention) {}
 	Result<void> write(SpanBatch &b) override;
 	Result<void> measures(const std::vector<Metric> &m, const std::vector<Event> &e) override;
 	Result<void> process(const Process &p) override { return w_.upsert_process(p); }
 	Result<void> thread(const Thread &t) override { return w_.upsert_thread(t); }
 	Result<void> drops(const std::vector<Drop> &d) override { return w_.set_drops(d); }
 
+	uint64_t rows_expired() const { return expired_; }
+
 private:
+	Result<void> keep_bounds(uint64_t now_ns);
 	StoreWriter &w_;
+	StoreWriter::Retention retention_;
+	uint64_t expired_ = 0, last_age_check_ns_ = 0, last_size_check_ns_ = 0;
 };
 
 // Reads a finished recording: what every reader wants whole (meta,

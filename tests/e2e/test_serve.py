@@ -50,14 +50,14 @@ def parse_metrics(text):
 class Agent:
     """`eacgm serve --config CONFIG --listen 127.0.0.1:0`, returned once it says it serves."""
 
-    def __init__(self, tmp, config):
+    def __init__(self, tmp, config, wrapper=()):
         self.cfg = os.path.join(tmp, "eacgm.toml")
         with open(self.cfg, "w") as f:
             f.write(config)
         self.ready_file = os.path.join(tmp, "serve.ready")
         self.err = os.path.join(tmp, "serve.err")
         with open(self.err, "w") as err:
-            self.proc = subprocess.Popen([E.EACGM, "serve", "--config", self.cfg, "--listen", "127.0.0.1:0",
+            self.proc = subprocess.Popen([*wrapper, E.EACGM, "serve", "--config", self.cfg, "--listen", "127.0.0.1:0",
                                           "--ready-file", self.ready_file], stdout=subprocess.DEVNULL, stderr=err)
         E.wait_for_text(self.err, SERVING, self.proc)
         with open(self.ready_file) as f:
@@ -176,7 +176,9 @@ class ServeWithPrometheus(unittest.TestCase):
         shutil.copy(E.CUDA_CALLS, cls.cuda)
         cls.python = os.path.join(cls.tmp, cls.tag + "py")
         os.symlink("/usr/bin/python3", cls.python)
-        cls.agent = Agent(cls.tmp, 'layers = ["cuda", "torch"]\n[filter]\ncomm = ["%s(cu|py)"]\n' % cls.tag)
+        cls.store = os.path.join(cls.tmp, "agent.db")
+        cls.agent = Agent(cls.tmp, 'layers = ["cuda", "torch"]\nstore = "%s"\n[filter]\ncomm = ["%s(cu|py)"]\n' %
+                          (cls.store, cls.tag))
         cls.addClassCleanup(lambda: cls.agent.proc.poll() is None and cls.agent.proc.kill())
         cls.prom = Prometheus(cls.tmp, cls.agent.port)
         cls.addClassCleanup(cls.prom.stop)
@@ -243,6 +245,18 @@ class ServeWithPrometheus(unittest.TestCase):
         rc, err = self.agent.stop()
         self.assertEqual(rc, 0, err)
         self.assertTrue(err.rstrip().endswith("eacgm: stopped"), err[-1000:])
+        # Its store holds what it counted: the same calls, one row each, and
+        # the processes that made them with their exit codes.
+        cuda = collections.Counter(r["name"] for r in E.query(self.store, "SELECT name FROM spans WHERE layer='cuda'"))
+        want = collections.Counter()
+        for (name, *_rest), n in (test_cuda.PARENT_CALLS + test_cuda.CHILD_CALLS).items():
+            want[name] += 2 * n
+        self.assertEqual(cuda, want)
+        torch = collections.Counter(r["name"] for r in E.query(self.store, "SELECT name FROM spans WHERE layer='torch'"))
+        self.assertEqual(torch["aten::linear"], 15)
+        procs = E.query(self.store, "SELECT comm, exit_code FROM processes")
+        self.assertEqual(collections.Counter((p["comm"], p["exit_code"]) for p in procs),
+                         {(self.tag + "cu", 0): 4, (self.tag + "py", 0): 1})
 
 
 class ServeFollowsShortLivedProcesses(unittest.TestCase):
@@ -254,7 +268,7 @@ class ServeFollowsShortLivedProcesses(unittest.TestCase):
         tag = "ef%d" % (os.getpid() % 100000)
         prog = os.path.join(tmp, tag)
         shutil.copy(E.CUDA_CALLS, prog)
-        agent = Agent(tmp, 'layers = ["cuda"]\ndetect = false\n[filter]\ncomm = ["%s"]\n' % tag)
+        agent = Agent(tmp, 'layers = ["cuda"]\ndetect = false\nstore = ""\n[filter]\ncomm = ["%s"]\n' % tag)
         self.addCleanup(lambda: agent.proc.poll() is None and agent.proc.kill())
         per_run = sum((test_cuda.PARENT_CALLS + test_cuda.CHILD_CALLS).values())
         for i in range(self.N):
@@ -271,6 +285,42 @@ class ServeFollowsShortLivedProcesses(unittest.TestCase):
             total = sum(v for (n, l), v in m.items() if n == "eacgm_calls_total")
             return total == calls and m.get(("eacgm_agent_processes_traced", ()), 1) == 0
         return agent.wait_until("%d calls and no live process" % calls, done, timeout=120)
+
+
+class ServeUnderTheUnitsCapabilities(unittest.TestCase):
+    """The agent with only the capabilities dist/systemd/eacgm.service leaves it
+    (its CapabilityBoundingSet, applied with setpriv as systemd would) still
+    traces: the unit's hardening does not take what tracing needs."""
+
+    def test_traces_with_the_bounding_set_of_the_unit(self):
+        E.require_root()
+        with open(os.path.join(E.SOURCE_DIR, "dist", "systemd", "eacgm.service")) as f:
+            caps = [l.split("=", 1)[1].split() for l in f if l.startswith("CapabilityBoundingSet=")][0]
+        self.assertEqual(caps, ["CAP_BPF", "CAP_PERFMON", "CAP_SYS_PTRACE", "CAP_DAC_READ_SEARCH",
+                                "CAP_SYS_RESOURCE"])
+        tmp = E.make_tempdir(self)
+        tag = "eu%d" % (os.getpid() % 100000)
+        prog = os.path.join(tmp, tag)
+        shutil.copy(E.CUDA_CALLS, prog)
+        bounding = "-all," + ",".join("+" + c[4:].lower() for c in caps)
+        agent = Agent(tmp, 'layers = ["cuda"]\nstore = "%s/a.db"\n[filter]\ncomm = ["%s"]\n' % (tmp, tag),
+                      wrapper=["setpriv", "--bounding-set", bounding, "--inh-caps", "-all", "--no-new-privs"])
+        self.addCleanup(lambda: agent.proc.poll() is None and agent.proc.kill())
+        with open("/proc/%d/status" % agent.proc.pid) as f:
+            bnd = int([l.split()[1] for l in f if l.startswith("CapBnd:")][0], 16)
+        numbers = {"CAP_DAC_READ_SEARCH": 2, "CAP_SYS_PTRACE": 19, "CAP_SYS_RESOURCE": 24, "CAP_PERFMON": 38,
+                   "CAP_BPF": 39}
+        with open("/proc/self/status") as f:  # what this machine lends at most (a container may lend less)
+            ours = int([l.split()[1] for l in f if l.startswith("CapBnd:")][0], 16)
+        self.assertEqual(bnd, sum(1 << numbers[c] for c in caps) & ours)
+        r = subprocess.run([prog, "0"], capture_output=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        per_run = sum((test_cuda.PARENT_CALLS + test_cuda.CHILD_CALLS).values())
+        agent.wait_until("%d calls" % per_run, lambda m: sum(
+            v for (n, l), v in m.items() if n == "eacgm_calls_total") == per_run)
+        rc, err = agent.stop()
+        self.assertEqual(rc, 0, err)
+        self.assertNotIn("warning", err)
 
 
 class ServeConfigErrors(unittest.TestCase):

@@ -213,7 +213,9 @@ TEST(ServeConfig, DefaultsWithoutAFile)
 	EXPECT_EQ(c->layers.size(), 6u);
 	EXPECT_EQ(c->top_functions, 100u);
 	EXPECT_EQ(c->sample_hz, 100u);
-	EXPECT_TRUE(c->store.empty());
+	EXPECT_EQ(c->store, "/var/lib/eacgm/eacgm.db");
+	EXPECT_DOUBLE_EQ(c->store_max_mb, 1024);
+	EXPECT_DOUBLE_EQ(c->store_max_age_hours, 168);
 	EXPECT_TRUE(c->filter.comm.empty());
 }
 
@@ -222,7 +224,9 @@ TEST(ServeConfig, EveryKeyRead)
 	auto c = parse_serve_config(R"(listen = "0.0.0.0:1234"
 layers = ["cuda", "python"]
 specs = ["/etc/eacgm/mine.json"]
-store = "/var/lib/eacgm/eacgm.db"
+store = "/srv/eacgm.db"
+store_max_mb = 64
+store_max_age_hours = 0.5
 top_functions = 7
 sample_hz = 0
 gpu_hz = 0.5
@@ -241,7 +245,9 @@ pid_namespace = [4026531836]
 	EXPECT_EQ(c->listen, "0.0.0.0:1234");
 	EXPECT_EQ(c->layers, (std::vector<std::string>{"cuda", "python"}));
 	EXPECT_EQ(c->specs, (std::vector<std::string>{"/etc/eacgm/mine.json"}));
-	EXPECT_EQ(c->store, "/var/lib/eacgm/eacgm.db");
+	EXPECT_EQ(c->store, "/srv/eacgm.db");
+	EXPECT_DOUBLE_EQ(c->store_max_mb, 64);
+	EXPECT_DOUBLE_EQ(c->store_max_age_hours, 0.5);
 	EXPECT_EQ(c->top_functions, 7u);
 	EXPECT_EQ(c->sample_hz, 0u);
 	EXPECT_DOUBLE_EQ(c->gpu_hz, 0.5);
@@ -265,7 +271,7 @@ TEST(ServeConfig, ErrorsNameTheKeyAndLine)
 	expect("\nlisten_on = \"x\"\n",
 	       "c.toml:2: listen_on: unknown key; the keys here are detect, detect_fpr, filter, gpu_hz, "
 	       "host_interval_ms, layers, listen, overhead_budget_pct, ring_buffer_kb, sample_hz, specs, store, "
-	       "top_functions");
+	       "store_max_age_hours, store_max_mb, top_functions");
 	expect("top_functions = 1.5\n", "c.toml:1: top_functions must be a whole number");
 	expect("top_functions = 0\n", "c.toml:1: top_functions must be from 1 to 100000");
 	expect("detect = 1\n", "c.toml:1: detect must be true or false");
@@ -287,16 +293,17 @@ TEST(Cgroup, ContainerAndPodFromThePath)
 		{"/user.slice/user-0.slice/session-3.scope", "", ""},
 		{"/system.slice/docker-" + id + ".scope", id, ""},
 		{"/docker/" + id, id, ""},
-		{"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod6f1d2c3b_0a1b_4c2d_8e3f_0123456789ab.slice/"
+		{"/kubepods.slice/kubepods-burstable.slice/"
+		 "kubepods-burstable-pod6f1d2c3b_0a1b_4c2d_8e3f_0123456789ab.slice/"
 		 "cri-containerd-" +
 			 id + ".scope",
 		 id, "6f1d2c3b-0a1b-4c2d-8e3f-0123456789ab"},
 		{"/kubepods/besteffort/pod6f1d2c3b-0a1b-4c2d-8e3f-0123456789ab/" + id, id,
 		 "6f1d2c3b-0a1b-4c2d-8e3f-0123456789ab"},
 		{"/kubepods/pod6f1d2c3b-0a1b-4c2d-8e3f-0123456789ab", "", "6f1d2c3b-0a1b-4c2d-8e3f-0123456789ab"},
-		{"/x/" + id + "0", "", ""},                  // 65 hex digits: not an id
-		{"/x/" + std::string(64, 'A'), "", ""},      // upper case: not how runtimes write ids
-		{"/podcast/notauid-0000", "", ""},           // "pod" without a uid
+		{"/x/" + id + "0", "", ""},             // 65 hex digits: not an id
+		{"/x/" + std::string(64, 'A'), "", ""}, // upper case: not how runtimes write ids
+		{"/podcast/notauid-0000", "", ""},      // "pod" without a uid
 	};
 	for (auto &c : cases) {
 		CgroupInfo i = parse_cgroup_path(c.path);

@@ -489,3 +489,88 @@ TEST_F(StoreTest, LoadsSpansKeptAsOneTable)
 	EXPECT_EQ(loaded->spans[0].name, "aten::mm");
 	EXPECT_EQ(loaded->spans[0].py_stack, PyStack{"step (train.py:10)"});
 }
+
+// The node agent's store over a long run under a small bound: never past it,
+// the newest batches all there, the oldest gone, the file sound.
+TEST(StoreRetention, StaysUnderItsBoundAndKeepsTheNewest)
+{
+	std::string path = testing::TempDir() + "/retention.db";
+	auto w = StoreWriter::create(path, true);
+	ASSERT_TRUE(w) << w.error().message;
+	const uint64_t bound = 4 << 20;
+	StoreSink sink(*w, {bound, 0});
+	uint64_t batches = 300, per = 500, ns = 0, peak = 0;
+	for (uint64_t b = 0; b < batches; b++) {
+		SpanBatch batch;
+		for (uint64_t i = 0; i < per; i++) {
+			Span s;
+			s.start_ns = (ns += 10'000'000); // 100 spans a second of data
+			s.dur_ns = 1000;
+			s.pid = 7;
+			s.tid = 7;
+			s.layer = "cuda";
+			s.name = "cudaLaunchKernel";
+			s.args = {{"kernel", "void k" + std::to_string(i % 50) + "(float*, int)"}, {"grid", {b, i, 1}}};
+			s.py_stack = PyStack({"train (t.py:" + std::to_string(i % 7) + ")", "<module> (t.py:1)"});
+			batch.spans.push_back(std::move(s));
+		}
+		ASSERT_TRUE(sink.write(batch));
+		peak = std::max(peak, w->file_bytes());
+		ASSERT_LE(w->file_bytes(), bound) << "batch " << b;
+	}
+	EXPECT_GT(sink.rows_expired(), 0u);
+	EXPECT_GT(peak, bound / 2); // the bound was what held it
+	ASSERT_TRUE(w->finish());
+	sqlite3 *db = nullptr;
+	ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+	auto one = [&](const char *sql) {
+		sqlite3_stmt *st = nullptr;
+		EXPECT_EQ(sqlite3_prepare_v2(db, sql, -1, &st, nullptr), SQLITE_OK) << sql;
+		std::string v = sqlite3_step(st) == SQLITE_ROW ? (const char *)sqlite3_column_text(st, 0) : "";
+		sqlite3_finalize(st);
+		return v;
+	};
+	EXPECT_EQ(one("PRAGMA integrity_check"), "ok");
+	// The newest batch whole, the oldest gone, and no gap: what is kept is
+	// the most recent run of batches.
+	EXPECT_EQ(one("SELECT max(start_ns) FROM spans"), std::to_string(ns));
+	uint64_t kept = std::stoull(one("SELECT count(*) FROM spans"));
+	EXPECT_EQ(one("SELECT min(start_ns) FROM spans"), std::to_string(ns - (kept - 1) * 10'000'000));
+	EXPECT_LT(kept, batches * per);
+	EXPECT_EQ(kept % per, 0u);                                                // whole batches
+	EXPECT_EQ(one("SELECT count(*) FROM spans WHERE py_stack IS NULL"), "0"); // no stack lost under a kept call
+	sqlite3_close(db);
+}
+
+TEST(StoreRetention, RowsPastTheAgeGo)
+{
+	std::string path = testing::TempDir() + "/retention-age.db";
+	auto w = StoreWriter::create(path, true);
+	ASSERT_TRUE(w) << w.error().message;
+	const uint64_t age = 30'000'000'000ull, s = 1'000'000'000ull;
+	StoreSink sink(*w, {0, age});
+	uint64_t ns = 0;
+	for (int b = 0; b < 300; b++) { // a batch a second: 5 minutes of data
+		SpanBatch batch;
+		for (int i = 0; i < 10; i++) {
+			Span sp;
+			sp.start_ns = (ns += s / 10);
+			sp.layer = "torch";
+			sp.name = "aten::mm";
+			batch.spans.push_back(sp);
+		}
+		std::vector<Metric> m = {{ns, "host", "cpu_pct", "", 0, 1}};
+		ASSERT_TRUE(sink.write(batch));
+		ASSERT_TRUE(sink.measures(m, {}));
+	}
+	ASSERT_TRUE(w->finish());
+	auto spans = load_recording(path);
+	ASSERT_TRUE(spans) << spans.error().message;
+	// Looked at once a minute of data: at most a minute past the age is left.
+	ASSERT_FALSE(spans->spans.empty());
+	EXPECT_GE(spans->spans.front().start_ns + age + 60 * s, ns);
+	EXPECT_LE(spans->spans.front().start_ns + age, ns);
+	EXPECT_EQ(spans->spans.back().start_ns, ns);
+	EXPECT_GE(spans->metrics.front().ts_ns + age + 60 * s, ns);
+	EXPECT_EQ(spans->metrics.back().ts_ns, ns);
+}
