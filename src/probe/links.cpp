@@ -3,7 +3,12 @@
 #include <algorithm>
 #include <atomic>
 #include <bpf/libbpf.h>
+#include <cerrno>
+#include <cstddef>
+#include <cstring>
+#include <sys/syscall.h>
 #include <thread>
+#include <unistd.h>
 #include <utility>
 
 namespace eacgm {
@@ -72,6 +77,44 @@ std::vector<uint64_t> sum_percpu_counters(const struct bpf_map *map, uint32_t n)
 			for (auto v : per_cpu)
 				total[k] += v;
 	return total;
+}
+
+// libbpf 1.1 predates uprobe_multi links, so the link is made with the bpf()
+// syscall directly; this is the link_create layout of the kernel's UAPI.
+struct UprobeMultiLinkAttr {
+	uint32_t prog_fd;
+	uint32_t target_fd;
+	uint32_t attach_type;
+	uint32_t flags;
+	uint64_t path;
+	uint64_t offsets;
+	uint64_t ref_ctr_offsets;
+	uint64_t cookies;
+	uint32_t cnt;
+	uint32_t multi_flags; // BPF_F_UPROBE_MULTI_RETURN for a return probe
+	uint32_t pid;
+	uint32_t pad;
+};
+static_assert(sizeof(UprobeMultiLinkAttr) == 64, "the kernel's link_create.uprobe_multi layout");
+static_assert(offsetof(UprobeMultiLinkAttr, path) == 16 && offsetof(UprobeMultiLinkAttr, cnt) == 48,
+	      "the kernel's link_create.uprobe_multi layout");
+
+Result<UniqueFd> attach_uprobe_multi(int prog_fd, const std::string &path, const std::vector<uint64_t> &offsets,
+				     const std::vector<uint64_t> &cookies, bool ret)
+{
+	UprobeMultiLinkAttr attr{};
+	attr.prog_fd = uint32_t(prog_fd);
+	attr.attach_type = kTraceUprobeMulti;
+	attr.path = (uint64_t)(uintptr_t)path.c_str();
+	attr.offsets = (uint64_t)(uintptr_t)offsets.data();
+	attr.cookies = cookies.empty() ? 0 : (uint64_t)(uintptr_t)cookies.data();
+	attr.cnt = uint32_t(offsets.size());
+	attr.multi_flags = ret ? 1u : 0u;
+	int fd = int(syscall(__NR_bpf, BPF_LINK_CREATE, &attr, sizeof(attr)));
+	if (fd < 0)
+		return make_error("cannot attach " + std::to_string(offsets.size()) + " uprobes to " + path + ": " +
+				  std::strerror(errno));
+	return UniqueFd(fd);
 }
 
 } // namespace eacgm

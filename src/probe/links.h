@@ -1,9 +1,13 @@
 // Small helpers over libbpf objects shared by the skeleton owners.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
+#include <bpf/bpf.h>
+
 #include "common/fd.h"
+#include "common/result.h"
 
 struct bpf_link;
 struct bpf_map;
@@ -36,6 +40,17 @@ private:
 	std::vector<struct bpf_link *> links_;
 	std::vector<UniqueFd> fds_;
 };
+
+// BPF_TRACE_UPROBE_MULTI, which libbpf 1.1's headers predate: the expected
+// attach type of a program loaded for uprobe_multi links.
+inline constexpr enum bpf_attach_type kTraceUprobeMulti = (enum bpf_attach_type)48;
+
+// A uprobe_multi link (kernel 6.6+): the program on every offset of the
+// file at once, each call seeing its cookie. Unlike a perf-event uprobe it
+// needs no CAP_SYS_ADMIN here (CAP_BPF and CAP_PERFMON), and it is detached
+// in one grace period rather than one per offset. ret: on returns.
+Result<UniqueFd> attach_uprobe_multi(int prog_fd, const std::string &path, const std::vector<uint64_t> &offsets,
+				     const std::vector<uint64_t> &cookies, bool ret);
 
 // Counters kept in a per-CPU array (keys 0..n-1), summed over the CPUs;
 // a counter that cannot be read stays 0.

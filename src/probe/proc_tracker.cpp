@@ -15,11 +15,26 @@ namespace eacgm {
 Result<std::unique_ptr<ProcTracker>> ProcTracker::open(bool trace_all)
 {
 	std::unique_ptr<ProcTracker> t(new ProcTracker());
-	t->skel_ = proc_bpf__open();
-	if (!t->skel_)
-		return make_error(std::string("cannot open the process-tracking BPF object: ") + std::strerror(errno));
-	t->skel_->rodata->trace_all = trace_all;
-	if (int err = proc_bpf__load(t->skel_))
+	// The link-map probe as a uprobe_multi program first (6.6+: it needs no
+	// CAP_SYS_ADMIN, which a perf-event uprobe does here); a kernel without
+	// them refuses the load, and the perf-event kind serves.
+	int err = 0;
+	for (bool multi : {true, false}) {
+		if (t->skel_)
+			proc_bpf__destroy(t->skel_);
+		t->skel_ = proc_bpf__open();
+		if (!t->skel_)
+			return make_error(std::string("cannot open the process-tracking BPF object: ") +
+					  std::strerror(errno));
+		t->skel_->rodata->trace_all = trace_all;
+		if (multi)
+			bpf_program__set_expected_attach_type(t->skel_->progs.on_link_map_change, kTraceUprobeMulti);
+		err = proc_bpf__load(t->skel_);
+		t->multi_ = multi && !err;
+		if (!err)
+			break;
+	}
+	if (err)
 		return make_error(std::string("cannot load the process-tracking BPF programs: ") + std::strerror(-err) +
 				  " (run 'eacgm doctor' to check kernel support)");
 	// The tp_btf programs attach through the skeleton; the uprobe is
@@ -66,6 +81,14 @@ Result<void> ProcTracker::watch_dynamic_linker(const std::string &path)
 	auto off = elf->vaddr_to_offset(sym->addr);
 	if (!off)
 		return off.error();
+	if (multi_) {
+		auto fd = attach_uprobe_multi(bpf_program__fd(skel_->progs.on_link_map_change), path, {off.value()}, {},
+					      false);
+		if (!fd)
+			return make_error(fd.error().message + " (_dl_debug_state)");
+		links_.add(std::move(fd.value()));
+		return {};
+	}
 	LIBBPF_OPTS(bpf_uprobe_opts, o);
 	struct bpf_link *l =
 		bpf_program__attach_uprobe_opts(skel_->progs.on_link_map_change, -1, path.c_str(), off.value(), &o);

@@ -36,6 +36,7 @@ private:
 	struct proc_bpf *skel_ = nullptr;
 	LinkSet links_;
 	std::set<std::string> linkers_;
+	bool multi_ = false; // the link-map probe attaches as a uprobe_multi link
 };
 
 } // namespace eacgm

@@ -16,7 +16,6 @@ namespace eacgm {
 
 // BPF_TRACE_UPROBE_MULTI of the kernel's enum bpf_attach_type (6.6+); the
 // system's UAPI headers (6.1) and libbpf 1.1 do not name it.
-static constexpr enum bpf_attach_type kTraceUprobeMulti = (enum bpf_attach_type)48;
 
 static std::string errstr(int err) { return std::strerror(err < 0 ? -err : err); }
 
@@ -201,23 +200,6 @@ std::set<uint32_t> SpanEngine::throttled() const
 	return throttled_;
 }
 
-// libbpf 1.1 predates uprobe_multi links, so the link is made with the bpf()
-// syscall directly; this is the link_create layout of the kernel's UAPI.
-struct UprobeMultiLinkAttr {
-	uint32_t prog_fd;
-	uint32_t target_fd;
-	uint32_t attach_type;
-	uint32_t flags;
-	uint64_t path;
-	uint64_t offsets;
-	uint64_t ref_ctr_offsets;
-	uint64_t cookies;
-	uint32_t cnt;
-	uint32_t multi_flags; // BPF_F_UPROBE_MULTI_RETURN for the exit program
-	uint32_t pid;
-	uint32_t pad;
-};
-
 Result<void> SpanEngine::attach_multi(const std::string &path, const std::vector<Target> &targets, bool ret,
 				      LinkSet &into)
 {
@@ -226,19 +208,11 @@ Result<void> SpanEngine::attach_multi(const std::string &path, const std::vector
 		offsets.push_back(t.file_offset);
 		cookies.push_back(t.spec_id);
 	}
-	UprobeMultiLinkAttr attr{};
-	attr.prog_fd = bpf_program__fd(ret ? skel_->progs.span_exit_multi : skel_->progs.span_entry_multi);
-	attr.attach_type = kTraceUprobeMulti;
-	attr.path = (uint64_t)(uintptr_t)path.c_str();
-	attr.offsets = (uint64_t)(uintptr_t)offsets.data();
-	attr.cookies = (uint64_t)(uintptr_t)cookies.data();
-	attr.cnt = offsets.size();
-	attr.multi_flags = ret ? 1u : 0u;
-	int fd = syscall(__NR_bpf, BPF_LINK_CREATE, &attr, sizeof(attr));
-	if (fd < 0)
-		return make_error("cannot attach " + std::to_string(targets.size()) + " uprobes to " + path + ": " +
-				  errstr(errno));
-	into.add(UniqueFd(fd));
+	int prog = bpf_program__fd(ret ? skel_->progs.span_exit_multi : skel_->progs.span_entry_multi);
+	auto fd = attach_uprobe_multi(prog, path, offsets, cookies, ret);
+	if (!fd)
+		return fd.error();
+	into.add(std::move(fd.value()));
 	return {};
 }
 
