@@ -261,6 +261,7 @@ void ServeSession::publish_health()
 				  "The agent's own CPU time, user and system.");
 		registry_.declare("eacgm_agent_max_rss_bytes", MetricsRegistry::gauge,
 				  "The agent's peak resident memory.");
+		registry_.declare("eacgm_agent_rss_bytes", MetricsRegistry::gauge, "The agent's resident memory now.");
 	}
 	Recorder &rec = pipeline_->recorder();
 	SelfUsage u = self_usage();
@@ -280,6 +281,10 @@ void ServeSession::publish_health()
 	}
 	registry_.set("eacgm_agent_cpu_seconds_total", {}, u.cpu_s);
 	registry_.set("eacgm_agent_max_rss_bytes", {}, double(u.max_rss_kb) * 1024);
+	std::ifstream statm("/proc/self/statm");
+	uint64_t pages = 0, resident = 0;
+	if (statm >> pages >> resident)
+		registry_.set("eacgm_agent_rss_bytes", {}, double(resident) * double(sysconf(_SC_PAGESIZE)));
 }
 
 // SIGHUP: the filters apply to processes judged from now on; keys that

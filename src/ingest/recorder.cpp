@@ -578,6 +578,13 @@ Result<int> Recorder::poll(int timeout_ms)
 	if (auto r = retire_exited(); !r)
 		return r.error();
 	sweep_excluded();
+	// serve: the loss counts as they stand, once a second (record's are
+	// written once, at the end).
+	if (discover_ && std::chrono::steady_clock::now() - last_drops_ > std::chrono::seconds(1)) {
+		last_drops_ = std::chrono::steady_clock::now();
+		if (auto r = out_.drops(drops()); !r)
+			return r.error();
+	}
 	return n < 0 ? 0 : n;
 }
 
@@ -778,6 +785,11 @@ Result<void> Recorder::finish()
 	}
 	if (auto r = finish_python(); !r)
 		return r;
+	return out_.drops(drops());
+}
+
+std::vector<Drop> Recorder::drops() const
+{
 	auto c = engine_.counters();
 	std::vector<Drop> drops = {
 		{"uprobe", "ring_buffer_full", c[EACGM_CNT_RINGBUF_FULL]},
@@ -794,7 +806,7 @@ Result<void> Recorder::finish()
 		drops.push_back({"python", "contradicted_call", py_calls_contradicted_});
 		drops.push_back({"python", "late_sample", py_late_});
 	}
-	return out_.drops(drops);
+	return drops;
 }
 
 std::vector<std::string> Recorder::take_warnings() { return std::exchange(warnings_, {}); }

@@ -68,6 +68,8 @@ public:
 	void set_exit(uint32_t pid, int exit_code, uint64_t end_ns);
 	// Writes the process and thread tables and the loss counters.
 	Result<void> finish();
+	// Records lost or not recorded so far, by layer and reason.
+	std::vector<Drop> drops() const;
 	uint64_t spans_seen() const { return spans_seen_; }
 	// Records read from the ring buffers so far, of every kind (spans,
 	// Python stacks and samples, process events), and the CPU time poll()
@@ -252,6 +254,7 @@ private:
 	std::set<uint32_t> excluded_;    // serve: the filters said no
 	std::vector<uint32_t> ended_;    // serve: exited, to hand on and forget after the flush
 	uint64_t filtered_ = 0;
+	std::chrono::steady_clock::time_point last_drops_;
 	std::chrono::steady_clock::time_point last_sweep_ = std::chrono::steady_clock::now();
 	uint64_t spans_seen_ = 0;
 	uint64_t records_read_ = 0, handling_cpu_ns_ = 0, samples_read_ = 0;

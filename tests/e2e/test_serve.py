@@ -19,6 +19,19 @@ import eacgm_e2e as E
 import test_cuda
 
 PROMETHEUS = "/usr/bin/prometheus"
+NCCL_CALLS = os.path.join(E.TESTPROGS, "nccl_calls")
+NVML_STANDIN_DIR = os.environ.get("NVML_STANDIN_DIR", os.path.join(E._ROOT, "build", "tests", "nvml"))
+DASHBOARD = os.path.join(E.SOURCE_DIR, "dashboards", "eacgm.json")
+# Sleeps a millisecond and spins a millisecond, forever: scheduled, preempted, off CPU.
+BUSY = """
+import time
+print("busy", flush=True)
+while True:
+    t = time.perf_counter()
+    while time.perf_counter() - t < 0.001:
+        pass
+    time.sleep(0.001)
+"""
 TORCH_GATED = os.path.join(E.SOURCE_DIR, "tests", "testprogs", "torch_gated.py")
 SERVING = r"eacgm: serving http://[^ ]+/metrics"
 
@@ -50,7 +63,7 @@ def parse_metrics(text):
 class Agent:
     """`eacgm serve --config CONFIG --listen 127.0.0.1:0`, returned once it says it serves."""
 
-    def __init__(self, tmp, config, wrapper=()):
+    def __init__(self, tmp, config, wrapper=(), env=None):
         self.cfg = os.path.join(tmp, "eacgm.toml")
         with open(self.cfg, "w") as f:
             f.write(config)
@@ -58,7 +71,8 @@ class Agent:
         self.err = os.path.join(tmp, "serve.err")
         with open(self.err, "w") as err:
             self.proc = subprocess.Popen([*wrapper, E.EACGM, "serve", "--config", self.cfg, "--listen", "127.0.0.1:0",
-                                          "--ready-file", self.ready_file], stdout=subprocess.DEVNULL, stderr=err)
+                                          "--ready-file", self.ready_file], stdout=subprocess.DEVNULL, stderr=err,
+                                         env=dict(os.environ, **(env or {})))
         E.wait_for_text(self.err, SERVING, self.proc)
         with open(self.ready_file) as f:
             self.port = json.load(f)["port"]
@@ -169,16 +183,29 @@ class ServeWithPrometheus(unittest.TestCase):
     def setUpClass(cls):
         E.require_root()
         cls.tmp = E.make_tempdir(cls)
-        # The agent traces what the filters let through: a copy of the test
+        # The agent traces what the filters let through: copies of the test
         # programs under names of this run, so nothing else on the machine counts.
         cls.tag = "ec%d" % (os.getpid() % 100000)
         cls.cuda = os.path.join(cls.tmp, cls.tag + "cu")
         shutil.copy(E.CUDA_CALLS, cls.cuda)
+        cls.nccl = os.path.join(cls.tmp, cls.tag + "nc")
+        shutil.copy(NCCL_CALLS, cls.nccl)
         cls.python = os.path.join(cls.tmp, cls.tag + "py")
         os.symlink("/usr/bin/python3", cls.python)
+        # A Python job running before the agent starts (found at start), busy
+        # enough to be scheduled, holding GPU memory on the scripted GPU.
+        cls.busy = subprocess.Popen([cls.python, "-c", BUSY], stdout=subprocess.PIPE, text=True)
+        cls.addClassCleanup(cls.busy.kill)
+        assert cls.busy.stdout.readline().strip() == "busy"
+        scenario = E.write_json(os.path.join(cls.tmp, "gpu.json"), {"devices": [{
+            "name": "Stand-in GPU", "uuid": "GPU-e2e",
+            "timeline": [{"at_ms": 0, "util_gpu": 55, "util_mem": 20, "mem_used": 3 << 30, "mem_total": 16 << 30,
+                          "power_mw": 150000, "power_limit_mw": 300000}],
+            "processes": [{"pid": cls.busy.pid, "timeline": [{"at_ms": 0, "mem_used": 1 << 30, "sm_util": 40}]}]}]})
         cls.store = os.path.join(cls.tmp, "agent.db")
-        cls.agent = Agent(cls.tmp, 'layers = ["cuda", "torch"]\nstore = "%s"\n[filter]\ncomm = ["%s(cu|py)"]\n' %
-                          (cls.store, cls.tag))
+        cls.agent = Agent(cls.tmp, 'store = "%s"\nhost_interval_ms = 200\n[filter]\ncomm = ["%s(cu|nc|py)"]\n' %
+                          (cls.store, cls.tag),
+                          env={"LD_LIBRARY_PATH": NVML_STANDIN_DIR, "EACGM_NVML_SCENARIO": scenario})
         cls.addClassCleanup(lambda: cls.agent.proc.poll() is None and cls.agent.proc.kill())
         cls.prom = Prometheus(cls.tmp, cls.agent.port)
         cls.addClassCleanup(cls.prom.stop)
@@ -207,6 +234,15 @@ class ServeWithPrometheus(unittest.TestCase):
         inf = by_function(self.prom.query('eacgm_call_duration_seconds_bucket{layer="cuda",le="+Inf"}'))
         self.assertEqual(inf, dict(want))
 
+    def test_1b_nccl_calls_counted_exactly(self):
+        r = E.run([self.nccl])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.prom.wait_for("every ncclAllReduce", 'eacgm_calls_total{function="ncclAllReduce"}', 13)
+        got = by_function(self.prom.query('eacgm_calls_total{layer="nccl"}'))
+        self.assertEqual(got, {"ncclAllReduce": 13, "ncclBcast": 1, "ncclBroadcast": 2, "ncclSend": 2, "ncclRecv": 2,
+                               "ncclReduce": 1, "ncclAllGather": 1, "ncclReduceScatter": 1, "ncclAlltoAll": 1,
+                               "ncclGroupStart": 1, "ncclGroupEnd": 1, "ncclCommDestroy": 1, "ncclCommAbort": 1})
+
     def test_2_torch_ops_counted_exactly(self):
         layers, steps = 3, 5
         p = subprocess.Popen([self.python, TORCH_GATED, str(layers), str(steps)], stdin=subprocess.PIPE,
@@ -234,9 +270,28 @@ class ServeWithPrometheus(unittest.TestCase):
         self.assertEqual({f: got.get(f) for f in want}, want)
 
     def test_3_processes_leave_the_table(self):
-        m = self.agent.wait_until("no live process", lambda m: m.get(("eacgm_agent_processes_traced", ()), 1) == 0)
-        self.assertEqual(m[("eacgm_agent_process_table", ())], 0)
-        self.assertEqual([k for k in m if k[0] == "eacgm_process_info"], [])
+        # Only the busy job, found at start, is left.
+        m = self.agent.wait_until("one live process", lambda m: m.get(("eacgm_agent_processes_traced", ()), 0) == 1)
+        self.assertEqual(m[("eacgm_agent_process_table", ())], 1)
+        self.assertEqual([dict(l)["pid"] for n, l in m if n == "eacgm_process_info"], [str(self.busy.pid)])
+
+    def test_5_every_dashboard_expression_returns_data(self):
+        with open(DASHBOARD) as f:
+            board = json.load(f)
+        exprs = [t["expr"] for p in board["panels"] for t in p.get("targets", [])]
+        self.assertGreaterEqual(len(exprs), 20)
+        deadline = time.monotonic() + 90
+        for expr in exprs:
+            # Rates need two scrapes in their window, host values a closed interval:
+            # each is asked until it answers (Prometheus' data, not a guess at when).
+            while not self.prom.query(expr):
+                self.assertLess(time.monotonic(), deadline, "no data for: " + expr)
+                time.sleep(0.2)
+        self.assertEqual(self.prom.query('eacgm_gpu_util_gpu_pct'), {(("key", "gpu0"),): 55})
+        per_proc = self.prom.query(
+            'eacgm_gpu_proc_mem_used_bytes * on (pid) group_left (comm) eacgm_process_info')
+        self.assertEqual(list(per_proc.values()), [1 << 30])
+        self.assertEqual(dict(next(iter(per_proc)))["comm"], self.tag + "py")
 
     def test_4_healthz(self):
         self.assertEqual(get("http://127.0.0.1:%d/healthz" % self.agent.port), (200, "ok\n"))
@@ -256,7 +311,8 @@ class ServeWithPrometheus(unittest.TestCase):
         self.assertEqual(torch["aten::linear"], 15)
         procs = E.query(self.store, "SELECT comm, exit_code FROM processes")
         self.assertEqual(collections.Counter((p["comm"], p["exit_code"]) for p in procs),
-                         {(self.tag + "cu", 0): 4, (self.tag + "py", 0): 1})
+                         {(self.tag + "cu", 0): 4, (self.tag + "nc", 0): 1, (self.tag + "py", 0): 1,
+                          (self.tag + "py", -1): 1})  # the busy job, still running at the end
 
 
 class ServeFollowsShortLivedProcesses(unittest.TestCase):
