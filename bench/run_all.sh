@@ -48,6 +48,7 @@ section "Where the cost goes, layer by layer" /usr/bin/python3 "$here/breakdown.
 section "Host layer at a high switch rate" "$build/bench/bench_host_cost"
 section "Detector against scikit-learn" "$build/bench/bench_detect_cost"
 section "Python layer variants" /usr/bin/python3 "$here/python_cost.py" "$eacgm"
+section "Node agent (eacgm serve): idle and under ResNet-18" /usr/bin/python3 "$here/agent_cost.py" "$eacgm"
 mv "$tmp" "$out"
 trap - EXIT
 echo "bench: wrote $out" >&2

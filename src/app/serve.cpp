@@ -3,6 +3,7 @@
 // with the Prometheus registry as its sink (and the store when configured),
 // until SIGTERM; SIGHUP reloads the filters.
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <dirent.h>
 #include <fstream>
@@ -130,6 +131,7 @@ private:
 	SinkChain sinks_;
 	std::unique_ptr<MetricsServer> server_;
 	std::shared_ptr<ProcessFilter> filter_;
+	std::chrono::steady_clock::time_point last_health_;
 };
 
 ServeSession::Stop ServeSession::load_config()
@@ -339,12 +341,19 @@ int ServeSession::run()
 	}
 	if (auto stop = start_serving())
 		return *stop;
+	publish_health();
 	while (!g_stop) {
 		if (g_reload.exchange(false))
 			reload();
 		if (auto stop = pipeline_->step(pipeline_->poll_timeout_ms()))
 			return *stop;
-		publish_health();
+		// Once a second: a scrape is rarer, and reading /proc for the
+		// agent's memory at every wake-up was a quarter of its CPU under
+		// ResNet-18 (perf).
+		if (auto now = std::chrono::steady_clock::now(); now - last_health_ >= std::chrono::seconds(1)) {
+			last_health_ = now;
+			publish_health();
+		}
 	}
 	return finish();
 }
