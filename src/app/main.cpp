@@ -29,25 +29,23 @@ static CLI::App *add_serve(CLI::App &app, ServeArgs &sa)
 	return serve;
 }
 
-int main(int argc, char **argv)
-{
-	// Everything after "--" is the traced command, untouched by our parser.
+namespace {
+
+// What the command line says, filled by CLI11 as it parses: each
+// subcommand's arguments and whether it was the one given.
+struct Commands {
 	RecordArgs rec;
-	int split = argc;
-	for (int i = 1; i < argc; i++)
-		if (!std::strcmp(argv[i], "--")) {
-			split = i;
-			break;
-		}
-	for (int i = split + 1; i < argc; i++)
-		rec.command.push_back(argv[i]);
+	ServeArgs serve;
+	DetectArgs detect;
+	ProbesArgs probes;
+	std::string db, perfetto; // export, summary
+	CLI::App *record_cmd = nullptr, *serve_cmd = nullptr, *export_cmd = nullptr, *summary_cmd = nullptr,
+		 *detect_cmd = nullptr, *doctor_cmd = nullptr, *probes_cmd = nullptr, *list_cmd = nullptr;
+};
 
-	CLI::App app{"eacgm: traces CUDA, NCCL, PyTorch, Python, GPU and host activity of ML jobs with eBPF, "
-		     "without changing them"};
-	app.set_version_flag("--version", EACGM_VERSION);
-	app.require_subcommand(1);
-
-	auto *record = app.add_subcommand("record", "Record a command (after --) or a running process (-p)");
+// record: what it traces and where it writes.
+void add_record_outputs(CLI::App *record, RecordArgs &rec)
+{
 	record->add_option("--layers", rec.layers,
 			   "Layers to trace, comma separated, from " + join(kAllLayers) +
 				   ". Default: all of them; one that cannot work here (gpu without an "
@@ -67,6 +65,11 @@ int main(int argc, char **argv)
 			   "traced and the CLOCK_MONOTONIC time in ns. Written whole (by rename); a stale one is "
 			   "removed at start and the file is left in place at the end. Wait on it (or on the stderr "
 			   "line 'eacgm: recording (...)') instead of guessing when tracing has begun");
+}
+
+// record: what the layers read, and how often.
+void add_record_layers(CLI::App *record, RecordArgs &rec)
+{
 	record->add_option("--torch-ops", rec.torch_ops,
 			   "Extra PyTorch operators to trace, comma separated, named as in at::_ops (an overload is "
 			   "joined with '_': add__Tensor) or as regular expressions ('add_.*'); each call costs a "
@@ -93,6 +96,11 @@ int main(int argc, char **argv)
 			   "counts over")
 		->capture_default_str()
 		->check(CLI::Range(10u, 60000u));
+}
+
+// record: detection, stopping, and what tracing may cost.
+void add_record_cost(CLI::App *record, RecordArgs &rec)
+{
 	record->add_flag("!--no-detect", rec.detect,
 			 "Do not score calls online for anomalies (eacgm detect can still do it on the recording)");
 	record->add_option("--detect-fpr", rec.detect_fpr,
@@ -129,16 +137,30 @@ int main(int argc, char **argv)
 		"--stop-timeout to finish; a second Ctrl-C discards the recording). A process given with -p that is "
 		"gone or a zombie, or "
 		"that exits before eacgm has tracked it, is an error (exit 1).\nNeeds root (CAP_BPF, CAP_PERFMON).");
+}
 
-	std::string db, perfetto;
-	auto *exp = app.add_subcommand("export", "Write a recording as a Perfetto trace");
-	exp->add_option("recording", db, "Recording (.db) written by 'eacgm record'")->required();
-	exp->add_option("--perfetto", perfetto, "Trace JSON to write")->required();
+CLI::App *add_record(CLI::App &app, RecordArgs &rec)
+{
+	auto *record = app.add_subcommand("record", "Record a command (after --) or a running process (-p)");
+	add_record_outputs(record, rec);
+	add_record_layers(record, rec);
+	add_record_cost(record, rec);
+	return record;
+}
 
-	auto *sum = app.add_subcommand("summary", "Print per-layer, per-function statistics of a recording");
-	sum->add_option("recording", db, "Recording (.db) written by 'eacgm record'")->required();
+// export and summary: a recording in, a trace or a table out.
+void add_readers(CLI::App &app, Commands &c)
+{
+	c.export_cmd = app.add_subcommand("export", "Write a recording as a Perfetto trace");
+	c.export_cmd->add_option("recording", c.db, "Recording (.db) written by 'eacgm record'")->required();
+	c.export_cmd->add_option("--perfetto", c.perfetto, "Trace JSON to write")->required();
 
-	DetectArgs da;
+	c.summary_cmd = app.add_subcommand("summary", "Print per-layer, per-function statistics of a recording");
+	c.summary_cmd->add_option("recording", c.db, "Recording (.db) written by 'eacgm record'")->required();
+}
+
+CLI::App *add_detect(CLI::App &app, DetectArgs &da)
+{
 	auto *det = app.add_subcommand("detect",
 				       "Find anomalous calls in a recording (Gaussian mixtures per function) "
 				       "and their causes; writes them into the recording");
@@ -185,22 +207,22 @@ int main(int argc, char **argv)
 	det->add_option("--max-rows", da.max_rows, "Anomalies printed (0: all)")->capture_default_str();
 	det->footer("Features, model and causes: see README (Anomaly detection) and src/detect/features.h.");
 
-	ServeArgs sa;
-	auto *serve = add_serve(app, sa);
+	return det;
+}
 
-	auto *doc = app.add_subcommand("doctor", "Check kernel features, privileges, libraries and Pythons");
-
-	ProbesArgs pa;
-	auto *probes =
+void add_probes(CLI::App &app, Commands &c)
+{
+	ProbesArgs &pa = c.probes;
+	c.probes_cmd =
 		app.add_subcommand("probes", "Find a library's functions by pattern and write a probe spec for them");
-	probes->require_subcommand(1);
-	auto *plist = probes->add_subcommand("list",
-					     "List the functions whose demangled name matches, with file offsets, "
-					     "sizes and aliases");
-	auto *pgen = probes->add_subcommand("generate",
-					    "Write a probe spec (for 'eacgm record --spec') tracing the "
-					    "functions that match");
-	for (auto *s : {plist, pgen}) {
+	c.probes_cmd->require_subcommand(1);
+	c.list_cmd = c.probes_cmd->add_subcommand("list",
+						  "List the functions whose demangled name matches, with file offsets, "
+						  "sizes and aliases");
+	auto *pgen = c.probes_cmd->add_subcommand("generate",
+						  "Write a probe spec (for 'eacgm record --spec') tracing the "
+						  "functions that match");
+	for (auto *s : {c.list_cmd, pgen}) {
 		s->add_option("--lib", pa.lib,
 			      "Library or executable: a path, or a soname in the loader cache "
 			      "(e.g. libnccl.so.2)")
@@ -210,10 +232,57 @@ int main(int argc, char **argv)
 		s->add_option("--max", pa.max, "Refuse more matches than this (each traced call costs a uprobe hit)")
 			->capture_default_str();
 	}
-	plist->add_flag("--all", pa.all, "List every match, however many");
+	c.list_cmd->add_flag("--all", pa.all, "List every match, however many");
 	pgen->add_option("-o,--output", pa.output, "Spec file (JSON) to write")->required();
 	pgen->add_option("--layer", pa.layer, "Layer name of the spec's spans")->capture_default_str();
+}
 
+int dispatch(Commands &c)
+{
+	if (c.record_cmd->parsed())
+		return run_record(c.rec);
+	if (c.serve_cmd->parsed())
+		return run_serve(c.serve);
+	if (c.export_cmd->parsed())
+		return run_export(c.db, c.perfetto);
+	if (c.summary_cmd->parsed())
+		return run_summary(c.db);
+	if (c.detect_cmd->parsed())
+		return run_detect(c.detect);
+	if (c.doctor_cmd->parsed())
+		return run_doctor();
+	if (c.probes_cmd->parsed()) {
+		c.probes.action = c.list_cmd->parsed() ? "list" : "generate";
+		return run_probes(c.probes);
+	}
+	return 2;
+}
+
+} // namespace
+
+int main(int argc, char **argv)
+{
+	// Everything after "--" is the traced command, untouched by our parser.
+	Commands c;
+	int split = argc;
+	for (int i = 1; i < argc; i++)
+		if (!std::strcmp(argv[i], "--")) {
+			split = i;
+			break;
+		}
+	for (int i = split + 1; i < argc; i++)
+		c.rec.command.push_back(argv[i]);
+
+	CLI::App app{"eacgm: traces CUDA, NCCL, PyTorch, Python, GPU and host activity of ML jobs with eBPF, "
+		     "without changing them"};
+	app.set_version_flag("--version", EACGM_VERSION);
+	app.require_subcommand(1);
+	c.record_cmd = add_record(app, c.rec);
+	add_readers(app, c);
+	c.detect_cmd = add_detect(app, c.detect);
+	c.serve_cmd = add_serve(app, c.serve);
+	c.doctor_cmd = app.add_subcommand("doctor", "Check kernel features, privileges, libraries and Pythons");
+	add_probes(app, c);
 	try {
 		app.parse(split, argv);
 	} catch (const CLI::ParseError &e) {
@@ -221,25 +290,9 @@ int main(int argc, char **argv)
 		// nothing to a shell, so usage errors exit 2 as is customary.
 		return app.exit(e) == 0 ? 0 : 2;
 	}
-	if (!rec.command.empty() && !record->parsed()) {
+	if (!c.rec.command.empty() && !c.record_cmd->parsed()) {
 		std::cerr << "eacgm: only 'record' takes a command after --\n";
 		return 2;
 	}
-	if (record->parsed())
-		return run_record(rec);
-	if (serve->parsed())
-		return run_serve(sa);
-	if (exp->parsed())
-		return run_export(db, perfetto);
-	if (sum->parsed())
-		return run_summary(db);
-	if (det->parsed())
-		return run_detect(da);
-	if (doc->parsed())
-		return run_doctor();
-	if (probes->parsed()) {
-		pa.action = plist->parsed() ? "list" : "generate";
-		return run_probes(pa);
-	}
-	return 2;
+	return dispatch(c);
 }
