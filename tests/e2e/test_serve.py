@@ -343,6 +343,42 @@ class ServeFollowsShortLivedProcesses(unittest.TestCase):
         return agent.wait_until("%d calls and no live process" % calls, done, timeout=120)
 
 
+class ServeFiltersAndReloads(unittest.TestCase):
+    """A process the filters exclude is not traced (its calls are counted as
+    filtered); SIGHUP reads the filters again and the next process is."""
+
+    def test_excluded_then_let_in_by_a_reload(self):
+        E.require_root()
+        tmp = E.make_tempdir(self)
+        tag = "eh%d" % (os.getpid() % 100000)
+        prog = os.path.join(tmp, tag)
+        shutil.copy(E.CUDA_CALLS, prog)
+        agent = Agent(tmp, 'layers = ["cuda"]\nstore = ""\n[filter]\ncomm = ["%s-never"]\n' % tag)
+        self.addCleanup(lambda: agent.proc.poll() is None and agent.proc.kill())
+        per_run = sum((test_cuda.PARENT_CALLS + test_cuda.CHILD_CALLS).values())
+        self.assertEqual(subprocess.run([prog, "0"], capture_output=True).returncode, 0)
+        m = agent.wait_until("the excluded calls counted", lambda m: m.get(
+            ("eacgm_agent_spans_filtered_total", ()), 0) >= per_run)
+        self.assertEqual(m[("eacgm_agent_spans_filtered_total", ())], per_run)
+        self.assertEqual([k for k in m if k[0] == "eacgm_calls_total"], [])
+        with open(agent.cfg, "w") as f:
+            f.write('layers = ["cuda"]\nstore = ""\n[filter]\ncomm = ["%s"]\n' % tag)
+        agent.proc.send_signal(signal.SIGHUP)
+        E.wait_for_text(agent.err, r"eacgm: reloaded .*: the filters apply", agent.proc)
+        self.assertEqual(subprocess.run([prog, "0"], capture_output=True).returncode, 0)
+        m = agent.wait_until("the calls let in", lambda m: sum(
+            v for (n, l), v in m.items() if n == "eacgm_calls_total") == per_run)
+        self.assertEqual(m[("eacgm_agent_spans_filtered_total", ())], per_run)
+        # A configuration that does not parse is reported; the running one stays.
+        with open(agent.cfg, "w") as f:
+            f.write('[filter]\ncomm = 3\n')
+        agent.proc.send_signal(signal.SIGHUP)
+        E.wait_for_text(agent.err, r"eacgm: reload: .*filter\.comm must be an array of strings.*the running "
+                                   r"configuration stays", agent.proc)
+        rc, err = agent.stop()
+        self.assertEqual(rc, 0, err)
+
+
 class ServeUnderTheUnitsCapabilities(unittest.TestCase):
     """The agent with only the capabilities dist/systemd/eacgm.service leaves it
     (its CapabilityBoundingSet, applied with setpriv as systemd would) still
