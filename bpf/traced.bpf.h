@@ -16,6 +16,10 @@ struct {
 
 /* Set through the skeleton's rodata: trace every process on the host. */
 const volatile bool trace_all = false;
+/* With trace_all: the agent's own process, never traced. Its calibration
+ * calls (the overhead budget times a probed function of its own) would
+ * otherwise count as the node's calls. */
+const volatile __u32 self_tgid = 0;
 
 static __always_inline bool eacgm_is_traced(__u32 tgid)
 {
@@ -33,6 +37,8 @@ static __always_inline bool eacgm_traced_on_call(__u32 tgid)
 {
 	if (!trace_all)
 		return bpf_map_lookup_elem(&traced_tgids, &tgid) != NULL;
+	if (tgid == self_tgid)
+		return false;
 	if (!bpf_map_lookup_elem(&traced_tgids, &tgid))
 		bpf_map_update_elem(&traced_tgids, &tgid, &tgid, BPF_NOEXIST);
 	return true;

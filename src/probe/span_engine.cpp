@@ -38,6 +38,7 @@ Result<std::unique_ptr<SpanEngine>> SpanEngine::open(const Options &opts, int tr
 		if (!e->skel_)
 			return make_error("cannot open the span BPF object: " + errstr(errno));
 		e->skel_->rodata->trace_all = opts.trace_all;
+		e->skel_->rodata->self_tgid = getpid();
 		e->skel_->rodata->wakeup_bytes = rb / 4;
 		bpf_map__set_max_entries(e->skel_->maps.span_events, rb);
 		if (traced_map_fd >= 0) {
