@@ -33,6 +33,8 @@ public:
 	void tick(Recorder &rec, std::vector<std::string> &notes, std::vector<Event> &events);
 	// What the budget did, in the recording's meta.
 	void write_meta(StoreWriter &store) const;
+	// A probe hit's trap as timed after the warm-up (ns); < 0 until then.
+	double trap_ns() const { return trap_ns_; }
 
 private:
 	void decide(Recorder &rec, uint64_t now, std::vector<std::string> &notes, std::vector<Event> &events);

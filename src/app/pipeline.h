@@ -87,7 +87,9 @@ public:
 	Attacher &attacher() { return *attacher_; }
 	Recorder &recorder() { return *recorder_; }
 	PythonTracer *python() { return python_.get(); }
+	const SpanEngine &engine() const { return *engine_; }
 	detect::OnlineDetector *detector() { return detector_ ? &*detector_ : nullptr; }
+	const OverheadKeeper *budget() const { return budget_ ? &*budget_ : nullptr; }
 	double attached_s() const;
 
 private:

@@ -252,6 +252,16 @@ void ServeSession::publish_health()
 		registry_.declare("eacgm_agent_spans_filtered_total", MetricsRegistry::counter,
 				  "Calls of processes the filters exclude, dropped.");
 		registry_.declare("eacgm_agent_probes_attached", MetricsRegistry::gauge, "Probes attached, by layer.");
+		registry_.declare(
+			"eacgm_agent_probes_throttled", MetricsRegistry::gauge,
+			"Probes the overhead budget attaches in bursts now (their calls are estimates), by layer.");
+		registry_.declare(
+			"eacgm_agent_probe_hits_total", MetricsRegistry::counter,
+			"Calls each probe delivered (a throttled probe's only in its bursts), by layer and probe: "
+			"rate() gives its hits per second.");
+		registry_.declare("eacgm_agent_probe_hit_trap_seconds", MetricsRegistry::gauge,
+				  "What one probe hit's trap costs the traced thread, timed by the overhead budget "
+				  "after its warm-up.");
 		registry_.declare("eacgm_agent_processes_traced", MetricsRegistry::gauge, "Live processes traced.");
 		registry_.declare("eacgm_agent_store_bytes", MetricsRegistry::gauge,
 				  "The agent's store on disk (the file and its WAL).");
@@ -273,8 +283,24 @@ void ServeSession::publish_health()
 	std::map<std::string, size_t> per_layer;
 	for (const AttachedProbe &p : att.attached())
 		per_layer[att.specs().probes[p.spec_id].layer]++;
-	for (auto &[layer, n] : per_layer)
+	std::map<std::string, size_t> throttled; // by the overhead budget, now
+	for (uint32_t spec : pipeline_->engine().throttled())
+		throttled[att.specs().probes[spec].layer]++;
+	for (auto &[layer, n] : per_layer) {
 		registry_.set("eacgm_agent_probes_attached", {{"layer", layer}}, double(n));
+		registry_.set("eacgm_agent_probes_throttled", {{"layer", layer}}, double(throttled[layer]));
+	}
+	// Only the probes that fired (a torch process has hundreds attached),
+	// summed by name: specs of one function's variants share it.
+	std::map<std::pair<std::string, std::string>, uint64_t> hits;
+	for (uint32_t id = 0; id < rec.spans_per_spec().size(); id++)
+		if (uint64_t n = rec.spans_per_spec()[id])
+			hits[{att.specs().probes[id].layer, att.specs().probes[id].function}] += n;
+	for (auto &[probe, n] : hits)
+		registry_.set("eacgm_agent_probe_hits_total", {{"layer", probe.first}, {"probe", probe.second}},
+			      double(n));
+	if (const OverheadKeeper *b = pipeline_->budget(); b && b->trap_ns() >= 0)
+		registry_.set("eacgm_agent_probe_hit_trap_seconds", {}, b->trap_ns() / 1e9);
 	registry_.set("eacgm_agent_processes_traced", {}, double(rec.live_processes()));
 	registry_.set("eacgm_agent_process_table", {}, double(rec.known_processes()));
 	if (store_) {

@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <tuple>
 
 #include "export/summary.h"
 
@@ -195,6 +196,11 @@ MetricsSink::MetricsSink(MetricsRegistry &reg, size_t top_n) : reg_(reg), top_n_
 		     "Calls the online detector flagged, by layer, function and most likely cause.");
 	reg_.declare("eacgm_records_lost_total", MetricsRegistry::counter,
 		     "Records lost or not recorded, by layer and reason.");
+	reg_.declare(
+		"eacgm_collective_calls_total", MetricsRegistry::counter,
+		"Collective and point-to-point calls by layer, function and the caller's rank in its communicator.");
+	reg_.declare("eacgm_collective_bytes_total", MetricsRegistry::counter,
+		     "Bytes of those calls, by layer, function and rank.");
 	reg_.declare("eacgm_process_info", MetricsRegistry::gauge,
 		     "1 per traced process, labelled with its name, cgroup, container id and pod uid: join on pid "
 		     "(group_left) to label its other series.");
@@ -239,6 +245,7 @@ Result<void> MetricsSink::write(SpanBatch &b)
 		a.calls = a.errors = a.bytes = a.sum = 0;
 		std::fill(a.counts.begin(), a.counts.end(), 0);
 	}
+	collectives(b.spans);
 	for (const Anomaly &a : b.anomalies) {
 		std::string cause = "unknown";
 		if (a.causes.is_array() && !a.causes.empty() && a.causes[0].contains("kind"))
@@ -247,6 +254,27 @@ Result<void> MetricsSink::write(SpanBatch &b)
 			 {{"layer", a.layer}, {"function", function_label(a.layer, a.name)}, {"cause", cause}}, 1);
 	}
 	return {};
+}
+
+// Calls that know their communicator's rank (NCCL's, once its init was
+// seen): per rank, so a slow or silent rank shows beside the others.
+void MetricsSink::collectives(const std::vector<Span> &spans)
+{
+	std::map<std::tuple<std::string, std::string, std::string>, std::pair<double, double>> by_rank;
+	for (const Span &s : spans) {
+		auto rank = s.args.find("rank");
+		if (rank == s.args.end() || !rank->is_number_integer())
+			continue;
+		auto &[calls, bytes] =
+			by_rank[{s.layer, function_label(s.layer, s.name), std::to_string(rank->get<int64_t>())}];
+		calls += 1;
+		bytes += double(s.bytes);
+	}
+	for (auto &[k, v] : by_rank) {
+		Labels l = {{"layer", std::get<0>(k)}, {"function", std::get<1>(k)}, {"rank", std::get<2>(k)}};
+		reg_.add("eacgm_collective_calls_total", l, v.first);
+		reg_.add("eacgm_collective_bytes_total", l, v.second);
+	}
 }
 
 Result<void> MetricsSink::measures(const std::vector<Metric> &metrics, const std::vector<Event> &events)

@@ -65,7 +65,9 @@ const std::vector<double> &duration_buckets();
 
 // Fills a registry from the pipeline. Per call: eacgm_calls_total,
 // eacgm_call_errors_total, eacgm_call_duration_seconds and
-// eacgm_bytes_total, by layer and function; eacgm_anomalies_total by
+// eacgm_bytes_total, by layer and function; calls that know their
+// communicator rank (NCCL) also as eacgm_collective_{calls,bytes}_total by
+// rank; eacgm_anomalies_total by
 // layer, function and cause; the GPU and host layers' measures as gauges
 // (eacgm_gpu_*, eacgm_host_*) by key and pid; eacgm_process_info per live
 // process (its name, cgroup, container and pod), gone with the process,
@@ -83,6 +85,7 @@ public:
 
 private:
 	const std::string &function_label(const std::string &layer, const std::string &name);
+	void collectives(const std::vector<Span> &spans);
 	struct Acc {
 		double calls = 0, errors = 0, bytes = 0, sum = 0;
 		std::vector<double> counts;

@@ -172,6 +172,24 @@ class Prometheus:
         self.log.close()
 
 
+PER_RUN = sum((test_cuda.PARENT_CALLS + test_cuda.CHILD_CALLS).values())  # calls of one cuda_calls run
+
+
+def cuda_copy(tmp, prefix):
+    """cuda_calls copied under a name of this run (its comm, for the filters): (path, name)."""
+    tag = "%s%d" % (prefix, os.getpid() % 100000)
+    prog = os.path.join(tmp, tag)
+    shutil.copy(E.CUDA_CALLS, prog)
+    return prog, tag
+
+
+def started_agent(test, tmp, config, **kw):
+    """An Agent killed at the test's end if it is still running."""
+    agent = Agent(tmp, config, **kw)
+    test.addCleanup(lambda: agent.proc.poll() is None and agent.proc.kill())
+    return agent
+
+
 def by_function(vector):
     return {dict(k)["function"]: v for k, v in vector.items()}
 
@@ -233,6 +251,11 @@ class ServeWithPrometheus(unittest.TestCase):
         self.assertEqual(counts, dict(want))
         inf = by_function(self.prom.query('eacgm_call_duration_seconds_bucket{layer="cuda",le="+Inf"}'))
         self.assertEqual(inf, dict(want))
+        # The agent's health (published every second): each probe's hits, the calls it delivered.
+        self.prom.wait_for("every CUDA probe hit", 'sum(eacgm_agent_probe_hits_total{layer="cuda"})',
+                           sum(want.values()))
+        hits = self.prom.query('eacgm_agent_probe_hits_total{layer="cuda"}')
+        self.assertEqual({dict(k)["probe"]: v for k, v in hits.items()}, dict(want))
 
     def test_1b_nccl_calls_counted_exactly(self):
         r = E.run([self.nccl])
@@ -297,6 +320,11 @@ class ServeWithPrometheus(unittest.TestCase):
         self.assertEqual(get("http://127.0.0.1:%d/healthz" % self.agent.port), (200, "ok\n"))
 
     def test_9_sigterm_flushes_and_exits_0(self):
+        # Past the overhead budget's warm-up the agent timed a probed call of
+        # its own, thousands of times: the agent never traces itself, so no
+        # call of a process outside the filters was seen, not even its own.
+        self.agent.wait_until("the probe timed", lambda m: ("eacgm_agent_probe_hit_trap_seconds", ()) in m)
+        self.assertEqual(self.agent.value("eacgm_agent_spans_filtered_total"), 0)
         rc, err = self.agent.stop()
         self.assertEqual(rc, 0, err)
         self.assertTrue(err.rstrip().endswith("eacgm: stopped"), err[-1000:])
@@ -313,6 +341,8 @@ class ServeWithPrometheus(unittest.TestCase):
         self.assertEqual(collections.Counter((p["comm"], p["exit_code"]) for p in procs),
                          {(self.tag + "cu", 0): 4, (self.tag + "nc", 0): 1, (self.tag + "py", 0): 1,
                           (self.tag + "py", -1): 1})  # the busy job, still running at the end
+        meta = {r["key"]: r["value"] for r in E.query(self.store, "SELECT key, value FROM meta")}
+        self.assertIn("overhead_hit_trap_ns", meta)  # the budget did time its probe
 
 
 class ServeFollowsShortLivedProcesses(unittest.TestCase):
@@ -321,16 +351,12 @@ class ServeFollowsShortLivedProcesses(unittest.TestCase):
     def test_a_thousand_processes_come_and_go(self):
         E.require_root()
         tmp = E.make_tempdir(self)
-        tag = "ef%d" % (os.getpid() % 100000)
-        prog = os.path.join(tmp, tag)
-        shutil.copy(E.CUDA_CALLS, prog)
-        agent = Agent(tmp, 'layers = ["cuda"]\ndetect = false\nstore = ""\n[filter]\ncomm = ["%s"]\n' % tag)
-        self.addCleanup(lambda: agent.proc.poll() is None and agent.proc.kill())
-        per_run = sum((test_cuda.PARENT_CALLS + test_cuda.CHILD_CALLS).values())
+        prog, tag = cuda_copy(tmp, "ef")
+        agent = started_agent(self, tmp, 'layers = ["cuda"]\ndetect = false\nstore = ""\n[filter]\ncomm = ["%s"]\n' % tag)
         for i in range(self.N):
             r = subprocess.run([prog, "0"], capture_output=True)
             self.assertEqual(r.returncode, 0, r.stderr)
-        m = self.agent_settles(agent, per_run * self.N)
+        m = self.agent_settles(agent, PER_RUN * self.N)
         self.assertEqual(m[("eacgm_agent_process_table", ())], 0)
         rc, err = agent.stop()
         self.assertEqual(rc, 0, err)
@@ -350,16 +376,12 @@ class ServeFiltersAndReloads(unittest.TestCase):
     def test_excluded_then_let_in_by_a_reload(self):
         E.require_root()
         tmp = E.make_tempdir(self)
-        tag = "eh%d" % (os.getpid() % 100000)
-        prog = os.path.join(tmp, tag)
-        shutil.copy(E.CUDA_CALLS, prog)
-        agent = Agent(tmp, 'layers = ["cuda"]\nstore = ""\n[filter]\ncomm = ["%s-never"]\n' % tag)
-        self.addCleanup(lambda: agent.proc.poll() is None and agent.proc.kill())
-        per_run = sum((test_cuda.PARENT_CALLS + test_cuda.CHILD_CALLS).values())
+        prog, tag = cuda_copy(tmp, "eh")
+        agent = started_agent(self, tmp, 'layers = ["cuda"]\nstore = ""\n[filter]\ncomm = ["%s-never"]\n' % tag)
         self.assertEqual(subprocess.run([prog, "0"], capture_output=True).returncode, 0)
         m = agent.wait_until("the excluded calls counted", lambda m: m.get(
-            ("eacgm_agent_spans_filtered_total", ()), 0) >= per_run)
-        self.assertEqual(m[("eacgm_agent_spans_filtered_total", ())], per_run)
+            ("eacgm_agent_spans_filtered_total", ()), 0) >= PER_RUN)
+        self.assertEqual(m[("eacgm_agent_spans_filtered_total", ())], PER_RUN)
         self.assertEqual([k for k in m if k[0] == "eacgm_calls_total"], [])
         with open(agent.cfg, "w") as f:
             f.write('layers = ["cuda"]\nstore = ""\n[filter]\ncomm = ["%s"]\n' % tag)
@@ -367,8 +389,8 @@ class ServeFiltersAndReloads(unittest.TestCase):
         E.wait_for_text(agent.err, r"eacgm: reloaded .*: the filters apply", agent.proc)
         self.assertEqual(subprocess.run([prog, "0"], capture_output=True).returncode, 0)
         m = agent.wait_until("the calls let in", lambda m: sum(
-            v for (n, l), v in m.items() if n == "eacgm_calls_total") == per_run)
-        self.assertEqual(m[("eacgm_agent_spans_filtered_total", ())], per_run)
+            v for (n, l), v in m.items() if n == "eacgm_calls_total") == PER_RUN)
+        self.assertEqual(m[("eacgm_agent_spans_filtered_total", ())], PER_RUN)
         # A configuration that does not parse is reported; the running one stays.
         with open(agent.cfg, "w") as f:
             f.write('[filter]\ncomm = 3\n')
@@ -391,13 +413,10 @@ class ServeUnderTheUnitsCapabilities(unittest.TestCase):
         self.assertEqual(caps, ["CAP_BPF", "CAP_PERFMON", "CAP_SYS_PTRACE", "CAP_DAC_READ_SEARCH",
                                 "CAP_SYS_RESOURCE"])
         tmp = E.make_tempdir(self)
-        tag = "eu%d" % (os.getpid() % 100000)
-        prog = os.path.join(tmp, tag)
-        shutil.copy(E.CUDA_CALLS, prog)
+        prog, tag = cuda_copy(tmp, "eu")
         bounding = "-all," + ",".join("+" + c[4:].lower() for c in caps)
-        agent = Agent(tmp, 'layers = ["cuda"]\nstore = "%s/a.db"\n[filter]\ncomm = ["%s"]\n' % (tmp, tag),
-                      wrapper=["setpriv", "--bounding-set", bounding, "--inh-caps", "-all", "--no-new-privs"])
-        self.addCleanup(lambda: agent.proc.poll() is None and agent.proc.kill())
+        agent = started_agent(self, tmp, 'layers = ["cuda"]\nstore = "%s/a.db"\n[filter]\ncomm = ["%s"]\n' % (tmp, tag),
+                              wrapper=["setpriv", "--bounding-set", bounding, "--inh-caps", "-all", "--no-new-privs"])
         with open("/proc/%d/status" % agent.proc.pid) as f:
             bnd = int([l.split()[1] for l in f if l.startswith("CapBnd:")][0], 16)
         numbers = {"CAP_DAC_READ_SEARCH": 2, "CAP_SYS_PTRACE": 19, "CAP_SYS_RESOURCE": 24, "CAP_PERFMON": 38,
@@ -407,9 +426,8 @@ class ServeUnderTheUnitsCapabilities(unittest.TestCase):
         self.assertEqual(bnd, sum(1 << numbers[c] for c in caps) & ours)
         r = subprocess.run([prog, "0"], capture_output=True)
         self.assertEqual(r.returncode, 0, r.stderr)
-        per_run = sum((test_cuda.PARENT_CALLS + test_cuda.CHILD_CALLS).values())
-        agent.wait_until("%d calls" % per_run, lambda m: sum(
-            v for (n, l), v in m.items() if n == "eacgm_calls_total") == per_run)
+        agent.wait_until("%d calls" % PER_RUN, lambda m: sum(
+            v for (n, l), v in m.items() if n == "eacgm_calls_total") == PER_RUN)
         rc, err = agent.stop()
         self.assertEqual(rc, 0, err)
         self.assertNotIn("warning", err)

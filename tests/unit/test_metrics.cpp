@@ -132,6 +132,28 @@ TEST(MetricsSink, CountsCallsErrorsBytesAndDurations)
 		  "eacgm_calls_total{layer=\"torch\",function=\"aten::mm\"} 2");
 }
 
+TEST(MetricsSink, CollectivesByRank)
+{
+	MetricsRegistry r;
+	MetricsSink sink(r);
+	SpanBatch b;
+	for (int rank : {0, 1, 1}) {
+		b.spans.push_back(span("nccl", "ncclAllReduce", 1000, "ncclSuccess", 4096));
+		b.spans.back().args["rank"] = rank;
+	}
+	b.spans.push_back(span("nccl", "ncclAllReduce", 1000, "ncclInvalidArgument", 8)); // no communicator seen
+	ASSERT_TRUE(sink.write(b));
+	std::string text = r.render();
+	EXPECT_EQ(lines_of(text, "eacgm_collective_calls_total"),
+		  (std::vector<std::string>{
+			  "eacgm_collective_calls_total{layer=\"nccl\",function=\"ncclAllReduce\",rank=\"0\"} 1",
+			  "eacgm_collective_calls_total{layer=\"nccl\",function=\"ncclAllReduce\",rank=\"1\"} 2"}));
+	EXPECT_EQ(lines_of(text, "eacgm_collective_bytes_total")[1],
+		  "eacgm_collective_bytes_total{layer=\"nccl\",function=\"ncclAllReduce\",rank=\"1\"} 8192");
+	EXPECT_EQ(lines_of(text, "eacgm_calls_total")[0],
+		  "eacgm_calls_total{layer=\"nccl\",function=\"ncclAllReduce\"} 4");
+}
+
 TEST(MetricsSink, FunctionsPastTheTopNOfALayerAreOther)
 {
 	MetricsRegistry r;
