@@ -2,6 +2,7 @@
 
 #include <fnmatch.h>
 #include <fstream>
+#include <optional>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -120,11 +121,11 @@ static bool valid_layer_name(const std::string &s)
 	return std::regex_match(s, re);
 }
 
-Result<SpecSet> parse_spec(const std::string &text, const std::string &origin, bool user)
+// The text as JSON, or the syntax error at its line and column.
+static Result<json> parse_json(const std::string &text, const std::string &origin)
 {
-	json doc;
 	try {
-		doc = json::parse(text);
+		return json::parse(text);
 	} catch (const json::parse_error &e) {
 		// e.what(): "[json.exception.parse_error.101] parse error at line L,
 		// column C: <detail>"; the detail may itself hold ": ".
@@ -134,146 +135,212 @@ Result<SpecSet> parse_spec(const std::string &text, const std::string &origin, b
 		std::string detail = colon == std::string::npos ? what : what.substr(colon + 2);
 		return make_error(origin + ": JSON syntax error at " + line_col(text, e.byte) + ": " + detail);
 	}
+}
+
+// A key of an "enums" or "sizes" table: a number, decimal or 0x hex.
+static std::optional<int64_t> table_key(const std::string &k)
+{
+	char *end = nullptr;
+	long long n = std::strtoll(k.c_str(), &end, 0);
+	if (k.empty() || *end)
+		return std::nullopt;
+	return n;
+}
+
+static Result<void> parse_enums(const json &doc, const std::string &origin, SpecSet &set)
+{
 	if (!doc.is_object())
+		return make_error(origin + ": \"enums\" must map enum names to {\"value\": \"name\"} objects");
+	for (auto &[name, table] : doc.items()) {
+		if (!table.is_object())
+			return make_error(origin + ": enum \"" + name + "\" must be an object of \"value\": \"name\"");
+		EnumTable t;
+		for (auto &[k, v] : table.items()) {
+			auto n = table_key(k);
+			if (!n || !v.is_string())
+				return make_error(origin + ": enum \"" + name + "\": entry \"" + k +
+						  "\" must be a number mapped to a name");
+			t[*n] = v.get<std::string>();
+		}
+		set.enums[name] = std::move(t);
+	}
+	return {};
+}
+
+static Result<void> parse_sizes(const json &doc, const std::string &origin, SpecSet &set)
+{
+	if (!doc.is_object())
+		return make_error(origin + ": \"sizes\" must map enum names to {\"value\": bytes} objects");
+	for (auto &[name, table] : doc.items()) {
+		if (!set.enums.count(name))
+			return make_error(origin + ": \"sizes\" names enum \"" + name +
+					  "\", which \"enums\" does not define");
+		for (auto &[k, v] : table.items()) {
+			auto n = table_key(k);
+			if (!n || !v.is_number_unsigned())
+				return make_error(origin + ": sizes of \"" + name + "\": entry \"" + k +
+						  "\" must be a number mapped to a byte count");
+			set.sizes[name][*n] = v.get<uint64_t>();
+		}
+	}
+	return {};
+}
+
+static Result<void> parse_tensor_layouts(const json &doc, const std::string &origin, SpecSet &set)
+{
+	for (auto &[version, l] : doc.items()) {
+		if (!l.is_object() || !l.contains("ndim") || !l.contains("dtype") || !l["ndim"].is_number_unsigned() ||
+		    !l["dtype"].is_number_unsigned())
+			return make_error(origin + ": tensor layout \"" + version +
+					  "\" must be {\"ndim\": OFFSET, \"dtype\": OFFSET}");
+		set.tensor_layouts[version] = {l["ndim"].get<uint16_t>(), l["dtype"].get<uint16_t>()};
+	}
+	return {};
+}
+
+// What a probe attaches to: every function "match" finds, the "symbols"
+// listed, or else the function's own name.
+static Result<void> parse_targets(const json &pj, const std::string &where, ProbeSpec &p)
+{
+	if (pj.contains("match")) {
+		if (!pj["match"].is_string() || pj.contains("symbols"))
+			return make_error(where + ": \"match\" is one regular expression, and excludes \"symbols\"");
+		p.match = pj["match"];
+		try {
+			std::regex check(p.match);
+		} catch (const std::regex_error &e) {
+			return make_error(where + ": \"match\" is not a valid regular expression: " + e.what());
+		}
+	} else if (pj.contains("symbols")) {
+		if (!pj["symbols"].is_array())
+			return make_error(where + ": \"symbols\" must be an array of names");
+		for (auto &s : pj["symbols"])
+			p.symbols.push_back(s.get<std::string>());
+	} else {
+		p.symbols.push_back(p.function);
+	}
+	return {};
+}
+
+static Result<void> parse_args(const json &pj, const std::string &where, const SpecSet &set, ProbeSpec &p)
+{
+	if (!pj.contains("args"))
+		return {};
+	if (!pj["args"].is_array())
+		return make_error(where + ": \"args\" must be an array");
+	for (auto &aj : pj["args"]) {
+		auto a = parse_arg(aj, where, set.enums);
+		if (!a)
+			return a.error();
+		p.args.push_back(std::move(a.value()));
+	}
+	return {};
+}
+
+// "bytes": count x the size of an enum element, both arguments the probe keeps.
+static Result<void> parse_bytes_rule(const json &bj, const std::string &where, const SpecSet &set, ProbeSpec &p)
+{
+	if (!bj.is_object() || !bj.contains("count") || !bj.contains("element"))
+		return make_error(where + ": \"bytes\" must be {\"count\": ARG, \"element\": ARG}");
+	BytesRule b{bj["count"].get<std::string>(), bj["element"].get<std::string>()};
+	auto find = [&](const std::string &n) -> const ArgSpec * {
+		for (auto &a : p.args)
+			if (a.name == n)
+				return &a;
+		return nullptr;
+	};
+	const ArgSpec *count = find(b.count), *elem = find(b.element);
+	if (!count || !elem)
+		return make_error(where + ": \"bytes\" names an argument the probe does not keep");
+	if (elem->type != ArgType::Enum || !set.sizes.count(elem->enum_name))
+		return make_error(where + ": \"bytes\" element '" + b.element +
+				  "' must be an enum with a \"sizes\" table");
+	p.bytes = b;
+	return {};
+}
+
+static Result<void> parse_returns(const json &pj, const std::string &where, const SpecSet &set, ProbeSpec &p)
+{
+	p.returns = pj.value("returns", "i64");
+	static const std::vector<std::string> plain = {"void", "i32", "i64", "u64", "ptr"};
+	if (std::find(plain.begin(), plain.end(), p.returns) == plain.end() && !set.enums.count(p.returns))
+		return make_error(where + ": \"returns\" must be void, i32, i64, u64, ptr or a defined enum, not \"" +
+				  p.returns + "\"");
+	return {};
+}
+
+// One entry of "probes"; `layer` and `library` are the file's.
+static Result<ProbeSpec> parse_probe(const json &pj, const std::string &layer, const std::string &library,
+				     const SpecSet &set, const std::string &origin, bool user)
+{
+	ProbeSpec p;
+	p.layer = layer;
+	p.origin = origin;
+	p.user = user;
+	if (!pj.is_object() || !pj.contains("function") || !pj["function"].is_string())
+		return make_error(origin + ": every probe needs a \"function\" name");
+	p.function = pj["function"];
+	std::string where = origin + ": probe '" + p.function + "'";
+	if (auto r = known_keys(
+		    pj, {"function", "library", "symbols", "match", "args", "bytes", "returns", "tensor_args", "about"},
+		    where);
+	    !r)
+		return r.error();
+	p.library = pj.value("library", library);
+	if (p.library.empty())
+		return make_error(where + ": no \"library\" (give one per file or per probe, e.g. \"libcudart.so*\")");
+	if (auto r = parse_targets(pj, where, p); !r)
+		return r.error();
+	if (auto r = parse_args(pj, where, set, p); !r)
+		return r.error();
+	if (pj.contains("bytes"))
+		if (auto r = parse_bytes_rule(pj["bytes"], where, set, p); !r)
+			return r.error();
+	if (pj.contains("tensor_args")) {
+		if (!pj["tensor_args"].is_number_unsigned() || pj["tensor_args"].get<int>() > 3 || p.match.empty())
+			return make_error(where + ": \"tensor_args\" is 0..3, with \"match\"");
+		p.tensor_args = pj["tensor_args"];
+	}
+	if (auto r = parse_returns(pj, where, set, p); !r)
+		return r.error();
+	if (auto compiled = compile_probe(p, 0); !compiled)
+		return compiled.error();
+	return p;
+}
+
+Result<SpecSet> parse_spec(const std::string &text, const std::string &origin, bool user)
+{
+	auto doc = parse_json(text, origin);
+	if (!doc)
+		return doc.error();
+	if (!doc->is_object())
 		return make_error(origin + ": a spec is a JSON object with \"layer\", \"library\" and \"probes\"");
-	if (auto r = known_keys(doc, {"layer", "library", "about", "enums", "sizes", "tensor_layouts", "probes"},
+	if (auto r = known_keys(*doc, {"layer", "library", "about", "enums", "sizes", "tensor_layouts", "probes"},
 				origin);
 	    !r)
 		return r.error();
 	SpecSet set;
-	if (doc.contains("enums")) {
-		if (!doc["enums"].is_object())
-			return make_error(origin + ": \"enums\" must map enum names to {\"value\": \"name\"} objects");
-		for (auto &[name, table] : doc["enums"].items()) {
-			if (!table.is_object())
-				return make_error(origin + ": enum \"" + name +
-						  "\" must be an object of \"value\": \"name\"");
-			EnumTable t;
-			for (auto &[k, v] : table.items()) {
-				char *end = nullptr;
-				long long n = std::strtoll(k.c_str(), &end, 0);
-				if (k.empty() || *end || !v.is_string())
-					return make_error(origin + ": enum \"" + name + "\": entry \"" + k +
-							  "\" must be a number mapped to a name");
-				t[n] = v.get<std::string>();
-			}
-			set.enums[name] = std::move(t);
-		}
-	}
-	if (doc.contains("sizes")) {
-		if (!doc["sizes"].is_object())
-			return make_error(origin + ": \"sizes\" must map enum names to {\"value\": bytes} objects");
-		for (auto &[name, table] : doc["sizes"].items()) {
-			if (!set.enums.count(name))
-				return make_error(origin + ": \"sizes\" names enum \"" + name +
-						  "\", which \"enums\" does not define");
-			for (auto &[k, v] : table.items()) {
-				char *end = nullptr;
-				long long n = std::strtoll(k.c_str(), &end, 0);
-				if (k.empty() || *end || !v.is_number_unsigned())
-					return make_error(origin + ": sizes of \"" + name + "\": entry \"" + k +
-							  "\" must be a number mapped to a byte count");
-				set.sizes[name][n] = v.get<uint64_t>();
-			}
-		}
-	}
-	if (doc.contains("tensor_layouts")) {
-		for (auto &[version, l] : doc["tensor_layouts"].items()) {
-			if (!l.is_object() || !l.contains("ndim") || !l.contains("dtype") ||
-			    !l["ndim"].is_number_unsigned() || !l["dtype"].is_number_unsigned())
-				return make_error(origin + ": tensor layout \"" + version +
-						  "\" must be {\"ndim\": OFFSET, \"dtype\": OFFSET}");
-			set.tensor_layouts[version] = {l["ndim"].get<uint16_t>(), l["dtype"].get<uint16_t>()};
-		}
-	}
-	std::string layer = doc.value("layer", user ? "user" : "");
+	// The tables first: the probes' arguments name their enums.
+	if (doc->contains("enums"))
+		if (auto r = parse_enums((*doc)["enums"], origin, set); !r)
+			return r.error();
+	if (doc->contains("sizes"))
+		if (auto r = parse_sizes((*doc)["sizes"], origin, set); !r)
+			return r.error();
+	if (doc->contains("tensor_layouts"))
+		if (auto r = parse_tensor_layouts((*doc)["tensor_layouts"], origin, set); !r)
+			return r.error();
+	std::string layer = doc->value("layer", user ? "user" : "");
 	if (!valid_layer_name(layer))
 		return make_error(origin + ": \"layer\" must be a short lower-case name such as \"cuda\" or \"mylib\"");
-	std::string library = doc.value("library", "");
-	if (!doc.contains("probes") || !doc["probes"].is_array() || doc["probes"].empty())
+	std::string library = doc->value("library", "");
+	if (!doc->contains("probes") || !(*doc)["probes"].is_array() || (*doc)["probes"].empty())
 		return make_error(origin + ": \"probes\" must be a non-empty array");
-	for (auto &pj : doc["probes"]) {
-		ProbeSpec p;
-		p.layer = layer;
-		p.origin = origin;
-		p.user = user;
-		if (!pj.is_object() || !pj.contains("function") || !pj["function"].is_string())
-			return make_error(origin + ": every probe needs a \"function\" name");
-		p.function = pj["function"];
-		std::string where = origin + ": probe '" + p.function + "'";
-		if (auto r = known_keys(pj,
-					{"function", "library", "symbols", "match", "args", "bytes", "returns",
-					 "tensor_args", "about"},
-					where);
-		    !r)
-			return r.error();
-		p.library = pj.value("library", library);
-		if (p.library.empty())
-			return make_error(where +
-					  ": no \"library\" (give one per file or per probe, e.g. \"libcudart.so*\")");
-		if (pj.contains("match")) {
-			if (!pj["match"].is_string() || pj.contains("symbols"))
-				return make_error(where +
-						  ": \"match\" is one regular expression, and excludes \"symbols\"");
-			p.match = pj["match"];
-			try {
-				std::regex check(p.match);
-			} catch (const std::regex_error &e) {
-				return make_error(where + ": \"match\" is not a valid regular expression: " + e.what());
-			}
-		} else if (pj.contains("symbols")) {
-			if (!pj["symbols"].is_array())
-				return make_error(where + ": \"symbols\" must be an array of names");
-			for (auto &s : pj["symbols"])
-				p.symbols.push_back(s.get<std::string>());
-		} else {
-			p.symbols.push_back(p.function);
-		}
-		if (pj.contains("args")) {
-			if (!pj["args"].is_array())
-				return make_error(where + ": \"args\" must be an array");
-			for (auto &aj : pj["args"]) {
-				auto a = parse_arg(aj, where, set.enums);
-				if (!a)
-					return a.error();
-				p.args.push_back(std::move(a.value()));
-			}
-		}
-		if (pj.contains("bytes")) {
-			auto &bj = pj["bytes"];
-			if (!bj.is_object() || !bj.contains("count") || !bj.contains("element"))
-				return make_error(where + ": \"bytes\" must be {\"count\": ARG, \"element\": ARG}");
-			BytesRule b{bj["count"].get<std::string>(), bj["element"].get<std::string>()};
-			auto find = [&](const std::string &n) -> const ArgSpec * {
-				for (auto &a : p.args)
-					if (a.name == n)
-						return &a;
-				return nullptr;
-			};
-			const ArgSpec *count = find(b.count), *elem = find(b.element);
-			if (!count || !elem)
-				return make_error(where + ": \"bytes\" names an argument the probe does not keep");
-			if (elem->type != ArgType::Enum || !set.sizes.count(elem->enum_name))
-				return make_error(where + ": \"bytes\" element '" + b.element +
-						  "' must be an enum with a \"sizes\" table");
-			p.bytes = b;
-		}
-		if (pj.contains("tensor_args")) {
-			if (!pj["tensor_args"].is_number_unsigned() || pj["tensor_args"].get<int>() > 3 ||
-			    p.match.empty())
-				return make_error(where + ": \"tensor_args\" is 0..3, with \"match\"");
-			p.tensor_args = pj["tensor_args"];
-		}
-		p.returns = pj.value("returns", "i64");
-		static const std::vector<std::string> plain = {"void", "i32", "i64", "u64", "ptr"};
-		if (std::find(plain.begin(), plain.end(), p.returns) == plain.end() && !set.enums.count(p.returns))
-			return make_error(where +
-					  ": \"returns\" must be void, i32, i64, u64, ptr or a defined enum, not \"" +
-					  p.returns + "\"");
-		auto compiled = compile_probe(p, 0);
-		if (!compiled)
-			return compiled.error();
-		set.probes.push_back(std::move(p));
+	for (auto &pj : (*doc)["probes"]) {
+		auto p = parse_probe(pj, layer, library, set, origin, user);
+		if (!p)
+			return p.error();
+		set.probes.push_back(std::move(p.value()));
 	}
 	return set;
 }
