@@ -14,7 +14,9 @@
 
 #include "common/fs.h"
 #include "host.skel.h"
+#include "common/fd.h"
 #include "probe/links.h"
+#include "probe/skeleton.h"
 
 namespace eacgm {
 
@@ -172,7 +174,6 @@ namespace {
 class HostCollector final : public Collector {
 public:
 	explicit HostCollector(const HostOptions &o) : o_(o), sys_(o.root) {}
-	~HostCollector() override;
 	Result<void> open(int traced_map_fd);
 	const char *layer() const override { return "host"; }
 	void collect(uint64_t now_ns, const std::set<uint32_t> &traced, std::vector<Metric> &metrics,
@@ -187,9 +188,9 @@ private:
 
 	HostOptions o_;
 	HostSystemSampler sys_;
-	struct host_bpf *skel_ = nullptr;
-	LinkSet links_;
-	int stats_fd_ = -1;
+	Skeleton<struct host_bpf> skel_ = no_skeleton<struct host_bpf>();
+	LinkSet links_; // after the skeleton: the links go first
+	UniqueFd stats_fd_;
 	std::vector<std::string> warnings_;
 	bool stopping_ = false;
 
@@ -200,18 +201,9 @@ private:
 	uint64_t collect_cpu_ns_ = 0; // this interval's collect() CPU time so far
 };
 
-HostCollector::~HostCollector()
-{
-	links_.reset(); // before the programs they attach
-	if (stats_fd_ >= 0)
-		close(stats_fd_);
-	if (skel_)
-		host_bpf__destroy(skel_);
-}
-
 Result<void> HostCollector::open(int traced_map_fd)
 {
-	skel_ = host_bpf__open();
+	skel_ = open_skeleton(host_bpf__open, host_bpf__destroy);
 	if (!skel_)
 		return make_error(std::string("cannot open the host BPF object: ") + std::strerror(errno));
 	if (int err = bpf_map__reuse_fd(skel_->maps.traced_tgids, traced_map_fd))
@@ -237,7 +229,7 @@ Result<void> HostCollector::open(int traced_map_fd)
 		}
 	}
 	btf__free(vmlinux);
-	if (int err = host_bpf__load(skel_))
+	if (int err = host_bpf__load(skel_.get()))
 		return make_error(std::string("cannot load the host BPF programs: ") + std::strerror(-err) +
 				  " (run as root; the kernel needs BTF and tp_btf, Linux 5.11+)");
 	bpf_object__for_each_program(prog, skel_->obj)
@@ -253,10 +245,11 @@ Result<void> HostCollector::open(int traced_map_fd)
 	}
 	// BPF run time is counted only while someone holds this fd (or the
 	// kernel.bpf_stats_enabled sysctl is on): held while the layer runs.
-	stats_fd_ = bpf_enable_stats(BPF_STATS_RUN_TIME);
-	if (stats_fd_ < 0)
+	int stats = bpf_enable_stats(BPF_STATS_RUN_TIME);
+	stats_fd_.reset(stats);
+	if (stats < 0)
 		warnings_.push_back(std::string("host: cannot enable BPF run-time statistics (") +
-				    std::strerror(-stats_fd_) + "): host_layer_cpu_pct counts the collector only");
+				    std::strerror(-stats) + "): host_layer_cpu_pct counts the collector only");
 	interval_start_ = clock_ns(CLOCK_MONOTONIC);
 	bpf_ns_at_start_ = bpf_run_time_ns();
 	std::vector<Metric> baseline;

@@ -150,7 +150,7 @@ Result<std::unique_ptr<PythonTracer>> PythonTracer::prepare(int traced_map_fd)
 	if (!offsets)
 		return offsets.error();
 	t->offsets_ = std::move(offsets.value());
-	t->skel_ = python_bpf__open();
+	t->skel_ = open_skeleton(python_bpf__open, python_bpf__destroy);
 	if (!t->skel_)
 		return make_error(std::string("cannot open the Python BPF object: ") + std::strerror(errno));
 	if (int err = bpf_map__reuse_fd(t->skel_->maps.traced_tgids, traced_map_fd))
@@ -176,7 +176,7 @@ Result<std::unique_ptr<PythonTracer>> PythonTracer::prepare(int traced_map_fd)
 
 Result<void> PythonTracer::load(unsigned sample_hz)
 {
-	if (int err = python_bpf__load(skel_))
+	if (int err = python_bpf__load(skel_.get()))
 		return make_error(std::string("cannot load the Python BPF programs: ") + std::strerror(-err));
 	struct bpf_link *fork_link = bpf_program__attach(skel_->progs.py_fork);
 	if (!fork_link)
@@ -224,13 +224,6 @@ Result<void> PythonTracer::set_sample_hz(unsigned hz)
 	sample_hz_ = hz;
 	lowest_hz_ = std::min(lowest_hz_, hz);
 	return {};
-}
-
-PythonTracer::~PythonTracer()
-{
-	links_.reset(); // before the programs they attach
-	if (skel_)
-		python_bpf__destroy(skel_);
 }
 
 const PyOffsets *PythonTracer::offsets(int minor) const

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "probe/links.h"
+#include "probe/skeleton.h"
 #include "common/result.h"
 #include "eacgm/abi/python.h"
 #include "layers/python_offsets.h"
@@ -53,7 +54,6 @@ public:
 	// thread: each takes the verifier about 0.1 s.
 	static Result<std::unique_ptr<PythonTracer>> prepare(int traced_map_fd);
 	Result<void> load(unsigned sample_hz);
-	~PythonTracer();
 	PythonTracer(const PythonTracer &) = delete;
 	PythonTracer &operator=(const PythonTracer &) = delete;
 
@@ -98,8 +98,8 @@ public:
 
 private:
 	PythonTracer() = default;
-	struct python_bpf *skel_ = nullptr;
-	LinkSet links_;
+	Skeleton<struct python_bpf> skel_ = no_skeleton<struct python_bpf>();
+	LinkSet links_; // after the skeleton: the links go first
 	std::vector<UniqueFd> perf_fds_;
 	std::map<std::string, PyOffsets> offsets_; // "3.11" -> offsets
 	std::map<uint32_t, PythonRuntime> procs_;

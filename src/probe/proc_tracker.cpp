@@ -20,16 +20,14 @@ Result<std::unique_ptr<ProcTracker>> ProcTracker::open(bool trace_all)
 	// them refuses the load, and the perf-event kind serves.
 	int err = 0;
 	for (bool multi : {true, false}) {
-		if (t->skel_)
-			proc_bpf__destroy(t->skel_);
-		t->skel_ = proc_bpf__open();
+		t->skel_ = open_skeleton(proc_bpf__open, proc_bpf__destroy);
 		if (!t->skel_)
 			return make_error(std::string("cannot open the process-tracking BPF object: ") +
 					  std::strerror(errno));
 		t->skel_->rodata->trace_all = trace_all;
 		if (multi)
 			bpf_program__set_expected_attach_type(t->skel_->progs.on_link_map_change, kTraceUprobeMulti);
-		err = proc_bpf__load(t->skel_);
+		err = proc_bpf__load(t->skel_.get());
 		t->multi_ = multi && !err;
 		if (!err)
 			break;
@@ -47,13 +45,6 @@ Result<std::unique_ptr<ProcTracker>> ProcTracker::open(bool trace_all)
 		t->links_.add(l);
 	}
 	return t;
-}
-
-ProcTracker::~ProcTracker()
-{
-	links_.reset(); // before the programs they attach
-	if (skel_)
-		proc_bpf__destroy(skel_);
 }
 
 int ProcTracker::traced_map_fd() const { return bpf_map__fd(skel_->maps.traced_tgids); }

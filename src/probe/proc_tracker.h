@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "probe/links.h"
+#include "probe/skeleton.h"
 #include "common/result.h"
 
 struct proc_bpf;
@@ -19,7 +20,6 @@ namespace eacgm {
 class ProcTracker {
 public:
 	static Result<std::unique_ptr<ProcTracker>> open(bool trace_all);
-	~ProcTracker();
 	ProcTracker(const ProcTracker &) = delete;
 	ProcTracker &operator=(const ProcTracker &) = delete;
 
@@ -33,8 +33,8 @@ public:
 
 private:
 	ProcTracker() = default;
-	struct proc_bpf *skel_ = nullptr;
-	LinkSet links_;
+	Skeleton<struct proc_bpf> skel_ = no_skeleton<struct proc_bpf>();
+	LinkSet links_; // after the skeleton: the links go first
 	std::set<std::string> linkers_;
 	bool multi_ = false; // the link-map probe attaches as a uprobe_multi link
 };

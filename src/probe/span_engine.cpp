@@ -32,9 +32,7 @@ Result<std::unique_ptr<SpanEngine>> SpanEngine::open(const Options &opts, int tr
 	// refuses the load, and the per-function programs serve alone.
 	int err = 0;
 	for (bool multi : {opts.multi_link, false}) {
-		if (e->skel_)
-			span_bpf__destroy(e->skel_);
-		e->skel_ = span_bpf__open();
+		e->skel_ = open_skeleton(span_bpf__open, span_bpf__destroy);
 		if (!e->skel_)
 			return make_error("cannot open the span BPF object: " + errstr(errno));
 		e->skel_->rodata->trace_all = opts.trace_all;
@@ -70,7 +68,7 @@ Result<std::unique_ptr<SpanEngine>> SpanEngine::open(const Options &opts, int tr
 		for (auto *prog : {e->skel_->progs.span_entry, e->skel_->progs.span_exit})
 			if (multi)
 				bpf_program__set_autoload(prog, false);
-		err = span_bpf__load(e->skel_);
+		err = span_bpf__load(e->skel_.get());
 		e->multi_ = multi && !err;
 		if (!err)
 			break;
@@ -93,9 +91,7 @@ SpanEngine::~SpanEngine()
 		for (auto &g : groups_)
 			all.absorb(std::move(g.links));
 		all.absorb(std::move(thread_exit_));
-	}
-	if (skel_)
-		span_bpf__destroy(skel_);
+	} // before the skeleton, a member, goes
 }
 
 Result<void> SpanEngine::set_spec(uint32_t spec_id, const eacgm_probe_spec &spec)

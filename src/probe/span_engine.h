@@ -12,6 +12,7 @@
 #include "common/result.h"
 #include "eacgm/abi/events.h"
 #include "probe/links.h"
+#include "probe/skeleton.h"
 
 struct span_bpf;
 struct bpf_link;
@@ -88,7 +89,7 @@ private:
 	};
 	std::vector<Target> wanted(const Group &g, bool throttled) const;
 
-	struct span_bpf *skel_ = nullptr;
+	Skeleton<struct span_bpf> skel_ = no_skeleton<struct span_bpf>();
 	bool multi_ = false;
 	LinkSet thread_exit_;
 	// attach() runs on the record loop, the budget's bursts on their own thread.
