@@ -177,6 +177,7 @@ RecordSession::Stop RecordSession::open_outputs()
 	if (!store)
 		return fail(store.error().message);
 	store_.emplace(std::move(store.value()));
+	store_->commit_every(kPipelineCommitNs);
 	store_sink_.emplace(*store_);
 	// StoreWriter's work file and SQLite's WAL files beside it.
 	snprintf(g_partial[0], PATH_MAX, "%s.partial", db_.c_str());

@@ -180,6 +180,7 @@ ServeSession::Stop ServeSession::open_outputs()
 		if (!s)
 			return fail(s.error().message + " (set store in the configuration, or store = \"\" for none)");
 		store_.emplace(std::move(s.value()));
+		store_->commit_every(kPipelineCommitNs);
 		StoreWriter::Retention keep;
 		keep.max_bytes = uint64_t(config_.store_max_mb * 1024 * 1024);
 		keep.max_age_ns = uint64_t(config_.store_max_age_hours * 3600e9);

@@ -102,6 +102,8 @@ Result<uint64_t> StoreWriter::enforce(const Retention &r, uint64_t now_ns)
 {
 	if (auto ok = ready(); !ok)
 		return ok.error();
+	if (auto ok = commit(); !ok) // the batches written so far count
+		return ok.error();
 	uint64_t deleted = 0;
 	if (r.max_age_ns && now_ns > r.max_age_ns) {
 		std::string cutoff = std::to_string(now_ns - r.max_age_ns);
@@ -145,6 +147,12 @@ Result<uint64_t> StoreWriter::enforce(const Retention &r, uint64_t now_ns)
 			return d;
 		stack_ids_.clear();
 		new_stacks_.clear();
+		txn_.stacks.clear();
+		// The deletes wrote every page they freed to the WAL: folded in
+		// too, or the WAL alone can pass the bound.
+		if (r.max_bytes)
+			if (auto c = exec("PRAGMA wal_checkpoint(TRUNCATE)"); !c)
+				return c.error();
 	}
 	return deleted;
 }

@@ -13,6 +13,7 @@
 
 #include <sqlite3.h>
 
+#include "common/clock.h"
 #include "common/fs.h"
 
 namespace eacgm {
@@ -179,7 +180,8 @@ Result<StoreWriter> StoreWriter::create(const std::string &path, bool in_place)
 StoreWriter::StoreWriter(StoreWriter &&o) noexcept
 	: path_(std::move(o.path_)), partial_(std::exchange(o.partial_, {})), db_(std::move(o.db_)),
 	  statements_(std::move(o.statements_)), stack_ids_(std::move(o.stack_ids_)),
-	  new_stacks_(std::move(o.new_stacks_)), in_place_(o.in_place_)
+	  new_stacks_(std::move(o.new_stacks_)), txn_(std::exchange(o.txn_, {})), commit_every_ns_(o.commit_every_ns_),
+	  in_place_(o.in_place_)
 {}
 
 StoreWriter &StoreWriter::operator=(StoreWriter &&o) noexcept
@@ -192,6 +194,8 @@ StoreWriter &StoreWriter::operator=(StoreWriter &&o) noexcept
 		statements_ = std::move(o.statements_);
 		stack_ids_ = std::move(o.stack_ids_);
 		new_stacks_ = std::move(o.new_stacks_);
+		txn_ = std::exchange(o.txn_, {});
+		commit_every_ns_ = o.commit_every_ns_;
 		in_place_ = o.in_place_;
 	}
 	return *this;
@@ -241,9 +245,71 @@ Result<sqlite3_stmt *> StoreWriter::statement(const char *sql)
 	return st.get();
 }
 
-// Writes rows with one prepared statement in one transaction. bind returns
-// false when it failed (SQLite's message says why); the batch is then
-// rolled back whole.
+Result<void> StoreWriter::step(const char *sql)
+{
+	auto st = statement(sql);
+	if (!st)
+		return make_error("cannot write " + partial_ + ": " + st.error().message);
+	int rc = sqlite3_step(*st);
+	sqlite3_reset(*st);
+	if (rc != SQLITE_DONE)
+		return make_error("cannot write " + partial_ + ": " + sqlite3_errmsg(db_.get()) +
+				  "; check free disk space and permissions");
+	return {};
+}
+
+// A batch opens the shared transaction if none is open, and a savepoint in
+// it: a batch that fails is undone alone, the batches before it stay.
+Result<void> StoreWriter::begin_batch()
+{
+	if (!txn_.open) {
+		if (auto r = step("BEGIN"); !r)
+			return r;
+		txn_.open = true;
+		txn_.began_ns = mono_ns();
+	}
+	return step("SAVEPOINT batch");
+}
+
+void StoreWriter::undo_batch()
+{
+	(void)step("ROLLBACK TO batch");
+	(void)step("RELEASE batch");
+	forget(new_stacks_);
+}
+
+Result<void> StoreWriter::end_batch(const char *what, int64_t first_rowid)
+{
+	if (auto r = step("RELEASE batch"); !r) {
+		undo_batch();
+		return r;
+	}
+	txn_.stacks.insert(txn_.stacks.end(), new_stacks_.begin(), new_stacks_.end());
+	new_stacks_.clear();
+	txn_.batches.emplace_back(what, first_rowid);
+	if (mono_ns() - txn_.began_ns >= commit_every_ns_)
+		return commit();
+	return {};
+}
+
+Result<void> StoreWriter::commit()
+{
+	if (!txn_.open)
+		return {};
+	Open done = std::exchange(txn_, {});
+	if (auto r = step("COMMIT"); !r) {
+		(void)exec("ROLLBACK");
+		forget(done.stacks);
+		return r;
+	}
+	for (auto [what, first] : done.batches)
+		note_batch(what, first);
+	return {};
+}
+
+// Writes rows with one prepared statement, as one batch (begin_batch).
+// bind returns false when it failed (SQLite's message says why); the batch
+// is then rolled back whole.
 template <class T, class Bind>
 Result<void> StoreWriter::insert_all(const char *sql, const std::vector<T> &rows, const char *what, Bind bind)
 {
@@ -254,13 +320,12 @@ Result<void> StoreWriter::insert_all(const char *sql, const std::vector<T> &rows
 	auto st = statement(sql);
 	if (!st)
 		return make_error("cannot write " + std::string(what) + " to " + partial_ + ": " + st.error().message);
-	if (auto r = exec("BEGIN"); !r)
+	if (auto r = begin_batch(); !r)
 		return r;
 	auto fail = [&]() -> Result<void> {
 		std::string m = sqlite3_errmsg(db_.get());
 		sqlite3_reset(*st);
-		(void)exec("ROLLBACK");
-		forget_new_stacks();
+		undo_batch();
 		return make_error("cannot write " + std::string(what) + " to " + partial_ + ": " + m +
 				  "; check free disk space");
 	};
@@ -275,14 +340,7 @@ Result<void> StoreWriter::insert_all(const char *sql, const std::vector<T> &rows
 		if (!first)
 			first = sqlite3_last_insert_rowid(db_.get());
 	}
-	if (auto r = exec("COMMIT"); !r) {
-		(void)exec("ROLLBACK");
-		forget_new_stacks();
-		return r;
-	}
-	new_stacks_.clear();
-	note_batch(what, first);
-	return {};
+	return end_batch(what, first);
 }
 
 // The row of a Python stack, written the first time it is seen (in the
@@ -304,16 +362,17 @@ int64_t StoreWriter::stack_id(const std::string &frames)
 	if (stack_ids_.size() >= kMaxStackIds) {
 		stack_ids_.clear();
 		new_stacks_.clear(); // views of the keys just dropped
+		txn_.stacks.clear();
 	}
 	int64_t id = sqlite3_last_insert_rowid(db_.get());
 	new_stacks_.push_back(stack_ids_.emplace(frames, id).first->first);
 	return id;
 }
 
-// A rolled-back batch takes the stacks it wrote with it.
-void StoreWriter::forget_new_stacks()
+// A rolled-back batch or transaction takes the stacks it wrote with it.
+void StoreWriter::forget(std::vector<std::string_view> &stacks)
 {
-	for (std::string_view k : std::exchange(new_stacks_, {}))
+	for (std::string_view k : std::exchange(stacks, {}))
 		if (auto it = stack_ids_.find(k); it != stack_ids_.end())
 			stack_ids_.erase(it);
 }
@@ -425,10 +484,14 @@ Result<void> StoreSink::keep_bounds(uint64_t now_ns)
 	StoreWriter::Retention due;
 	// The file never shrinks (freed pages are reused): once past 70% it is
 	// looked at once a second of data, not at every batch.
-	if (retention_.max_bytes && now_ns >= last_size_check_ns_ + 1'000'000'000ull &&
-	    w_.file_bytes() > retention_.max_bytes * 0.7) {
+	if (retention_.max_bytes && now_ns >= last_size_check_ns_ + 1'000'000'000ull) {
 		last_size_check_ns_ = now_ns;
-		due.max_bytes = retention_.max_bytes;
+		// An open transaction's pages are partly in SQLite's cache, not
+		// yet in the file: committed first, the file says all it holds.
+		if (auto r = w_.commit(); !r)
+			return r;
+		if (w_.file_bytes() > retention_.max_bytes * 0.7)
+			due.max_bytes = retention_.max_bytes;
 	}
 	if (retention_.max_age_ns && now_ns > last_age_check_ns_ + 60'000'000'000ull) {
 		last_age_check_ns_ = now_ns;
@@ -469,6 +532,8 @@ Result<void> StoreWriter::upsert_thread(const Thread &t)
 Result<void> StoreWriter::set_drops(const std::vector<Drop> &drops)
 {
 	if (auto r = ready(); !r)
+		return r;
+	if (auto r = commit(); !r)
 		return r;
 	if (auto r = exec("BEGIN"); !r)
 		return r;
@@ -517,6 +582,8 @@ Result<void> StoreWriter::set_wall_offset(int64_t wall_offset_ns)
 Result<void> StoreWriter::finish()
 {
 	if (auto r = ready(); !r)
+		return r;
+	if (auto r = commit(); !r)
 		return r;
 	if (auto r = exec(kIndexes); !r)
 		return r;

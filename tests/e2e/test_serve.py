@@ -363,10 +363,17 @@ class ServeFollowsShortLivedProcesses(unittest.TestCase):
         self.assertIn("eacgm: stopped", err)
 
     def agent_settles(self, agent, calls):
+        seen = {}
+
         def done(m):
-            total = sum(v for (n, l), v in m.items() if n == "eacgm_calls_total")
-            return total == calls and m.get(("eacgm_agent_processes_traced", ()), 1) == 0
-        return agent.wait_until("%d calls and no live process" % calls, done, timeout=120)
+            seen["calls"] = sum(v for (n, l), v in m.items() if n == "eacgm_calls_total")
+            seen["live"] = m.get(("eacgm_agent_processes_traced", ()))
+            seen["lost"] = {dict(l)["reason"]: v for (n, l), v in m.items() if n == "eacgm_records_lost_total" and v}
+            return seen["calls"] == calls and seen["live"] == 0
+        try:
+            return agent.wait_until("%d calls and no live process" % calls, done, timeout=120)
+        except AssertionError as e:
+            raise AssertionError("%s\nlast seen: %s" % (e, seen)) from None
 
 
 class ServeFiltersAndReloads(unittest.TestCase):

@@ -498,6 +498,7 @@ TEST(StoreRetention, StaysUnderItsBoundAndKeepsTheNewest)
 	auto w = StoreWriter::create(path, true);
 	ASSERT_TRUE(w) << w.error().message;
 	const uint64_t bound = 4 << 20;
+	w->commit_every(kPipelineCommitNs); // as the agent writes it
 	StoreSink sink(*w, {bound, 0});
 	uint64_t batches = 300, per = 500, ns = 0, peak = 0;
 	for (uint64_t b = 0; b < batches; b++) {
@@ -573,4 +574,69 @@ TEST(StoreRetention, RowsPastTheAgeGo)
 	EXPECT_EQ(spans->spans.back().start_ns, ns);
 	EXPECT_GE(spans->metrics.front().ts_ns + age + 60 * s, ns);
 	EXPECT_EQ(spans->metrics.back().ts_ns, ns);
+}
+
+// The pipeline's batches share a transaction (commit_every): another reader
+// sees them once it commits; a batch that fails inside it is undone alone,
+// the stacks it wrote with it (a later batch writes them again).
+TEST_F(StoreTest, BatchesShareATransactionAndFailAlone)
+{
+	std::string path = file("shared.db");
+	auto w = StoreWriter::create(path);
+	ASSERT_TRUE(w.ok()) << w.error().message;
+	w->commit_every(3'600'000'000'000ull);
+	sqlite3 *other = nullptr;
+	ASSERT_EQ(sqlite3_open_v2((path + ".partial").c_str(), &other, SQLITE_OPEN_READWRITE, nullptr), SQLITE_OK);
+	auto one = [&](const char *sql) {
+		sqlite3_stmt *st = nullptr;
+		EXPECT_EQ(sqlite3_prepare_v2(other, sql, -1, &st, nullptr), SQLITE_OK) << sqlite3_errmsg(other);
+		int64_t n = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : -1;
+		sqlite3_finalize(st);
+		return n;
+	};
+	// What the failing batches hit: rows SQLite refuses by name.
+	ASSERT_EQ(sqlite3_exec(other,
+			       "CREATE TRIGGER refuse_span BEFORE INSERT ON span_rows WHEN NEW.name = 'bad' "
+			       "BEGIN SELECT RAISE(ABORT, 'refused'); END;"
+			       "CREATE TRIGGER refuse_metric BEFORE INSERT ON metrics WHEN NEW.name = 'bad' "
+			       "BEGIN SELECT RAISE(ABORT, 'refused'); END;",
+			       nullptr, nullptr, nullptr),
+		  SQLITE_OK);
+	auto span = [](uint64_t start, const std::string &name, PyStack st) {
+		return Span{.start_ns = start,
+			    .dur_ns = 10,
+			    .pid = 1,
+			    .tid = 1,
+			    .layer = "torch",
+			    .name = name,
+			    .py_stack = std::move(st)};
+	};
+	PyStack a{"step (train.py:10)"}, c{"forward (model.py:7)", "step (train.py:11)"};
+	auto metric = [](const std::string &name) {
+		return Metric{.ts_ns = 5, .layer = "host", .name = name, .key = "", .pid = 1, .value = 1};
+	};
+	ASSERT_TRUE(w->add_spans({span(1, "aten::mm", a), span(2, "aten::mm", a)}).ok());
+	EXPECT_FALSE(w->add_spans({span(3, "aten::mm", c), span(4, "bad", {})}).ok());
+	EXPECT_FALSE(w->add_metrics({metric("sched_delay_ns"), metric("bad")}).ok());
+	ASSERT_TRUE(w->add_metrics({metric("offcpu_ns")}).ok());
+	ASSERT_TRUE(w->add_spans({span(5, "aten::bmm", c)}).ok());
+	EXPECT_EQ(one("SELECT count(*) FROM span_rows"), 0); // not committed yet
+	ASSERT_TRUE(w->commit().ok());
+	EXPECT_EQ(one("SELECT count(*) FROM span_rows"), 3);
+	EXPECT_EQ(one("SELECT count(*) FROM metrics"), 1);
+	EXPECT_EQ(one("SELECT count(*) FROM metrics WHERE name = 'offcpu_ns'"), 1);
+	EXPECT_EQ(one("SELECT count(*) FROM stacks"), 2);
+	// The stack the failed batch wrote went with it; the later batch's call stands on it.
+	EXPECT_EQ(one("SELECT count(*) FROM spans WHERE name = 'aten::bmm' AND "
+		      "json_extract(py_stack, '$[0]') = 'forward (model.py:7)'"),
+		  1);
+	EXPECT_EQ(
+		sqlite3_exec(other, "DROP TRIGGER refuse_span; DROP TRIGGER refuse_metric;", nullptr, nullptr, nullptr),
+		SQLITE_OK);
+	sqlite3_close(other);
+	ASSERT_TRUE(w->finish().ok());
+	auto loaded = load_recording(path);
+	ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+	ASSERT_EQ(loaded->spans.size(), 3u);
+	EXPECT_EQ(loaded->spans[2].py_stack, c);
 }
