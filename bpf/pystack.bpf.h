@@ -46,7 +46,7 @@ struct {
 
 /* Last forced wakeup of the reader (races between CPUs are harmless). */
 __u64 py_last_wakeup = 0;
-#define EACGM_PY_WAKEUP_NS 10000000ULL
+#define EACGM_PY_WAKEUP_NS 50000000ULL
 
 /* CPython's FRAME_OWNED_BY_CSTACK (3.12, 3.13): a shim frame, not Python code. */
 #define EACGM_PY_OWNED_BY_CSTACK 3
@@ -215,9 +215,11 @@ static __always_inline bool py_emit_stack(__u32 tgid, __u32 tid, __u16 kind, __u
 	e->flags = 0;
 	py_walk(p, tstate, e, max);
 	/* Names are read from the process later, while it still lives: the
-	 * reader must come within milliseconds. But stacks come at the rate of
-	 * the traced calls, and a wakeup each would cost more than the walk:
-	 * wake it at most every EACGM_PY_WAKEUP_NS, 10 ms (or when the buffer fills). */
+	 * reader must come soon. But stacks come at the rate of the traced
+	 * calls and the samples, and a wakeup each would cost more than the
+	 * walk: wake it at most every EACGM_PY_WAKEUP_NS, 50 ms (or when the
+	 * buffer fills). 10 ms was a hundred wake-ups a second of a 1 kHz
+	 * sampler, each taking a CPU from the job. */
 	__u64 now = e->ts_ns;
 	__u64 flags = BPF_RB_NO_WAKEUP;
 	if (now - py_last_wakeup >= EACGM_PY_WAKEUP_NS ||

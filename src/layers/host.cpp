@@ -274,18 +274,35 @@ uint64_t HostCollector::bpf_run_time_ns() const
 	return total;
 }
 
-// Reads every entry of a map and deletes it.
+// Reads every entry of a map and deletes it: in batches (a syscall per 256
+// entries, instead of three per entry: at ten intervals a second that was
+// most of the collector's syscalls), or entry by entry on a kernel without
+// batch operations on hash maps (before 5.6).
 template <class K, class V>
 void drain_map(const struct bpf_map *map, const std::function<void(const K &, const V &)> &f)
 {
 	int fd = bpf_map__fd(map);
-	std::vector<K> keys;
+	constexpr uint32_t kBatch = 256;
+	std::vector<K> keys(kBatch);
+	std::vector<V> values(kBatch);
+	uint32_t token = 0; // a hash map's batches go by bucket
+	for (void *in = nullptr;; in = &token) {
+		uint32_t n = kBatch;
+		int err = bpf_map_lookup_and_delete_batch(fd, in, &token, keys.data(), values.data(), &n, nullptr);
+		for (uint32_t i = 0; i < n && i < kBatch; i++) // read and deleted, even when it failed after them
+			f(keys[i], values[i]);
+		if (err == -ENOENT)
+			return; // that was the last batch
+		if (err)
+			break; // the rest entry by entry, below
+	}
 	K key, next;
+	std::vector<K> left;
 	for (void *prev = nullptr; !bpf_map_get_next_key(fd, prev, &next); prev = &key) {
-		keys.push_back(next);
+		left.push_back(next);
 		key = next;
 	}
-	for (auto &k : keys) {
+	for (auto &k : left) {
 		V v;
 		if (!bpf_map_lookup_elem(fd, &k, &v))
 			f(k, v);
