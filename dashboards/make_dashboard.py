@@ -43,10 +43,10 @@ ROWS = [
            "{{comm}} ({{pid}}) {{key}}")]),
     ]),
     ("Host interference", [
-        ("Scheduling delay per process (per interval)", "timeseries", "ns",
-         [('eacgm_host_sched_delay_ns * on (pid) group_left (comm) eacgm_process_info', "{{comm}} ({{pid}})")]),
-        ("Off-CPU time per process (per interval)", "timeseries", "ns",
-         [('eacgm_host_offcpu_ns * on (pid) group_left (comm) eacgm_process_info', "{{comm}} ({{pid}})")]),
+        ("Scheduling delay per process (per interval)", "timeseries", "s",
+         [('eacgm_host_sched_delay_seconds * on (pid) group_left (comm) eacgm_process_info', "{{comm}} ({{pid}})")]),
+        ("Off-CPU time per process (per interval)", "timeseries", "s",
+         [('eacgm_host_offcpu_seconds * on (pid) group_left (comm) eacgm_process_info', "{{comm}} ({{pid}})")]),
     ]),
     ("Anomalies", [
         ("Anomalies by layer and cause (5 min)", "timeseries", "short",

@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <string_view>
 #include <tuple>
 
 #include "export/summary.h"
@@ -277,17 +278,38 @@ void MetricsSink::collectives(const std::vector<Span> &spans)
 	}
 }
 
+// A layer's measure as a Prometheus gauge: its name in base units, spelled
+// out (sched_delay_ns -> sched_delay_seconds, pcie_rx_bytes_per_s ->
+// pcie_rx_bytes_per_second), as Prometheus' conventions and `promtool check
+// metrics` want; the store keeps the layers' own names and units.
+std::pair<std::string, double> gauge_of(const std::string &layer, const std::string &measure)
+{
+	static const std::pair<std::string_view, std::pair<std::string_view, double>> units[] = {
+		{"_ns", {"_seconds", 1e9}},
+		{"_us", {"_seconds", 1e6}},
+		{"_ms", {"_seconds", 1e3}},
+		{"_per_s", {"_per_second", 1}},
+	};
+	std::string name = "eacgm_" + layer + "_" + measure;
+	for (auto &[abbr, unit] : units)
+		if (name.size() > abbr.size() && name.compare(name.size() - abbr.size(), abbr.size(), abbr) == 0)
+			return {name.substr(0, name.size() - abbr.size()).append(unit.first), unit.second};
+	return {name, 1};
+}
+
 Result<void> MetricsSink::measures(const std::vector<Metric> &metrics, const std::vector<Event> &events)
 {
 	for (const Metric &m : metrics) {
-		std::string name = "eacgm_" + m.layer + "_" + m.name;
-		reg_.declare(name, MetricsRegistry::gauge, "The " + m.layer + " layer's " + m.name + ", last value.");
+		auto [name, per] = gauge_of(m.layer, m.name);
+		reg_.declare(name, MetricsRegistry::gauge,
+			     "The " + m.layer + " layer's " + m.name + (per != 1 ? " in seconds" : "") +
+				     ", last value.");
 		Labels l;
 		if (!m.key.empty())
 			l.push_back({"key", m.key});
 		if (m.pid)
 			l.push_back({"pid", std::to_string(m.pid)});
-		reg_.set(name, l, m.value);
+		reg_.set(name, l, m.value / per);
 	}
 	for (const Event &e : events) {
 		reg_.declare("eacgm_events_total", MetricsRegistry::counter,

@@ -63,6 +63,11 @@ private:
 // Duration buckets from 1 us to 10 s (1, 2.5, 5 per decade), in seconds.
 const std::vector<double> &duration_buckets();
 
+// A layer's measure as a Prometheus gauge: its name in base units and what
+// its values are divided by (eacgm_host_sched_delay_ns ->
+// eacgm_host_sched_delay_seconds, 1e9).
+std::pair<std::string, double> gauge_of(const std::string &layer, const std::string &measure);
+
 // Fills a registry from the pipeline. Per call: eacgm_calls_total,
 // eacgm_call_errors_total, eacgm_call_duration_seconds and
 // eacgm_bytes_total, by layer and function; calls that know their

@@ -19,6 +19,7 @@ import eacgm_e2e as E
 import test_cuda
 
 PROMETHEUS = "/usr/bin/prometheus"
+PROMTOOL = "/usr/bin/promtool"  # Debian's prometheus package has both
 NCCL_CALLS = os.path.join(E.TESTPROGS, "nccl_calls")
 NVML_STANDIN_DIR = os.environ.get("NVML_STANDIN_DIR", os.path.join(E._ROOT, "build", "tests", "nvml"))
 DASHBOARD = os.path.join(E.SOURCE_DIR, "dashboards", "eacgm.json")
@@ -297,6 +298,16 @@ class ServeWithPrometheus(unittest.TestCase):
         m = self.agent.wait_until("one live process", lambda m: m.get(("eacgm_agent_processes_traced", ()), 0) == 1)
         self.assertEqual(m[("eacgm_agent_process_table", ())], 1)
         self.assertEqual([dict(l)["pid"] for n, l in m if n == "eacgm_process_info"], [str(self.busy.pid)])
+
+    def test_4b_the_exposition_passes_promtool(self):
+        # Every family the workloads above made (CUDA, NCCL, torch, the GPU,
+        # the host, the agent's health), linted as Prometheus lints it.
+        status, text = get("http://127.0.0.1:%d/metrics" % self.agent.port)
+        self.assertEqual(status, 200)
+        self.assertIn("eacgm_gpu_", text)
+        self.assertIn("eacgm_host_", text)
+        r = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True)
+        self.assertEqual((r.returncode, r.stdout + r.stderr), (0, ""))
 
     def test_5_every_dashboard_expression_returns_data(self):
         with open(DASHBOARD) as f:

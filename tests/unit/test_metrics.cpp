@@ -181,16 +181,16 @@ TEST(MetricsSink, MeasuresAreGaugesAndGoWithTheirProcess)
 	e[0].layer = e[1].layer = "gpu";
 	e[0].name = e[1].name = "xid";
 	ASSERT_TRUE(sink.measures(m, e));
-	EXPECT_EQ(lines_of(r.render(), "eacgm_host_sched_delay_ns"),
-		  (std::vector<std::string>{"eacgm_host_sched_delay_ns{pid=\"42\"} 1500",
-					    "eacgm_host_sched_delay_ns{pid=\"43\"} 7"}));
+	EXPECT_EQ(lines_of(r.render(), "eacgm_host_sched_delay_seconds"),
+		  (std::vector<std::string>{"eacgm_host_sched_delay_seconds{pid=\"42\"} 1.5e-06",
+					    "eacgm_host_sched_delay_seconds{pid=\"43\"} 7e-09"}));
 	EXPECT_EQ(lines_of(r.render(), "eacgm_gpu_util_gpu_pct")[0], "eacgm_gpu_util_gpu_pct{key=\"gpu0\"} 99");
 	EXPECT_EQ(lines_of(r.render(), "eacgm_events_total")[0], "eacgm_events_total{layer=\"gpu\",name=\"xid\"} 2");
 	Process p;
 	p.pid = 42;
 	p.comm = "python3";
 	ASSERT_TRUE(sink.process(p)); // running: kept, and described
-	EXPECT_EQ(lines_of(r.render(), "eacgm_host_sched_delay_ns").size(), 2u);
+	EXPECT_EQ(lines_of(r.render(), "eacgm_host_sched_delay_seconds").size(), 2u);
 	p.comm = "trainer"; // exec'd: described anew
 	p.cgroup = "/kubepods/burstable/pod6f1d2c3b-0a1b-4c2d-8e3f-0123456789ab/" + std::string(64, 'a');
 	p.container_id = std::string(64, 'a');
@@ -202,8 +202,8 @@ TEST(MetricsSink, MeasuresAreGaugesAndGoWithTheirProcess)
 					    "\",pod_uid=\"6f1d2c3b-0a1b-4c2d-8e3f-0123456789ab\"} 1"}));
 	p.end_ns = 5;
 	ASSERT_TRUE(sink.process(p));
-	EXPECT_EQ(lines_of(r.render(), "eacgm_host_sched_delay_ns"),
-		  (std::vector<std::string>{"eacgm_host_sched_delay_ns{pid=\"43\"} 7"}));
+	EXPECT_EQ(lines_of(r.render(), "eacgm_host_sched_delay_seconds"),
+		  (std::vector<std::string>{"eacgm_host_sched_delay_seconds{pid=\"43\"} 7e-09"}));
 	EXPECT_TRUE(lines_of(r.render(), "eacgm_process_info").empty());
 }
 
@@ -333,4 +333,15 @@ TEST(Cgroup, ContainerAndPodFromThePath)
 		EXPECT_EQ(i.container_id, c.container) << c.path;
 		EXPECT_EQ(i.pod_uid, c.pod) << c.path;
 	}
+}
+
+TEST(MetricsSink, GaugesInBaseUnitsSpelledOut)
+{
+	EXPECT_EQ(gauge_of("host", "offcpu_ns"), (std::pair<std::string, double>{"eacgm_host_offcpu_seconds", 1e9}));
+	EXPECT_EQ(gauge_of("host", "psi_io_some_stall_us"),
+		  (std::pair<std::string, double>{"eacgm_host_psi_io_some_stall_seconds", 1e6}));
+	EXPECT_EQ(gauge_of("gpu", "pcie_rx_bytes_per_s"),
+		  (std::pair<std::string, double>{"eacgm_gpu_pcie_rx_bytes_per_second", 1}));
+	EXPECT_EQ(gauge_of("gpu", "util_gpu_pct"), (std::pair<std::string, double>{"eacgm_gpu_util_gpu_pct", 1}));
+	EXPECT_EQ(gauge_of("host", "sched_waits"), (std::pair<std::string, double>{"eacgm_host_sched_waits", 1}));
 }
