@@ -316,6 +316,10 @@ static int exit_status(int32_t code)
 
 void Recorder::handle_proc(const eacgm_proc_event &e)
 {
+	if (discover_ && held_pids_.count(e.tgid)) {
+		held_.push_back(e); // after its fork, which waits for the parent
+		return;
+	}
 	if (discover_ && !processes_.count(e.kind == EACGM_PROC_FORK ? e.ppid : e.tgid) && discover_proc(e))
 		return;
 	switch (e.kind) {
@@ -403,10 +407,16 @@ Result<void> Recorder::announce()
 bool Recorder::discover_proc(const eacgm_proc_event &e)
 {
 	switch (e.kind) {
-	case EACGM_PROC_FORK: // of a parent the filters excluded (else it is known)
-		if (excluded_.count(e.ppid))
+	case EACGM_PROC_FORK: // of a parent the filters excluded, or not judged yet (else it is known)
+		if (excluded_.count(e.ppid)) {
 			excluded_.insert(e.tgid); // the same program until it execs
-		return excluded_.count(e.ppid) != 0;
+			return true;
+		}
+		// The parent's first calls are read in this round or the next: the
+		// child (the same program until it execs) follows its verdict.
+		held_.push_back(e);
+		held_pids_.insert(e.tgid);
+		return true;
 	case EACGM_PROC_EXEC: // a new program: judged afresh
 		excluded_.erase(e.tgid);
 		candidates_.insert(e.tgid);
@@ -431,6 +441,24 @@ bool Recorder::discover_proc(const eacgm_proc_event &e)
 		return true;
 	}
 	return false;
+}
+
+// serve: the forks (and what followed) of parents not judged when they were
+// read, now that the parents are: a child of an excluded parent is excluded,
+// of an adopted one traced; of a parent still unknown, judged on its own.
+void Recorder::resolve_forks()
+{
+	if (held_.empty())
+		return;
+	held_pids_.clear();
+	for (const eacgm_proc_event &e : std::exchange(held_, {})) {
+		if (e.kind == EACGM_PROC_FORK && !processes_.count(e.ppid) && !excluded_.count(e.ppid)) {
+			unseen_.insert(e.tgid);
+			continue;
+		}
+		handle_proc(e);
+	}
+	adopt_unseen();
 }
 
 void Recorder::adopt_unseen()
@@ -565,6 +593,7 @@ Result<int> Recorder::poll(int timeout_ms)
 	handling_cpu_ns_ += clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu;
 	adopt_unseen();
 	judge_candidates();
+	resolve_forks();
 	rescan_processes();
 	// After the records: an exit the kernel reported there (with its code and
 	// time) is already handled; the kernel writes it before the pidfd wakes.
@@ -595,6 +624,7 @@ Result<void> Recorder::drain()
 		return make_error(std::string("reading the ring buffers failed: ") + std::strerror(-n));
 	records_read_ += static_cast<uint64_t>(n);
 	adopt_unseen();
+	resolve_forks();
 	rescan_processes();
 	return flush(true);
 }
