@@ -273,9 +273,16 @@ Result<void> StoreWriter::begin_batch()
 
 void StoreWriter::undo_batch()
 {
+	forget(new_stacks_);
+	if (sqlite3_get_autocommit(db_.get())) {
+		// SQLite rolled the whole transaction back itself (a full disk, an
+		// I/O error): the batches before this one went with it.
+		Open lost = std::exchange(txn_, {});
+		forget(lost.stacks);
+		return;
+	}
 	(void)step("ROLLBACK TO batch");
 	(void)step("RELEASE batch");
-	forget(new_stacks_);
 }
 
 Result<void> StoreWriter::end_batch(const char *what, int64_t first_rowid)
@@ -482,8 +489,8 @@ Result<void> StoreSink::measures(const std::vector<Metric> &m, const std::vector
 Result<void> StoreSink::keep_bounds(uint64_t now_ns)
 {
 	StoreWriter::Retention due;
-	// The file never shrinks (freed pages are reused): once past 70% it is
-	// looked at once a second of data, not at every batch.
+	// The file never shrinks (freed pages are reused): it is looked at once
+	// a second of data, not at every batch, and trimmed once past 70%.
 	if (retention_.max_bytes && now_ns >= last_size_check_ns_ + 1'000'000'000ull) {
 		last_size_check_ns_ = now_ns;
 		// An open transaction's pages are partly in SQLite's cache, not

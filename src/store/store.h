@@ -68,7 +68,8 @@ public:
 	// each batch commits at once). A commit, not a row, is what costs: the
 	// pipeline's ten-odd batches a second (spans, Python spans, each host
 	// interval's metrics) took a fifth of its loop's CPU in commits. A
-	// reader of the file sees a batch once its transaction commits.
+	// reader of the file sees a batch once its transaction commits; a
+	// crash, or a disk that fills, loses the open transaction at most.
 	void commit_every(uint64_t ns) { commit_every_ns_ = ns; }
 	// Commits the batches written so far (finish() and the bounds do too).
 	Result<void> commit();
