@@ -22,14 +22,14 @@ import tempfile
 eacgm, build = sys.argv[1], sys.argv[2]
 rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 5
 load = os.path.join(build, "tests", "testprogs", "budget_load")
-SECONDS, WARM, ITERS = 16, 6, 30000
+SECONDS, WARM, WORK_NS = 16, 6, 10000  # budget_load times its iterations to about 10 us a call
 SPEC = {"layer": "budget", "library": "libeacgm_budgetlib*.so", "probes": [{"function": "bl_work"}]}
 CONFIGS = [("untraced", None), ("eacgm, every call (--overhead-budget 0)", "0"),
            ("eacgm --overhead-budget 2 (default)", "2"), ("eacgm --overhead-budget 5", "5")]
 
 
 def run(tmp, budget):
-    cmd = [load, str(SECONDS), str(ITERS)]
+    cmd = [load, str(SECONDS), str(WORK_NS)]
     db = os.path.join(tmp, "b.db")
     if budget is not None:
         spec = os.path.join(tmp, "spec.json")
