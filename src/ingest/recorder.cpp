@@ -444,20 +444,34 @@ bool Recorder::discover_proc(const eacgm_proc_event &e)
 }
 
 // serve: the forks (and what followed) of parents not judged when they were
-// read, now that the parents are: a child of an excluded parent is excluded,
-// of an adopted one traced; of a parent still unknown, judged on its own.
-void Recorder::resolve_forks()
+// read, once the parents are: a child of an excluded parent is excluded, of
+// an adopted one traced. The parent's first calls can be read a round after
+// the fork (another ring): a child waits for them up to a second (`all`: the
+// end), then is judged on its own. A child judged on its own once it has
+// exited would count as traced whatever its parent was.
+void Recorder::resolve_forks(bool all)
 {
 	if (held_.empty())
 		return;
+	static constexpr uint64_t kWaitNs = 1'000'000'000;
+	uint64_t now = mono_ns();
 	held_pids_.clear();
+	std::set<uint32_t> waiting;
 	for (const eacgm_proc_event &e : std::exchange(held_, {})) {
-		if (e.kind == EACGM_PROC_FORK && !processes_.count(e.ppid) && !excluded_.count(e.ppid)) {
+		bool unknown = !processes_.count(e.ppid) && !excluded_.count(e.ppid);
+		if (waiting.count(e.tgid) ||
+		    (e.kind == EACGM_PROC_FORK && unknown && !all && now < e.ts_ns + kWaitNs)) {
+			waiting.insert(e.tgid);
+			held_.push_back(e);
+			continue;
+		}
+		if (e.kind == EACGM_PROC_FORK && unknown) {
 			unseen_.insert(e.tgid);
 			continue;
 		}
 		handle_proc(e);
 	}
+	held_pids_ = std::move(waiting);
 	adopt_unseen();
 }
 
@@ -593,7 +607,7 @@ Result<int> Recorder::poll(int timeout_ms)
 	handling_cpu_ns_ += clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu;
 	adopt_unseen();
 	judge_candidates();
-	resolve_forks();
+	resolve_forks(false);
 	rescan_processes();
 	// After the records: an exit the kernel reported there (with its code and
 	// time) is already handled; the kernel writes it before the pidfd wakes.
@@ -624,7 +638,7 @@ Result<void> Recorder::drain()
 		return make_error(std::string("reading the ring buffers failed: ") + std::strerror(-n));
 	records_read_ += static_cast<uint64_t>(n);
 	adopt_unseen();
-	resolve_forks();
+	resolve_forks(true);
 	rescan_processes();
 	return flush(true);
 }
@@ -665,6 +679,10 @@ Result<void> Recorder::flush(bool force)
 				filtered_++; // read before its process was judged
 				continue;
 			}
+			if (discover_ && held_pids_.count(e.tgid)) {
+				held_spans_.push_back(e); // its parent's verdict decides
+				continue;
+			}
 			decoded_.push_back(decode_span(e, specs.probes[e.spec_id], specs, &symbolizer_, tensors_));
 			Span &s = decoded_.back();
 			// A call seen in a burst of a throttled probe stands for those
@@ -696,7 +714,8 @@ Result<void> Recorder::flush(bool force)
 			}
 		}
 	}
-	pending_.clear();
+	pending_.swap(held_spans_); // next round's, first
+	held_spans_.clear();
 	// Decoding and Python names cannot wait (the process may exit); the
 	// store can: a transaction per wakeup would cost more than the tracing.
 	auto now = std::chrono::steady_clock::now();

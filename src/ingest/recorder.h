@@ -138,7 +138,7 @@ private:
 	// Discovery, off the ring buffer's callback: the processes seen first
 	// in this round's records become known (and, in serve, judged).
 	void adopt_unseen();
-	void resolve_forks();
+	void resolve_forks(bool all);
 	bool discover_proc(const eacgm_proc_event &e);
 	Result<void> announce();
 	void judge_candidates();
@@ -254,10 +254,11 @@ private:
 	std::set<uint32_t> candidates_;  // serve: exec'd or loaded a library, not known yet
 	std::set<uint32_t> excluded_;    // serve: the filters said no
 	// serve: the records of a child whose parent was not judged yet when
-	// its fork was read; they wait, in order, for the parent's verdict
-	// (resolve_forks).
+	// its fork was read; they (and its calls) wait, in order, for the
+	// parent's verdict (resolve_forks).
 	std::vector<eacgm_proc_event> held_;
 	std::set<uint32_t> held_pids_;
+	std::vector<eacgm_span_event> held_spans_;
 	std::vector<uint32_t> ended_; // serve: exited, to hand on and forget after the flush
 	uint64_t filtered_ = 0;
 	std::chrono::steady_clock::time_point last_drops_;
