@@ -407,7 +407,8 @@ Result<void> Recorder::announce()
 bool Recorder::discover_proc(const eacgm_proc_event &e)
 {
 	switch (e.kind) {
-	case EACGM_PROC_FORK: // of a parent the filters excluded, or not judged yet (else it is known)
+	case EACGM_PROC_FORK:            // of a parent the filters excluded, or not judged yet (else it is known)
+		excluded_.erase(e.tgid); // a pid reused: a new process
 		if (excluded_.count(e.ppid)) {
 			excluded_.insert(e.tgid); // the same program until it execs
 			return true;
@@ -426,7 +427,9 @@ bool Recorder::discover_proc(const eacgm_proc_event &e)
 			candidates_.insert(e.tgid);
 		return true;
 	case EACGM_PROC_EXIT:
-		if (excluded_.erase(e.tgid))
+		// Still excluded: its last calls may be read after its exit (or held
+		// for a fork record); sweep_excluded forgets it later.
+		if (excluded_.count(e.tgid))
 			return true;
 		// Its calls were read, and it exited before it was looked at: kept
 		// with what the record says (no /proc left to read).
@@ -443,6 +446,10 @@ bool Recorder::discover_proc(const eacgm_proc_event &e)
 	return false;
 }
 
+// serve: how long a forked child's records wait for its parent's verdict,
+// and the calls of a process gone before it was judged for a fork record.
+static constexpr uint64_t kForkWaitNs = 1'000'000'000;
+
 // serve: the forks (and what followed) of parents not judged when they were
 // read, once the parents are: a child of an excluded parent is excluded, of
 // an adopted one traced. The parent's first calls can be read a round after
@@ -453,14 +460,13 @@ void Recorder::resolve_forks(bool all)
 {
 	if (held_.empty())
 		return;
-	static constexpr uint64_t kWaitNs = 1'000'000'000;
 	uint64_t now = mono_ns();
 	held_pids_.clear();
 	std::set<uint32_t> waiting;
 	for (const eacgm_proc_event &e : std::exchange(held_, {})) {
 		bool unknown = !processes_.count(e.ppid) && !excluded_.count(e.ppid);
 		if (waiting.count(e.tgid) ||
-		    (e.kind == EACGM_PROC_FORK && unknown && !all && now < e.ts_ns + kWaitNs)) {
+		    (e.kind == EACGM_PROC_FORK && unknown && !all && now < e.ts_ns + kForkWaitNs)) {
 			waiting.insert(e.tgid);
 			held_.push_back(e);
 			continue;
@@ -672,6 +678,7 @@ uint64_t Recorder::period_at(uint64_t ts_ns) const
 Result<void> Recorder::flush(bool force)
 {
 	const auto &specs = attacher_.specs();
+	const uint64_t now_ns = discover_ && !pending_.empty() ? mono_ns() : 0;
 	{
 		for (size_t k = 0; k < pending_.size(); k++) {
 			const eacgm_span_event &e = pending_[k];
@@ -681,6 +688,13 @@ Result<void> Recorder::flush(bool force)
 			}
 			if (discover_ && held_pids_.count(e.tgid)) {
 				held_spans_.push_back(e); // its parent's verdict decides
+				continue;
+			}
+			// A process gone before it could be judged: a fork record read
+			// later (another ring) may still say whose child it was.
+			if (discover_ && !force && !processes_.count(e.tgid) &&
+			    now_ns < e.start_ns + e.dur_ns + kForkWaitNs) {
+				held_spans_.push_back(e);
 				continue;
 			}
 			decoded_.push_back(decode_span(e, specs.probes[e.spec_id], specs, &symbolizer_, tensors_));
