@@ -33,7 +33,7 @@ def run(eacgm, workload, steps, args, db):
     cmd = [T.PYTHON, os.path.join(T.ROOT, "bench", "workloads", workload), str(steps)]
     if args is not None:
         # Every call, whatever it costs: the breakdown is of the full rate.
-        cmd = [eacgm, "record", "-o", db, "--overhead-budget", "0", *args, "--", *cmd]
+        cmd = [eacgm, "record", "-o", db, "--overhead-budget", "0", "--bpf-stats", *args, "--", *cmd]
     out = T.run_checked(cmd, " ".join(cmd))
     step = float(T.STEP_RE.search(out).group(1))
     if args is None:

@@ -35,6 +35,7 @@ struct RecordArgs {
 	double stop_timeout_s = 2;          // after Ctrl-C: how long the command gets to exit
 	double overhead_budget_pct = 2;     // traps' share of the traced processes' CPU; 0: off
 	double budget_after_s = 10;         // first budget decision after this long
+	bool bpf_stats = false;             // the kernel's run-time accounting of our programs
 	std::vector<std::string> command;   // after "--"
 };
 int run_record(const RecordArgs &args);

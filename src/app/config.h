@@ -30,6 +30,7 @@ struct ServeConfig {
 	double detect_fpr = 1e-4;
 	double overhead_budget_pct = 2;
 	unsigned ring_buffer_kb = 8192;
+	bool bpf_stats = false; // the kernel's run-time accounting of eacgm's BPF programs
 	// Which processes are traced: all of them must match where given.
 	struct Filter {
 		std::vector<std::string> comm;       // regular expressions (ECMAScript), matched whole

@@ -127,6 +127,11 @@ void add_record_cost(CLI::App *record, RecordArgs &rec)
 			   "recording keeps every call)")
 		->capture_default_str()
 		->check(CLI::Range(0.0, 86400.0));
+	record->add_flag("--bpf-stats", rec.bpf_stats,
+			 "Have the kernel count eacgm's BPF programs' runs and run time (the recording's meta "
+			 "bpf_runs:*, bpf_ns:*, and the host layer's share in host_layer_cpu_pct). Off by default: "
+			 "it adds two clock reads to every BPF program run on the machine, about 60 ns to each "
+			 "traced call");
 	record->add_option("--ring-buffer-kb", rec.ring_buffer_kb,
 			   "Span ring buffer size in KiB, a power of two (records beyond it are counted as lost)")
 		->capture_default_str();

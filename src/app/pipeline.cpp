@@ -78,6 +78,7 @@ Pipeline::Stop Pipeline::open_probes(ElfPrefetch *prefetch, const std::function<
 	if (has("host")) {
 		HostOptions ho;
 		ho.interval_ms = o_.host_interval_ms;
+		ho.bpf_stats = o_.bpf_stats;
 		host_loading_ = std::async(std::launch::async, [fd = tracker_->traced_map_fd(), ho] {
 			return open_host_collector(fd, ho);
 		});
@@ -197,7 +198,8 @@ void Pipeline::begin()
 		std::cerr << "eacgm: note: no traced library is loaded yet; probes attach when the target loads one\n";
 	start_ = std::chrono::steady_clock::now();
 	usage_at_start_ = self_usage();
-	prog_stats_ = enable_prog_stats(); // from here: the attached phase only
+	if (o_.bpf_stats)
+		prog_stats_ = enable_prog_stats(); // from here: the attached phase only
 	if (o_.overhead_budget_pct > 0)
 		budget_.emplace(o_.overhead_budget_pct, o_.budget_after_s, *engine_, attacher_->specs(),
 				python_ && python_->sample_hz() ? python_.get() : nullptr);

@@ -126,6 +126,7 @@ PipelineOptions RecordSession::pipeline_options(const RecordArgs &a)
 	o.overhead_budget_pct = a.overhead_budget_pct;
 	o.budget_after_s = a.budget_after_s;
 	o.flamegraph = !a.flamegraph.empty();
+	o.bpf_stats = a.bpf_stats;
 	return o;
 }
 

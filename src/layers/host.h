@@ -25,6 +25,10 @@ struct HostOptions {
 	// Where procfs is read (root + "/proc/pressure/cpu", root + "/proc/net/dev"):
 	// tests point it at recorded files.
 	std::string root = "/";
+	// Count the layer's BPF run time in host_layer_cpu_pct: turns the
+	// kernel's run-time accounting on while the layer runs (two clock
+	// reads more on every BPF program run on the node).
+	bool bpf_stats = false;
 };
 
 // Loads and attaches bpf/host.bpf.c, sharing the traced-process map.

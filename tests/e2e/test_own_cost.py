@@ -1,6 +1,6 @@
 """eacgm says what it cost: each recording's meta holds its own CPU and peak
 memory while attached, and its BPF programs' runs and run time, counted by
-the kernel. Checked exactly where the count is knowable: the test library's
+the kernel when asked (--bpf-stats). Checked exactly where the count is knowable: the test library's
 calls, one entry and one return program run each."""
 import os
 import unittest
@@ -16,7 +16,8 @@ class OwnCost(unittest.TestCase):
         E.require_root()
         cls.tmp = E.make_tempdir(cls)
         spec = E.write_json(os.path.join(cls.tmp, "spec.json"), E.TESTLIB_SPEC)
-        cls.rec = E.record(cls.tmp, [E.TESTLIB_CALLS, "nest", str(CALLS)], "--layers", "cuda", "--spec", spec)
+        cls.rec = E.record(cls.tmp, [E.TESTLIB_CALLS, "nest", str(CALLS)], "--layers", "cuda", "--spec", spec,
+                           "--bpf-stats")
 
     def setUp(self):
         self.assertEqual(self.rec.rc, 0, self.rec.stderr)
@@ -46,6 +47,23 @@ class OwnCost(unittest.TestCase):
         self.assertGreater(float(self.meta["attached_s"]), 0)
         self.assertLessEqual(float(self.meta["attached_s"]), float(self.meta["duration_s"]))
         self.assertGreater(int(self.meta["agent_max_rss_kb"]), 1024)
+
+
+class NoStatsByDefault(unittest.TestCase):
+    """Without --bpf-stats the kernel's accounting stays off (it costs every
+    BPF program run on the machine two clock reads): no run counts."""
+
+    def test_no_program_stats(self):
+        E.require_root()
+        tmp = E.make_tempdir(self)
+        spec = E.write_json(os.path.join(tmp, "spec.json"), E.TESTLIB_SPEC)
+        rec = E.record(tmp, [E.TESTLIB_CALLS, "nest", "20"], "--layers", "cuda", "--spec", spec)
+        self.assertEqual(rec.rc, 0, rec.stderr)
+        self.assertEqual(len(rec.spans()), 60)
+        meta = E.meta(rec.db)
+        self.assertNotIn("bpf_run_ns", meta)
+        self.assertEqual([k for k in meta if k.startswith("bpf_")], [])
+        self.assertIn("agent_cpu_attached_s", meta)
 
 
 if __name__ == "__main__":

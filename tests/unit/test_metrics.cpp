@@ -257,6 +257,7 @@ detect = false
 detect_fpr = 0.001
 overhead_budget_pct = 1.5
 ring_buffer_kb = 1024
+bpf_stats = true
 [filter]
 comm = ["python.*", "trainer"]
 cgroup = ["/kubepods.slice"]
@@ -278,6 +279,7 @@ pid_namespace = [4026531836]
 	EXPECT_DOUBLE_EQ(c->detect_fpr, 0.001);
 	EXPECT_DOUBLE_EQ(c->overhead_budget_pct, 1.5);
 	EXPECT_EQ(c->ring_buffer_kb, 1024u);
+	EXPECT_TRUE(c->bpf_stats);
 	EXPECT_EQ(c->filter.comm, (std::vector<std::string>{"python.*", "trainer"}));
 	EXPECT_EQ(c->filter.cgroup, (std::vector<std::string>{"/kubepods.slice"}));
 	EXPECT_EQ(c->filter.pid_namespace, (std::vector<uint64_t>{4026531836ull}));
