@@ -293,7 +293,7 @@ TEST(ServeConfig, ErrorsNameTheKeyAndLine)
 		EXPECT_EQ(c.error().message, message) << text;
 	};
 	expect("\nlisten_on = \"x\"\n",
-	       "c.toml:2: listen_on: unknown key; the keys here are detect, detect_fpr, filter, gpu_hz, "
+	       "c.toml:2: listen_on: unknown key; the keys here are bpf_stats, detect, detect_fpr, filter, gpu_hz, "
 	       "host_interval_ms, layers, listen, overhead_budget_pct, ring_buffer_kb, sample_hz, specs, store, "
 	       "store_max_age_hours, store_max_mb, top_functions");
 	expect("top_functions = 1.5\n", "c.toml:1: top_functions must be a whole number");
