@@ -150,7 +150,7 @@ void Context::fill(Observation &o) const
 	o.x[kHostRetransmits] = std::log1p(interval_mean("host", "tcp_retransmits", o.pid, t0, t1, true));
 }
 
-Observation Extractor::observe(const Span &s, const Context &ctx)
+Observation Extractor::observe(const Span &s, const Context &ctx, const std::string &key)
 {
 	Observation o;
 	o.start_ns = s.start_ns;
@@ -165,7 +165,10 @@ Observation Extractor::observe(const Span &s, const Context &ctx)
 	o.x[kLogBytes] = std::log1p(static_cast<double>(s.bytes));
 	if (s.bytes)
 		o.x[kLogBandwidth] = std::log(static_cast<double>(s.bytes) * 1e9 / dur);
-	uint64_t &last = last_end_[{key_of(s), s.tid}];
+	auto per_key = last_end_.find(key);
+	if (per_key == last_end_.end())
+		per_key = last_end_.emplace(key, std::unordered_map<uint32_t, uint64_t>{}).first;
+	uint64_t &last = per_key->second[s.tid];
 	// A call seen in a burst of a throttled probe (args.weight): the gap
 	// before it spans the time the probe was detached, not the program's.
 	if (last && !s.args.contains("weight"))

@@ -40,6 +40,7 @@
 #include <map>
 #include <string>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include "common/model.h"
@@ -127,10 +128,13 @@ private:
 // Per key: what features need from the previous spans (the gap).
 class Extractor {
 public:
-	Observation observe(const Span &s, const Context &ctx);
+	Observation observe(const Span &s, const Context &ctx) { return observe(s, ctx, key_of(s)); }
+	// key: key_of(s), when the caller has it already (one string less a call).
+	Observation observe(const Span &s, const Context &ctx, const std::string &key);
 
 private:
-	std::map<std::pair<std::string, uint32_t>, uint64_t> last_end_; // (key, tid) -> end ns
+	// key -> tid -> end ns: found without making a key per call.
+	std::unordered_map<std::string, std::unordered_map<uint32_t, uint64_t>> last_end_;
 };
 
 } // namespace eacgm::detect

@@ -111,12 +111,14 @@ std::optional<Anomaly> OnlineDetector::observe(const Span &s)
 			last_trim_ = now - opt_.window_ns;
 			ctx_.trim(last_trim_);
 		}
-		std::string key = key_of(s);
+		// Built in place: no string made per call once it is long enough.
+		std::string &key = key_buf_;
+		key.assign(s.layer).append("/").append(s.name);
 		KeyState &ks = keys_[key];
 		if (ks.st.key.empty())
 			ks.st.key = key;
 		ks.st.seen++;
-		Row row{ext_.observe(s, ctx_), false};
+		Row row{ext_.observe(s, ctx_, key), false};
 		if (ks.model) {
 			Scored sc = ks.model->score(row.o);
 			ks.st.scored++;

@@ -136,6 +136,7 @@ private:
 	Context ctx_;
 	Extractor ext_;
 	std::map<std::string, KeyState> keys_;
+	std::string key_buf_; // observe()'s key, under mu_
 	std::deque<Job> jobs_;
 	bool busy_ = false, stop_ = false, unlimited_ = false;
 	uint64_t last_trim_ = 0;

@@ -188,6 +188,13 @@ void SampledSpans::add(const PyStackSample &smp)
 	if (smp.ts_ns < last_ns_)
 		return add_late(smp);
 	last_ns_ = smp.ts_ns;
+	// The stack the open frames are, again (a torch call's two stacks, a
+	// loop sampled in place): they only last longer. Its frames are not
+	// compared: the same stack's frames are shared (SharedFrames).
+	if (!smp.truncated && !smp.frames->empty() && &*smp.frames == &*top_) {
+		credit(open_, smp);
+		return;
+	}
 	std::vector<PyFrame> whole;
 	const std::vector<PyFrame> *frames = whole_stack(smp, open_, whole);
 	if (!frames)
@@ -203,6 +210,7 @@ void SampledSpans::add(const PyStackSample &smp)
 				 .floor = d < ended_.size() ? ended_[d] : 0,
 				 .samples = smp.periodic,
 				 .sampled_ns = weight_ns});
+	top_ = smp.truncated ? SharedFrames() : smp.frames;
 }
 
 // Where the open stack holds the late sample's outer frames, and their
@@ -233,6 +241,7 @@ void SampledSpans::add_late(const PyStackSample &smp)
 std::vector<Span> SampledSpans::finish()
 {
 	close_from(0);
+	top_ = SharedFrames();
 	return take();
 }
 

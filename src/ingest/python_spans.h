@@ -110,6 +110,9 @@ private:
 	std::vector<Open> open_;      // outermost first
 	std::vector<uint64_t> ended_; // per depth, the end of the last span closed there
 	std::vector<Span> closed_;
+	// The stack open_ holds exactly (a sample's whole stack), or empty:
+	// a sample of the same stack only credits the open frames.
+	SharedFrames top_;
 	uint64_t last_ns_ = 0, late_ = 0;
 };
 

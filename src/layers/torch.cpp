@@ -1,9 +1,12 @@
 #include "layers/torch.h"
 
+#include <algorithm>
+#include <charconv>
 #include <cstring>
 #include <fstream>
 #include <regex>
 #include <sstream>
+#include <string_view>
 
 namespace eacgm {
 
@@ -106,14 +109,32 @@ nlohmann::json format_tensor(uint64_t a, uint64_t b)
 				       "float32", "float64", "complex32", "complex64", "complex128", "bool",
 				       "qint8",   "quint8",  "qint32",    "bfloat16"};
 	unsigned ndim = a & 0xff, dtype = (a >> 8) & 0xff;
-	std::string s = dtype < std::size(kTypes) ? kTypes[dtype] : "dtype" + std::to_string(dtype);
 	uint64_t sizes[3] = {a >> 16, b & 0xffffffff, b >> 32};
-	s += "[";
-	for (unsigned i = 0; i < ndim && i < 3; i++)
-		s += (i ? ", " : "") + std::to_string(sizes[i]);
-	if (ndim > 3)
-		s += ", ... " + std::to_string(ndim) + "d";
-	return s + "]";
+	// Written into one buffer: every traced torch call has a tensor or
+	// two, and a string per piece was a sixth of decoding them.
+	char buf[96];
+	char *p = buf, *end = buf + sizeof(buf);
+	auto put = [&](std::string_view t) { p = std::copy_n(t.data(), std::min<size_t>(t.size(), end - p), p); };
+	auto num = [&](uint64_t v) { p = std::to_chars(p, end, v).ptr; };
+	if (dtype < std::size(kTypes))
+		put(kTypes[dtype]);
+	else {
+		put("dtype");
+		num(dtype);
+	}
+	put("[");
+	for (unsigned i = 0; i < ndim && i < 3; i++) {
+		if (i)
+			put(", ");
+		num(sizes[i]);
+	}
+	if (ndim > 3) {
+		put(", ... ");
+		num(ndim);
+		put("d");
+	}
+	put("]");
+	return std::string(buf, p);
 }
 
 } // namespace eacgm
