@@ -55,9 +55,19 @@ void Context::add(const Event &e)
 
 void Context::trim(uint64_t before_ns)
 {
-	for (auto &[k, s] : series_)
+	for (auto it = series_.begin(); it != series_.end();) {
+		Series &s = it->second;
+		// A process's series with nothing since: the process is gone (a
+		// node agent sees thousands come and go). The machine's own series
+		// keep their last sample: a gauge holds until the next one.
+		if (std::get<2>(it->first) && !s.samples.empty() && s.samples.back().ts_ns < before_ns) {
+			it = series_.erase(it);
+			continue;
+		}
 		while (s.samples.size() > 1 && s.samples.front().ts_ns < before_ns)
 			s.samples.pop_front();
+		++it;
+	}
 	while (!events_.empty() && events_.front().ts_ns < before_ns)
 		events_.pop_front();
 }

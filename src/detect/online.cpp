@@ -60,7 +60,10 @@ std::optional<OnlineDetector::Job> OnlineDetector::maybe_refit(const std::string
 	Job job{key, {}, {}};
 	job.rows.reserve(ks.window.size());
 	for (const Row &r : ks.window) {
-		job.rows.push_back(r.o);
+		Observation &o = job.rows.emplace_back();
+		o.start_ns = r.start_ns;
+		std::copy(r.x.begin(), r.x.end(), o.x.begin());
+		o.site = ks.sites[r.site];
 		job.excluded.push_back(!all && r.flagged);
 	}
 	ks.pending = true;
@@ -68,6 +71,45 @@ std::optional<OnlineDetector::Job> OnlineDetector::maybe_refit(const std::string
 	ks.since_fit = 0;
 	ks.last_fit_ns = now;
 	return job;
+}
+
+// Whether a key's call number n goes into its window: every call up to
+// max_window_rows, then every k-th, the window's max_window_events calls
+// thinned to about max_window_rows.
+bool OnlineDetector::keeps(uint64_t n) const
+{
+	size_t rows = opt_.max_window_rows;
+	if (!rows || n <= rows || rows >= opt_.max_window_events)
+		return true;
+	size_t k = (opt_.max_window_events + rows - 1) / rows;
+	return n % k == 0;
+}
+
+// The site's index in the key's table. A table grown past what its window
+// can still name (sites that left the window stay in it) is rebuilt from
+// the window first.
+uint32_t OnlineDetector::site_id(KeyState &ks, const std::string &site)
+{
+	if (site.empty())
+		return 0;
+	if (auto it = ks.site_ids.find(site); it != ks.site_ids.end())
+		return it->second;
+	if (ks.sites.size() >= std::max<size_t>(4096, 2 * ks.window.size())) {
+		std::vector<std::string> old = std::exchange(ks.sites, {""});
+		ks.site_ids.clear();
+		for (Row &r : ks.window) {
+			if (!r.site)
+				continue;
+			auto [it, fresh] = ks.site_ids.try_emplace(old[r.site], uint32_t(ks.sites.size()));
+			if (fresh)
+				ks.sites.push_back(old[r.site]);
+			r.site = it->second;
+		}
+	}
+	uint32_t id = uint32_t(ks.sites.size());
+	ks.sites.push_back(site);
+	ks.site_ids.emplace(site, id);
+	return id;
 }
 
 // Trains without the lock (the slow part), then swaps the model in.
@@ -107,8 +149,9 @@ std::optional<Anomaly> OnlineDetector::observe(const Span &s)
 	{
 		std::lock_guard lk(mu_);
 		uint64_t now = s.start_ns;
-		if (now > opt_.window_ns && now - opt_.window_ns > last_trim_ + opt_.window_ns / 16) {
-			last_trim_ = now - opt_.window_ns;
+		uint64_t keep = opt_.context_keep_ns;
+		if (now > keep && now - keep > last_trim_ + keep / 16) {
+			last_trim_ = now - keep;
 			ctx_.trim(last_trim_);
 		}
 		// Built in place: no string made per call once it is long enough.
@@ -118,9 +161,11 @@ std::optional<Anomaly> OnlineDetector::observe(const Span &s)
 		if (ks.st.key.empty())
 			ks.st.key = key;
 		ks.st.seen++;
-		Row row{ext_.observe(s, ctx_, key), false};
+		Observation o = ext_.observe(s, ctx_, key);
+		Row row{.seq = ks.st.seen, .start_ns = o.start_ns, .x = {}, .site = 0, .flagged = false};
+		std::copy(o.x.begin(), o.x.end(), row.x.begin());
 		if (ks.model) {
-			Scored sc = ks.model->score(row.o);
+			Scored sc = ks.model->score(o);
 			ks.st.scored++;
 			if (ks.model->anomalous(sc)) {
 				row.flagged = true;
@@ -133,7 +178,7 @@ std::optional<Anomaly> OnlineDetector::observe(const Span &s)
 					  .name = s.name,
 					  .score = sc.score,
 					  .threshold = ks.model->threshold().value};
-				explain(a, s, row.o, *ks.model, sc, ctx_, opt_.context_margin_ns);
+				explain(a, s, o, *ks.model, sc, ctx_, opt_.context_margin_ns);
 				out = std::move(a);
 			}
 		} else if (ks.st.note.empty() || ks.st.note.starts_with("cold start") ||
@@ -141,11 +186,14 @@ std::optional<Anomaly> OnlineDetector::observe(const Span &s)
 			ks.st.note = "too few events: " + std::to_string(ks.st.seen) + " seen, the first model needs " +
 				std::to_string(std::max<size_t>(opt_.cold_start, KeyModel::kMinTrain));
 		}
-		ks.window.push_back(std::move(row));
+		if (keeps(ks.st.seen)) {
+			row.site = site_id(ks, o.site);
+			ks.window.push_back(std::move(row));
+		}
 		ks.since_fit++;
 		while (!ks.window.empty() &&
-		       (ks.window.size() > opt_.max_window_events ||
-			(now > opt_.window_ns && ks.window.front().o.start_ns < now - opt_.window_ns)))
+		       (ks.st.seen - ks.window.front().seq >= opt_.max_window_events ||
+			(now > opt_.window_ns && ks.window.front().start_ns < now - opt_.window_ns)))
 			ks.window.pop_front();
 		job = maybe_refit(key, ks, now);
 		if (job && opt_.background) {

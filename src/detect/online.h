@@ -16,6 +16,7 @@
 // window is trained on (a level shift is accepted, not alarmed forever).
 // Thread-safe: every public method may be called from any thread.
 #pragma once
+#include <array>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -25,6 +26,8 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "common/model.h"
@@ -41,7 +44,14 @@ struct DetectOptions {
 							// window is young: whenever it doubled) ...
 	uint64_t refit_interval_ns = 60'000'000'000ull; // ... or this much time, whichever first
 	size_t max_window_events = 20000;               // per key, the most recent (memory bound)
-	bool background = true;                         // false: refit inline, deterministic (eacgm detect on a file)
+	// Past this many rows a key's window keeps every k-th call only, k =
+	// max_window_events / max_window_rows rounded up: the same span of
+	// calls, evenly thinned (0: every call). The fit sees max_fit_rows
+	// evenly spaced rows anyway, and at a false-alarm rate of 1e-4 the
+	// threshold is extrapolated from the lowest tenth of the scores with
+	// 20,000 rows as with 4,000.
+	size_t max_window_rows = 0;
+	bool background = true; // false: refit inline, deterministic (eacgm detect on a file)
 	// Background refits may use this share of one core, averaged, with
 	// bursts up to refit_burst_s of CPU time (0: no limit). A key's first
 	// model is fitted first and at once; refits of trained keys wait for
@@ -49,6 +59,12 @@ struct DetectOptions {
 	double refit_cpu_share = 0;
 	double refit_burst_s = 1.0;
 	uint64_t context_margin_ns = 100'000'000; // root cause looks this far around an event
+	// Metrics and events are kept this far behind the newest span scored:
+	// a span's features and causes are read from them once, when it is
+	// scored, and spans come at most a few seconds late. Kept for the whole
+	// training window (an hour), the host layer's 600 rows a second grew a
+	// recording by about 100 MB an hour.
+	uint64_t context_keep_ns = 60'000'000'000ull;
 
 	// For a tracer left attached all day (record, serve): scoring stays on
 	// every call, training is what is rationed. Measured on a ResNet-18
@@ -64,6 +80,7 @@ struct DetectOptions {
 		o.model.max_fit_rows = 2000;
 		o.model.gmm.restarts = 1;
 		o.refit_every = o.max_window_events;
+		o.max_window_rows = 4000;
 		o.refit_interval_ns = 600'000'000'000ull;
 		o.refit_cpu_share = 0.005;
 		o.refit_burst_s = 0.05;
@@ -107,12 +124,24 @@ public:
 	const DetectOptions &options() const { return opt_; }
 
 private:
+	// A call in a key's training window, kept small: a window spans up to
+	// max_window_events (20,000) calls of every key, all day. As whole
+	// Observations (doubles, a call-site string each, about 210 bytes) a
+	// GPT recording's 25 torch functions grew eacgm by 50 MB in its first
+	// two minutes. Features as floats (a log feature needs no more than 7
+	// digits) and the site as an index into the key's sites: 72 bytes,
+	// and with max_window_rows at most 4,000 of them a key.
 	struct Row {
-		Observation o;
+		uint64_t seq = 0; // the key's call number (KeyStatus::seen)
+		uint64_t start_ns = 0;
+		std::array<float, kFeatureCount> x;
+		uint32_t site = 0; // KeyState::sites; 0: none
 		bool flagged = false;
 	};
 	struct KeyState {
 		std::deque<Row> window;
+		std::vector<std::string> sites{""}; // the window's call sites, each once
+		std::unordered_map<std::string, uint32_t> site_ids;
 		std::shared_ptr<const KeyModel> model;
 		size_t since_fit = 0;
 		uint64_t last_fit_ns = 0;
@@ -126,6 +155,8 @@ private:
 		std::vector<bool> excluded; // from the fit, not from the calibration
 	};
 	std::optional<Job> maybe_refit(const std::string &key, KeyState &ks, uint64_t now);
+	static uint32_t site_id(KeyState &ks, const std::string &site);
+	bool keeps(uint64_t n) const;
 	void run_job(Job job);
 	void worker();
 	std::optional<Job> next_job(std::unique_lock<std::mutex> &lk, double &credit);

@@ -90,6 +90,28 @@ TEST(Features, DurationBytesGapAndSite)
 	EXPECT_EQ(key_of(b), "cuda/cudaMemcpy");
 }
 
+// trim() forgets what is older than its time, but a machine series keeps
+// its last sample (a gauge holds until the next), and a process's series
+// with nothing since goes whole (the process is gone).
+TEST(Context, TrimKeepsGaugesAndForgetsGoneProcesses)
+{
+	Context ctx;
+	for (uint64_t t = 1; t <= 5; t++) {
+		ctx.add(Metric{t * 1000, "gpu", "util_gpu_pct", "gpu0", 0, double(t)});
+		ctx.add(Metric{t * 1000, "host", "sched_delay_ns", "", 7, double(t)});
+	}
+	ctx.add(Metric{9000, "host", "sched_delay_ns", "", 8, 1});
+	ctx.add(Event{2000, "gpu", "xid", "gpu0", 0, 0, nlohmann::json::object()});
+	ctx.trim(6000);
+	auto gauge = ctx.covering("gpu", "util_gpu_pct", 0, 0, 10000);
+	ASSERT_EQ(gauge.size(), 1u);
+	EXPECT_EQ(gauge[0].ts_ns, 5000u);
+	EXPECT_EQ(gauge[0].value, 5);
+	EXPECT_TRUE(ctx.covering("host", "sched_delay_ns", 7, 0, 10000).empty());
+	EXPECT_EQ(ctx.covering("host", "sched_delay_ns", 8, 0, 10000).size(), 1u);
+	EXPECT_TRUE(ctx.events_between(0, 10000).empty());
+}
+
 TEST(Features, GpuAndHostJoins)
 {
 	Context ctx;
@@ -255,6 +277,33 @@ TEST(OnlineDetector, AlwaysOnSubsampledFitFlagsThePlantedCall)
 // The refit budget: with a share of 1e-6 of a core (about nothing), a key's
 // first model is still fitted at once, later refits wait; flush(true) drops
 // them, so a recording's end does not pay for refits that score nothing.
+// A thinned window (max_window_rows) spans as many calls with a fifth of
+// the rows, and its model flags what the full window's flags.
+TEST(OnlineDetector, ThinnedWindowKeepsTheSpanAndFlagsThePlantedCall)
+{
+	DetectOptions full = inline_options(), thin = inline_options();
+	full.max_window_events = thin.max_window_events = 2000;
+	thin.max_window_rows = 400; // every 5th call past the first 400
+	OnlineDetector a(full), b(thin);
+	auto spans = op_stream(6000, 5800, 9);
+	std::optional<Anomaly> ha, hb;
+	for (size_t i = 0; i < spans.size(); i++) {
+		auto x = a.observe(spans[i]), y = b.observe(spans[i]);
+		if (i == 5800)
+			ha = x, hb = y;
+	}
+	ASSERT_TRUE(ha);
+	ASSERT_TRUE(hb) << "the thinned window's model missed the planted 2 ms call";
+	auto sa = a.status(), sb = b.status();
+	// The last refit (at call 5500, every 500) saw calls 3501..5500: all of
+	// them, less those flagged, or every 5th (400 rows).
+	EXPECT_LE(sa[0].trained_on, 2000u);
+	EXPECT_GE(sa[0].trained_on, 1950u);
+	EXPECT_LE(sb[0].trained_on, 400u);
+	EXPECT_GE(sb[0].trained_on, 390u);
+	EXPECT_EQ(sa[0].seen, sb[0].seen);
+}
+
 TEST(OnlineDetector, RefitBudgetDefersRefitsNotFirstModels)
 {
 	DetectOptions o = inline_options();
