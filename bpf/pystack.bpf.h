@@ -17,6 +17,16 @@
 #include <bpf/bpf_core_read.h>
 #include "eacgm/abi/python.h"
 
+/* The most frames a record of this object holds, a power of two: its
+ * includer may set it lower (span.bpf.c: EACGM_PY_SPAN_FRAMES). Records are
+ * reserved at that size, not at the largest: the stack behind a span is a
+ * quarter of a sample's 2 KiB, and the ring carries four times as many. */
+#ifndef EACGM_PY_WALK_FRAMES
+#define EACGM_PY_WALK_FRAMES EACGM_PY_MAX_FRAMES
+#endif
+#define EACGM_PY_RECORD_SIZE                                                                                           \
+	(__builtin_offsetof(struct eacgm_py_stack_event, frames) + EACGM_PY_WALK_FRAMES * sizeof(struct eacgm_py_frame))
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 4096);
@@ -34,7 +44,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 8 * 1024 * 1024);
+	__uint(max_entries, 4 * 1024 * 1024);
 } py_events SEC(".maps");
 
 struct {
@@ -121,7 +131,7 @@ static __always_inline __u64 py_field64(const __u8 *buf, __u32 size, __u32 off)
 static long py_walk_step(__u32 i, void *data)
 {
 	struct py_walk *w = data;
-	if (!w->ok || !w->frame || w->n >= w->max || w->n >= EACGM_PY_MAX_FRAMES)
+	if (!w->ok || !w->frame || w->n >= w->max || w->n >= EACGM_PY_WALK_FRAMES)
 		return 1;
 	__u8 fb[EACGM_PY_FRAME_READ] = {}, cb[EACGM_PY_CODE_READ] = {};
 	__u32 flen = w->frame_len, clen = w->code_len;
@@ -145,7 +155,7 @@ static long py_walk_step(__u32 i, void *data)
 	if (w->minor <= 10) /* f_lasti, an int */
 		instr = (__u64)(__s64)(__s32)instr;
 	struct eacgm_py_stack_event *e = w->e;
-	__u32 n = w->n & (EACGM_PY_MAX_FRAMES - 1);
+	__u32 n = w->n & (EACGM_PY_WALK_FRAMES - 1);
 	e->frames[n].code = code;
 	e->frames[n].instr = instr;
 	e->frames[n].name = py_field64(cb, sizeof(cb), w->code_name - 8);
@@ -202,7 +212,7 @@ static __always_inline bool py_emit_stack(__u32 tgid, __u32 tid, __u16 kind, __u
 		py_count(EACGM_PY_CNT_NO_THREAD);
 		return false;
 	}
-	struct eacgm_py_stack_event *e = bpf_ringbuf_reserve(&py_events, sizeof(*e), 0);
+	struct eacgm_py_stack_event *e = bpf_ringbuf_reserve(&py_events, EACGM_PY_RECORD_SIZE, 0);
 	if (!e) {
 		py_count(EACGM_PY_CNT_RINGBUF_FULL);
 		return false;
@@ -223,7 +233,7 @@ static __always_inline bool py_emit_stack(__u32 tgid, __u32 tid, __u16 kind, __u
 	__u64 now = e->ts_ns;
 	__u64 flags = BPF_RB_NO_WAKEUP;
 	if (now - py_last_wakeup >= EACGM_PY_WAKEUP_NS ||
-	    bpf_ringbuf_query(&py_events, BPF_RB_AVAIL_DATA) >= 2 * 1024 * 1024) {
+	    bpf_ringbuf_query(&py_events, BPF_RB_AVAIL_DATA) >= 1024 * 1024) {
 		py_last_wakeup = now;
 		flags = BPF_RB_FORCE_WAKEUP;
 	}

@@ -10,6 +10,7 @@
 #include <bpf/bpf_core_read.h>
 #include "eacgm/abi/events.h"
 #include "traced.bpf.h"
+#define EACGM_PY_WALK_FRAMES EACGM_PY_SPAN_FRAMES
 #include "pystack.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";

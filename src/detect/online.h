@@ -49,7 +49,7 @@ struct DetectOptions {
 	// calls, evenly thinned (0: every call). The fit sees max_fit_rows
 	// evenly spaced rows anyway, and at a false-alarm rate of 1e-4 the
 	// threshold is extrapolated from the lowest tenth of the scores with
-	// 20,000 rows as with 4,000.
+	// 20,000 rows as with 2,000.
 	size_t max_window_rows = 0;
 	bool background = true; // false: refit inline, deterministic (eacgm detect on a file)
 	// Background refits may use this share of one core, averaged, with
@@ -80,7 +80,7 @@ struct DetectOptions {
 		o.model.max_fit_rows = 2000;
 		o.model.gmm.restarts = 1;
 		o.refit_every = o.max_window_events;
-		o.max_window_rows = 4000;
+		o.max_window_rows = 2000;
 		o.refit_interval_ns = 600'000'000'000ull;
 		o.refit_cpu_share = 0.005;
 		o.refit_burst_s = 0.05;
@@ -130,7 +130,8 @@ private:
 	// GPT recording's 25 torch functions grew eacgm by 50 MB in its first
 	// two minutes. Features as floats (a log feature needs no more than 7
 	// digits) and the site as an index into the key's sites: 72 bytes,
-	// and with max_window_rows at most 4,000 of them a key.
+	// and with max_window_rows at most 2,000 of them a key once it has seen
+	// 20,000 calls (3,800 until then).
 	struct Row {
 		uint64_t seq = 0; // the key's call number (KeyStatus::seen)
 		uint64_t start_ns = 0;

@@ -184,10 +184,14 @@ void Recorder::watch_python(uint32_t pid)
 int Recorder::on_py(void *ctx, void *data, size_t size)
 {
 	auto *self = static_cast<Recorder *>(ctx);
-	if (size < sizeof(eacgm_py_stack_event))
+	// A record holds as many frames as its kind may have (the stack
+	// behind a span 16, a sample 64): only the header is always there.
+	constexpr size_t head = offsetof(eacgm_py_stack_event, frames);
+	if (size < head)
 		return 0;
 	const auto &e = *static_cast<const eacgm_py_stack_event *>(data);
-	uint32_t n = std::min<uint32_t>(e.nframes, EACGM_PY_MAX_FRAMES);
+	uint32_t n = std::min<uint32_t>(
+		{e.nframes, EACGM_PY_MAX_FRAMES, static_cast<uint32_t>((size - head) / sizeof(eacgm_py_frame))});
 	if (e.kind == EACGM_PY_SPAN) {
 		// Named now, within milliseconds of the walk, not when the span
 		// ends: by then a short program may be finalising and freeing the
