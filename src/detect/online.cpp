@@ -47,7 +47,9 @@ std::optional<OnlineDetector::Job> OnlineDetector::maybe_refit(const std::string
 	// Refit when the window has doubled since the last fit (a model from
 	// the first 200 calls, often warm-up, is soon replaced by one from more),
 	// then every refit_every calls or refit_interval, whichever comes first.
-	size_t every = ks.model ? std::min(opt_.refit_every, std::max<size_t>(ks.model->trained_on(), 1)) : 0;
+	// Doubled in calls, not rows: a thinned window's rows stop growing long
+	// before its calls do, and would refit it every few thousand calls.
+	size_t every = ks.model ? std::min<size_t>(opt_.refit_every, std::max<uint64_t>(ks.fit_calls, 1)) : 0;
 	bool due = ks.model ? (ks.since_fit >= every || now - ks.last_fit_ns >= opt_.refit_interval_ns)
 			    : ks.window.size() >= std::max<size_t>(opt_.cold_start, KeyModel::kMinTrain) &&
 			(!ks.tried || ks.since_fit >= opt_.refit_every);
@@ -66,6 +68,7 @@ std::optional<OnlineDetector::Job> OnlineDetector::maybe_refit(const std::string
 		o.site = ks.sites[r.site];
 		job.excluded.push_back(!all && r.flagged);
 	}
+	ks.fit_calls = ks.window.empty() ? 0 : ks.st.seen - ks.window.front().seq + 1;
 	ks.pending = true;
 	ks.tried = true;
 	ks.since_fit = 0;

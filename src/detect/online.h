@@ -145,6 +145,7 @@ private:
 		std::unordered_map<std::string, uint32_t> site_ids;
 		std::shared_ptr<const KeyModel> model;
 		size_t since_fit = 0;
+		uint64_t fit_calls = 0; // the calls the last fit's window spanned
 		uint64_t last_fit_ns = 0;
 		bool pending = false;
 		bool tried = false; // a first fit was attempted (and may have failed)
