@@ -44,7 +44,7 @@ section "User-space pipeline: records per second on one core" "$build/bench/benc
 section "Overhead budget on a job it would otherwise exceed" /usr/bin/python3 "$here/budget_cost.py" "$eacgm" "$build"
 section "Start and stop" /usr/bin/python3 "$here/startstop.py" "$eacgm"
 section "Training steps: untraced, eacgm, torch.profiler" /usr/bin/python3 "$here/train_cost.py" "$eacgm"
-section "Memory over a long recording" /usr/bin/python3 "$here/memory_long.py" "$eacgm" 120
+section "Memory and CPU over a long recording" /usr/bin/python3 "$here/memory_long.py" "$eacgm" 120
 section "Where the cost goes, layer by layer" /usr/bin/python3 "$here/breakdown.py" "$eacgm"
 section "Host layer at a high switch rate" "$build/bench/bench_host_cost"
 section "Detector against scikit-learn" "$build/bench/bench_detect_cost"
