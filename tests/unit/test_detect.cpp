@@ -59,6 +59,19 @@ DetectOptions inline_options()
 	return o;
 }
 
+// Two detectors fed the same spans: what each made of spans[planted].
+std::pair<std::optional<Anomaly>, std::optional<Anomaly>> observe_both(OnlineDetector &a, OnlineDetector &b,
+								       const std::vector<Span> &spans, size_t planted)
+{
+	std::pair<std::optional<Anomaly>, std::optional<Anomaly>> out;
+	for (size_t i = 0; i < spans.size(); i++) {
+		auto x = a.observe(spans[i]), y = b.observe(spans[i]);
+		if (i == planted)
+			out = {x, y};
+	}
+	return out;
+}
+
 } // namespace
 
 TEST(Features, DurationBytesGapAndSite)
@@ -304,13 +317,7 @@ TEST(OnlineDetector, AlwaysOnSubsampledFitFlagsThePlantedCall)
 	capped.model.gmm.restarts = 1;
 	full.cold_start = capped.cold_start = 8000;
 	OnlineDetector a(full), b(capped);
-	auto spans = op_stream(9000, 8500, 8);
-	std::optional<Anomaly> ha, hb;
-	for (size_t i = 0; i < spans.size(); i++) {
-		auto x = a.observe(spans[i]), y = b.observe(spans[i]);
-		if (i == 8500)
-			ha = x, hb = y;
-	}
+	auto [ha, hb] = observe_both(a, b, op_stream(9000, 8500, 8), 8500);
 	ASSERT_TRUE(ha);
 	ASSERT_TRUE(hb) << "the subsampled fit missed the planted 2 ms call";
 	auto sa = a.status(), sb = b.status();
@@ -319,9 +326,6 @@ TEST(OnlineDetector, AlwaysOnSubsampledFitFlagsThePlantedCall)
 	EXPECT_NEAR(sa[0].threshold, sb[0].threshold, 0.5);
 }
 
-// The refit budget: with a share of 1e-6 of a core (about nothing), a key's
-// first model is still fitted at once, later refits wait; flush(true) drops
-// them, so a recording's end does not pay for refits that score nothing.
 // A thinned window (max_window_rows) spans as many calls with a fifth of
 // the rows, and its model flags what the full window's flags.
 TEST(OnlineDetector, ThinnedWindowKeepsTheSpanAndFlagsThePlantedCall)
@@ -330,13 +334,7 @@ TEST(OnlineDetector, ThinnedWindowKeepsTheSpanAndFlagsThePlantedCall)
 	full.max_window_events = thin.max_window_events = 2000;
 	thin.max_window_rows = 400; // every 5th call past the first 400
 	OnlineDetector a(full), b(thin);
-	auto spans = op_stream(6000, 5800, 9);
-	std::optional<Anomaly> ha, hb;
-	for (size_t i = 0; i < spans.size(); i++) {
-		auto x = a.observe(spans[i]), y = b.observe(spans[i]);
-		if (i == 5800)
-			ha = x, hb = y;
-	}
+	auto [ha, hb] = observe_both(a, b, op_stream(6000, 5800, 9), 5800);
 	ASSERT_TRUE(ha);
 	ASSERT_TRUE(hb) << "the thinned window's model missed the planted 2 ms call";
 	auto sa = a.status(), sb = b.status();
@@ -349,6 +347,9 @@ TEST(OnlineDetector, ThinnedWindowKeepsTheSpanAndFlagsThePlantedCall)
 	EXPECT_EQ(sa[0].seen, sb[0].seen);
 }
 
+// The refit budget: with a share of 1e-6 of a core (about nothing), a key's
+// first model is still fitted at once, later refits wait; flush(true) drops
+// them, so a recording's end does not pay for refits that score nothing.
 TEST(OnlineDetector, RefitBudgetDefersRefitsNotFirstModels)
 {
 	DetectOptions o = inline_options();
