@@ -26,7 +26,14 @@ double feature_display_value(unsigned f, double x)
 	return kFeatures[f].log1p ? std::expm1(x) : std::exp(x);
 }
 
-std::string key_of(const Span &s) { return s.layer + "/" + s.name; }
+void key_of(const Span &s, std::string &out) { out.assign(s.layer).append("/").append(s.name); }
+
+std::string key_of(const Span &s)
+{
+	std::string k;
+	key_of(s, k);
+	return k;
+}
 
 void Context::add(const Metric &m)
 {
@@ -175,10 +182,7 @@ Observation Extractor::observe(const Span &s, const Context &ctx, const std::str
 	o.x[kLogBytes] = std::log1p(static_cast<double>(s.bytes));
 	if (s.bytes)
 		o.x[kLogBandwidth] = std::log(static_cast<double>(s.bytes) * 1e9 / dur);
-	auto per_key = last_end_.find(key);
-	if (per_key == last_end_.end())
-		per_key = last_end_.emplace(key, std::unordered_map<uint32_t, uint64_t>{}).first;
-	uint64_t &last = per_key->second[s.tid];
+	uint64_t &last = last_end_[key][s.tid]; // the key is copied only the first time
 	// A call seen in a burst of a throttled probe (args.weight): the gap
 	// before it spans the time the probe was detached, not the program's.
 	if (last && !s.args.contains("weight"))

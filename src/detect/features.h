@@ -89,6 +89,8 @@ struct Observation {
 
 // "layer/name": the key a model is kept for.
 std::string key_of(const Span &s);
+// The same, written into out (its buffer reused: no string made per call).
+void key_of(const Span &s, std::string &out);
 
 // Metrics and events seen so far, indexed for the joins "around a span".
 class Context {

@@ -169,21 +169,19 @@ std::optional<Anomaly> OnlineDetector::observe(const Span &s)
 			last_trim_ = now - keep;
 			ctx_.trim(last_trim_);
 		}
-		// Built in place: no string made per call once it is long enough.
 		std::string &key = key_buf_;
-		key.assign(s.layer).append("/").append(s.name);
+		key_of(s, key);
 		KeyState &ks = keys_[key];
 		if (ks.st.key.empty())
 			ks.st.key = key;
 		ks.st.seen++;
 		Observation o = ext_.observe(s, ctx_, key);
-		Row row{.seq = ks.st.seen, .start_ns = o.start_ns, .x = {}, .site = 0, .flagged = false};
-		std::copy(o.x.begin(), o.x.end(), row.x.begin());
+		bool flagged = false;
 		if (ks.model) {
 			Scored sc = ks.model->score(o);
 			ks.st.scored++;
 			if (ks.model->anomalous(sc) && !only_faster(*ks.model, sc)) {
-				row.flagged = true;
+				flagged = true;
 				ks.st.flagged++;
 				Anomaly a{.ts_ns = s.start_ns,
 					  .dur_ns = s.dur_ns,
@@ -201,9 +199,13 @@ std::optional<Anomaly> OnlineDetector::observe(const Span &s)
 			ks.st.note = "too few events: " + std::to_string(ks.st.seen) + " seen, the first model needs " +
 				std::to_string(std::max<size_t>(opt_.cold_start, KeyModel::kMinTrain));
 		}
-		if (keeps(ks.st.seen)) {
-			row.site = site_id(ks, o.site);
-			ks.window.push_back(std::move(row));
+		if (keeps(ks.st.seen)) { // a thinned window's row is made only when kept
+			Row &row = ks.window.emplace_back(Row{.seq = ks.st.seen,
+							      .start_ns = o.start_ns,
+							      .x = {},
+							      .site = site_id(ks, o.site),
+							      .flagged = flagged});
+			std::copy(o.x.begin(), o.x.end(), row.x.begin());
 		}
 		ks.since_fit++;
 		while (!ks.window.empty() &&

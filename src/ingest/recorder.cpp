@@ -679,6 +679,17 @@ uint64_t Recorder::period_at(uint64_t ts_ns) const
 	return 0;
 }
 
+// serve: whether a call of a process not judged yet waits for a later
+// round: the process is a child whose parent's verdict decides, or it is
+// gone and a fork record read later (another ring) may still say whose
+// child it was (up to kForkWaitNs after the call; force: never).
+bool Recorder::awaits_verdict(const eacgm_span_event &e, bool force, uint64_t now_ns) const
+{
+	if (held_pids_.count(e.tgid))
+		return true;
+	return !force && !processes_.count(e.tgid) && now_ns < e.start_ns + e.dur_ns + kForkWaitNs;
+}
+
 Result<void> Recorder::flush(bool force)
 {
 	const auto &specs = attacher_.specs();
@@ -690,14 +701,7 @@ Result<void> Recorder::flush(bool force)
 				filtered_++; // read before its process was judged
 				continue;
 			}
-			if (discover_ && held_pids_.count(e.tgid)) {
-				held_spans_.push_back(e); // its parent's verdict decides
-				continue;
-			}
-			// A process gone before it could be judged: a fork record read
-			// later (another ring) may still say whose child it was.
-			if (discover_ && !force && !processes_.count(e.tgid) &&
-			    now_ns < e.start_ns + e.dur_ns + kForkWaitNs) {
+			if (discover_ && awaits_verdict(e, force, now_ns)) {
 				held_spans_.push_back(e);
 				continue;
 			}

@@ -139,6 +139,7 @@ private:
 	// in this round's records become known (and, in serve, judged).
 	void adopt_unseen();
 	void resolve_forks(bool all);
+	bool awaits_verdict(const eacgm_span_event &e, bool force, uint64_t now_ns) const;
 	bool discover_proc(const eacgm_proc_event &e);
 	Result<void> announce();
 	void judge_candidates();
