@@ -71,7 +71,7 @@ def main():
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--only", choices=sorted(T.WORKLOADS))
     a = p.parse_args()
-    print("machine: " + T.machine())
+    print("machine: " + T.machine(T.PYTHON, "cpu"))
     with tempfile.TemporaryDirectory(prefix="breakdown.") as tmp:
         for name in [a.only] if a.only else list(T.WORKLOADS):
             results = {label: [] for label, _ in LADDER}

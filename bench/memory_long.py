@@ -90,7 +90,7 @@ def main():
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-    print("machine: " + T.machine())
+    print("machine: " + T.machine(T.PYTHON, "cpu"))
     print("eacgm record on the GPT workload for %.0f s (default layers): every 10 s" % seconds)
     print("  %8s %10s %10s %18s" % ("time", "RSS", "peak", "CPU, last 10 s"))
     for t, rss, hwm, cpu in rows:

@@ -19,7 +19,9 @@ ratio to untraced, the range of the per-round ratios, and eacgm's own CPU (% of
 one core while attached) and peak RSS, read from each recording's meta table.
 
 Usage: bench/train_cost.py EACGM [ROUNDS (5)] [--steps N (60)] [--only resnet18|gpt]
-(needs root for eacgm). Progress goes to stderr, the report to stdout.
+       [--device cpu|cuda] [--python PYTHON (/usr/bin/python3)]
+(needs root for eacgm). --device cuda trains on the GPU (bench/gpu_check.sh,
+on a machine that has one). Progress goes to stderr, the report to stdout.
 
 The default run (both workloads, 4 configurations, 5 rounds of 60 steps: 40
 fresh processes) took 511 to 535 s (under 9 minutes) on a 2-vCPU Xeon VM with
@@ -64,11 +66,15 @@ def parse_args():
     p.add_argument("--warmup-s", type=float, default=12,
                    help="steps are timed from this many seconds after each workload started: the steady "
                         "state an always-on agent is judged by (eacgm's overhead budget acts from 10 s)")
-    return p.parse_args()
+    p.add_argument("--device", default="cpu", help="where the workloads train: cpu, or cuda")
+    p.add_argument("--python", default=PYTHON, help="the interpreter with torch and torchvision")
+    args = p.parse_args()
+    return args
 
 
-def command(eacgm, config, workload, steps, db, warmup_s=0):
-    run = [PYTHON, os.path.join(ROOT, "bench", "workloads", workload), str(steps), "--warmup-s", str(warmup_s)]
+def command(eacgm, config, workload, steps, db, warmup_s=0, python=PYTHON, device="cpu"):
+    run = [python, os.path.join(ROOT, "bench", "workloads", workload), str(steps), "--warmup-s", str(warmup_s),
+           "--device", device]
     if config == "untraced":
         return run
     if config == "torch.profiler":
@@ -186,7 +192,7 @@ def remove_recording(db):
 def run_once(args, name, config, rnd, tmp, last_db):
     """One run: a dict with its step time and, for eacgm, its own cost."""
     db = os.path.join(tmp, "%s-%s-r%d.db" % (name, config.replace(" ", "_"), rnd))
-    cmd = command(args.eacgm, config, WORKLOADS[name][0], args.steps, db, args.warmup_s)
+    cmd = command(args.eacgm, config, WORKLOADS[name][0], args.steps, db, args.warmup_s, args.python, args.device)
     began = time.monotonic()
     what = "%s %s round %d" % (name, config, rnd + 1)
     steady = peak = None
@@ -266,15 +272,19 @@ def proc_field(path, pattern):
     return match.group(1) if match else None
 
 
-def machine():
+def machine(python, device):
     """One line on what the numbers were taken on: they mean little without it."""
     model = proc_field("/proc/cpuinfo", r"^model name\s*:\s*(.*)$") or platform.machine()
     mem_kb = proc_field("/proc/meminfo", r"^MemTotal:\s*(\d+) kB") or 0
     # Asked of the interpreter the workloads run under, not of this one.
-    torch = run_checked([PYTHON, "-c", "import torch, torchvision; print(torch.__version__, "
+    torch = run_checked([python, "-c", "import torch, torchvision; print(torch.__version__, "
                          "torchvision.__version__, torch.get_num_threads())"], "torch version").split()
-    return "%s, nproc %d, %.1f GiB, kernel %s, torch %s (torchvision %s, intra-op threads %s)" % (
+    line = "%s, nproc %d, %.1f GiB, kernel %s, torch %s (torchvision %s, intra-op threads %s)" % (
         model, len(os.sched_getaffinity(0)), int(mem_kb) / 2**20, platform.release(), *torch)
+    if device != "cpu":
+        gpu = run_checked([python, "-c", "import torch; print(torch.cuda.get_device_name(0))"], "GPU name")
+        line += ", training on %s (%s)" % (device, gpu.strip())
+    return line
 
 
 def main():
@@ -283,7 +293,7 @@ def main():
     if not os.access(args.eacgm, os.X_OK):
         sys.exit("train_cost: %s is not an executable eacgm" % args.eacgm)
     start = time.monotonic()
-    print("machine: " + machine())
+    print("machine: " + machine(args.python, args.device))
     print("eacgm every layer: " + " ".join(EVERY_LAYER_ARGS))
     with tempfile.TemporaryDirectory(prefix="train_cost.") as tmp:
         for name in [args.only] if args.only else list(WORKLOADS):

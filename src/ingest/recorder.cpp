@@ -721,7 +721,10 @@ Result<void> Recorder::flush(bool force)
 			}
 			if (stack != span_stacks_.end()) {
 				auto &[flags, rs] = stack->second;
-				if (rs.frames) {
+				// A thread started from C (a torch autograd or CUDA worker,
+				// _thread.start_new_thread of a C function) has a thread
+				// state but no Python frames: its call has no stack.
+				if (rs.frames && !(*rs.frames)->empty()) {
 					const SharedFrames &frames = *rs.frames;
 					s.py_stack = rs.shown;
 					// The functions that made the call contain it: they join

@@ -316,5 +316,36 @@ class PythonStackBehindTorch(unittest.TestCase):
             self.assertTrue(s["py_stack"][-1].startswith("<module> (torch_train.py:"), s)
 
 
+FRAMELESS = os.path.join(E.SOURCE_DIR, "tests", "testprogs", "py_frameless.py")
+
+
+class CallsFromThreadsWithoutFrames(unittest.TestCase):
+    """A traced call from a thread with a thread state and no Python frames
+    (a C-started worker, as torch's autograd and CUDA threads are) has no
+    stack, and the calls around it keep theirs. Every version: eacgm crashed
+    on such a stack on each of them (found recording ResNet-18 on a GPU)."""
+
+    def test_every_version(self):
+        E.require_root()
+        tmp = E.make_tempdir(self)
+        # The library by its path: probed before the program starts, so the
+        # calls right after its dlopen are seen.
+        spec = E.write_json(os.path.join(tmp, "spec.json"), dict(E.TESTLIB_SPEC, library=E.TESTLIB))
+        with open(FRAMELESS) as f:
+            line = {tag: i for i, text in enumerate(f, 1) for tag in ("FROM_PYTHON_1", "FROM_PYTHON_3")
+                    if text.rstrip().endswith(tag)}
+        for version, py in PYTHONS.items():
+            with self.subTest(version):
+                rec = E.record(tmp, [py, FRAMELESS, E.TESTLIB], "--layers", "python", "--spec", spec,
+                               name="frameless-" + version)
+                self.assertEqual(rec.rc, 0, rec.stderr)
+                spans = sorted(rec.spans("layer = 'testlib'"), key=lambda s: s["start_ns"])
+                self.assertEqual([(s["name"], s["args"], s["py_stack"]) for s in spans], [
+                    ("tl_noop", {"x": 1}, ["<module> (py_frameless.py:%d)" % line["FROM_PYTHON_1"]]),
+                    ("tl_out", {"out": 42, "value": 42}, []),
+                    ("tl_noop", {"x": 3}, ["<module> (py_frameless.py:%d)" % line["FROM_PYTHON_3"]]),
+                ])
+                self.assertEqual(len({s["tid"] for s in spans}), 2)
+
 if __name__ == "__main__":
     unittest.main()
