@@ -82,6 +82,13 @@ Span decode_span(const eacgm_span_event &e, const ProbeSpec &spec, const SpecSet
 		}
 		slot += arg_width(a);
 	}
+	// A handle the call made stands for its function from now on, if the
+	// call succeeded (returned 0): a failed one leaves it unset.
+	if (spec.alias && sym && e.ret == 0) {
+		uint64_t handle = raw[spec.alias->handle], target = raw[spec.alias->target];
+		if (handle && handle != target)
+			sym->alias(e.tgid, handle, target);
+	}
 	if (spec.bytes) {
 		// count x element size; an element type without a known size gives 0.
 		s.bytes = 0;

@@ -269,6 +269,34 @@ static Result<void> parse_returns(const json &pj, const std::string &where, cons
 	return {};
 }
 
+// "alias": {"handle": ARG, "for": ARG}: after the call, ARG handle's value
+// names the function of symbol argument "for" (AliasRule).
+static Result<void> parse_alias_rule(const json &aj, const std::string &where, ProbeSpec &p)
+{
+	const std::string form = where + ": \"alias\" must be {\"handle\": ARG, \"for\": ARG}, two arguments the "
+					 "probe keeps, \"for\" a symbol";
+	if (!aj.is_object() || !aj.contains("handle") || !aj.contains("for") || !aj["handle"].is_string() ||
+	    !aj["for"].is_string() || aj.size() != 2)
+		return make_error(form);
+	auto index = [&](const std::string &n) {
+		size_t i = 0;
+		while (i < p.args.size() && p.args[i].name != n)
+			i++;
+		return i;
+	};
+	AliasRule rule{index(aj["handle"]), index(aj["for"])};
+	if (rule.handle == p.args.size() || rule.target == p.args.size())
+		return make_error(form + " (\"" + (rule.handle == p.args.size() ? aj["handle"] : aj["for"]).get<std::string>() +
+				  "\" is not one of its arguments)");
+	if (p.args[rule.target].type != ArgType::Symbol)
+		return make_error(form + " (\"" + aj["for"].get<std::string>() + "\" is not a symbol)");
+	const ArgType h = p.args[rule.handle].type;
+	if (h == ArgType::Symbol || h == ArgType::Dim3 || h == ArgType::Enum || h == ArgType::Tensor)
+		return make_error(form + " (the handle must be an integer or a pointer)");
+	p.alias = rule;
+	return {};
+}
+
 // One entry of "probes"; `layer` and `library` are the file's.
 static Result<ProbeSpec> parse_probe(const json &pj, const std::string &layer, const std::string &library,
 				     const SpecSet &set, const std::string &origin, bool user)
@@ -282,7 +310,8 @@ static Result<ProbeSpec> parse_probe(const json &pj, const std::string &layer, c
 	p.function = pj["function"];
 	std::string where = origin + ": probe '" + p.function + "'";
 	if (auto r = known_keys(
-		    pj, {"function", "library", "symbols", "match", "args", "bytes", "returns", "tensor_args", "about"},
+		    pj,
+		    {"function", "library", "symbols", "match", "args", "bytes", "alias", "returns", "tensor_args", "about"},
 		    where);
 	    !r)
 		return r.error();
@@ -295,6 +324,9 @@ static Result<ProbeSpec> parse_probe(const json &pj, const std::string &layer, c
 		return r.error();
 	if (pj.contains("bytes"))
 		if (auto r = parse_bytes_rule(pj["bytes"], where, set, p); !r)
+			return r.error();
+	if (pj.contains("alias"))
+		if (auto r = parse_alias_rule(pj["alias"], where, p); !r)
 			return r.error();
 	if (pj.contains("tensor_args")) {
 		if (!pj["tensor_args"].is_number_unsigned() || pj["tensor_args"].get<int>() > 3 || p.match.empty())

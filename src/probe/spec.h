@@ -32,6 +32,15 @@ struct BytesRule {
 	std::string element;
 };
 
+// After a call that returned 0, the value of argument `handle` stands for the
+// function in symbol argument `target`, in that process (spec key "alias"): CUDA 12+
+// launches a kernel by the handle __cudaGetKernel made for its host stub.
+// Indexes into ProbeSpec::args.
+struct AliasRule {
+	size_t handle = 0;
+	size_t target = 0;
+};
+
 struct ProbeSpec {
 	std::string layer;                // "cuda", "nccl", "torch", or a user layer
 	std::string library;              // glob on the file name, or an absolute path
@@ -40,6 +49,7 @@ struct ProbeSpec {
 	std::string match;                // regex over demangled names: one probe per function found
 	std::vector<ArgSpec> args;
 	std::optional<BytesRule> bytes; // else: the first "bytes" argument
+	std::optional<AliasRule> alias;
 	int tensor_args = 0;            // with `match`: keep up to this many leading tensors (torch)
 	std::string returns = "i64";    // "void", "i32", "i64", "u64", "ptr" or an enum name
 	std::string origin;             // file the spec came from, for messages

@@ -61,6 +61,8 @@ std::optional<std::string> Symbolizer::resolve(uint32_t pid, uint64_t addr)
 {
 	std::lock_guard lock(mu_);
 	Proc &p = procs_[pid];
+	if (auto a = p.aliases.find(addr); a != p.aliases.end())
+		addr = a->second;
 	if (auto it = p.results.find(addr); it != p.results.end())
 		return it->second;
 	bool fresh = false;
@@ -102,6 +104,7 @@ void Symbolizer::inherit(uint32_t child, uint32_t parent)
 		read(parent, par);
 	Proc &c = procs_[child];
 	c.inherited = par.maps;
+	c.aliases = par.aliases; // the child has the parent's memory, handles included
 	if (!c.own)
 		c.maps = par.maps;
 	c.results.clear(); // misses from before the parent's maps were known
@@ -114,6 +117,14 @@ void Symbolizer::exec(uint32_t pid)
 	// after it must not inherit them (read again at its fork or first use).
 	if (auto it = procs_.find(pid); it != procs_.end())
 		it->second = Proc{};
+}
+
+void Symbolizer::alias(uint32_t pid, uint64_t handle, uint64_t addr)
+{
+	std::lock_guard lock(mu_);
+	Proc &p = procs_[pid];
+	p.aliases[handle] = addr;
+	p.results.erase(handle); // a miss cached before the handle was known
 }
 
 void Symbolizer::forget(uint32_t pid)

@@ -44,6 +44,11 @@ public:
 	void exec(uint32_t pid);
 	// Drops the pid's maps and results. Parsed ELF files stay cached by path.
 	void forget(uint32_t pid);
+	// From now on, in this process, `handle` stands for the code at `addr`:
+	// an opaque value a library handed out for a function (a spec's "alias",
+	// as CUDA 12+ launches a kernel by the cudaKernel_t that __cudaGetKernel
+	// made for its host stub). A fork inherits it; an exec forgets it.
+	void alias(uint32_t pid, uint64_t handle, uint64_t addr);
 
 private:
 	struct Proc {
@@ -54,6 +59,7 @@ private:
 		// unmaps as it goes), and what it ran before exec is in them.
 		std::shared_ptr<const std::vector<Mapping>> inherited;
 		std::unordered_map<uint64_t, std::optional<std::string>> results;
+		std::unordered_map<uint64_t, uint64_t> aliases; // handle -> address it stands for
 	};
 	static bool take(Proc &p, std::vector<Mapping> maps);
 	bool read(uint32_t pid, Proc &p);

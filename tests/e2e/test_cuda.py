@@ -28,6 +28,10 @@ PARENT_CALLS = collections.Counter([
                              "stream": "0x5000"}, 256),
     call("cudaMemset", {"devPtr": "0x6000", "value": 7, "count": 128}, 128),
     call("cudaMemsetAsync", {"devPtr": "0x6000", "value": 9, "count": 64, "stream": "0x5000"}, 64),
+    # A failed cudaGetKernel leaves its handle as it was: no name for a launch by it.
+    call("cudaGetKernel", {"handle": "0xa000", "kernel": "demo::saxpy_kernel(float, float*, int)"}),
+    call("cudaLaunchKernel", {"kernel": "0xa000", "grid": [1, 1, 1], "block": [32, 1, 1], "sharedMem": 0,
+                              "stream": "0x5000"}),
     call("cudaLaunchKernel", {"kernel": "demo::saxpy_kernel(float, float*, int)", "grid": [4, 2, 1],
                               "block": [128, 1, 1], "sharedMem": 256, "stream": "0x5000"}),
     call("cudaStreamSynchronize", {"stream": "0x5000"}),
@@ -92,7 +96,7 @@ class CudaRecording(unittest.TestCase):
 
     def test_span_fields(self):
         spans = self.rec.spans()
-        self.assertEqual(len(spans), 24)
+        self.assertEqual(len(spans), 26)
         m = E.meta(self.rec.db)
         rec_start = int(m["start_mono_ns"])
         rec_end = rec_start + int(float(m["duration_s"]) * 1e9) + 1000  # duration_s has µs precision
@@ -112,21 +116,21 @@ class CudaRecording(unittest.TestCase):
         lines = self.rec.stderr.splitlines()
         self.assertEqual(lines[-2:], ["recording: " + self.rec.db,
                                       "trace:     " + self.rec.trace + " (open in ui.perfetto.dev)"])
-        self.assertIn("2 processes, 2 threads, 24 spans", self.rec.stderr)
+        self.assertIn("2 processes, 2 threads, 26 spans", self.rec.stderr)
         self.assertIn("lost records: 0", lines)
 
     def test_summary_command(self):
         r = E.eacgm("summary", self.rec.db)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertRegex(r.stdout, re.compile(r"^\s+cudaMalloc\s+5\s+5\s", re.M))
-        self.assertRegex(r.stdout, re.compile(r"^\s+cudaLaunchKernel\s+3\s+3\s", re.M))
+        self.assertRegex(r.stdout, re.compile(r"^\s+cudaLaunchKernel\s+4\s+4\s", re.M))
         self.assertRegex(r.stdout, re.compile(r"^\s+cudaMemcpy\s+5\s+5\s", re.M))
 
     def test_export_matches_recorded_trace(self):
         out = os.path.join(E.make_tempdir(self), "exported.json")
         r = E.eacgm("export", self.rec.db, "--perfetto", out)
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertEqual(r.stdout.strip(), "wrote %s (24 spans); open it in ui.perfetto.dev" % out)
+        self.assertEqual(r.stdout.strip(), "wrote %s (26 spans); open it in ui.perfetto.dev" % out)
         self.assertEqual(E.load_trace(out), E.load_trace(self.rec.trace))
 
 

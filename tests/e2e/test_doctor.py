@@ -13,7 +13,7 @@ class Doctor(unittest.TestCase):
         out = r.stdout
         self.assertIn("[ok  ] span engine self-test: uprobe + uretprobe on a function of eacgm: 3 calls, 3 spans", out)
         self.assertIn("[ok  ] BTF", out)
-        self.assertRegex(out, r"\[ok  \] cuda libcudart\.so\*: \S*libcudart\.so\.13 \(14/14 functions\)")
+        self.assertRegex(out, r"\[ok  \] cuda libcudart\.so\*: \S*libcudart\.so\.13 \(15/15 functions\)")
         self.assertRegex(out, r"\[ok  \] nccl libnccl\.so\*: \S*libnccl\.so\.2 \(17/17 functions\)")
         # Debian 12's torch 1.13: the default operator patterns find 226 entry points.
         self.assertRegex(out, r"\[ok  \] torch libtorch_cpu\.so\*: \S*libtorch_cpu\.so\.1\.13\.0 \(226 by pattern\)")

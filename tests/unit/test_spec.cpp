@@ -232,7 +232,7 @@ TEST(Spec, UnknownKeysAreReportedWithTheKnownOnes)
 	ASSERT_FALSE(s.ok());
 	EXPECT_EQ(s.error().message,
 		  "t.json: probe 'f': unknown key \"retruns\" (known: function, library, symbols, "
-		  "match, args, bytes, returns, tensor_args, about)");
+		  "match, args, bytes, alias, returns, tensor_args, about)");
 	auto arg =
 		parse_spec(R"({"library":"l","probes":[{"function":"f","args":[{"name":"a","slot":0,"kind":"x"}]}]})",
 			   "t.json", true);
@@ -282,6 +282,33 @@ TEST(Spec, BytesRuleNeedsAnEnumWithSizes)
 } // namespace eacgm
 
 namespace eacgm {
+
+TEST(Spec, AliasNamesTwoArgumentsOfTheProbeTheSecondASymbol)
+{
+	auto parse = [](const std::string &alias) {
+		return parse_spec(R"({"layer": "mylib", "library": "libmy.so", "probes": [{"function": "get",
+			"args": [{"name": "h", "slot": 0, "type": "ptr", "deref": "exit"},
+				 {"name": "fn", "slot": 1, "type": "symbol"},
+				 {"name": "n", "slot": 2, "type": "u32"}],
+			"alias": )" + alias + "}]}",
+				  "my.json", true);
+	};
+	auto ok = parse(R"({"handle": "h", "for": "fn"})");
+	ASSERT_TRUE(ok.ok()) << ok.error().message;
+	ASSERT_TRUE(ok->probes[0].alias.has_value());
+	EXPECT_EQ(ok->probes[0].alias->handle, 0u);
+	EXPECT_EQ(ok->probes[0].alias->target, 1u);
+	const std::string form = "my.json: probe 'get': \"alias\" must be {\"handle\": ARG, \"for\": ARG}, two "
+				 "arguments the probe keeps, \"for\" a symbol";
+	EXPECT_EQ(parse(R"("h")").error().message, form);
+	EXPECT_EQ(parse(R"({"handle": "h"})").error().message, form);
+	EXPECT_EQ(parse(R"({"handle": "h", "for": "fn", "also": 1})").error().message, form);
+	EXPECT_EQ(parse(R"({"handle": "x", "for": "fn"})").error().message,
+		  form + " (\"x\" is not one of its arguments)");
+	EXPECT_EQ(parse(R"({"handle": "h", "for": "n"})").error().message, form + " (\"n\" is not a symbol)");
+	EXPECT_EQ(parse(R"({"handle": "fn", "for": "fn"})").error().message,
+		  form + " (the handle must be an integer or a pointer)");
+}
 
 TEST(Spec, AnchoredLiteralPrefix)
 {

@@ -6,7 +6,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "ingest/decode.h"
 #include "probe/elf_symbols.h"
+#include "probe/spec.h"
 #include "probe/symbolizer.h"
 
 namespace symtest {
@@ -100,6 +102,69 @@ TEST(Symbolizer, SnapshotInheritForget)
 	EXPECT_EQ(s.resolve(101, target_addr() + 1), kTarget + "+0x1"); // the child keeps its copy
 	s.forget(101);
 	EXPECT_EQ(s.resolve(101, target_addr() + 3), std::nullopt);
+}
+
+// A handle a library made for a function resolves to that function's name in
+// the process that got it, from the moment the alias is known: a miss cached
+// before does not stick. A fork keeps it; an exec forgets it.
+TEST(Symbolizer, AliasStandsForItsFunction)
+{
+	REQUIRE_OWN_SYMBOLS();
+	FakeProc p;
+	Symbolizer s(p.root.string());
+	p.write_maps(400, own_maps());
+	const uint64_t handle = 0x5a5a0000;
+	EXPECT_EQ(s.resolve(400, handle), std::nullopt); // no file there
+	s.alias(400, handle, target_addr());
+	EXPECT_EQ(s.resolve(400, handle), kTarget);
+	EXPECT_EQ(s.resolve(401, handle), std::nullopt); // another process's handle
+	s.inherit(402, 400);
+	EXPECT_EQ(s.resolve(402, handle), kTarget);
+	s.exec(400);
+	EXPECT_EQ(s.resolve(400, handle), std::nullopt);
+}
+
+// The built-in CUDA spec, decoded as eacgm records it: CUDA 12+ host code
+// asks __cudaGetKernel for a handle to its kernel's stub once, then launches
+// by that handle, which names the kernel from then on. Without a driver the
+// call fails and leaves the stub itself as the handle (no alias is needed).
+TEST(Symbolizer, CudaLaunchByHandleIsNamedAfterItsStub)
+{
+	REQUIRE_OWN_SYMBOLS();
+	auto spec = load_builtin_spec("cuda");
+	ASSERT_TRUE(spec.ok()) << spec.error().message;
+	auto probe = [&](const std::string &name) -> const ProbeSpec & {
+		for (auto &p : spec->probes)
+			if (p.function == name)
+				return p;
+		throw std::runtime_error(name + " is not in the cuda spec");
+	};
+	FakeProc p;
+	Symbolizer s(p.root.string());
+	p.write_maps(500, own_maps());
+	const uint64_t handle = 0x7e57000;
+	eacgm_span_event get{};
+	get.tgid = get.tid = 500;
+	get.args[0] = handle; // *kernelPtr, read at return
+	get.args[1] = target_addr();
+	Span g = decode_span(get, probe("cudaGetKernel"), spec.value(), &s);
+	EXPECT_EQ(g.args["kernel"], kTarget);
+	EXPECT_EQ(g.args["handle"], "0x7e57000");
+	eacgm_span_event launch{};
+	launch.tgid = launch.tid = 500;
+	launch.args[0] = handle;
+	EXPECT_EQ(decode_span(launch, probe("cudaLaunchKernel"), spec.value(), &s).args["kernel"], kTarget);
+
+	get.tgid = get.tid = 501; // no driver: the handle is the stub
+	p.write_maps(501, own_maps());
+	get.args[0] = get.args[1];
+	get.ret = 35;
+	EXPECT_EQ(decode_span(get, probe("cudaGetKernel"), spec.value(), &s).ret_name, "cudaErrorInsufficientDriver");
+	launch.tgid = launch.tid = 501;
+	launch.args[0] = target_addr();
+	EXPECT_EQ(decode_span(launch, probe("cudaLaunchKernel"), spec.value(), &s).args["kernel"], kTarget);
+	launch.args[0] = handle; // not this process's
+	EXPECT_EQ(decode_span(launch, probe("cudaLaunchKernel"), spec.value(), &s).args["kernel"], "0x7e57000");
 }
 
 // A library loaded after the maps were read: the first miss re-reads them.

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# What only a machine with an NVIDIA GPU can check: the gpu layer against the
+# real NVML (the `gpu` ctest label), and eacgm recording real CUDA work, a
+# compiled CUDA program and PyTorch training on the GPU, with what each
+# recording holds printed for a reader to check. The cost of tracing GPU
+# training is bench/train_cost.py with --device cuda, run after this.
+#
+# Usage: bench/gpu_check.sh BIN OUT [check|cost]
+#   BIN  a folder with eacgm, gpu_tests and bench_span_cost (built here, or
+#        carried to the GPU machine with their libraries on LD_LIBRARY_PATH)
+#   OUT  where the recordings and logs go
+#   check (default): machine, gpu tests, the CUDA program and a GPU ResNet-18
+#        recorded, bench_span_cost on this CPU
+#   cost: bench/train_cost.py --device cuda (3 rounds, both workloads)
+# PYTHON (default python3) is the interpreter with torch and torchvision.
+# Needs root (eacgm attaches uprobes).
+set -uo pipefail
+bin=$(realpath "${1:?usage: gpu_check.sh BIN OUT [check|cost]}")
+out=$(realpath -m "${2:?usage: gpu_check.sh BIN OUT [check|cost]}")
+what=${3:-check}
+py=${PYTHON:-python3}
+root=$(dirname "$(dirname "$(realpath "$0")")")
+mkdir -p "$out"
+
+section() { printf '\n== %s\n' "$*"; }
+
+# The spans of a recording by layer and the busiest names, its GPU metrics
+# and its drops: enough to see whether each layer saw what ran.
+describe() {
+	"$py" - "$1" <<'EOF'
+import sqlite3, sys
+c = sqlite3.connect(sys.argv[1])
+q = lambda sql: c.execute(sql).fetchall()
+print("spans by layer:", q("SELECT layer, count(*) FROM span_rows GROUP BY layer"))
+for layer in ("cuda", "torch", "python", "nccl"):
+    top = q("SELECT name, count(*), sum(dur_ns)/1000, sum(bytes) FROM span_rows WHERE layer='%s' "
+            "GROUP BY name ORDER BY 2 DESC LIMIT 8" % layer)
+    for name, n, us, b in top:
+        print("  %-6s %-48s %7d calls %10d us %s" % (layer, name[:48], n, us, "" if b is None else "%d bytes" % b))
+kern = q("SELECT json_extract(args,'$.kernel'), count(*) FROM span_rows WHERE name LIKE 'cudaLaunchKernel%' "
+         "GROUP BY 1 ORDER BY 2 DESC LIMIT 5")
+print("kernels named:", kern)
+errs = q("SELECT name, ret_name, count(*) FROM span_rows WHERE layer='cuda' AND ret != 0 GROUP BY 1, 2 LIMIT 10")
+print("cuda calls that failed:", errs)
+print("gpu metrics:", q("SELECT name, count(*), min(value), max(value) FROM metrics WHERE layer='gpu' "
+                       "GROUP BY name ORDER BY name"))
+print("gpu events:", q("SELECT name, args FROM events WHERE layer='gpu' LIMIT 5"))
+print("drops:", q("SELECT * FROM drops"))
+print("meta:", {k: v for k, v in q("SELECT key, value FROM meta") if k.startswith(("agent", "attach", "warn", "layers"))})
+EOF
+}
+
+check() {
+	section machine
+	nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+	uname -r
+	grep -m1 'model name' /proc/cpuinfo
+	nproc
+	"$py" -c 'import torch, torchvision; print("torch", torch.__version__, "cuda", torch.version.cuda, "torchvision", torchvision.__version__)'
+	ls -la /sys/kernel/btf/vmlinux
+
+	section "gpu tests (real NVML)"
+	"$bin/gpu_tests" 2>&1 | tail -25
+
+	section "eacgm doctor"
+	"$bin/eacgm" doctor 2>&1 | tail -30
+
+	section "a CUDA program"
+	if nvcc -cudart shared -o "$out/cuda_demo" "$root/demo/cuda_demo.cu" 2>"$out/nvcc.log"; then
+		"$bin/eacgm" record -o "$out/cuda_demo.db" -- "$out/cuda_demo" >"$out/cuda_demo.txt" 2>&1
+		echo "exit $?"
+		tail -40 "$out/cuda_demo.txt"
+		describe "$out/cuda_demo.db"
+	else
+		cat "$out/nvcc.log"
+	fi
+
+	section "ResNet-18 trained on the GPU, every layer"
+	"$bin/eacgm" record -o "$out/resnet_gpu.db" -- "$py" "$root/bench/workloads/resnet18_train.py" 40 \
+		--device cuda --batch 64 --size 128 >"$out/resnet_gpu.txt" 2>&1
+	echo "exit $?"
+	tail -40 "$out/resnet_gpu.txt"
+	describe "$out/resnet_gpu.db"
+
+	section "per call, on this CPU"
+	"$bin/bench_span_cost" 2>&1 | tail -30
+}
+
+cost() {
+	section "train_cost on the GPU"
+	"$py" "$root/bench/train_cost.py" "$bin/eacgm" 3 --device cuda --python "$py" --steps 100
+}
+
+case $what in
+check) check ;;
+cost) cost ;;
+*) echo "gpu_check.sh: unknown step '$what' (check or cost)" >&2; exit 2 ;;
+esac
