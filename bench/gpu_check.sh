@@ -45,7 +45,9 @@ print("cuda calls that failed:", errs)
 print("gpu metrics:", q("SELECT name, count(*), min(value), max(value) FROM metrics WHERE layer='gpu' "
                        "GROUP BY name ORDER BY name"))
 print("gpu events:", q("SELECT name, args FROM events WHERE layer='gpu' LIMIT 5"))
-print("drops:", q("SELECT * FROM drops"))
+print("anomalies:", q("SELECT layer, name, count(*), min(score), max(score) FROM anomalies GROUP BY 1, 2 "
+                      "ORDER BY 3 DESC LIMIT 5"))
+print("drops:", q("SELECT * FROM drops WHERE count > 0"))
 print("meta:", {k: v for k, v in q("SELECT key, value FROM meta") if k.startswith(("agent", "attach", "warn", "layers"))})
 EOF
 }
