@@ -89,7 +89,7 @@ Result<void> Attacher::attach_library(const std::string &path)
 		if (!off)
 			return off.error();
 		targets.push_back({off.value(), id});
-		attached.push_back({id, real, sym.name, off.value()});
+		attached.push_back({id, real, std::string(sym.name), off.value()});
 		return {};
 	};
 	for (size_t i : matching) {
@@ -139,9 +139,10 @@ Result<void> Attacher::expand_pattern(size_t pattern, const ElfFile &elf,
 	for (uint32_t k : found) {
 		const ElfSymbol &sym = elf.symbols()[k];
 		any = true;
-		ProbeSpec p = expand_match(specs_.probes[pattern], sym.name, sym.demangled);
+		const std::string demangled = sym.demangled();
+		ProbeSpec p = expand_match(specs_.probes[pattern], std::string(sym.name), demangled);
 		if (sig.args)
-			p.args = sig.args(sym.demangled);
+			p.args = sig.args(demangled);
 		// One spec per function name and reading, shared by every file that has it.
 		auto key = std::make_tuple(pattern, p.function, sig.key);
 		auto it = expanded_.find(key);

@@ -26,9 +26,13 @@ std::vector<uint32_t> match_symbols(const ElfFile &elf, const std::string &patte
 	const std::string prefix = anchored_literal_prefix(pattern);
 	std::vector<uint32_t> out;
 	const auto &syms = elf.symbols();
-	for (uint32_t i = 0; i < syms.size(); i++)
-		if (syms[i].func && syms[i].demangled.starts_with(prefix) && std::regex_search(syms[i].demangled, re))
+	for (uint32_t i = 0; i < syms.size(); i++) {
+		if (!syms[i].func || !may_demangle_to(syms[i].name, prefix))
+			continue;
+		const std::string name = syms[i].demangled();
+		if (name.starts_with(prefix) && std::regex_search(name, re))
 			out.push_back(i);
+	}
 	return out;
 }
 

@@ -1,8 +1,8 @@
 // Reads, on a thread of its own, the ELF files a recording is about to
 // probe, while the BPF objects load on the main thread: at start both take
-// a few hundred milliseconds (libtorch_cpu alone has 34,000 symbols to read
-// and demangle; the kernel verifies each BPF object), and on a machine with
-// two cores or more the two can overlap.
+// a few hundred milliseconds (Debian's libtorch_cpu has 34,000 symbols to
+// read, pip's over a million; the kernel verifies each BPF object), and on a
+// machine with two cores or more the two can overlap.
 #pragma once
 #include <condition_variable>
 #include <future>
@@ -28,7 +28,7 @@ struct PrefetchedElf {
 
 // The functions of `elf` whose demangled name `pattern` finds (a regex
 // search; names that cannot start with its anchored literal prefix are
-// skipped unread), as indices into elf.symbols().
+// skipped, most without being demangled), as indices into elf.symbols().
 std::vector<uint32_t> match_symbols(const ElfFile &elf, const std::string &pattern);
 
 class ElfPrefetch {

@@ -4,6 +4,8 @@
 #include <fcntl.h>
 #include <gelf.h>
 #include <libelf.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,7 +13,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <unordered_map>
+#include <array>
+#include <numeric>
+
+#include "common/fd.h"
 
 namespace eacgm {
 namespace {
@@ -25,20 +30,58 @@ std::string hex(uint64_t v)
 	return buf;
 }
 
-// Owns the fd and Elf* only while open() reads; the ElfFile keeps copies.
+// Owns the Elf* while open() reads the image.
 struct ElfHandle {
-	int fd = -1;
 	Elf *elf = nullptr;
 	~ElfHandle()
 	{
 		if (elf)
 			elf_end(elf);
-		if (fd >= 0)
-			::close(fd);
 	}
 };
 
 } // namespace
+
+// The whole file, mapped privately: libelf reads it in place, and the
+// symbols' names are views into it for as long as an ElfFile holds it. A
+// library replaced the usual way (a new file renamed over it) leaves this
+// mapping on the old one; one truncated in place breaks the processes that
+// map it, and a name read from it afterwards too.
+class MappedFile {
+public:
+	static Result<std::shared_ptr<MappedFile>> open(const std::string &path)
+	{
+		UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+		struct stat st;
+		if (!fd || fstat(fd.get(), &st) != 0)
+			return make_error(path + ": cannot open (" + std::strerror(errno) +
+					  "); check that the file exists and is readable");
+		if (!S_ISREG(st.st_mode) || st.st_size == 0)
+			return make_error(
+				path + ": not an ELF file; give the path of an executable or a shared library (.so)");
+		// Writable but private: should libelf ever convert data in place, the
+		// file stays untouched. Pages are read only where touched.
+		void *at = mmap(nullptr, st.st_size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd.get(), 0);
+		if (at == MAP_FAILED)
+			return make_error(path + ": cannot map (" + std::strerror(errno) + ")");
+		return std::shared_ptr<MappedFile>(new MappedFile(static_cast<char *>(at), st.st_size));
+	}
+	~MappedFile() { munmap(data_, size_); }
+	MappedFile(const MappedFile &) = delete;
+	MappedFile &operator=(const MappedFile &) = delete;
+
+	char *data() const { return data_; }
+	size_t size() const { return size_; }
+	// Gives the pages read so far back (they are read again where used):
+	// reading a million names touches a few hundred MB that a lookup later
+	// needs a few pages of.
+	void release_pages() const { madvise(data_, size_, MADV_DONTNEED); }
+
+private:
+	MappedFile(char *data, size_t size) : data_(data), size_(size) {}
+	char *data_;
+	size_t size_;
+};
 
 std::string demangle(std::string_view name)
 {
@@ -53,45 +96,69 @@ std::string demangle(std::string_view name)
 	return s;
 }
 
-Result<ElfFile> ElfFile::open(const std::string &path, bool require_symbols)
+bool may_demangle_to(std::string_view mangled, std::string_view prefix)
 {
-	if (elf_version(EV_CURRENT) == EV_NONE)
-		return make_error(std::string("libelf cannot be initialised: ") + elf_errmsg(-1));
-	ElfHandle h;
-	h.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-	if (h.fd < 0)
-		return make_error(path + ": cannot open (" + std::strerror(errno) +
-				  "); check that the file exists and is readable");
-	// READ_MMAP: big libraries (libnccl is 200 MiB) are paged in only where read.
-	h.elf = elf_begin(h.fd, ELF_C_READ_MMAP, nullptr);
-	if (!h.elf || elf_kind(h.elf) != ELF_K_ELF)
-		return make_error(path + ": not an ELF file; give the path of an executable or a shared library (.so)");
+	// A demangled name that starts with "a::b::" is a nested name: mangled as
+	// _ZN (or _ZZN, an entity local to a function), CV- and ref-qualifiers,
+	// then each leading component as <length><identifier>.
+	std::vector<std::string_view> parts;
+	for (size_t at; (at = prefix.find("::")) != prefix.npos; prefix.remove_prefix(at + 2))
+		parts.push_back(prefix.substr(0, at));
+	if (parts.empty() || parts[0] == "std" || !mangled.starts_with("_Z"))
+		return true; // unqualified, std:: (mangled St), or not a C++ name
+	for (auto part : parts)
+		if (part.empty() ||
+		    part.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_") !=
+			    part.npos)
+			return true; // a template or operator: not worth spelling out
+	mangled.remove_prefix(2);
+	if (mangled.starts_with("Z"))
+		mangled.remove_prefix(1);
+	if (!mangled.starts_with("N"))
+		return false;
+	mangled.remove_prefix(1);
+	while (!mangled.empty() && std::string_view("rVKRO").find(mangled[0]) != std::string_view::npos)
+		mangled.remove_prefix(1);
+	for (auto part : parts) {
+		std::string len = std::to_string(part.size());
+		if (!mangled.starts_with(len) || mangled.substr(len.size(), part.size()) != part)
+			return false;
+		mangled.remove_prefix(len.size() + part.size());
+	}
+	return true;
+}
 
-	ElfFile f;
-	f.path_ = path;
+namespace {
 
-	size_t nph = 0;
-	if (elf_getphdrnum(h.elf, &nph) == 0)
-		for (size_t i = 0; i < nph; ++i) {
-			GElf_Phdr p;
-			if (gelf_getphdr(h.elf, int(i), &p) && p.p_type == PT_LOAD)
-				f.loads_.push_back({p.p_vaddr, p.p_offset, p.p_filesz});
-		}
-
-	// .dynsym goes first: on a (name, addr) duplicate the first copy is kept, and
-	// only .dynsym has the version info (.gnu.version) that marks hidden versions.
+// The PT_LOAD headers and DT_SONAME; the symbol tables (.dynsym first) and
+// the version table.
+struct Sections {
 	std::vector<Elf_Scn *> tables;
 	Elf_Data *versym = nullptr;
-	for (Elf_Scn *scn = nullptr; (scn = elf_nextscn(h.elf, scn));) {
+};
+
+Sections read_headers(Elf *elf, std::vector<std::pair<uint64_t, std::array<uint64_t, 2>>> &loads, std::string &soname)
+{
+	size_t nph = 0;
+	if (elf_getphdrnum(elf, &nph) == 0)
+		for (size_t i = 0; i < nph; ++i) {
+			GElf_Phdr p;
+			if (gelf_getphdr(elf, int(i), &p) && p.p_type == PT_LOAD)
+				loads.push_back({p.p_vaddr, {p.p_offset, p.p_filesz}});
+		}
+	// .dynsym goes first: on a (name, addr) duplicate the first copy is kept, and
+	// only .dynsym has the version info (.gnu.version) that marks hidden versions.
+	Sections out;
+	for (Elf_Scn *scn = nullptr; (scn = elf_nextscn(elf, scn));) {
 		GElf_Shdr sh;
 		if (!gelf_getshdr(scn, &sh))
 			continue;
 		if (sh.sh_type == SHT_DYNSYM)
-			tables.insert(tables.begin(), scn);
+			out.tables.insert(out.tables.begin(), scn);
 		else if (sh.sh_type == SHT_SYMTAB)
-			tables.push_back(scn);
+			out.tables.push_back(scn);
 		else if (sh.sh_type == SHT_GNU_versym)
-			versym = elf_getdata(scn, nullptr);
+			out.versym = elf_getdata(scn, nullptr);
 		else if (sh.sh_type == SHT_DYNAMIC && sh.sh_entsize) {
 			Elf_Data *d = elf_getdata(scn, nullptr);
 			GElf_Dyn dyn;
@@ -100,60 +167,111 @@ Result<ElfFile> ElfFile::open(const std::string &path, bool require_symbols)
 					break;
 				if (dyn.d_tag != DT_SONAME)
 					continue;
-				if (const char *s = elf_strptr(h.elf, sh.sh_link, dyn.d_un.d_val))
-					f.soname_ = s;
+				if (const char *s = elf_strptr(elf, sh.sh_link, dyn.d_un.d_val))
+					soname = s;
 			}
 		}
 	}
+	return out;
+}
 
-	std::unordered_map<std::string, size_t> seen; // name '\0' addr -> index
-	for (Elf_Scn *scn : tables) {
-		GElf_Shdr sh;
-		gelf_getshdr(scn, &sh);
-		const bool dynsym = sh.sh_type == SHT_DYNSYM;
-		Elf_Data *data = elf_getdata(scn, nullptr);
-		const size_t n = sh.sh_entsize ? sh.sh_size / sh.sh_entsize : 0;
-		GElf_Sym s;
-		for (size_t i = 1; data && i < n && gelf_getsym(data, int(i), &s); ++i) {
-			const int type = GELF_ST_TYPE(s.st_info), bind = GELF_ST_BIND(s.st_info);
-			// Imports and absolute values are not code in this file; TLS values are
-			// offsets into the TLS block, not addresses.
-			if (s.st_shndx == SHN_UNDEF || s.st_shndx == SHN_ABS)
-				continue;
-			const bool func = type == STT_FUNC || type == STT_GNU_IFUNC;
-			if (!func && type != STT_OBJECT && !(type == STT_NOTYPE && bind != STB_LOCAL))
-				continue;
-			const char *raw = elf_strptr(h.elf, sh.sh_link, s.st_name);
-			if (!raw || !*raw)
-				continue;
-			std::string_view name(raw);
-			const size_t at = name.find('@'); // .symtab may carry "foo@VER" / "foo@@VER"
-			bool hidden = at != name.npos && name.substr(at, 2) != "@@";
-			GElf_Versym v;
-			if (dynsym && versym && gelf_getversym(versym, int(i), &v) && (v & kVersymHidden))
-				hidden = true;
-			name = name.substr(0, at);
-
-			std::string key(name);
-			key.push_back('\0');
-			key.append(reinterpret_cast<const char *>(&s.st_value), sizeof s.st_value);
-			if (!seen.emplace(std::move(key), f.symbols_.size()).second)
-				continue;
-			const uint8_t rank = (bind == STB_LOCAL ? 2 : bind == STB_WEAK ? 1 : 0) + (hidden ? 3 : 0);
-			f.symbols_.push_back(
-				{std::string(name), demangle(name), s.st_value, s.st_size, bind == STB_WEAK, func});
-			f.rank_.push_back(rank);
-			if (func)
-				f.funcs_.push_back({s.st_value, rank, uint32_t(f.symbols_.size() - 1)});
-		}
+// Appends one table's defined symbols (and their ranks: lower is preferred).
+void read_table(Elf *elf, Elf_Scn *scn, Elf_Data *versym, std::vector<ElfSymbol> &symbols_, std::vector<uint8_t> &rank_)
+{
+	GElf_Shdr sh;
+	gelf_getshdr(scn, &sh);
+	const bool dynsym = sh.sh_type == SHT_DYNSYM;
+	Elf_Data *data = elf_getdata(scn, nullptr);
+	const size_t n = sh.sh_entsize ? sh.sh_size / sh.sh_entsize : 0;
+	GElf_Sym s;
+	for (size_t i = 1; data && i < n && gelf_getsym(data, int(i), &s); ++i) {
+		const int type = GELF_ST_TYPE(s.st_info), bind = GELF_ST_BIND(s.st_info);
+		// Imports and absolute values are not code in this file; TLS values are
+		// offsets into the TLS block, not addresses.
+		if (s.st_shndx == SHN_UNDEF || s.st_shndx == SHN_ABS)
+			continue;
+		const bool func = type == STT_FUNC || type == STT_GNU_IFUNC;
+		if (!func && type != STT_OBJECT && !(type == STT_NOTYPE && bind != STB_LOCAL))
+			continue;
+		// A pointer into the mapped image (string tables are not converted).
+		const char *raw = elf_strptr(elf, sh.sh_link, s.st_name);
+		if (!raw || !*raw)
+			continue;
+		std::string_view name(raw);
+		const size_t at = name.find('@'); // .symtab may carry "foo@VER" / "foo@@VER"
+		bool hidden = at != name.npos && name.substr(at, 2) != "@@";
+		GElf_Versym v;
+		if (dynsym && versym && gelf_getversym(versym, int(i), &v) && (v & kVersymHidden))
+			hidden = true;
+		const uint8_t rank = (bind == STB_LOCAL ? 2 : bind == STB_WEAK ? 1 : 0) + (hidden ? 3 : 0);
+		symbols_.push_back({name.substr(0, at), s.st_value, s.st_size, bind == STB_WEAK, func});
+		rank_.push_back(rank);
 	}
+}
+
+// Keeps the first of each (name, addr): .dynsym's copy of a .symtab symbol.
+// Sorted rather than hashed: a million names would each be hashed whole.
+void drop_duplicates(std::vector<ElfSymbol> &symbols_, std::vector<uint8_t> &rank_)
+{
+	std::vector<uint32_t> order(symbols_.size());
+	std::iota(order.begin(), order.end(), 0u);
+	std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+		const ElfSymbol &x = symbols_[a], &y = symbols_[b];
+		return x.addr != y.addr ? x.addr < y.addr : x.name < y.name;
+	});
+	std::vector<bool> keep(symbols_.size(), true);
+	for (size_t i = 1; i < order.size(); ++i) {
+		const ElfSymbol &prev = symbols_[order[i - 1]], &cur = symbols_[order[i]];
+		if (prev.addr == cur.addr && prev.name == cur.name)
+			keep[order[i]] = false;
+	}
+	size_t out = 0;
+	for (size_t i = 0; i < symbols_.size(); ++i)
+		if (keep[i]) {
+			symbols_[out] = symbols_[i];
+			rank_[out++] = rank_[i];
+		}
+	symbols_.resize(out);
+	rank_.resize(out);
+	symbols_.shrink_to_fit();
+	rank_.shrink_to_fit();
+}
+
+} // namespace
+
+Result<ElfFile> ElfFile::open(const std::string &path, bool require_symbols)
+{
+	if (elf_version(EV_CURRENT) == EV_NONE)
+		return make_error(std::string("libelf cannot be initialised: ") + elf_errmsg(-1));
+	auto image = MappedFile::open(path);
+	if (!image)
+		return image.error();
+	ElfHandle h;
+	h.elf = elf_memory(image.value()->data(), image.value()->size());
+	if (!h.elf || elf_kind(h.elf) != ELF_K_ELF)
+		return make_error(path + ": not an ELF file; give the path of an executable or a shared library (.so)");
+
+	ElfFile f;
+	f.path_ = path;
+	f.image_ = image.value();
+	std::vector<std::pair<uint64_t, std::array<uint64_t, 2>>> loads;
+	Sections sections = read_headers(h.elf, loads, f.soname_);
+	for (auto &[vaddr, rest] : loads)
+		f.loads_.push_back({vaddr, rest[0], rest[1]});
+	for (Elf_Scn *scn : sections.tables)
+		read_table(h.elf, scn, sections.versym, f.symbols_, f.rank_);
+	drop_duplicates(f.symbols_, f.rank_);
 	if (require_symbols && f.symbols_.empty())
 		return make_error(path +
 				  ": no symbol table (.symtab and .dynsym are empty or missing); the file is stripped, "
 				  "use an unstripped build or one with exported symbols");
+	for (uint32_t i = 0; i < f.symbols_.size(); ++i)
+		if (f.symbols_[i].func)
+			f.funcs_.push_back({f.symbols_[i].addr, f.rank_[i], i});
 	std::sort(f.funcs_.begin(), f.funcs_.end(), [](const Func &a, const Func &b) {
 		return a.addr != b.addr ? a.addr < b.addr : a.rank != b.rank ? a.rank < b.rank : a.idx < b.idx;
 	});
+	f.image_->release_pages();
 	return f;
 }
 

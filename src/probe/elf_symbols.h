@@ -1,9 +1,12 @@
 // Symbols and address translation for one ELF file (executable or shared
 // library): what a uprobe needs (name -> file offset) and what a symbolizer
-// needs (address -> name). The file is read once with libelf and closed, so an
-// ElfFile is a plain value: cheap to move, safe to cache.
+// needs (address -> name). The file is mapped read-only and its symbols'
+// names stay in that mapping (views, not copies), demangled only when asked:
+// pip's libtorch_cpu has over a million symbols, and copying and demangling
+// them all took 8 s of CPU and 640 MB. Copies of an ElfFile share the mapping.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -12,17 +15,27 @@
 
 namespace eacgm {
 
+// Returns the demangled C++ name, or `name` itself when it is not mangled.
+std::string demangle(std::string_view name);
+
+// Whether a symbol named `mangled` could demangle to a name that starts with
+// `prefix`: false only when it certainly cannot (a C++ name outside the
+// namespaces `prefix` begins with), so a pattern's literal prefix can skip
+// demangling most of a big library. Conservative where unsure (std::, an
+// unqualified prefix).
+bool may_demangle_to(std::string_view mangled, std::string_view prefix);
+
 struct ElfSymbol {
-	std::string name;      // raw, without any @VERSION / @@VERSION suffix
-	std::string demangled; // demangle(name); equal to name when not mangled
+	std::string_view name; // raw, without any @VERSION / @@VERSION suffix; in the file's mapping
 	uint64_t addr = 0;     // st_value: a virtual address in the file's layout
 	uint64_t size = 0;
 	bool weak = false;
 	bool func = false; // STT_FUNC or STT_GNU_IFUNC
+	// demangle(name), made on each call: callers keep what they need.
+	std::string demangled() const { return demangle(name); }
 };
 
-// Returns the demangled C++ name, or `name` itself when it is not mangled.
-std::string demangle(std::string_view name);
+class MappedFile;
 
 class ElfFile {
 public:
@@ -63,6 +76,7 @@ private:
 	ElfFile() = default;
 
 	std::string path_, soname_;
+	std::shared_ptr<const MappedFile> image_; // what the symbols' names point into
 	std::vector<ElfSymbol> symbols_;
 	std::vector<uint8_t> rank_; // parallel to symbols_: lower is preferred
 	std::vector<Func> funcs_;   // by (addr, rank)

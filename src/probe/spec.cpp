@@ -273,8 +273,9 @@ static Result<void> parse_returns(const json &pj, const std::string &where, cons
 // names the function of symbol argument "for" (AliasRule).
 static Result<void> parse_alias_rule(const json &aj, const std::string &where, ProbeSpec &p)
 {
-	const std::string form = where + ": \"alias\" must be {\"handle\": ARG, \"for\": ARG}, two arguments the "
-					 "probe keeps, \"for\" a symbol";
+	const std::string form = where +
+		": \"alias\" must be {\"handle\": ARG, \"for\": ARG}, two arguments the "
+		"probe keeps, \"for\" a symbol";
 	if (!aj.is_object() || !aj.contains("handle") || !aj.contains("for") || !aj["handle"].is_string() ||
 	    !aj["for"].is_string() || aj.size() != 2)
 		return make_error(form);
@@ -286,7 +287,8 @@ static Result<void> parse_alias_rule(const json &aj, const std::string &where, P
 	};
 	AliasRule rule{index(aj["handle"]), index(aj["for"])};
 	if (rule.handle == p.args.size() || rule.target == p.args.size())
-		return make_error(form + " (\"" + (rule.handle == p.args.size() ? aj["handle"] : aj["for"]).get<std::string>() +
+		return make_error(form + " (\"" +
+				  (rule.handle == p.args.size() ? aj["handle"] : aj["for"]).get<std::string>() +
 				  "\" is not one of its arguments)");
 	if (p.args[rule.target].type != ArgType::Symbol)
 		return make_error(form + " (\"" + aj["for"].get<std::string>() + "\" is not a symbol)");
@@ -309,10 +311,10 @@ static Result<ProbeSpec> parse_probe(const json &pj, const std::string &layer, c
 		return make_error(origin + ": every probe needs a \"function\" name");
 	p.function = pj["function"];
 	std::string where = origin + ": probe '" + p.function + "'";
-	if (auto r = known_keys(
-		    pj,
-		    {"function", "library", "symbols", "match", "args", "bytes", "alias", "returns", "tensor_args", "about"},
-		    where);
+	if (auto r = known_keys(pj,
+				{"function", "library", "symbols", "match", "args", "bytes", "alias", "returns",
+				 "tensor_args", "about"},
+				where);
 	    !r)
 		return r.error();
 	p.library = pj.value("library", library);

@@ -50,10 +50,10 @@ struct ProbeSpec {
 	std::vector<ArgSpec> args;
 	std::optional<BytesRule> bytes; // else: the first "bytes" argument
 	std::optional<AliasRule> alias;
-	int tensor_args = 0;            // with `match`: keep up to this many leading tensors (torch)
-	std::string returns = "i64";    // "void", "i32", "i64", "u64", "ptr" or an enum name
-	std::string origin;             // file the spec came from, for messages
-	bool user = false;              // from --spec: a missing symbol is an error
+	int tensor_args = 0;         // with `match`: keep up to this many leading tensors (torch)
+	std::string returns = "i64"; // "void", "i32", "i64", "u64", "ptr" or an enum name
+	std::string origin;          // file the spec came from, for messages
+	bool user = false;           // from --spec: a missing symbol is an error
 };
 
 using EnumTable = std::map<int64_t, std::string>;

@@ -2,6 +2,8 @@
 // that finds none. Shared by `eacgm probes` and pattern probes in specs.
 #include "probe/symbol_search.h"
 
+#include "probe/spec.h"
+
 #include <algorithm>
 #include <cctype>
 #include <climits>
@@ -14,10 +16,14 @@ namespace eacgm {
 
 // GCC's cold partitions ("f.cold", "f.cold.12") are jumped to, never called:
 // not functions to trace.
-static bool cold_part(const std::string &raw)
+static bool cold_part(std::string_view raw)
 {
 	static const std::regex re("\\.cold(\\.[0-9]+)?$");
-	return raw.find(".cold") != std::string::npos && std::regex_search(raw, re);
+	const size_t at = raw.rfind(".cold");
+	if (at == raw.npos)
+		return false;
+	const std::string tail(raw.substr(at));
+	return std::regex_search(tail, re);
 }
 
 // Every name at one address, the preferred one first.
@@ -30,7 +36,7 @@ static FunctionMatch function_at(const ElfFile &elf, uint64_t addr)
 		if (std::none_of(names.begin(), names.end(), [&](auto *n) { return n->name == s->name; }))
 			names.push_back(s);
 	}
-	auto has = [&](const std::string &n) {
+	auto has = [&](std::string_view n) {
 		return std::any_of(names.begin(), names.end(), [&](auto *x) { return x->name == n; });
 	};
 	auto best = std::find_if(names.begin(), names.end(), [&](auto *s) {
@@ -44,10 +50,10 @@ static FunctionMatch function_at(const ElfFile &elf, uint64_t addr)
 	m.offset = off ? off.value() : addr;
 	m.size = size;
 	m.raw = pick->name;
-	m.demangled = pick->demangled;
+	m.demangled = pick->demangled();
 	for (auto *s : names)
 		if (s != pick)
-			m.aliases.push_back(s->demangled);
+			m.aliases.push_back(s->demangled());
 	return m;
 }
 
@@ -56,11 +62,14 @@ Result<std::vector<FunctionMatch>> match_functions(const ElfFile &elf, const std
 	std::set<uint64_t> addrs;
 	try { // a valid pattern may still throw while matching (error_complexity)
 		std::regex re(regex);
-		for (auto &s : elf.symbols())
-			if (s.func && !cold_part(s.name) &&
-			    (std::regex_search(s.demangled, re) ||
-			     (s.name != s.demangled && std::regex_search(s.name, re))))
+		const std::string prefix = anchored_literal_prefix(regex);
+		for (auto &s : elf.symbols()) {
+			if (!s.func || cold_part(s.name) || !may_demangle_to(s.name, prefix))
+				continue;
+			const std::string raw(s.name), demangled = s.demangled();
+			if (std::regex_search(demangled, re) || (raw != demangled && std::regex_search(raw, re)))
 				addrs.insert(s.addr);
+		}
 	} catch (const std::regex_error &e) {
 		return make_error("--match '" + regex + "' is not a valid regular expression: " + e.what());
 	}

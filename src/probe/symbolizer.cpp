@@ -48,7 +48,7 @@ std::optional<std::string> Symbolizer::lookup(uint32_t pid, const std::vector<Ma
 	const ElfSymbol *s = f->symbol_at(*vaddr);
 	if (!s)
 		return std::nullopt;
-	std::string name = s->demangled;
+	std::string name = s->demangled();
 	if (*vaddr != s->addr) {
 		char buf[24];
 		std::snprintf(buf, sizeof buf, "+0x%llx", static_cast<unsigned long long>(*vaddr - s->addr));

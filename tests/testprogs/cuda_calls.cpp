@@ -43,7 +43,7 @@ static int parent_calls()
 	cudaKernel_t handle = reinterpret_cast<cudaKernel_t>(0xa000);
 	errors += cudaGetKernel(&handle, (const void *)&demo::saxpy_kernel) != cudaSuccess;
 	errors += cudaLaunchKernel((const void *)handle, dim3(1, 1, 1), dim3(32, 1, 1), args, 0, S(0x5000)) !=
-		  cudaSuccess;
+		cudaSuccess;
 	errors += cudaLaunchKernel((const void *)&demo::saxpy_kernel, dim3(4, 2, 1), dim3(128, 1, 1), args, 256,
 				   S(0x5000)) != cudaSuccess;
 	errors += cudaStreamSynchronize(S(0x5000)) != cudaSuccess;

@@ -69,7 +69,7 @@ TEST(ElfPrefetch, PatternsAreMatchedAhead)
 	EXPECT_EQ(it->second, match_symbols(got->elf.value(), "^(getpid|getppid)$"));
 	std::set<std::string> names;
 	for (uint32_t k : it->second)
-		names.insert(got->elf.value().symbols()[k].demangled);
+		names.insert(got->elf.value().symbols()[k].demangled());
 	EXPECT_EQ(names, (std::set<std::string>{"getpid", "getppid"}));
 }
 

@@ -6,9 +6,12 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 
+#include "probe/elf_prefetch.h"
 #include "probe/elf_symbols.h"
 #include "probe/proc_maps.h"
+#include "probe/spec.h"
 
 namespace eacgm {
 namespace {
@@ -45,7 +48,7 @@ TEST(ElfSymbols, CudartVersionedDynsym)
 	const ElfSymbol *s = f->find("cudaMalloc");
 	ASSERT_NE(s, nullptr);
 	EXPECT_EQ(s->name, "cudaMalloc"); // "@@libcudart.so.13" stripped
-	EXPECT_EQ(s->demangled, "cudaMalloc");
+	EXPECT_EQ(s->demangled(), "cudaMalloc");
 	EXPECT_TRUE(s->func);
 	EXPECT_FALSE(s->weak);
 	EXPECT_NE(s->addr, 0u);
@@ -84,7 +87,7 @@ TEST(ElfSymbols, NcclWeakAliases)
 	auto al = f->aliases(weak->addr);
 	std::vector<std::string> names;
 	for (const ElfSymbol *a : al)
-		names.push_back(a->name);
+		names.push_back(std::string(a->name));
 	EXPECT_NE(std::find(names.begin(), names.end(), "ncclAllReduce"), names.end());
 	EXPECT_NE(std::find(names.begin(), names.end(), "pncclAllReduce"), names.end());
 	EXPECT_EQ(al.front(), strong); // best (global) first
@@ -119,6 +122,59 @@ TEST(ElfSymbols, Demangle)
 	EXPECT_EQ(demangle("cudaMalloc"), "cudaMalloc");
 	EXPECT_EQ(demangle("_Znot_really_mangled"), "_Znot_really_mangled");
 	EXPECT_EQ(demangle(""), "");
+}
+
+// The pre-filter that spares demangling most of a library: false only for a
+// name that cannot demangle to one starting with the prefix.
+TEST(ElfSymbols, MayDemangleTo)
+{
+	const std::string ops = "at::_ops::";
+	EXPECT_TRUE(may_demangle_to("_ZN2at4_ops6linear4callERKNS_6TensorES4_RKN3c108optionalIS2_EE", ops));
+	EXPECT_TRUE(may_demangle_to("_ZNK2at4_ops6linear4callEv", ops));             // const member
+	EXPECT_TRUE(may_demangle_to("_ZNKR2at4_ops6linear4callEv", ops));            // & qualified
+	EXPECT_TRUE(may_demangle_to("_ZZN2at4_ops6linear4callEvENKUlvE_clEv", ops)); // a lambda inside
+	EXPECT_TRUE(may_demangle_to("_ZN2at4_ops6linear4callEv", "at::_ops::lin"));  // partial last part
+	EXPECT_FALSE(may_demangle_to("_ZN2at6native3addEv", ops));                   // another namespace
+	EXPECT_FALSE(may_demangle_to("_ZN3att4_ops3fooEv", ops));                    // a longer name
+	EXPECT_FALSE(may_demangle_to("_Z3foov", "at::"));                            // unqualified
+	EXPECT_FALSE(may_demangle_to("_ZTV3Foo", "at::"));                           // a vtable
+	EXPECT_TRUE(may_demangle_to("cudaMalloc", ops));                             // not C++: unsure
+	EXPECT_TRUE(may_demangle_to("_ZNSt6vectorIiSaIiEE4sizeEv", "std::"));        // St: unsure
+	EXPECT_TRUE(may_demangle_to("_ZN4c10d16ProcessGroupGloo9allreduceEv", "c10d::"));
+	EXPECT_TRUE(may_demangle_to("_ZN3fooIiE3barEv", "foo<int>::")); // templates: unsure
+	EXPECT_TRUE(may_demangle_to("_Z3foov", ""));
+}
+
+// On a real library, the pre-filter changes nothing the torch spec finds:
+// each of its patterns matches the same functions as a regex search of every
+// demangled name. (What it can skip: a template function whose return type,
+// printed first, happens to start with the prefix, such as
+// "c10d::GradBucket* std::__do_uninit_copy<...>", which no pattern meant.)
+TEST(ElfSymbols, MayDemangleToKeepsEveryMatchOfLibtorch)
+{
+	auto f = ElfFile::open("/usr/lib/x86_64-linux-gnu/libtorch_cpu.so.1.13.0");
+	ASSERT_TRUE(f.ok()) << f.error().message;
+	auto spec = load_builtin_spec("torch");
+	ASSERT_TRUE(spec.ok()) << spec.error().message;
+	size_t patterns = 0, total = 0;
+	for (auto &p : spec->probes) {
+		if (p.match.empty())
+			continue;
+		patterns++;
+		const std::regex re(p.match);
+		std::vector<uint32_t> every;
+		for (uint32_t i = 0; i < f->symbols().size(); i++)
+			if (f->symbols()[i].func && std::regex_search(f->symbols()[i].demangled(), re))
+				every.push_back(i);
+		EXPECT_EQ(match_symbols(f.value(), p.match), every) << p.match;
+		total += every.size();
+	}
+	EXPECT_EQ(patterns, 3u);
+	EXPECT_GT(total, 200u);
+	size_t skipped = 0;
+	for (const ElfSymbol &s : f->symbols())
+		skipped += !may_demangle_to(s.name, "at::_ops::");
+	EXPECT_GT(skipped, f->symbols().size() / 2);
 }
 
 TEST(ElfSymbols, MissingFile)

@@ -290,7 +290,8 @@ TEST(Spec, AliasNamesTwoArgumentsOfTheProbeTheSecondASymbol)
 			"args": [{"name": "h", "slot": 0, "type": "ptr", "deref": "exit"},
 				 {"name": "fn", "slot": 1, "type": "symbol"},
 				 {"name": "n", "slot": 2, "type": "u32"}],
-			"alias": )" + alias + "}]}",
+			"alias": )" + alias +
+					  "}]}",
 				  "my.json", true);
 	};
 	auto ok = parse(R"({"handle": "h", "for": "fn"})");
