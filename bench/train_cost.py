@@ -19,7 +19,7 @@ ratio to untraced, the range of the per-round ratios, and eacgm's own CPU (% of
 one core while attached) and peak RSS, read from each recording's meta table.
 
 Usage: bench/train_cost.py EACGM [ROUNDS (5)] [--steps N (60)] [--only resnet18|gpt]
-       [--device cpu|cuda] [--python PYTHON (/usr/bin/python3)]
+       [--device cpu|cuda] [--python PYTHON (/usr/bin/python3)] [--configs A,B]
 (needs root for eacgm). --device cuda trains on the GPU (bench/gpu_check.sh,
 on a machine that has one). Progress goes to stderr, the report to stdout.
 
@@ -67,8 +67,15 @@ def parse_args():
                    help="steps are timed from this many seconds after each workload started: the steady "
                         "state an always-on agent is judged by (eacgm's overhead budget acts from 10 s)")
     p.add_argument("--device", default="cpu", help="where the workloads train: cpu, or cuda")
+    p.add_argument("--configs", default=",".join(CONFIGS),
+                   help="the configurations to run, comma-separated (untraced is always run: the ratios need it)")
     p.add_argument("--python", default=PYTHON, help="the interpreter with torch and torchvision")
     args = p.parse_args()
+    chosen = [c.strip() for c in args.configs.split(",") if c.strip()]
+    unknown = [c for c in chosen if c not in CONFIGS]
+    if unknown:
+        p.error("unknown configuration %s (choose from %s)" % (", ".join(unknown), ", ".join(CONFIGS)))
+    args.configs = [c for c in CONFIGS if c == "untraced" or c in chosen]
     return args
 
 
@@ -221,9 +228,9 @@ def run_once(args, name, config, rnd, tmp, last_db):
 def measure(args, name, tmp):
     """Per configuration, the list of its runs (one per round), and the first
     line of `eacgm summary` on its last recording."""
-    runs, last_db = {c: [] for c in CONFIGS}, {}
+    runs, last_db = {c: [] for c in args.configs}, {}
     for rnd in range(args.rounds):
-        for config in CONFIGS:
+        for config in args.configs:
             runs[config].append(run_once(args, name, config, rnd, tmp, last_db))
     summaries = {c: run_checked([args.eacgm, "summary", db], "eacgm summary").splitlines()[0]
                  for c, db in last_db.items()}
@@ -260,7 +267,7 @@ def table_line(config, runs, base):
 def report(args, name, runs, summaries):
     print("%s (%s; median of %d steps timed from %g s after the start, %d rounds)" % (
         name, WORKLOADS[name][1], args.steps, args.warmup_s, args.rounds))
-    for config in CONFIGS:
+    for config in args.configs:
         print(table_line(config, runs[config], runs["untraced"]))
     for config, line in summaries.items():
         print("  last %s recording: %s" % (config, line))

@@ -21,6 +21,7 @@ EACGM = os.environ.get("EACGM", os.path.join(_ROOT, "build", "eacgm"))
 TESTPROGS = os.environ.get("TESTPROGS", os.path.join(_ROOT, "build", "tests", "testprogs"))
 TESTLIB_CALLS = os.path.join(TESTPROGS, "testlib_calls")
 CUDA_CALLS = os.path.join(TESTPROGS, "cuda_calls")
+CUDA_CALLS_SPANS = 26  # the calls cuda_calls makes: 20 in the parent, 6 in its child (test_cuda lists them)
 TESTLIB = os.path.join(TESTPROGS, "libeacgm_testlib.so")
 
 # Probes on the test library (tests/testprogs/testlib.c).

@@ -96,7 +96,8 @@ class CudaRecording(unittest.TestCase):
 
     def test_span_fields(self):
         spans = self.rec.spans()
-        self.assertEqual(len(spans), 26)
+        self.assertEqual(sum(PARENT_CALLS.values()) + sum(CHILD_CALLS.values()), E.CUDA_CALLS_SPANS)
+        self.assertEqual(len(spans), E.CUDA_CALLS_SPANS)
         m = E.meta(self.rec.db)
         rec_start = int(m["start_mono_ns"])
         rec_end = rec_start + int(float(m["duration_s"]) * 1e9) + 1000  # duration_s has µs precision
@@ -116,7 +117,7 @@ class CudaRecording(unittest.TestCase):
         lines = self.rec.stderr.splitlines()
         self.assertEqual(lines[-2:], ["recording: " + self.rec.db,
                                       "trace:     " + self.rec.trace + " (open in ui.perfetto.dev)"])
-        self.assertIn("2 processes, 2 threads, 26 spans", self.rec.stderr)
+        self.assertIn("2 processes, 2 threads, %d spans" % E.CUDA_CALLS_SPANS, self.rec.stderr)
         self.assertIn("lost records: 0", lines)
 
     def test_summary_command(self):
@@ -130,7 +131,7 @@ class CudaRecording(unittest.TestCase):
         out = os.path.join(E.make_tempdir(self), "exported.json")
         r = E.eacgm("export", self.rec.db, "--perfetto", out)
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertEqual(r.stdout.strip(), "wrote %s (26 spans); open it in ui.perfetto.dev" % out)
+        self.assertEqual(r.stdout.strip(), "wrote %s (%d spans); open it in ui.perfetto.dev" % (out, E.CUDA_CALLS_SPANS))
         self.assertEqual(E.load_trace(out), E.load_trace(self.rec.trace))
 
 

@@ -106,7 +106,7 @@ class GpuRecording(unittest.TestCase):
     def test_exit_code_and_cuda_spans(self):
         self.assertEqual(self.rec.rc, 3, self.rec.stderr)
         spans = self.rec.spans()
-        self.assertEqual(len(spans), 24, self.rec.stderr)
+        self.assertEqual(len(spans), E.CUDA_CALLS_SPANS, self.rec.stderr)
         self.assertEqual({s["layer"] for s in spans}, {"cuda"})
         self.assertNotIn("gpu layer unavailable", self.rec.stderr)
 
@@ -191,7 +191,7 @@ class GpuWithoutNvml(unittest.TestCase):
         rec = E.record(tmp, [E.CUDA_CALLS, "3"], "--layers", "cuda,gpu", env=env)
         self.assertEqual(rec.rc, 3, rec.stderr)
         self.assertEqual(rec.stderr.count(UNAVAILABLE), 1, rec.stderr)
-        self.assertEqual(len(rec.spans()), 24)
+        self.assertEqual(len(rec.spans()), E.CUDA_CALLS_SPANS)
         self.assertEqual(rec.query("SELECT COUNT(*) AS n FROM metrics")[0]["n"], 0)
         self.assertEqual(rec.query("SELECT COUNT(*) AS n FROM events")[0]["n"], 0)
 

@@ -74,7 +74,7 @@ class CudaTrace(TraceChecks, unittest.TestCase):
         cls.rec = E.record(E.make_tempdir(cls), [E.CUDA_CALLS, "3"])
 
     def test_span_count(self):
-        self.assertEqual(len(E.x_events(self.trace())), 24)
+        self.assertEqual(len(E.x_events(self.trace())), E.CUDA_CALLS_SPANS)
 
     def test_cuda_args(self):
         launches = [e for e in E.x_events(self.trace()) if e["name"] == "cudaLaunchKernel"]
