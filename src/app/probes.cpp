@@ -146,9 +146,10 @@ int run_probes(const ProbesArgs &a)
 			std::cout << format_match(m, std::to_string(biggest).size()) << "\n";
 		std::cout << matches.size() << (matches.size() == 1 ? " function matches in " : " functions match in ")
 			  << *path << "\n";
-		std::vector<ProbeSite> sites;
+		std::vector<ProbeSite> sites; // where record would place each probe
+		InsnDecoder dec;
 		for (auto &m : matches)
-			sites.push_back({*path, m.demangled, m.offset});
+			sites.push_back({*path, m.demangled, dec.probe_offset(*path, m.offset, m.size)});
 		if (auto note = single_step_note(sites); !note.empty())
 			std::cerr << "eacgm: note: " << note << "\n";
 		return 0;

@@ -88,8 +88,9 @@ Result<void> Attacher::attach_library(const std::string &path)
 		auto off = elf->vaddr_to_offset(sym.addr);
 		if (!off)
 			return off.error();
-		targets.push_back({off.value(), id});
-		attached.push_back({id, real, std::string(sym.name), off.value()});
+		const uint64_t at = decoder_.probe_offset(real, off.value(), sym.size);
+		targets.push_back({at, id});
+		attached.push_back({id, real, std::string(sym.name), at});
 		return {};
 	};
 	for (size_t i : matching) {

@@ -28,7 +28,7 @@ struct AttachedProbe {
 	uint32_t spec_id;
 	std::string path;
 	std::string symbol;
-	uint64_t offset;
+	uint64_t offset; // where the probe is: the function's, or past its endbr64
 };
 
 // Arguments a pattern probe reads from each matched function's signature
@@ -109,6 +109,8 @@ private:
 	// (pattern, function, signature reading key) -> spec id
 	std::map<std::tuple<size_t, std::string, uint64_t>, uint32_t> expanded_;
 	SignatureReader signature_reader_;
+	// Where each function's probe goes (past a leading endbr64 when safe).
+	InsnDecoder decoder_;
 };
 
 // The shared libraries a dynamically linked program loads at start, as its

@@ -4,6 +4,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 namespace eacgm {
 
 namespace {
@@ -65,6 +67,54 @@ Result<FirstInsn> InsnDecoder::at(const std::string &path, uint64_t offset)
 	if (n <= 0)
 		return make_error("cannot read " + path + " at its offset " + std::to_string(offset));
 	return decode(code, static_cast<size_t>(n));
+}
+
+uint64_t InsnDecoder::probe_offset(const uint8_t *code, size_t size, uint64_t offset) const
+{
+	static constexpr uint8_t kEndbr64[] = {0xf3, 0x0f, 0x1e, 0xfa};
+	constexpr size_t kLen = sizeof kEndbr64;
+	if (!ok_ || size <= kLen || !std::equal(kEndbr64, kEndbr64 + kLen, code))
+		return offset;
+	auto next = decode(code + kLen, size - kLen);
+	if (!next || !next->emulated)
+		return offset;
+	// Every instruction of the function, none a branch to offset + 4; bytes
+	// that do not decode (data in the code) leave it unproven.
+	cs_insn *insn = cs_malloc(handle_);
+	const uint8_t *at = code;
+	size_t left = size;
+	uint64_t addr = offset;
+	bool safe = true;
+	while (safe && left > 0) {
+		if (!cs_disasm_iter(handle_, &at, &left, &addr, insn)) {
+			safe = false;
+			break;
+		}
+		const cs_x86 &x = insn->detail->x86;
+		bool branch = cs_insn_group(handle_, insn, CS_GRP_JUMP) || cs_insn_group(handle_, insn, CS_GRP_CALL);
+		if (branch && x.op_count == 1 && x.operands[0].type == X86_OP_IMM &&
+		    static_cast<uint64_t>(x.operands[0].imm) == offset + kLen)
+			safe = false;
+	}
+	cs_free(insn, 1);
+	return safe ? offset + kLen : offset;
+}
+
+uint64_t InsnDecoder::probe_offset(const std::string &path, uint64_t offset, uint64_t size)
+{
+	// A function's size comes from its symbol; none, or a huge one, is not
+	// worth reading whole.
+	constexpr uint64_t kMaxBytes = 1 << 16;
+	if (size == 0 || size > kMaxBytes)
+		return offset;
+	if (!fd_ || path != path_) {
+		fd_ = UniqueFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+		path_ = path;
+	}
+	std::vector<uint8_t> code(size);
+	if (!fd_ || pread(fd_.get(), code.data(), size, static_cast<off_t>(offset)) != static_cast<ssize_t>(size))
+		return offset;
+	return probe_offset(code.data(), size, offset);
 }
 
 std::string single_step_note(const std::vector<ProbeSite> &sites)

@@ -40,6 +40,8 @@ TESTLIB_SPEC = {
          "returns": "i32"},
         {"function": "tl_escape"},
         {"function": "tl_jump_deep"},
+        {"function": "tl_cet", "args": [{"name": "x", "slot": 0, "type": "i64"}]},
+        {"function": "tl_cet_loop", "args": [{"name": "n", "slot": 0, "type": "i64"}]},
     ],
 }
 

@@ -73,6 +73,20 @@ class SpecRecordings(unittest.TestCase):
                          [("tl_escape", 0, i) for i in range(5)])
         self.assertNoDrops(rec, unpaired_entry=5)
 
+    def test_past_endbr64_where_it_is_the_same(self):
+        # tl_cet's probe goes past its endbr64 (the push is emulated: not in
+        # the note); tl_cet_loop loops back there, so its probe stays on the
+        # endbr64 and each call is one span, not one per pass.
+        rec, spans = self.record("cet", 20)
+        self.assertEqual([(s["name"], s["args"], s["ret"], s["depth"]) for s in spans],
+                         [("tl_cet", {"x": i}, i + 1, 0) for i in range(20)] +
+                         [("tl_cet_loop", {"n": 3}, 0, 0)] * 20)
+        self.assertNoDrops(rec)
+        note = [l for l in rec.stderr.splitlines() if "single-steps" in l]
+        self.assertEqual(len(note), 1, rec.stderr)
+        self.assertIn("tl_cet_loop (`endbr64`)", note[0])
+        self.assertNotIn("tl_cet (", note[0])
+
     def test_many_calls(self):
         rec, spans = self.record("noop", 1000)
         self.assertEqual([(s["name"], s["args"], s["ret"], s["depth"]) for s in spans],

@@ -69,3 +69,32 @@ NOINLINE long tl_escape(long n)
 		tl_jump_deep(n);
 	return n;
 }
+
+/* As code built with -fcf-protection starts: endbr64, then the frame. The
+ * kernel single-steps endbr64, so eacgm probes past it (the push). */
+__asm__(".pushsection .text\n"
+	".globl tl_cet\n"
+	".type tl_cet, @function\n"
+	"tl_cet:\n"
+	"  endbr64\n"
+	"  push %rbp\n"
+	"  mov %rsp, %rbp\n"
+	"  lea 1(%rdi), %rax\n"
+	"  pop %rbp\n"
+	"  ret\n"
+	".size tl_cet, . - tl_cet\n"
+	/* Loops back to the instruction after its endbr64 n times: a probe
+	 * there would take each pass for a call, so it stays on endbr64. */
+	".globl tl_cet_loop\n"
+	".type tl_cet_loop, @function\n"
+	"tl_cet_loop:\n"
+	"  endbr64\n"
+	"1:\n"
+	"  push %rbp\n"
+	"  pop %rbp\n"
+	"  dec %rdi\n"
+	"  jg 1b\n"
+	"  mov %rdi, %rax\n"
+	"  ret\n"
+	".size tl_cet_loop, . - tl_cet_loop\n"
+	".popsection\n");

@@ -14,6 +14,8 @@ long tl_eight(long a, long b, long c, long d, long e, long f, long g, long h);
 int tl_out(uint64_t *out, uint64_t value);
 void tl_jump_deep(long n);
 long tl_escape(long n);
+long tl_cet(long x);      /* x + 1, starting with endbr64 */
+long tl_cet_loop(long n); /* 0 for n >= 1, looping back past its endbr64 n times */
 #ifdef __cplusplus
 }
 #endif

@@ -5,6 +5,7 @@
  *   eight N     N calls of tl_eight(1..8)
  *   out N       N calls of tl_out(&v, 1000+i)
  *   escape N    N calls of tl_escape (longjmp out of tl_jump_deep)
+ *   cet N       N calls of tl_cet(i), then N of tl_cet_loop(3)
  * With WAIT_FILE set, it first waits until that file exists (for -p tests).
  * With DLOPEN set to a library path, it loads the library then, and calls
  * through dlsym, as a program that imports late would; with LOADED_WAIT_FILE
@@ -23,7 +24,7 @@
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
-		fprintf(stderr, "usage: testlib_calls noop|nest|recurse|eight|out|escape N\n");
+		fprintf(stderr, "usage: testlib_calls noop|nest|recurse|eight|out|escape|cet N\n");
 		return 2;
 	}
 	const char *wait_file = getenv("WAIT_FILE");
@@ -68,7 +69,12 @@ int main(int argc, char **argv)
 	else if (!strcmp(p, "escape"))
 		for (long i = 0; i < n; i++)
 			acc += tl_escape(i);
-	else {
+	else if (!strcmp(p, "cet")) {
+		for (long i = 0; i < n; i++)
+			acc += tl_cet(i);
+		for (long i = 0; i < n; i++)
+			acc += tl_cet_loop(3);
+	} else {
 		fprintf(stderr, "unknown pattern %s\n", p);
 		return 2;
 	}

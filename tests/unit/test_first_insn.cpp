@@ -39,6 +39,37 @@ TEST(FirstInsn, EmulatedAndSingleStepped)
 	EXPECT_FALSE(dec.decode(bad, sizeof bad));
 }
 
+// A probe goes past a leading endbr64 only where that provably sees the
+// same calls: the next instruction is emulated and nothing in the function
+// branches to it. Offsets are where code[0] lies in the file.
+TEST(FirstInsn, ProbePastEndbr64WhereSafe)
+{
+	InsnDecoder dec;
+	auto at = [&](std::vector<uint8_t> code, uint64_t offset = 0x1000) {
+		return dec.probe_offset(code.data(), code.size(), offset);
+	};
+	const std::vector<uint8_t> endbr = {0xf3, 0x0f, 0x1e, 0xfa};
+	auto with = [&](std::vector<uint8_t> rest) {
+		std::vector<uint8_t> c = endbr;
+		c.insert(c.end(), rest.begin(), rest.end());
+		return c;
+	};
+	// endbr64; push rbp; mov rbp, rsp; lea rax, [rdi+1]; pop rbp; ret
+	EXPECT_EQ(at(with({0x55, 0x48, 0x89, 0xe5, 0x48, 0x8d, 0x47, 0x01, 0x5d, 0xc3})), 0x1004u);
+	// The same with a call to itself (recursion enters at the symbol: fine)
+	// and a conditional jump forward.
+	EXPECT_EQ(at(with({0x55, 0xe8, 0xf6, 0xff, 0xff, 0xff, 0x74, 0x00, 0x5d, 0xc3})), 0x1004u);
+	// A loop back to the push (jmp rel8 -6 at 0x1008 lands on 0x1004).
+	EXPECT_EQ(at(with({0x55, 0x5d, 0x90, 0x90, 0xeb, 0xfa})), 0x1000u);
+	// endbr64; sub rsp, 8: the next instruction is single-stepped anyway.
+	EXPECT_EQ(at(with({0x48, 0x83, 0xec, 0x08, 0xc3})), 0x1000u);
+	// Bytes that do not decode: unproven.
+	EXPECT_EQ(at(with({0x55, 0x06, 0xc3})), 0x1000u);
+	// No endbr64, or nothing after it.
+	EXPECT_EQ(at({0x55, 0xc3}), 0x1000u);
+	EXPECT_EQ(at(endbr), 0x1000u);
+}
+
 TEST(FirstInsn, NoteNamesTheSingleSteppedOnes)
 {
 	char path[] = "/tmp/eacgm-first-insn-XXXXXX";
