@@ -313,8 +313,10 @@ void RecordSession::begin()
 	(void)store_->set_meta("eacgm_version", EACGM_VERSION);
 	(void)store_->set_meta("start_mono_ns", std::to_string(mono_ns()));
 	(void)store_->set_wall_offset(wall_offset_ns());
+	// Stopped after its exec, the command is read (one pass over the
+	// events: its exec is among them, written before the stop) and let go.
 	if (launched_)
-		launched_->release();
+		launched_->release([this] { (void)pipeline_.step(0); });
 }
 
 // The launched command's exit, once: its own code is the recording's.

@@ -1,5 +1,6 @@
-#include <sys/resource.h>
 #include "app/target.h"
+#include <sys/ptrace.h>
+#include <sys/resource.h>
 
 #include "ingest/recorder.h"
 
@@ -61,23 +62,35 @@ Result<LaunchedCommand> LaunchedCommand::start(const std::vector<std::string> &a
 		args.push_back(const_cast<char *>(a.c_str()));
 	args.push_back(nullptr);
 	const std::string cannot_run = "eacgm: cannot run " + exe + ": ";
-	int fds[2];
+	int fds[2], back[2];
 	if (pipe2(fds, O_CLOEXEC) != 0)
 		return make_error(std::string("pipe: ") + std::strerror(errno));
-	pid_t pid = fork();
-	if (pid < 0) {
+	if (pipe2(back, O_CLOEXEC) != 0) {
 		int err = errno;
 		close(fds[0]);
 		close(fds[1]);
+		return make_error(std::string("pipe: ") + std::strerror(err));
+	}
+	pid_t pid = fork();
+	if (pid < 0) {
+		int err = errno;
+		for (int fd : {fds[0], fds[1], back[0], back[1]})
+			close(fd);
 		return make_error(std::string("cannot start the command: fork: ") + std::strerror(err));
 	}
 	if (pid == 0) {
 		close(fds[1]);
+		close(back[0]);
 		char go = 0;
 		// Closed without a byte: eacgm failed to set up, do not run.
 		if (read(fds[0], &go, 1) != 1)
 			_exit(127);
 		close(fds[0]);
+		// Stopped by the kernel after the exec, for eacgm to read it; where
+		// tracing is refused (a tracer already, Yama level 3) it just runs.
+		char traced = ptrace(PTRACE_TRACEME, 0, nullptr, nullptr) == 0;
+		if (write(back[1], &traced, 1) != 1) { /* eacgm gone: nothing to tell */
+		}
 		execv(exe.c_str(), args.data());
 		const char *why = strerrordesc_np(errno); // a constant string: no locale, no allocation
 		if (write(2, cannot_run.data(), cannot_run.size()) > 0 && write(2, why, strlen(why)) > 0 &&
@@ -86,20 +99,26 @@ Result<LaunchedCommand> LaunchedCommand::start(const std::vector<std::string> &a
 		_exit(127);
 	}
 	close(fds[0]);
+	close(back[1]);
 	LaunchedCommand c;
 	c.pid_ = pid;
 	c.gate_ = fds[1];
+	c.traced_ = back[0];
 	return c;
 }
 
-LaunchedCommand::LaunchedCommand(LaunchedCommand &&o) noexcept : pid_(o.pid_), gate_(o.gate_), reaped_(o.reaped_)
+LaunchedCommand::LaunchedCommand(LaunchedCommand &&o) noexcept
+	: pid_(o.pid_), gate_(o.gate_), traced_(o.traced_), reaped_(o.reaped_), status_(o.status_)
 {
 	o.pid_ = -1;
 	o.gate_ = -1;
+	o.traced_ = -1;
 }
 
 LaunchedCommand::~LaunchedCommand()
 {
+	if (traced_ >= 0)
+		close(traced_);
 	if (gate_ >= 0)
 		close(gate_); // never released: the child exits 127 without running
 	if (pid_ > 0 && !reaped_) {
@@ -109,7 +128,7 @@ LaunchedCommand::~LaunchedCommand()
 	}
 }
 
-void LaunchedCommand::release()
+void LaunchedCommand::release(const std::function<void()> &at_exec)
 {
 	if (gate_ < 0)
 		return;
@@ -118,12 +137,40 @@ void LaunchedCommand::release()
 	}
 	close(gate_);
 	gate_ = -1;
+	char traced = 0;
+	ssize_t n;
+	while ((n = read(traced_, &traced, 1)) < 0 && errno == EINTR) {
+	}
+	close(traced_);
+	traced_ = -1;
+	if (n != 1 || !traced)
+		return; // not stopped after its exec: it simply runs
+	// Until the stop after the exec (SIGTRAP). A signal that comes first
+	// stops it too: passed on. An exit means the exec failed.
+	for (;;) {
+		int st;
+		if (waitpid(pid_, &st, 0) != pid_)
+			return;
+		if (WIFEXITED(st) || WIFSIGNALED(st)) {
+			reaped_ = true;
+			status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+			return;
+		}
+		if (WIFSTOPPED(st) && WSTOPSIG(st) == SIGTRAP)
+			break;
+		ptrace(PTRACE_CONT, pid_, nullptr, reinterpret_cast<void *>(static_cast<intptr_t>(WSTOPSIG(st))));
+	}
+	if (at_exec)
+		at_exec();
+	ptrace(PTRACE_DETACH, pid_, nullptr, nullptr); // the SIGTRAP is not delivered
 }
 
 bool LaunchedCommand::poll_exit(int &status)
 {
-	if (reaped_)
+	if (reaped_) {
+		status = status_;
 		return true;
+	}
 	int st;
 	pid_t r = waitpid(pid_, &st, WNOHANG);
 	if (r != pid_)

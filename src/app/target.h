@@ -2,6 +2,7 @@
 // until the probes are in place, or a running process and its descendants.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <sys/types.h>
 #include <vector>
@@ -14,13 +15,18 @@ namespace eacgm {
 Result<std::string> resolve_command(const std::string &name);
 
 // A child forked and waiting at a gate; release() lets it exec the command.
+// The child asks to be traced (PTRACE_TRACEME) just before its exec, so the
+// kernel stops it right after the exec: release() runs `at_exec` while it
+// is stopped there (eacgm reads its name, command line and maps: a command
+// that ends within a millisecond is otherwise gone before it is read, with
+// its kernels' names), then detaches. Nothing is traced after that.
 class LaunchedCommand {
 public:
 	static Result<LaunchedCommand> start(const std::vector<std::string> &argv, const std::string &exe);
 	LaunchedCommand(LaunchedCommand &&o) noexcept;
 	~LaunchedCommand();
 	pid_t pid() const { return pid_; }
-	void release();
+	void release(const std::function<void()> &at_exec = {});
 	// Non-blocking: true once the child has exited; status is then the
 	// shell-style exit code (128+signal for a signal).
 	bool poll_exit(int &status);
@@ -28,8 +34,10 @@ public:
 private:
 	LaunchedCommand() = default;
 	pid_t pid_ = -1;
-	int gate_ = -1; // write end: one byte releases, closing aborts
+	int gate_ = -1;   // write end: one byte releases, closing aborts
+	int traced_ = -1; // read end: the child's byte, 1 once it is traced
 	bool reaped_ = false;
+	int status_ = 0; // when reaped in release() (the exec failed)
 };
 
 // pid and every process below it now.
