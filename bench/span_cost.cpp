@@ -15,6 +15,9 @@
 //   eacgm, filtered   the span engine on a process it does not trace
 //   bpftrace          the same entry/return pairing as a bpftrace script, in
 //                     a child process (bpftrace attaches perf-event uprobes)
+//   endbr64           tl_cet starts with endbr64 (as code built with
+//                     -fcf-protection does), which the kernel single-steps:
+//                     the floor on it, and eacgm, which probes past it
 // Each is compared with the floor of the same kind of link: the kernel does
 // different work around the program for each, so against the other floor a
 // tracer would gain or lose that difference, not its own cost.
@@ -60,6 +63,7 @@
 
 #include "floor.skel.h"
 #include "probe/elf_symbols.h"
+#include "probe/first_insn.h"
 #include "probe/proc_tracker.h"
 #include "probe/span_engine.h"
 
@@ -289,13 +293,13 @@ private:
 	std::thread thread_;
 };
 
-double eacgm_traced(uint64_t off, bool multi, long calls, Tally &t)
+double eacgm_traced(uint64_t off, bool multi, long calls, Tally &t, long (*fn)(long) = tl_noop)
 {
 	Eacgm e = open_eacgm(off, multi);
 	if (!e.tracker->track(getpid()).ok())
 		die("cannot track this process");
 	Consumer consumer(e.engine->events_map());
-	double ns = time_calls(tl_noop, calls);
+	double ns = time_calls(fn, calls);
 	t.expected += calls;
 	t.received += consumer.finish();
 	t.lost += e.engine->counters()[EACGM_CNT_RINGBUF_FULL];
@@ -471,13 +475,25 @@ double bpftrace_round(const std::string &exe, uint64_t off, long calls, Tally &t
 struct Bench {
 	long calls = 20000;
 	int rounds = 7;
-	uint64_t noop = 0, leaf = 0; // file offsets of the functions
+	uint64_t noop = 0, leaf = 0;     // file offsets of the functions
+	uint64_t cet = 0, cet_probe = 0; // tl_cet (endbr64 first) and where eacgm probes it
 	Floor floor;
 	std::string bpftrace; // its path; empty: not installed
 	Tally tally;
 };
 
-enum { kUntraced, kFloorMulti, kFloorPerFn, kFloorStep, kEacgmMulti, kEacgmPerFn, kFiltered, kBpftrace };
+enum {
+	kUntraced,
+	kFloorMulti,
+	kFloorPerFn,
+	kFloorStep,
+	kEacgmMulti,
+	kEacgmPerFn,
+	kFiltered,
+	kBpftrace,
+	kFloorCet,
+	kEacgmCet
+};
 
 struct Config {
 	const char *name;
@@ -510,6 +526,11 @@ std::vector<Config> make_configs(Bench &b)
 		{"bpftrace, same pairing", kFloorPerFn,
 		 [&b] { return bpftrace_round(b.bpftrace, b.noop, b.calls, b.tally); },
 		 b.bpftrace.empty() ? "n/a (bpftrace not installed)" : ""},
+		// A function built with -fcf-protection: on its endbr64 the kernel
+		// single-steps; eacgm probes the push after it (InsnDecoder::probe_offset).
+		{"floor, per-function, on endbr64", kFloorPerFn, floor(b.cet, tl_cet, false)},
+		{"eacgm per-function, past endbr64", kFloorPerFn,
+		 [&b] { return eacgm_traced(b.cet_probe, false, b.calls, b.tally, tl_cet); }},
 	};
 }
 
@@ -638,6 +659,10 @@ Bench setup(int argc, char **argv)
 		die(elf.error().message);
 	b.noop = file_offset(*elf, "tl_noop");
 	b.leaf = file_offset(*elf, "tl_leaf");
+	b.cet = file_offset(*elf, "tl_cet");
+	b.cet_probe = InsnDecoder().probe_offset(kLib, b.cet, elf->find("tl_cet")->size);
+	if (b.cet_probe != b.cet + 4)
+		die("eacgm would not probe tl_cet past its endbr64");
 	b.floor = load_floor();
 	b.bpftrace = find_on_path("bpftrace");
 	return b;
