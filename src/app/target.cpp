@@ -62,6 +62,10 @@ Result<LaunchedCommand> LaunchedCommand::start(const std::vector<std::string> &a
 		args.push_back(const_cast<char *>(a.c_str()));
 	args.push_back(nullptr);
 	const std::string cannot_run = "eacgm: cannot run " + exe + ": ";
+	// A traced exec ignores set-user-ID and set-group-ID bits (unless the
+	// tracer may trace the new credentials): such a program is not stopped.
+	struct stat st;
+	const bool stop_after_exec = stat(exe.c_str(), &st) == 0 && !(st.st_mode & (S_ISUID | S_ISGID));
 	int fds[2], back[2];
 	if (pipe2(fds, O_CLOEXEC) != 0)
 		return make_error(std::string("pipe: ") + std::strerror(errno));
@@ -88,7 +92,7 @@ Result<LaunchedCommand> LaunchedCommand::start(const std::vector<std::string> &a
 		close(fds[0]);
 		// Stopped by the kernel after the exec, for eacgm to read it; where
 		// tracing is refused (a tracer already, Yama level 3) it just runs.
-		char traced = ptrace(PTRACE_TRACEME, 0, nullptr, nullptr) == 0;
+		char traced = stop_after_exec && ptrace(PTRACE_TRACEME, 0, nullptr, nullptr) == 0;
 		if (write(back[1], &traced, 1) != 1) { /* eacgm gone: nothing to tell */
 		}
 		execv(exe.c_str(), args.data());

@@ -19,7 +19,9 @@ Result<std::string> resolve_command(const std::string &name);
 // kernel stops it right after the exec: release() runs `at_exec` while it
 // is stopped there (eacgm reads its name, command line and maps: a command
 // that ends within a millisecond is otherwise gone before it is read, with
-// its kernels' names), then detaches. Nothing is traced after that.
+// its kernels' names), then detaches. Nothing is traced after that. A
+// set-user-ID or set-group-ID program is not stopped: a traced exec could
+// run it without its privileges.
 class LaunchedCommand {
 public:
 	static Result<LaunchedCommand> start(const std::vector<std::string> &argv, const std::string &exe);
