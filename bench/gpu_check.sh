@@ -6,8 +6,8 @@
 # training is bench/train_cost.py with --device cuda, run after this.
 #
 # Usage: bench/gpu_check.sh BIN OUT [check|cost]
-#   BIN  a folder with eacgm, gpu_tests and bench_span_cost (built here, or
-#        carried to the GPU machine with their libraries on LD_LIBRARY_PATH)
+#   BIN  the build folder (make build), or a folder with eacgm, gpu_tests and
+#        bench_span_cost side by side (carried to a GPU machine)
 #   OUT  where the recordings and logs go
 #   check (default): machine, gpu tests, the CUDA program and a GPU ResNet-18
 #        recorded, bench_span_cost on this CPU
@@ -23,6 +23,13 @@ root=$(dirname "$(dirname "$(realpath "$0")")")
 mkdir -p "$out"
 
 section() { printf '\n== %s\n' "$*"; }
+
+# A program of BIN: side by side, or where the build puts it.
+prog() {
+	if [ -x "$bin/$1" ]; then echo "$bin/$1"; else echo "$bin/$2/$1"; fi
+}
+gpu_tests=$(prog gpu_tests tests)
+span_cost=$(prog bench_span_cost bench)
 
 # The spans of a recording by layer and the busiest names, its GPU metrics
 # and its drops: enough to see whether each layer saw what ran.
@@ -62,7 +69,7 @@ check() {
 	ls -la /sys/kernel/btf/vmlinux
 
 	section "gpu tests (real NVML)"
-	"$bin/gpu_tests" 2>&1 | tail -25
+	"$gpu_tests" 2>&1 | tail -25
 
 	section "eacgm doctor"
 	"$bin/eacgm" doctor 2>&1 | tail -30
@@ -85,7 +92,7 @@ check() {
 	describe "$out/resnet_gpu.db"
 
 	section "per call, on this CPU"
-	"$bin/bench_span_cost" 2>&1 | tail -30
+	"$span_cost" 2>&1 | tail -30
 }
 
 cost() {
