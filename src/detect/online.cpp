@@ -82,9 +82,8 @@ std::optional<OnlineDetector::Job> OnlineDetector::maybe_refit(const std::string
 // the CPU eacgm gave back): a GPT run's first models, trained at full
 // rate, flagged a thousand and more of its calls after that. Not flagged,
 // such calls train the next refit, which learns the new normal.
-static bool only_faster(const KeyModel &m, const Scored &sc)
+static bool only_faster(const std::vector<Attribution> &why)
 {
-	auto why = attribute(m, sc);
 	return !why.empty() && why[0].feature == kLogDuration && why[0].z < 0;
 }
 
@@ -98,13 +97,12 @@ static bool only_faster(const KeyModel &m, const Scored &sc)
 // whose own measure is off by kOwnSd of its component's spread (slower,
 // for the duration), or whose call site is its first cause, is reported.
 // Not flagged, the others train the next refit, which learns the context.
-static bool only_context(const KeyModel &m, const Scored &sc)
+static bool only_context(const KeyModel &m, const Scored &sc, const std::vector<Attribution> &why)
 {
 	constexpr double kOwnSd = 3;
 	const auto &used = m.used();
 	if (std::none_of(used.begin(), used.end(), [](unsigned f) { return f > kCallSite; }))
 		return false; // no context in this model
-	auto why = attribute(m, sc);
 	if (!why.empty() && why[0].feature == kCallSite)
 		return false;
 	const Gmm &g = m.gmm();
@@ -211,7 +209,12 @@ std::optional<Anomaly> OnlineDetector::observe(const Span &s)
 		if (ks.model) {
 			Scored sc = ks.model->score(o);
 			ks.st.scored++;
-			if (ks.model->anomalous(sc) && !only_faster(*ks.model, sc) && !only_context(*ks.model, sc)) {
+			// Why, worked out once for the two rules; only for a call over the threshold.
+			auto reportable = [&] {
+				auto why = attribute(*ks.model, sc);
+				return !only_faster(why) && !only_context(*ks.model, sc, why);
+			};
+			if (ks.model->anomalous(sc) && reportable()) {
 				flagged = true;
 				ks.st.flagged++;
 				Anomaly a{.ts_ns = s.start_ns,

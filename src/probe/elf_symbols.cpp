@@ -13,7 +13,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <array>
 #include <numeric>
 
 #include "common/fd.h"
@@ -130,22 +129,14 @@ bool may_demangle_to(std::string_view mangled, std::string_view prefix)
 
 namespace {
 
-// The PT_LOAD headers and DT_SONAME; the symbol tables (.dynsym first) and
-// the version table.
+// The symbol tables (.dynsym first), the version table and DT_SONAME.
 struct Sections {
 	std::vector<Elf_Scn *> tables;
 	Elf_Data *versym = nullptr;
 };
 
-Sections read_headers(Elf *elf, std::vector<std::pair<uint64_t, std::array<uint64_t, 2>>> &loads, std::string &soname)
+Sections read_sections(Elf *elf, std::string &soname)
 {
-	size_t nph = 0;
-	if (elf_getphdrnum(elf, &nph) == 0)
-		for (size_t i = 0; i < nph; ++i) {
-			GElf_Phdr p;
-			if (gelf_getphdr(elf, int(i), &p) && p.p_type == PT_LOAD)
-				loads.push_back({p.p_vaddr, {p.p_offset, p.p_filesz}});
-		}
 	// .dynsym goes first: on a (name, addr) duplicate the first copy is kept, and
 	// only .dynsym has the version info (.gnu.version) that marks hidden versions.
 	Sections out;
@@ -176,7 +167,7 @@ Sections read_headers(Elf *elf, std::vector<std::pair<uint64_t, std::array<uint6
 }
 
 // Appends one table's defined symbols (and their ranks: lower is preferred).
-void read_table(Elf *elf, Elf_Scn *scn, Elf_Data *versym, std::vector<ElfSymbol> &symbols_, std::vector<uint8_t> &rank_)
+void read_table(Elf *elf, Elf_Scn *scn, Elf_Data *versym, std::vector<ElfSymbol> &symbols, std::vector<uint8_t> &rank)
 {
 	GElf_Shdr sh;
 	gelf_getshdr(scn, &sh);
@@ -203,38 +194,37 @@ void read_table(Elf *elf, Elf_Scn *scn, Elf_Data *versym, std::vector<ElfSymbol>
 		GElf_Versym v;
 		if (dynsym && versym && gelf_getversym(versym, int(i), &v) && (v & kVersymHidden))
 			hidden = true;
-		const uint8_t rank = (bind == STB_LOCAL ? 2 : bind == STB_WEAK ? 1 : 0) + (hidden ? 3 : 0);
-		symbols_.push_back({name.substr(0, at), s.st_value, s.st_size, bind == STB_WEAK, func});
-		rank_.push_back(rank);
+		symbols.push_back({name.substr(0, at), s.st_value, s.st_size, bind == STB_WEAK, func});
+		rank.push_back((bind == STB_LOCAL ? 2 : bind == STB_WEAK ? 1 : 0) + (hidden ? 3 : 0));
 	}
 }
 
 // Keeps the first of each (name, addr): .dynsym's copy of a .symtab symbol.
 // Sorted rather than hashed: a million names would each be hashed whole.
-void drop_duplicates(std::vector<ElfSymbol> &symbols_, std::vector<uint8_t> &rank_)
+void drop_duplicates(std::vector<ElfSymbol> &symbols, std::vector<uint8_t> &rank)
 {
-	std::vector<uint32_t> order(symbols_.size());
+	std::vector<uint32_t> order(symbols.size());
 	std::iota(order.begin(), order.end(), 0u);
 	std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
-		const ElfSymbol &x = symbols_[a], &y = symbols_[b];
+		const ElfSymbol &x = symbols[a], &y = symbols[b];
 		return x.addr != y.addr ? x.addr < y.addr : x.name < y.name;
 	});
-	std::vector<bool> keep(symbols_.size(), true);
+	std::vector<bool> keep(symbols.size(), true);
 	for (size_t i = 1; i < order.size(); ++i) {
-		const ElfSymbol &prev = symbols_[order[i - 1]], &cur = symbols_[order[i]];
+		const ElfSymbol &prev = symbols[order[i - 1]], &cur = symbols[order[i]];
 		if (prev.addr == cur.addr && prev.name == cur.name)
 			keep[order[i]] = false;
 	}
 	size_t out = 0;
-	for (size_t i = 0; i < symbols_.size(); ++i)
+	for (size_t i = 0; i < symbols.size(); ++i)
 		if (keep[i]) {
-			symbols_[out] = symbols_[i];
-			rank_[out++] = rank_[i];
+			symbols[out] = symbols[i];
+			rank[out++] = rank[i];
 		}
-	symbols_.resize(out);
-	rank_.resize(out);
-	symbols_.shrink_to_fit();
-	rank_.shrink_to_fit();
+	symbols.resize(out);
+	rank.resize(out);
+	symbols.shrink_to_fit();
+	rank.shrink_to_fit();
 }
 
 } // namespace
@@ -254,10 +244,14 @@ Result<ElfFile> ElfFile::open(const std::string &path, bool require_symbols)
 	ElfFile f;
 	f.path_ = path;
 	f.image_ = image.value();
-	std::vector<std::pair<uint64_t, std::array<uint64_t, 2>>> loads;
-	Sections sections = read_headers(h.elf, loads, f.soname_);
-	for (auto &[vaddr, rest] : loads)
-		f.loads_.push_back({vaddr, rest[0], rest[1]});
+	size_t nph = 0;
+	if (elf_getphdrnum(h.elf, &nph) == 0)
+		for (size_t i = 0; i < nph; ++i) {
+			GElf_Phdr p;
+			if (gelf_getphdr(h.elf, int(i), &p) && p.p_type == PT_LOAD)
+				f.loads_.push_back({p.p_vaddr, p.p_offset, p.p_filesz});
+		}
+	Sections sections = read_sections(h.elf, f.soname_);
 	for (Elf_Scn *scn : sections.tables)
 		read_table(h.elf, scn, sections.versym, f.symbols_, f.rank_);
 	drop_duplicates(f.symbols_, f.rank_);

@@ -69,10 +69,13 @@ Result<FirstInsn> InsnDecoder::at(const std::string &path, uint64_t offset)
 	return decode(code, static_cast<size_t>(n));
 }
 
+namespace {
+constexpr uint8_t kEndbr64[] = {0xf3, 0x0f, 0x1e, 0xfa};
+constexpr size_t kLen = sizeof kEndbr64;
+} // namespace
+
 uint64_t InsnDecoder::probe_offset(const uint8_t *code, size_t size, uint64_t offset) const
 {
-	static constexpr uint8_t kEndbr64[] = {0xf3, 0x0f, 0x1e, 0xfa};
-	constexpr size_t kLen = sizeof kEndbr64;
 	if (!ok_ || size <= kLen || !std::equal(kEndbr64, kEndbr64 + kLen, code))
 		return offset;
 	auto next = decode(code + kLen, size - kLen);
@@ -111,8 +114,13 @@ uint64_t InsnDecoder::probe_offset(const std::string &path, uint64_t offset, uin
 		fd_ = UniqueFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
 		path_ = path;
 	}
+	// Most functions do not start with endbr64: read the rest only for those that do.
+	uint8_t head[kLen];
+	if (!fd_ || pread(fd_.get(), head, kLen, static_cast<off_t>(offset)) != static_cast<ssize_t>(kLen) ||
+	    !std::equal(kEndbr64, kEndbr64 + kLen, head))
+		return offset;
 	std::vector<uint8_t> code(size);
-	if (!fd_ || pread(fd_.get(), code.data(), size, static_cast<off_t>(offset)) != static_cast<ssize_t>(size))
+	if (pread(fd_.get(), code.data(), size, static_cast<off_t>(offset)) != static_cast<ssize_t>(size))
 		return offset;
 	return probe_offset(code.data(), size, offset);
 }

@@ -123,8 +123,7 @@ void Symbolizer::alias(uint32_t pid, uint64_t handle, uint64_t addr)
 {
 	std::lock_guard lock(mu_);
 	Proc &p = procs_[pid];
-	p.aliases[handle] = addr;
-	p.results.erase(handle); // a miss cached before the handle was known
+	p.aliases[handle] = addr; // resolve() looks here first: a miss cached for the handle is passed by
 }
 
 void Symbolizer::forget(uint32_t pid)
