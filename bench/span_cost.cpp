@@ -18,6 +18,11 @@
 //   endbr64           tl_cet starts with endbr64 (as code built with
 //                     -fcf-protection does), which the kernel single-steps:
 //                     the floor on it, and eacgm, which probes past it
+//   least             the least any tracer does to give every call a span
+//                     (bpf/floor.bpf.c): entry time in task storage, a
+//                     24-byte record through the ring buffer, no wake-up;
+//                     and the least of one that only counts and sums in the
+//                     kernel. The bound below eacgm's per-call cost
 // Each is compared with the floor of the same kind of link: the kernel does
 // different work around the program for each, so against the other floor a
 // tracer would gain or lose that difference, not its own cost.
@@ -156,7 +161,8 @@ Floor load_floor()
 		FloorSkel s(floor_bpf__open());
 		if (!s)
 			die("cannot open the floor programs");
-		for (bpf_program *p : {s->progs.floor_entry_multi, s->progs.floor_exit_multi})
+		for (bpf_program *p : {s->progs.floor_entry_multi, s->progs.floor_exit_multi, s->progs.least_entry_multi,
+				       s->progs.least_exit_multi, s->progs.batch_exit_multi, s->progs.tally_exit_multi})
 			if (multi)
 				bpf_program__set_expected_attach_type(p, kTraceUprobeMulti);
 			else
@@ -183,6 +189,18 @@ FloorProbes attach_floor(const Floor &f, uint64_t off, bool multi)
 		p.links.push_back(attach_per_function(f.skel->progs.floor_entry, off, false));
 		p.links.push_back(attach_per_function(f.skel->progs.floor_exit, off, true));
 	}
+	return p;
+}
+
+// The least a tracer can do per call (bpf/floor.bpf.c): the entry time kept
+// per thread, and at return a span handed over (least_exit_multi) or only
+// counted and summed in the kernel (tally_exit_multi), or handed over 32 at
+// a time (batch_exit_multi). uprobe_multi only.
+FloorProbes attach_least(const Floor &f, uint64_t off, const bpf_program *exit)
+{
+	FloorProbes p;
+	p.multi.push_back(attach_multi(f.skel->progs.least_entry_multi, off, false));
+	p.multi.push_back(attach_multi(exit, off, true));
 	return p;
 }
 
@@ -223,6 +241,8 @@ struct Tally {
 	uint64_t lost = 0;               // ring buffer full
 	uint64_t filtered_spans = 0;     // from the process not traced: must stay 0
 	long bpftrace_calls = 0, bpftrace_counted = 0;
+	long least_calls = 0, least_received = 0; // the least hand-over's spans
+	long tally_calls = 0, tally_counted = 0;  // counted in the kernel
 };
 
 struct Eacgm {
@@ -256,7 +276,11 @@ Eacgm open_eacgm(uint64_t off, bool multi)
 // counting the records.
 class Consumer {
 public:
-	explicit Consumer(bpf_map *events) : rb_(ring_buffer__new(bpf_map__fd(events), on_record, &received_, nullptr))
+	// record_bytes: a record counts as its size over this many (spans
+	// handed over in batches); 0: each record is one.
+	explicit Consumer(bpf_map *events, size_t record_bytes = 0)
+		: record_bytes_(record_bytes),
+		  rb_(ring_buffer__new(bpf_map__fd(events), on_record, this, nullptr))
 	{
 		if (!rb_)
 			die("cannot open the span ring buffer: " + errstr());
@@ -282,11 +306,13 @@ public:
 	}
 
 private:
-	static int on_record(void *ctx, void *, size_t)
+	static int on_record(void *ctx, void *, size_t size)
 	{
-		static_cast<std::atomic<long> *>(ctx)->fetch_add(1);
+		auto *c = static_cast<Consumer *>(ctx);
+		c->received_.fetch_add(c->record_bytes_ ? (long)(size / c->record_bytes_) : 1);
 		return 0;
 	}
+	size_t record_bytes_;
 	std::atomic<long> received_{0};
 	std::atomic<bool> stop_{false};
 	ring_buffer *rb_;
@@ -470,6 +496,47 @@ double bpftrace_round(const std::string &exe, uint64_t off, long calls, Tally &t
 	return ns;
 }
 
+// ---- The least a tracer can do.
+
+constexpr size_t kLeastSpanBytes = 24; // struct least_span
+
+// Spans handed over one by one, or in batches of 32 (calls is a multiple of 32).
+double least_round(const Floor &f, uint64_t off, long calls, bool batched, Tally &t)
+{
+	FloorProbes p = attach_least(f, off, batched ? f.skel->progs.batch_exit_multi : f.skel->progs.least_exit_multi);
+	Consumer consumer(f.skel->maps.least_events, kLeastSpanBytes);
+	double ns = time_calls(tl_noop, calls);
+	t.least_calls += calls;
+	t.least_received += consumer.finish();
+	return ns;
+}
+
+// The calls the in-kernel tally holds, over every CPU.
+long tally_calls(const Floor &f)
+{
+	std::vector<uint64_t> v(libbpf_num_possible_cpus());
+	uint32_t key = 0;
+	if (bpf_map_lookup_elem(bpf_map__fd(f.skel->maps.tally), &key, v.data()))
+		die("cannot read the in-kernel tally: " + errstr());
+	long n = 0;
+	for (uint64_t c : v)
+		n += (long)c;
+	return n;
+}
+
+double tally_round(const Floor &f, uint64_t off, long calls, Tally &t)
+{
+	long before = tally_calls(f);
+	double ns;
+	{
+		FloorProbes p = attach_least(f, off, f.skel->progs.tally_exit_multi);
+		ns = time_calls(tl_noop, calls);
+	}
+	t.tally_calls += calls;
+	t.tally_counted += tally_calls(f) - before;
+	return ns;
+}
+
 // ---- The configurations, in the order they take turns.
 
 struct Bench {
@@ -492,7 +559,10 @@ enum {
 	kFiltered,
 	kBpftrace,
 	kFloorCet,
-	kEacgmCet
+	kEacgmCet,
+	kLeast,
+	kLeastBatched,
+	kTally
 };
 
 struct Config {
@@ -531,6 +601,13 @@ std::vector<Config> make_configs(Bench &b)
 		{"floor, per-function, on endbr64", kFloorPerFn, floor(b.cet, tl_cet, false)},
 		{"eacgm per-function, past endbr64", kFloorPerFn,
 		 [&b] { return eacgm_traced(b.cet_probe, false, b.calls, b.tally, tl_cet); }},
+		// What no tracer that hands every call to user space goes below.
+		{"least span hand-over, uprobe_multi", kFloorMulti,
+		 [&b] { return least_round(b.floor, b.noop, b.calls, false, b.tally); }, no_multi},
+		{"least, spans handed over 32 at a time", kFloorMulti,
+		 [&b] { return least_round(b.floor, b.noop, b.calls, true, b.tally); }, no_multi},
+		{"least in-kernel count, uprobe_multi", kFloorMulti,
+		 [&b] { return tally_round(b.floor, b.noop, b.calls, b.tally); }, no_multi},
 	};
 }
 
@@ -628,11 +705,21 @@ int verdict(const Bench &b, const std::vector<Config> &cs)
 		printf("  bpftrace counted %ld of %ld calls\n", t.bpftrace_counted, t.bpftrace_calls);
 		ok &= t.bpftrace_counted == t.bpftrace_calls;
 	}
+	if (cs[kLeast].na.empty()) {
+		printf("  the least hand-overs received %ld of %ld spans; the in-kernel count %ld of %ld calls\n",
+		       t.least_received, t.least_calls, t.tally_counted, t.tally_calls);
+		ok &= t.least_received == t.least_calls && t.tally_counted == t.tally_calls;
+	}
 	int traced = cs[kEacgmMulti].na.empty() ? kEacgmMulti : kEacgmPerFn;
 	printf("  the timed loops had a CPU %.0f%% of their wall time\n", 100 * timed.cpu / timed.wall);
 	printf("eacgm per call: %.2fx the floor (target 1.10x)%s\n",
 	       ratio(cs[traced].ns, cs[cs[traced].floor].ns).median,
 	       traced == kEacgmMulti ? "" : " with per-function links");
+	if (cs[kLeast].na.empty())
+		printf("the least span hand-over: %.2fx the floor (in batches of 32 %.2fx); eacgm %.2fx the least "
+		       "hand-over\n",
+		       ratio(cs[kLeast].ns, cs[kFloorMulti].ns).median, ratio(cs[kLeastBatched].ns, cs[kFloorMulti].ns).median,
+		       ratio(cs[kEacgmMulti].ns, cs[kLeast].ns).median);
 	return ok ? 0 : 1;
 }
 
@@ -652,8 +739,8 @@ Bench setup(int argc, char **argv)
 	Bench b;
 	b.calls = argc > 1 ? atol(argv[1]) : b.calls;
 	b.rounds = argc > 2 ? atoi(argv[2]) : b.rounds;
-	if (b.calls < 1 || b.rounds < 7)
-		die("usage: bench_span_cost [calls per round, 20000] [rounds, at least 7]");
+	if (b.calls < 32 || b.calls % 32 || b.rounds < 7)
+		die("usage: bench_span_cost [calls per round, a multiple of 32, 20000] [rounds, at least 7]");
 	auto elf = ElfFile::open(kLib);
 	if (!elf)
 		die(elf.error().message);
