@@ -161,8 +161,9 @@ Floor load_floor()
 		FloorSkel s(floor_bpf__open());
 		if (!s)
 			die("cannot open the floor programs");
-		for (bpf_program *p : {s->progs.floor_entry_multi, s->progs.floor_exit_multi, s->progs.least_entry_multi,
-				       s->progs.least_exit_multi, s->progs.batch_exit_multi, s->progs.tally_exit_multi})
+		for (bpf_program *p :
+		     {s->progs.floor_entry_multi, s->progs.floor_exit_multi, s->progs.least_entry_multi,
+		      s->progs.least_exit_multi, s->progs.batch_exit_multi, s->progs.tally_exit_multi})
 			if (multi)
 				bpf_program__set_expected_attach_type(p, kTraceUprobeMulti);
 			else
@@ -279,8 +280,7 @@ public:
 	// record_bytes: a record counts as its size over this many (spans
 	// handed over in batches); 0: each record is one.
 	explicit Consumer(bpf_map *events, size_t record_bytes = 0)
-		: record_bytes_(record_bytes),
-		  rb_(ring_buffer__new(bpf_map__fd(events), on_record, this, nullptr))
+		: record_bytes_(record_bytes), rb_(ring_buffer__new(bpf_map__fd(events), on_record, this, nullptr))
 	{
 		if (!rb_)
 			die("cannot open the span ring buffer: " + errstr());
@@ -718,7 +718,8 @@ int verdict(const Bench &b, const std::vector<Config> &cs)
 	if (cs[kLeast].na.empty())
 		printf("the least span hand-over: %.2fx the floor (in batches of 32 %.2fx); eacgm %.2fx the least "
 		       "hand-over\n",
-		       ratio(cs[kLeast].ns, cs[kFloorMulti].ns).median, ratio(cs[kLeastBatched].ns, cs[kFloorMulti].ns).median,
+		       ratio(cs[kLeast].ns, cs[kFloorMulti].ns).median,
+		       ratio(cs[kLeastBatched].ns, cs[kFloorMulti].ns).median,
 		       ratio(cs[kEacgmMulti].ns, cs[kLeast].ns).median);
 	return ok ? 0 : 1;
 }

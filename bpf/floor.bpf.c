@@ -75,8 +75,7 @@ struct {
 
 static __always_inline int keep_entry_time(void)
 {
-	__u64 *t = bpf_task_storage_get(&least_open, bpf_get_current_task_btf(), 0,
-					BPF_LOCAL_STORAGE_GET_F_CREATE);
+	__u64 *t = bpf_task_storage_get(&least_open, bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (t)
 		*t = bpf_ktime_get_ns();
 	return 0;
@@ -114,8 +113,8 @@ static __always_inline int hand_over_span(void)
 static __always_inline int batch_span(void)
 {
 	__u64 start = 0, dur = take_duration(&start);
-	struct least_batch *b = bpf_task_storage_get(&least_batches, bpf_get_current_task_btf(), 0,
-						     BPF_LOCAL_STORAGE_GET_F_CREATE);
+	struct least_batch *b =
+		bpf_task_storage_get(&least_batches, bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!dur || !b)
 		return 0;
 	struct least_span *e = &b->spans[b->n & (LEAST_BATCH - 1)];

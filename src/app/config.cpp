@@ -12,6 +12,7 @@
 #include <toml++/toml.h>
 
 #include "common/fs.h"
+#include "common/text.h"
 #include "export/http.h"
 
 namespace eacgm {
@@ -103,11 +104,10 @@ Result<void> read_table(const toml::table &t, const std::string &prefix, const s
 
 Result<void> check_values(const ServeConfig &c, const std::string &path)
 {
-	static const std::vector<std::string> layers = {"cuda", "nccl", "torch", "python", "gpu", "host"};
 	for (auto &l : c.layers)
-		if (std::find(layers.begin(), layers.end(), l) == layers.end())
-			return make_error(path + ": layers: unknown layer '" + l +
-					  "'; choose from cuda, nccl, torch, python, gpu, host");
+		if (std::find(kAllLayers.begin(), kAllLayers.end(), l) == kAllLayers.end())
+			return make_error(path + ": layers: unknown layer '" + l + "'; choose from " +
+					  join(kAllLayers));
 	if (auto r = parse_listen(c.listen); !r)
 		return make_error(path + ": listen: " + r.error().message);
 	for (auto &re : c.filter.comm) {

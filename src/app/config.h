@@ -15,7 +15,7 @@ namespace eacgm {
 
 struct ServeConfig {
 	std::string listen = "127.0.0.1:9464";
-	std::vector<std::string> layers = {"cuda", "nccl", "torch", "python", "gpu", "host"};
+	std::vector<std::string> layers = kAllLayers;
 	std::vector<std::string> specs; // extra spec files
 	// The agent's SQLite store (spans, measures, anomalies), written in
 	// place and bounded; "": none. A previous one is moved to STORE.1.

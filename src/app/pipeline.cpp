@@ -19,8 +19,8 @@
 
 namespace eacgm {
 
-const std::vector<std::string> kAllLayers = {"cuda", "nccl", "torch", "python", "gpu", "host"};
-const std::vector<std::string> kSpecLayers = {"cuda", "nccl", "torch"};
+const std::vector<std::string> kAllLayers = {"cuda", "nccl", "gloo", "torch", "python", "gpu", "host"};
+const std::vector<std::string> kSpecLayers = {"cuda", "nccl", "gloo", "torch"};
 
 bool Pipeline::has(const std::string &layer) const
 {

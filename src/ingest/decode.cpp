@@ -105,8 +105,11 @@ Span decode_span(const eacgm_span_event &e, const ProbeSpec &spec, const SpecSet
 		};
 		const ArgSpec *elem = nullptr;
 		uint64_t elem_value = value_of(spec.bytes->element, &elem);
-		auto table = elem ? specs.sizes.find(elem->enum_name) : specs.sizes.end();
-		if (table != specs.sizes.end()) {
+		auto table =
+			elem && elem->type == ArgType::Enum ? specs.sizes.find(elem->enum_name) : specs.sizes.end();
+		if (elem && elem->type != ArgType::Enum) {
+			s.bytes = value_of(spec.bytes->count, nullptr) * elem_value; // the size itself
+		} else if (table != specs.sizes.end()) {
 			auto size = table->second.find((int32_t)elem_value);
 			if (size != table->second.end())
 				s.bytes = value_of(spec.bytes->count, nullptr) * size->second;

@@ -66,6 +66,33 @@ static Result<void> known_keys(const json &j, std::initializer_list<const char *
 	return {};
 }
 
+// "offset": N reads 8 bytes at the pointer + N; [N, M] follows the pointer
+// found at + N and reads 8 bytes at that + M (a member of a struct that a
+// struct points to: gloo's options -> its context -> rank). Two levels are
+// read at entry only.
+static Result<void> parse_offset(const json &j, const std::string &at, ArgSpec &a)
+{
+	if (!j.contains("offset"))
+		return {};
+	const json &o = j["offset"];
+	auto fits = [](const json &v) { return v.is_number_unsigned() && v.get<uint64_t>() <= 0xffff; };
+	if (fits(o)) {
+		a.offset = o.get<uint16_t>();
+		return {};
+	}
+	if (o.is_array() && o.size() == 2 && fits(o[0]) && fits(o[1])) {
+		if (a.source != EACGM_ARG_DEREF_ENTRY)
+			return make_error(at + ": a two-level \"offset\" is read at \"entry\" only");
+		a.source = EACGM_ARG_DEREF2_ENTRY;
+		a.offset = o[0].get<uint16_t>();
+		a.offset2 = o[1].get<uint16_t>();
+		return {};
+	}
+	return make_error(at +
+			  ": \"offset\" must be a number 0..65535, or two of them [N, M] to read at "
+			  "(*(ptr + N) + M)");
+}
+
 static Result<ArgSpec> parse_arg(const json &j, const std::string &where, const std::map<std::string, EnumTable> &enums)
 {
 	if (!j.is_object())
@@ -105,7 +132,8 @@ static Result<ArgSpec> parse_arg(const json &j, const std::string &where, const 
 		return make_error(at + ": \"deref\" must be \"entry\" or \"exit\"");
 	if (deref.empty() && j.contains("offset"))
 		return make_error(at + ": \"offset\" needs \"deref\"");
-	a.offset = j.value("offset", 0);
+	if (auto r = parse_offset(j, at, a); !r)
+		return r.error();
 	if (a.type == ArgType::Tensor)
 		return make_error(at +
 				  ": tensors are kept with \"tensor_args\" on a \"match\" probe (their layout "
@@ -237,7 +265,9 @@ static Result<void> parse_args(const json &pj, const std::string &where, const S
 	return {};
 }
 
-// "bytes": count x the size of an enum element, both arguments the probe keeps.
+// "bytes": count x the element size, both arguments the probe keeps: the
+// element an enum with a "sizes" table (NCCL's datatype) or an integer that is
+// the size itself (gloo's elementSize).
 static Result<void> parse_bytes_rule(const json &bj, const std::string &where, const SpecSet &set, ProbeSpec &p)
 {
 	if (!bj.is_object() || !bj.contains("count") || !bj.contains("element"))
@@ -252,9 +282,12 @@ static Result<void> parse_bytes_rule(const json &bj, const std::string &where, c
 	const ArgSpec *count = find(b.count), *elem = find(b.element);
 	if (!count || !elem)
 		return make_error(where + ": \"bytes\" names an argument the probe does not keep");
-	if (elem->type != ArgType::Enum || !set.sizes.count(elem->enum_name))
+	bool integer = elem->type == ArgType::U64 || elem->type == ArgType::I64 || elem->type == ArgType::U32 ||
+		elem->type == ArgType::I32;
+	if (!integer && (elem->type != ArgType::Enum || !set.sizes.count(elem->enum_name)))
 		return make_error(where + ": \"bytes\" element '" + b.element +
-				  "' must be an enum with a \"sizes\" table");
+				  "' must be an integer argument (the element's size) or an enum with a \"sizes\" "
+				  "table");
 	p.bytes = b;
 	return {};
 }

@@ -21,12 +21,13 @@ struct ArgSpec {
 	uint8_t slot = 0;                 // SysV slot: 0..5 registers, 6+ stack words
 	uint8_t source = EACGM_ARG_ENTRY; // enum eacgm_arg_source
 	uint16_t offset = 0;              // for deref sources; a tensor's dimension count
-	uint16_t offset2 = 0;             // a tensor's dtype
+	uint16_t offset2 = 0;             // the second level's (DEREF2); a tensor's dtype
 	std::string enum_name;            // ArgType::Enum
 };
 
 // bytes = value of the `count` argument x the element size of the `element`
-// argument's enum value (NCCL: count x sizeof(datatype)).
+// argument: its enum value's size (NCCL: count x sizeof(datatype)), or its
+// value when it is an integer (gloo: elements x elementSize).
 struct BytesRule {
 	std::string count;
 	std::string element;

@@ -40,7 +40,7 @@ class BadInput(unittest.TestCase):
 
     def test_unknown_layer(self):
         self.expect_error(["record", "--layers", "cuda,bogus", "-o", self.db, "--", "true"], 2,
-                          "unknown layer 'bogus'", "cuda,nccl,torch,python,gpu,host")
+                          "unknown layer 'bogus'", "cuda,nccl,gloo,torch,python,gpu,host")
 
     def test_command_not_found(self):
         self.expect_error(["record", "-o", self.db, "--", "eacgm_no_such_command"], 127,

@@ -232,7 +232,7 @@ TEST(ServeConfig, DefaultsWithoutAFile)
 	auto c = parse_serve_config("", "c.toml");
 	ASSERT_TRUE(c) << c.error().message;
 	EXPECT_EQ(c->listen, "127.0.0.1:9464");
-	EXPECT_EQ(c->layers.size(), 6u);
+	EXPECT_EQ(c->layers.size(), 7u);
 	EXPECT_EQ(c->top_functions, 100u);
 	EXPECT_EQ(c->sample_hz, 100u);
 	EXPECT_EQ(c->store, "/var/lib/eacgm/eacgm.db");

@@ -1,6 +1,7 @@
 // Probe spec parsing, lowering to the BPF layout, decoding of raw records.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <regex>
 
 #include "ingest/decode.h"
@@ -268,6 +269,90 @@ TEST(Decode, BytesAreCountTimesElementSize)
 	EXPECT_EQ(sp.args["datatype"], "ncclDataType_t(99)");
 }
 
+// gloo's options: a two-level read (options -> context -> rank) lowers to
+// DEREF2 with both offsets, and bytes are elements x an integer element size.
+TEST(Spec, TwoLevelOffsetsAndAnIntegerElementSize)
+{
+	auto s = parse_spec(R"({"library":"l","probes":[{"function":"f","args":[
+	  {"name":"rank","slot":0,"type":"i32","deref":"entry","offset":[0,8]},
+	  {"name":"n","slot":0,"deref":"entry","offset":80},
+	  {"name":"size","slot":0,"deref":"entry","offset":88}],
+	  "bytes":{"count":"n","element":"size"}}]})",
+			    "t.json", true);
+	ASSERT_TRUE(s.ok()) << s.error().message;
+	const ProbeSpec &p = s->probes[0];
+	EXPECT_EQ(p.args[0].source, EACGM_ARG_DEREF2_ENTRY);
+	EXPECT_EQ(p.args[0].offset, 0);
+	EXPECT_EQ(p.args[0].offset2, 8);
+	EXPECT_EQ(p.args[1].source, EACGM_ARG_DEREF_ENTRY);
+	EXPECT_EQ(p.args[1].offset, 80);
+	auto c = compile_probe(p, EACGM_LAYER_USER);
+	ASSERT_TRUE(c.ok());
+	EXPECT_EQ(c->args[0].source, EACGM_ARG_DEREF2_ENTRY);
+	EXPECT_EQ(c->args[0].offset, 0);
+	EXPECT_EQ(c->args[0].offset2, 8);
+	eacgm_span_event e{};
+	e.args[0] = 0xffffffff; // rank -1, read as an i32 from 8 bytes
+	e.args[1] = 1000;
+	e.args[2] = 4;
+	Span sp = decode_span(e, p, s.value(), nullptr);
+	EXPECT_EQ(sp.bytes, 4000u);
+	EXPECT_EQ(sp.args["rank"], -1);
+
+	struct Case {
+		const char *offset, *deref, *expect;
+	} bad[] = {
+		{"[0,8]", "exit", "a two-level \"offset\" is read at \"entry\" only"},
+		{"[0,8,16]", "entry", "\"offset\" must be a number 0..65535, or two of them"},
+		{"70000", "entry", "\"offset\" must be a number"},
+		{"\"8\"", "entry", "\"offset\" must be a number"},
+	};
+	for (auto &b : bad) {
+		std::string json =
+			std::string(
+				R"({"library":"l","probes":[{"function":"f","args":[{"name":"a","slot":0,"deref":")") +
+			b.deref + R"(","offset":)" + b.offset + "}]}]}";
+		auto r = parse_spec(json, "t.json", true);
+		ASSERT_FALSE(r.ok()) << json;
+		EXPECT_NE(r.error().message.find(b.expect), std::string::npos) << r.error().message;
+	}
+}
+
+// The built-in gloo spec reads each collective's options as gloo's header lays
+// them out; a 2-rank job checks the values end to end (e2e test_gloo).
+TEST(Spec, BuiltinGlooSpecKeepsRankSizeCountAndSeq)
+{
+	auto s = load_builtin_spec("gloo");
+	ASSERT_TRUE(s.ok()) << s.error().message;
+	std::map<std::string, const ProbeSpec *> by_name;
+	for (auto &p : s->probes)
+		by_name[p.function] = &p;
+	for (const char *f :
+	     {"allreduce", "broadcast", "reduce", "allgather", "gather", "scatter", "alltoall", "barrier"}) {
+		ASSERT_TRUE(by_name.count(f)) << f;
+		const ProbeSpec &p = *by_name[f];
+		EXPECT_EQ(p.layer, "gloo");
+		ASSERT_GE(p.args.size(), 3u) << f;
+		EXPECT_EQ(p.args[0].name, "rank");
+		EXPECT_EQ(p.args[1].name, "nranks");
+		EXPECT_EQ(p.args.back().name, "seq") << f;
+	}
+	// allreduce: options -> context at 0 (rank +8, size +12), elements 80,
+	// elementSize 88, tag 128.
+	eacgm_span_event e{};
+	e.args[0] = 1;
+	e.args[1] = 2;
+	e.args[2] = 1000;
+	e.args[3] = 4;
+	e.args[4] = 7;
+	Span sp = decode_span(e, *by_name["allreduce"], s.value(), nullptr);
+	EXPECT_EQ(sp.bytes, 4000u);
+	EXPECT_EQ(sp.args["rank"], 1);
+	EXPECT_EQ(sp.args["nranks"], 2);
+	EXPECT_EQ(sp.args["seq"], 7);
+	EXPECT_EQ(by_name["allreduce"]->args[4].offset, 128);
+}
+
 TEST(Spec, BytesRuleNeedsAnEnumWithSizes)
 {
 	auto s = parse_spec(R"({"library":"l","enums":{"t":{"0":"a"}},"probes":[{"function":"f",
@@ -275,7 +360,9 @@ TEST(Spec, BytesRuleNeedsAnEnumWithSizes)
 	  "bytes":{"count":"n","element":"ty"}}]})",
 			    "t.json", true);
 	ASSERT_FALSE(s.ok());
-	EXPECT_NE(s.error().message.find("must be an enum with a \"sizes\" table"), std::string::npos);
+	EXPECT_NE(s.error().message.find(
+			  "must be an integer argument (the element's size) or an enum with a \"sizes\" table"),
+		  std::string::npos);
 }
 
 } // namespace

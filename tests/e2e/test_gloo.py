@@ -1,0 +1,102 @@
+"""A 2-rank data-parallel job over gloo (Debian's torch and libgloo), recorded
+with the gloo layer: each collective's span is its execution on gloo's worker
+thread, with the bytes, rank, world size and the per-group sequence number
+that every rank gives the same collective (tests/testprogs/gloo_job.py)."""
+import collections
+import json
+import os
+import unittest
+
+import eacgm_e2e as E
+
+JOB = os.path.join(E.SOURCE_DIR, "tests", "testprogs", "gloo_job.py")
+STEPS = 3
+
+
+def explicit(rank):
+    """The job's own collectives on one rank, in order: name, bytes, args."""
+    ar = [("allreduce", 4000, {"count": 1000, "element_size": 4, "nranks": 2, "rank": rank, "seq": i})
+          for i in range(4)]
+    bc = [("broadcast", 2048, {"count": 256, "element_size": 8, "nranks": 2, "rank": rank, "root": 0, "seq": 4 + i})
+          for i in range(3)]
+    return ar + bc
+
+
+class GlooRecording(unittest.TestCase):
+    maxDiff = None
+
+    @classmethod
+    def setUpClass(cls):
+        E.require_root()
+        cls.tmp = E.make_tempdir(cls)
+        cls.out = os.path.join(cls.tmp, "job.json")
+        cls.rec = E.record(cls.tmp, ["/usr/bin/python3", JOB, cls.out, "--steps", str(STEPS), "--delay-rank", "1",
+                                     "--delay-ms", "200"], "--layers", "gloo,torch")
+        with open(cls.out) as f:
+            cls.job = {int(r): v for r, v in json.load(f).items()}
+        cls.pid_rank = {v["pid"]: r for r, v in cls.job.items()}
+        spans = cls.rec.spans("layer = 'gloo'")
+        cls.by_rank = collections.defaultdict(list)
+        for s in spans:
+            cls.by_rank[cls.pid_rank[s["pid"]]].append(s)
+        for r in cls.by_rank:
+            cls.by_rank[r].sort(key=lambda s: s["args"]["seq"])
+
+    def test_recording(self):
+        self.assertEqual(self.rec.rc, 0, self.rec.stderr)
+        self.assertEqual(E.drops(self.rec.db), {r: 0 for r in E.DROP_REASONS})
+        self.assertEqual(sorted(self.by_rank), [0, 1])
+
+    def test_each_ranks_collectives_exactly(self):
+        for r in (0, 1):
+            got = [(s["name"], s["bytes"], s["args"]) for s in self.by_rank[r][:7]]
+            self.assertEqual(got, explicit(r))
+            for s in self.by_rank[r]:
+                self.assertEqual((s["args"]["rank"], s["args"]["nranks"]), (r, 2), s)
+
+    def test_sequence_numbers_match_across_ranks(self):
+        # DDP adds its own collectives (its parameters' shapes checked by an
+        # allgather, their broadcast, then one allreduce per step's bucket):
+        # every rank numbers them alike, from 0 with no gaps.
+        def key(s):
+            return (s["args"]["seq"], s["name"], s["bytes"])
+        seqs = [[key(s) for s in self.by_rank[r]] for r in (0, 1)]
+        self.assertEqual(seqs[0], seqs[1])
+        self.assertEqual([k[0] for k in seqs[0]], list(range(len(seqs[0]))))
+        steps = [k for k in seqs[0] if k[0] >= 7 and k[1] == "allreduce"]
+        self.assertGreaterEqual(len(steps), STEPS)
+
+    def test_spans_cover_the_execution_inside_the_callers_call(self):
+        # Each explicit collective's span lies within the interval the rank
+        # measured around dist.all_reduce / dist.broadcast (the same clock).
+        for r in (0, 1):
+            measured = self.job[r]["collectives"]
+            for (op, i, t0, t1), s in zip(measured, self.by_rank[r][:7]):
+                self.assertEqual(s["name"], op.replace("_", ""))
+                self.assertGreaterEqual(s["start_ns"], t0, (r, op, i))
+                self.assertLessEqual(s["start_ns"] + s["dur_ns"], t1, (r, op, i))
+
+    def test_a_delayed_rank_lengthens_the_others_collective_and_straggles(self):
+        # Rank 1 sleeps before all_reduce 2 (seq 2), measuring the sleep: rank
+        # 0's allreduce lasts until rank 1's sleep is over (an enqueue-only
+        # span would be microseconds), and rank 1 arrives last.
+        d0, d1 = self.job[1]["delay"]
+        self.assertGreater(d1, d0)
+        r0, r1 = self.by_rank[0][2], self.by_rank[1][2]
+        self.assertEqual((r0["args"]["seq"], r1["args"]["seq"]), (2, 2))
+        self.assertGreaterEqual(r0["start_ns"] + r0["dur_ns"], d1)
+        self.assertGreaterEqual(r1["start_ns"], d1)
+        self.assertLess(r0["start_ns"], r1["start_ns"])
+
+    def test_the_enqueue_calls_are_in_the_torch_layer(self):
+        # c10d::ProcessGroupGloo::allreduce only enqueues: one per explicit
+        # allreduce and per DDP bucket, each far shorter than its execution.
+        for r in (0, 1):
+            pid = self.job[r]["pid"]
+            enq = self.rec.spans("layer = 'torch' AND name = 'c10d::ProcessGroupGloo::allreduce' AND pid = ?", (pid,))
+            ran = [s for s in self.by_rank[r] if s["name"] == "allreduce"]
+            self.assertEqual(len(enq), len(ran))
+
+
+if __name__ == "__main__":
+    unittest.main()

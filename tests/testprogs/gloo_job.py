@@ -1,0 +1,88 @@
+"""A data-parallel job over gloo with known collectives, for the gloo e2e
+test. WORLD ranks, forked from this process, meet through a FileStore. Each
+rank runs, in this order:
+  4 all_reduce of 1000 float32 (the tensor's values are checked),
+  3 broadcast of 256 int64 from rank 0,
+  STEPS steps of a small model under DistributedDataParallel,
+and measures each explicit collective itself (CLOCK_MONOTONIC, the clock
+eacgm's spans use) around the call. --delay-rank R sleeps on rank R before
+its all_reduce number 2, measuring the sleep too.
+Writes OUT as JSON: per rank, its pid, its collectives [op, index, start_ns,
+end_ns] and the sleep it measured [start_ns, end_ns] ([0, 0] if none).
+Usage: gloo_job.py OUT [--world N (2)] [--steps S (3)] [--delay-rank R --delay-ms MS]"""
+import argparse
+import json
+import os
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def timed(log, op, i, fn):
+    t0 = time.monotonic_ns()
+    fn()
+    log.append([op, i, t0, time.monotonic_ns()])
+
+
+def rank_main(rank, a, store):
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=a.world)
+    log, delay = [], [0, 0]
+    for i in range(4):
+        t = torch.ones(1000, dtype=torch.float32) * (rank + 1)
+        if rank == a.delay_rank and i == 2:
+            delay[0] = time.monotonic_ns()
+            time.sleep(a.delay_ms / 1000)
+            delay[1] = time.monotonic_ns()
+        timed(log, "all_reduce", i, lambda: dist.all_reduce(t))
+        assert t[0].item() == a.world * (a.world + 1) / 2, t[0].item()
+    for i in range(3):
+        t = torch.arange(256, dtype=torch.int64) * (1 if rank == 0 else 0)
+        timed(log, "broadcast", i, lambda: dist.broadcast(t, src=0))
+        assert t[255].item() == 255
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU()))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(8, 16), torch.randn(8, 16)
+    for _ in range(a.steps):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    dist.destroy_process_group()
+    with open("%s.%d" % (a.out, rank), "w") as f:
+        json.dump({"collectives": log, "delay": delay, "pid": os.getpid()}, f)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("out")
+    p.add_argument("--world", type=int, default=2)
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--delay-rank", type=int, default=-1)
+    p.add_argument("--delay-ms", type=float, default=0)
+    a = p.parse_args()
+    store = a.out + ".store"
+    if os.path.exists(store):
+        os.unlink(store)
+    ctx = mp.get_context("fork")
+    ranks = [ctx.Process(target=rank_main, args=(r, a, store)) for r in range(a.world)]
+    for r in ranks:
+        r.start()
+    for r in ranks:
+        r.join()
+    if any(r.exitcode != 0 for r in ranks):
+        raise SystemExit("gloo_job: a rank failed: %s" % [r.exitcode for r in ranks])
+    out = {}
+    for r in range(a.world):
+        with open("%s.%d" % (a.out, r)) as f:
+            out[r] = json.load(f)
+        os.unlink("%s.%d" % (a.out, r))
+    with open(a.out, "w") as f:
+        json.dump(out, f)
+    print("gloo_job: %d ranks done" % a.world)
+
+
+if __name__ == "__main__":
+    main()
