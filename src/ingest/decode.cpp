@@ -108,7 +108,12 @@ Span decode_span(const eacgm_span_event &e, const ProbeSpec &spec, const SpecSet
 		auto table =
 			elem && elem->type == ArgType::Enum ? specs.sizes.find(elem->enum_name) : specs.sizes.end();
 		if (elem && elem->type != ArgType::Enum) {
-			s.bytes = value_of(spec.bytes->count, nullptr) * elem_value; // the size itself
+			// The size itself, at its type's width (a 32-bit field's
+			// neighbour shares the 8 bytes read); a negative size is none.
+			int64_t size = elem->type == ArgType::U32 ? int64_t(uint32_t(elem_value))
+				: elem->type == ArgType::I32      ? int64_t(int32_t(elem_value))
+								  : int64_t(elem_value);
+			s.bytes = size > 0 ? value_of(spec.bytes->count, nullptr) * uint64_t(size) : 0;
 		} else if (table != specs.sizes.end()) {
 			auto size = table->second.find((int32_t)elem_value);
 			if (size != table->second.end())

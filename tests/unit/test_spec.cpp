@@ -299,6 +299,20 @@ TEST(Spec, TwoLevelOffsetsAndAnIntegerElementSize)
 	EXPECT_EQ(sp.bytes, 4000u);
 	EXPECT_EQ(sp.args["rank"], -1);
 
+	// A 32-bit size: the other half of the 8 bytes read is not its; a
+	// negative one moves nothing.
+	auto s32 = parse_spec(R"({"library":"l","probes":[{"function":"f","args":[
+	  {"name":"n","slot":0},{"name":"size","slot":1,"type":"i32"}],
+	  "bytes":{"count":"n","element":"size"}}]})",
+			      "t.json", true);
+	ASSERT_TRUE(s32.ok()) << s32.error().message;
+	eacgm_span_event e32{};
+	e32.args[0] = 10;
+	e32.args[1] = 0x1234567800000008ull;
+	EXPECT_EQ(decode_span(e32, s32->probes[0], s32.value(), nullptr).bytes, 80u);
+	e32.args[1] = 0xffffffffull; // -1
+	EXPECT_EQ(decode_span(e32, s32->probes[0], s32.value(), nullptr).bytes, 0u);
+
 	struct Case {
 		const char *offset, *deref, *expect;
 	} bad[] = {
