@@ -21,8 +21,10 @@
 //   least             the least any tracer does to give every call a span
 //                     (bpf/floor.bpf.c): entry time in task storage, a
 //                     24-byte record through the ring buffer, no wake-up;
-//                     and the least of one that only counts and sums in the
-//                     kernel. The bound below eacgm's per-call cost
+//                     the same spans handed over 32 at a time from a
+//                     per-thread batch; and the least of one that only
+//                     counts and sums in the kernel. The bound below
+//                     eacgm's per-call cost
 // Each is compared with the floor of the same kind of link: the kernel does
 // different work around the program for each, so against the other floor a
 // tracer would gain or lose that difference, not its own cost.

@@ -90,8 +90,8 @@ Span decode_span(const eacgm_span_event &e, const ProbeSpec &spec, const SpecSet
 			sym->alias(e.tgid, handle, target);
 	}
 	if (spec.bytes) {
-		// count x element size; an element type without a known size gives 0.
-		s.bytes = 0;
+		// count x element size; an element type without a known size gives 0
+		// (set last, replacing what a "bytes" argument gave).
 		// The last argument of that name, as a map by name would keep.
 		auto value_of = [&](const std::string &name, const ArgSpec **arg) -> uint64_t {
 			uint64_t v = 0;
@@ -105,20 +105,23 @@ Span decode_span(const eacgm_span_event &e, const ProbeSpec &spec, const SpecSet
 		};
 		const ArgSpec *elem = nullptr;
 		uint64_t elem_value = value_of(spec.bytes->element, &elem);
-		auto table =
-			elem && elem->type == ArgType::Enum ? specs.sizes.find(elem->enum_name) : specs.sizes.end();
-		if (elem && elem->type != ArgType::Enum) {
+		uint64_t size = 0; // the element's
+		if (elem && elem->type == ArgType::Enum) {
+			auto table = specs.sizes.find(elem->enum_name);
+			if (table != specs.sizes.end()) {
+				auto it = table->second.find((int32_t)elem_value);
+				if (it != table->second.end())
+					size = it->second;
+			}
+		} else if (elem) {
 			// The size itself, at its type's width (a 32-bit field's
 			// neighbour shares the 8 bytes read); a negative size is none.
-			int64_t size = elem->type == ArgType::U32 ? int64_t(uint32_t(elem_value))
-				: elem->type == ArgType::I32      ? int64_t(int32_t(elem_value))
-								  : int64_t(elem_value);
-			s.bytes = size > 0 ? value_of(spec.bytes->count, nullptr) * uint64_t(size) : 0;
-		} else if (table != specs.sizes.end()) {
-			auto size = table->second.find((int32_t)elem_value);
-			if (size != table->second.end())
-				s.bytes = value_of(spec.bytes->count, nullptr) * size->second;
+			int64_t v = elem->type == ArgType::U32 ? int64_t(uint32_t(elem_value))
+				: elem->type == ArgType::I32   ? int64_t(int32_t(elem_value))
+							       : int64_t(elem_value);
+			size = v > 0 ? uint64_t(v) : 0;
 		}
+		s.bytes = size ? value_of(spec.bytes->count, nullptr) * size : 0;
 	}
 	const std::string &r = spec.returns;
 	if (r == "void")
