@@ -47,21 +47,6 @@ const volatile bool capture_py_stacks = false;
 /* Ids of Python stack records; 0 means none. */
 __u64 py_stack_seq = 0;
 
-struct open_call {
-	__u64 start_ns;
-	__u64 sp; /* stack pointer at entry: identifies the frame at return */
-	__u64 py_stack;
-	__u32 spec_id;
-	__u32 pad;
-	__u64 args[EACGM_MAX_ARGS];
-};
-
-struct thread_calls {
-	__u32 depth;
-	__u32 pad;
-	struct open_call calls[EACGM_MAX_DEPTH];
-};
-
 /* About 2.8 KiB a thread, in the thread's own storage: found through the
  * task pointer instead of hashing the tid on every entry and return (a hash
  * lookup each way was a third of what the engine adds to the trap), and
@@ -70,7 +55,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, int);
-	__type(value, struct thread_calls);
+	__type(value, struct eacgm_thread_calls);
 } open_calls SEC(".maps");
 
 /* Threads holding state now: created at a thread's first traced call,
@@ -137,14 +122,14 @@ static __always_inline __u64 tensor_word(__u64 ref, struct eacgm_arg_spec *a)
  * one sp is also what two links on it for a moment look like (the budget
  * replaces a library's link with one attached before the old one goes): the
  * second entry replaces the first, and one span results. */
-static __always_inline __u32 drop_dead_frames(struct thread_calls *tc, __u64 sp, __u32 spec_id)
+static __always_inline __u32 drop_dead_frames(struct eacgm_thread_calls *tc, __u64 sp, __u32 spec_id)
 {
 	__u32 d = tc->depth;
 	__u32 dead = 0;
 	for (__u32 k = 0; k < EACGM_MAX_DEPTH; k++) {
 		if (d == 0 || d > EACGM_MAX_DEPTH)
 			break;
-		struct open_call *top = &tc->calls[(d - 1) & (EACGM_MAX_DEPTH - 1)];
+		struct eacgm_open_call *top = &tc->calls[(d - 1) & (EACGM_MAX_DEPTH - 1)];
 		if (top->sp > sp || (top->sp == sp && top->spec_id != spec_id))
 			break;
 		d--;
@@ -164,7 +149,7 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 	 * process leaves the traced set only when it exits: state means traced,
 	 * and the hash lookup on the tgid is paid once per thread, not per call. */
 	struct task_struct *task = bpf_get_current_task_btf();
-	struct thread_calls *tc = bpf_task_storage_get(&open_calls, task, 0, 0);
+	struct eacgm_thread_calls *tc = bpf_task_storage_get(&open_calls, task, 0, 0);
 	if (!tc) {
 		if (!eacgm_traced_on_call(id >> 32))
 			return 0;
@@ -188,7 +173,7 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 		count(EACGM_CNT_DEPTH_OVERFLOW, 1);
 		return 0;
 	}
-	struct open_call *c = &tc->calls[d];
+	struct eacgm_open_call *c = &tc->calls[d];
 	c->sp = sp;
 	c->spec_id = spec_id;
 	for (int i = 0; i < EACGM_MAX_ARGS; i++) {
@@ -214,16 +199,20 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 		if (py_emit_stack(id >> 32, tid, EACGM_PY_SPAN, sid, EACGM_PY_SPAN_FRAMES))
 			c->py_stack = sid;
 	}
-	tc->depth = d + 1;
 	/* Last, so argument reads are not part of the measured time. */
 	c->start_ns = bpf_ktime_get_ns();
+	/* Then the depth that shows the call to the agent reading open calls
+	 * (hangs): the compiler keeps the order, and x86 stores are seen in
+	 * program order, so a slot it sees is whole, never a stale start. */
+	asm volatile("" ::: "memory");
+	tc->depth = d + 1;
 	return 0;
 }
 
 static __always_inline int on_exit(struct pt_regs *ctx)
 {
 	/* An untraced thread has no state: it leaves before reading the clock. */
-	struct thread_calls *tc = bpf_task_storage_get(&open_calls, bpf_get_current_task_btf(), 0, 0);
+	struct eacgm_thread_calls *tc = bpf_task_storage_get(&open_calls, bpf_get_current_task_btf(), 0, 0);
 	if (!tc)
 		return 0;
 	__u64 now = bpf_ktime_get_ns();
@@ -258,7 +247,7 @@ static __always_inline int on_exit(struct pt_regs *ctx)
 	if (depth > found + 1)
 		count(EACGM_CNT_UNPAIRED, depth - found - 1);
 	tc->depth = found;
-	struct open_call *c = &tc->calls[found];
+	struct eacgm_open_call *c = &tc->calls[found];
 	__u32 spec_id = c->spec_id;
 	struct eacgm_probe_spec *spec = bpf_map_lookup_elem(&probe_specs, &spec_id);
 	if (!spec)

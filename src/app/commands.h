@@ -35,6 +35,7 @@ struct RecordArgs {
 	double stop_timeout_s = 2;          // after Ctrl-C: how long the command gets to exit
 	double overhead_budget_pct = 2;     // traps' share of the traced processes' CPU; 0: off
 	double budget_after_s = 10;         // first budget decision after this long
+	double hang_after_s = 0;            // a waiting call in flight this long is a hang; 0: off
 	bool bpf_stats = false;             // the kernel's run-time accounting of our programs
 	std::vector<std::string> command;   // after "--"
 };
@@ -75,6 +76,16 @@ struct DetectArgs {
 	size_t max_rows = 20;
 };
 int run_detect(const DetectArgs &args);
+
+// eacgm merge (src/app/merge.cpp): recordings of several nodes made one.
+struct MergeArgs {
+	std::vector<std::string> inputs;
+	std::string output;
+	std::string perfetto; // also the merged trace
+	bool force = false;   // replace an existing output
+};
+CLI::App *add_merge(CLI::App &app, MergeArgs &ma);
+int run_merge(const MergeArgs &args);
 
 // eacgm probes list|generate (src/app/probes.cpp).
 struct ProbesArgs {

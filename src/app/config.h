@@ -29,6 +29,10 @@ struct ServeConfig {
 	bool detect = true;
 	double detect_fpr = 1e-4;
 	double overhead_budget_pct = 2;
+	// A collective or a wait on one in flight this long is a hang (a stderr
+	// line, an events row, eacgm_hangs_in_flight); 0: off. Long enough for
+	// a rank that starts late or saves a checkpoint.
+	double hang_after_s = 300;
 	unsigned ring_buffer_kb = 8192;
 	bool bpf_stats = false; // the kernel's run-time accounting of eacgm's BPF programs
 	// Which processes are traced: all of them must match where given.

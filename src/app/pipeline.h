@@ -18,6 +18,7 @@
 #include "common/usage.h"
 #include "detect/online.h"
 #include "detect/scoring.h"
+#include "ingest/hangs.h"
 #include "ingest/recorder.h"
 #include "layers/collector.h"
 #include "layers/python.h"
@@ -43,6 +44,9 @@ struct PipelineOptions {
 	double detect_fpr = 1e-4;
 	double overhead_budget_pct = 2;
 	double budget_after_s = 10;
+	// A call of a "waits" spec in flight this long is reported as a hang
+	// (ingest/hangs.h); 0: not watched.
+	double hang_after_s = 0;
 	bool flamegraph = false;
 	// The kernel's run-time accounting of BPF programs (meta bpf_runs:*,
 	// bpf_ns:*; the host layer's BPF share of host_layer_cpu_pct). Off by
@@ -115,6 +119,7 @@ private:
 	std::future<Result<std::unique_ptr<Collector>>> host_loading_;
 	std::optional<detect::OnlineDetector> detector_;
 	std::optional<detect::ScoringSink> scoring_;
+	HangWatch *hangs_ = nullptr; // one of collectors_, and a sink of chain_
 	SinkChain chain_;
 	std::optional<Recorder> recorder_;
 	std::optional<OverheadKeeper> budget_;

@@ -125,6 +125,7 @@ PipelineOptions RecordSession::pipeline_options(const RecordArgs &a)
 	o.detect_fpr = a.detect_fpr;
 	o.overhead_budget_pct = a.overhead_budget_pct;
 	o.budget_after_s = a.budget_after_s;
+	o.hang_after_s = a.hang_after_s;
 	o.flamegraph = !a.flamegraph.empty();
 	o.bpf_stats = a.bpf_stats;
 	return o;

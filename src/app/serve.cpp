@@ -48,6 +48,7 @@ PipelineOptions pipeline_options(const ServeConfig &c)
 	o.detect = c.detect;
 	o.detect_fpr = c.detect_fpr;
 	o.overhead_budget_pct = c.overhead_budget_pct;
+	o.hang_after_s = c.hang_after_s;
 	o.bpf_stats = c.bpf_stats;
 	o.trace_all = true;
 	return o;

@@ -2,12 +2,29 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <fcntl.h>
 #include <unistd.h>
 
 namespace eacgm {
+
+std::vector<uint32_t> list_threads(uint32_t pid)
+{
+	std::vector<uint32_t> tids;
+	std::error_code ec;
+	for (auto it = std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec);
+	     !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+		const std::string name = it->path().filename();
+		char *end = nullptr;
+		unsigned long tid = std::strtoul(name.c_str(), &end, 10);
+		if (end && *end == 0 && tid > 0)
+			tids.push_back(uint32_t(tid));
+	}
+	return tids;
+}
 
 std::optional<std::string> read_small_file(const std::string &path)
 {

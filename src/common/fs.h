@@ -4,6 +4,8 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <vector>
+#include <cstdint>
 
 #include "common/result.h"
 
@@ -17,6 +19,9 @@ Result<void> check_writable(const std::string &path);
 // plain open and read, without an ifstream's set-up, which cost more than
 // the read); nullopt when it cannot be opened or read.
 std::optional<std::string> read_small_file(const std::string &path);
+
+// The threads of a process now (/proc/PID/task); empty when it is gone.
+std::vector<uint32_t> list_threads(uint32_t pid);
 
 // Writes `content` to path.tmp.<pid> and renames it over `path`.
 Result<void> write_file_atomic(const std::string &path, const std::string &content);

@@ -124,6 +124,18 @@ public:
 	void consider(uint32_t pid) { candidates_.insert(pid); }
 	uint64_t filtered_spans() const { return filtered_; }
 	size_t known_processes() const { return processes_.size(); }
+	// A call in flight, read from the span engine's entry state: its span
+	// so far (dur_ns: its age at now_ns, no return value, arguments read at
+	// return left out), the Python stack it was made under, and whether its
+	// spec says it waits on other processes.
+	struct OpenSpan {
+		Span span;
+		bool waits = false;
+	};
+	// The calls every live traced thread is inside now; waits_only: those
+	// of "waits" specs only (the hang watch's; decoding is skipped for the
+	// rest). Defined in open_spans.cpp.
+	std::vector<OpenSpan> open_spans(uint64_t now_ns, bool waits_only);
 	// Messages for the user (rescans that failed, ...), at most once each.
 	std::vector<std::string> take_warnings();
 	// What the user should know as it happens (probes attached late, ...).
@@ -146,6 +158,8 @@ private:
 	bool adopt(uint32_t pid); // false: the filters exclude it
 	Result<void> retire_exited();
 	void sweep_excluded();
+	Span open_span(uint32_t pid, uint32_t tid, uint32_t depth, const eacgm_open_call &c, const ProbeSpec &spec,
+		       uint64_t now_ns);
 	// Said to the user once, however often it happens.
 	void warn_once(const std::string &message);
 	// partial: a frame that does not resolve cuts the stack there (marked

@@ -5,7 +5,9 @@
 #include <bpf/libbpf.h>
 #include <cerrno>
 #include <cstring>
+#include <fcntl.h>
 
+#include "common/fd.h"
 #include "probe/links.h"
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -233,6 +235,32 @@ std::pair<uint64_t, uint64_t> SpanEngine::program_runs_ns() const
 size_t SpanEngine::threads_with_state() const
 {
 	return static_cast<size_t>(__atomic_load_n(&skel_->bss->threads_with_state, __ATOMIC_RELAXED));
+}
+
+#ifndef PIDFD_THREAD
+#define PIDFD_THREAD O_EXCL // linux/pidfd.h, 6.9+; glibc 2.36 lacks it
+#endif
+
+Result<std::vector<eacgm_open_call>> SpanEngine::open_calls(uint32_t tid) const
+{
+	UniqueFd pidfd(int(syscall(SYS_pidfd_open, pid_t(tid), PIDFD_THREAD)));
+	if (!pidfd) {
+		if (errno == ESRCH)
+			return std::vector<eacgm_open_call>{}; // gone: no calls in flight
+		return Error{"pidfd_open(" + std::to_string(tid) + ", PIDFD_THREAD): " + std::strerror(errno) +
+			     " (reading calls in flight needs Linux 6.9+)"};
+	}
+	int key = pidfd.get();
+	eacgm_thread_calls tc;
+	if (bpf_map_lookup_elem(bpf_map__fd(skel_->maps.open_calls), &key, &tc) != 0) {
+		if (errno == ENOENT)
+			return std::vector<eacgm_open_call>{};
+		return Error{std::string("reading a thread's open calls: ") + std::strerror(errno)};
+	}
+	std::vector<eacgm_open_call> calls;
+	for (uint32_t d = 0; d < std::min<uint32_t>(tc.depth, EACGM_MAX_DEPTH); d++)
+		calls.push_back(tc.calls[d]);
+	return calls;
 }
 
 struct bpf_map *SpanEngine::events_map() const { return skel_->maps.span_events; }

@@ -73,6 +73,12 @@ public:
 	// Threads whose call stack the kernel keeps now (diagnostics, tests).
 	size_t threads_with_state() const;
 
+	// The calls thread `tid` is inside now, outermost first, read from the
+	// entry program's per-thread state (a pidfd of the thread keys the task
+	// storage: PIDFD_THREAD, kernel 6.9+). Empty when the thread holds no
+	// state or has exited; an error when the kernel cannot read it.
+	Result<std::vector<eacgm_open_call>> open_calls(uint32_t tid) const;
+
 	struct bpf_map *events_map() const;
 	std::array<uint64_t, EACGM_CNT_COUNT> counters() const;
 

@@ -332,6 +332,24 @@ static Result<void> parse_alias_rule(const json &aj, const std::string &where, P
 	return {};
 }
 
+// "tensor_args": N (with "match") and "waits": true.
+static Result<void> parse_flags(const json &pj, const std::string &where, ProbeSpec &p)
+{
+	if (pj.contains("tensor_args")) {
+		if (!pj["tensor_args"].is_number_unsigned() || pj["tensor_args"].get<int>() > 3 || p.match.empty())
+			return make_error(where + ": \"tensor_args\" is 0..3, with \"match\"");
+		p.tensor_args = pj["tensor_args"];
+	}
+	if (pj.contains("waits")) {
+		if (!pj["waits"].is_boolean())
+			return make_error(where +
+					  ": \"waits\" is true or false (true: the call waits on other "
+					  "processes, and one in flight past --hang-after is a hang)");
+		p.waits = pj["waits"];
+	}
+	return {};
+}
+
 // One entry of "probes"; `layer` and `library` are the file's.
 static Result<ProbeSpec> parse_probe(const json &pj, const std::string &layer, const std::string &library,
 				     const SpecSet &set, const std::string &origin, bool user)
@@ -346,7 +364,7 @@ static Result<ProbeSpec> parse_probe(const json &pj, const std::string &layer, c
 	std::string where = origin + ": probe '" + p.function + "'";
 	if (auto r = known_keys(pj,
 				{"function", "library", "symbols", "match", "args", "bytes", "alias", "returns",
-				 "tensor_args", "about"},
+				 "tensor_args", "waits", "about"},
 				where);
 	    !r)
 		return r.error();
@@ -363,11 +381,8 @@ static Result<ProbeSpec> parse_probe(const json &pj, const std::string &layer, c
 	if (pj.contains("alias"))
 		if (auto r = parse_alias_rule(pj["alias"], where, p); !r)
 			return r.error();
-	if (pj.contains("tensor_args")) {
-		if (!pj["tensor_args"].is_number_unsigned() || pj["tensor_args"].get<int>() > 3 || p.match.empty())
-			return make_error(where + ": \"tensor_args\" is 0..3, with \"match\"");
-		p.tensor_args = pj["tensor_args"];
-	}
+	if (auto r = parse_flags(pj, where, p); !r)
+		return r.error();
 	if (auto r = parse_returns(pj, where, set, p); !r)
 		return r.error();
 	if (auto compiled = compile_probe(p, 0); !compiled)

@@ -51,7 +51,10 @@ struct ProbeSpec {
 	std::vector<ArgSpec> args;
 	std::optional<BytesRule> bytes; // else: the first "bytes" argument
 	std::optional<AliasRule> alias;
-	int tensor_args = 0;         // with `match`: keep up to this many leading tensors (torch)
+	int tensor_args = 0; // with `match`: keep up to this many leading tensors (torch)
+	// The call waits on other processes (a collective, a wait on one): in
+	// flight past --hang-after, it is reported as a hang (spec key "waits").
+	bool waits = false;
 	std::string returns = "i64"; // "void", "i32", "i64", "u64", "ptr" or an enum name
 	std::string origin;          // file the spec came from, for messages
 	bool user = false;           // from --spec: a missing symbol is an error

@@ -6,10 +6,18 @@ rank runs, in this order:
   STEPS steps of a small model under DistributedDataParallel,
 and measures each explicit collective itself (CLOCK_MONOTONIC, the clock
 eacgm's spans use) around the call. --delay-rank R sleeps on rank R before
-its all_reduce number 2, measuring the sleep too.
+its all_reduce number 2, measuring the sleep too. --stall-rank R --gate PATH
+makes rank R wait before its all_reduce number 2 until PATH exists (a test
+creates it once eacgm has reported the hang), measuring the wait as the delay.
+--rank R runs that one rank in this process (no fork): each rank of a job may
+then run elsewhere (its own network namespace), all meeting through the same
+FileStore path, which the first rank to start must not find stale (the caller
+removes it).
 Writes OUT as JSON: per rank, its pid, its collectives [op, index, start_ns,
-end_ns] and the sleep it measured [start_ns, end_ns] ([0, 0] if none).
-Usage: gloo_job.py OUT [--world N (2)] [--steps S (3)] [--delay-rank R --delay-ms MS]"""
+end_ns] and the sleep it measured [start_ns, end_ns] ([0, 0] if none); with
+--rank, OUT.R with that rank's part.
+Usage: gloo_job.py OUT [--world N (2)] [--steps S (3)] [--delay-rank R --delay-ms MS]
+                       [--stall-rank R --gate PATH] [--rank R --store PATH]"""
 import argparse
 import json
 import os
@@ -37,6 +45,11 @@ def rank_main(rank, a, store):
             delay[0] = time.monotonic_ns()
             time.sleep(a.delay_ms / 1000)
             delay[1] = time.monotonic_ns()
+        if rank == a.stall_rank and i == 2:
+            delay[0] = time.monotonic_ns()
+            while not os.path.exists(a.gate):
+                time.sleep(0.01)
+            delay[1] = time.monotonic_ns()
         timed(log, "all_reduce", i, lambda: dist.all_reduce(t))
         assert t[0].item() == a.world * (a.world + 1) / 2, t[0].item()
     for i in range(3):
@@ -62,7 +75,19 @@ def main():
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--delay-rank", type=int, default=-1)
     p.add_argument("--delay-ms", type=float, default=0)
+    p.add_argument("--stall-rank", type=int, default=-1)
+    p.add_argument("--gate")
+    p.add_argument("--rank", type=int, default=-1)
+    p.add_argument("--store")
     a = p.parse_args()
+    if a.stall_rank >= 0 and not a.gate:
+        p.error("--stall-rank needs --gate PATH")
+    if a.rank >= 0:
+        if not a.store:
+            p.error("--rank needs --store PATH, shared by every rank")
+        rank_main(a.rank, a, a.store)
+        print("gloo_job: rank %d done" % a.rank)
+        return
     store = a.out + ".store"
     if os.path.exists(store):
         os.unlink(store)

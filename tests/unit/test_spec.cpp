@@ -233,7 +233,7 @@ TEST(Spec, UnknownKeysAreReportedWithTheKnownOnes)
 	ASSERT_FALSE(s.ok());
 	EXPECT_EQ(s.error().message,
 		  "t.json: probe 'f': unknown key \"retruns\" (known: function, library, symbols, "
-		  "match, args, bytes, alias, returns, tensor_args, about)");
+		  "match, args, bytes, alias, returns, tensor_args, waits, about)");
 	auto arg =
 		parse_spec(R"({"library":"l","probes":[{"function":"f","args":[{"name":"a","slot":0,"kind":"x"}]}]})",
 			   "t.json", true);

@@ -78,6 +78,25 @@ struct eacgm_span_event {
 	__u64 py_stack; /* id of the Python stack record taken at entry, 0 if none */
 };
 
+/* A call entered and not yet returned, as the span program keeps it per
+ * thread (task storage): the agent reads these to see calls in flight, which
+ * is how a hang is seen while it lasts. start_ns is written last and depth
+ * after it, so a slot below depth is whole. */
+struct eacgm_open_call {
+	__u64 start_ns;
+	__u64 sp; /* stack pointer at entry: identifies the frame at return */
+	__u64 py_stack;
+	__u32 spec_id;
+	__u32 pad;
+	__u64 args[EACGM_MAX_ARGS];
+};
+
+struct eacgm_thread_calls {
+	__u32 depth;
+	__u32 pad;
+	struct eacgm_open_call calls[EACGM_MAX_DEPTH];
+};
+
 /* Counters kept per CPU in the span program; user space sums them. */
 enum eacgm_counter {
 	EACGM_CNT_SPANS = 0,          /* records written to the ring buffer */
@@ -104,5 +123,19 @@ struct eacgm_proc_event {
 	__s32 exit_code;
 	char comm[16];
 };
+
+#ifdef __cplusplus
+#include <cstddef>
+static_assert(sizeof(struct eacgm_arg_spec) == 8, "eacgm_arg_spec: shared with BPF");
+static_assert(sizeof(struct eacgm_probe_spec) == 8 + 8 * EACGM_MAX_ARGS, "eacgm_probe_spec: shared with BPF");
+static_assert(sizeof(struct eacgm_span_event) == 48 + 8 * EACGM_MAX_ARGS, "eacgm_span_event: shared with BPF");
+static_assert(offsetof(struct eacgm_span_event, ret) == 32 && offsetof(struct eacgm_span_event, args) == 40,
+	      "eacgm_span_event: shared with BPF");
+static_assert(sizeof(struct eacgm_open_call) == 32 + 8 * EACGM_MAX_ARGS, "eacgm_open_call: shared with BPF");
+static_assert(offsetof(struct eacgm_open_call, args) == 32, "eacgm_open_call: shared with BPF");
+static_assert(sizeof(struct eacgm_thread_calls) == 8 + EACGM_MAX_DEPTH * sizeof(struct eacgm_open_call),
+	      "eacgm_thread_calls: shared with BPF");
+static_assert(sizeof(struct eacgm_proc_event) == 40, "eacgm_proc_event: shared with BPF");
+#endif
 
 #endif
