@@ -43,7 +43,8 @@ Result<std::string> summary_of(const std::string &db)
 } // namespace
 
 // One pass over the spans, as the file holds them, feeds both: never the
-// whole recording in memory.
+// whole recording in memory. The collectives are read before it (their
+// rounds across ranks mark the trace's spans).
 Result<std::string> write_trace_and_summary(const std::string &db, const std::string &trace, uint64_t *spans)
 {
 	auto s = open_streamed(db);
@@ -55,7 +56,10 @@ Result<std::string> write_trace_and_summary(const std::string &db, const std::st
 			visit(sp);
 		});
 	};
-	if (auto r = write_perfetto(s->rec, trace, feed); !r)
+	auto collectives = [&](const SpanVisit &visit) {
+		return s->reader.each_span_with_int_args(kCollectiveArgs, visit);
+	};
+	if (auto r = write_perfetto(s->rec, trace, feed, collectives); !r)
 		return r.error();
 	if (spans)
 		*spans = s->tally.spans();

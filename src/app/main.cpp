@@ -38,9 +38,11 @@ struct Commands {
 	ServeArgs serve;
 	DetectArgs detect;
 	ProbesArgs probes;
+	MergeArgs merge;
 	std::string db, perfetto; // export, summary
 	CLI::App *record_cmd = nullptr, *serve_cmd = nullptr, *export_cmd = nullptr, *summary_cmd = nullptr,
-		 *detect_cmd = nullptr, *doctor_cmd = nullptr, *probes_cmd = nullptr, *list_cmd = nullptr;
+		 *detect_cmd = nullptr, *doctor_cmd = nullptr, *probes_cmd = nullptr, *list_cmd = nullptr,
+		 *merge_cmd = nullptr;
 };
 
 // record: what it traces and where it writes.
@@ -125,6 +127,14 @@ void add_record_cost(CLI::App *record, RecordArgs &rec)
 	record->add_option("--budget-after", rec.budget_after_s,
 			   "Seconds before the overhead budget first acts (the cost is measured meanwhile; a shorter "
 			   "recording keeps every call)")
+		->capture_default_str()
+		->check(CLI::Range(0.0, 86400.0));
+	record->add_option(
+		      "--hang-after", rec.hang_after_s,
+		      "Report a call that waits on other processes (a collective, the wait for one, an NCCL "
+		      "communicator's set-up) still in flight after this many seconds: a line on stderr naming "
+		      "the call, pid, rank, sequence number, age, Python stack and the ranks that have not entered "
+		      "that collective (missing_ranks), and a 'hang' row in the recording's events. 0: off")
 		->capture_default_str()
 		->check(CLI::Range(0.0, 86400.0));
 	record->add_flag("--bpf-stats", rec.bpf_stats,
@@ -254,6 +264,8 @@ int dispatch(Commands &c)
 		return run_summary(c.db);
 	if (c.detect_cmd->parsed())
 		return run_detect(c.detect);
+	if (c.merge_cmd->parsed())
+		return run_merge(c.merge);
 	if (c.doctor_cmd->parsed())
 		return run_doctor();
 	if (c.probes_cmd->parsed()) {
@@ -285,6 +297,7 @@ int main(int argc, char **argv)
 	c.record_cmd = add_record(app, c.rec);
 	add_readers(app, c);
 	c.detect_cmd = add_detect(app, c.detect);
+	c.merge_cmd = add_merge(app, c.merge);
 	c.serve_cmd = add_serve(app, c.serve);
 	c.doctor_cmd = app.add_subcommand("doctor", "Check kernel features, privileges, libraries and Pythons");
 	add_probes(app, c);

@@ -130,6 +130,11 @@ struct Anomaly {
 	nlohmann::json causes = nlohmann::json::array();    // ranked, each with its evidence
 };
 
+// Meta of a recording merged from several (eacgm merge): per process of
+// the merge, where it came from, as a JSON object keyed by its pid in the
+// merge: {"10001234": {"host": "node1", "pid": 1234, "input": 1}}.
+inline constexpr const char *kProcessOriginsMeta = "process_origins";
+
 struct Recording {
 	std::map<std::string, std::string> meta; // command, version, start time ...
 	int64_t wall_offset_ns = 0;              // unix_ns = mono_ns + wall_offset_ns

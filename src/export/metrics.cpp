@@ -247,6 +247,7 @@ Result<void> MetricsSink::write(SpanBatch &b)
 		std::fill(a.counts.begin(), a.counts.end(), 0);
 	}
 	collectives(b.spans);
+	stragglers(b.spans);
 	for (const Anomaly &a : b.anomalies) {
 		std::string cause = "unknown";
 		if (a.causes.is_array() && !a.causes.empty() && a.causes[0].contains("kind"))
@@ -276,6 +277,35 @@ void MetricsSink::collectives(const std::vector<Span> &spans)
 		reg_.add("eacgm_collective_calls_total", l, v.first);
 		reg_.add("eacgm_collective_bytes_total", l, v.second);
 	}
+}
+
+// Per round of a collective, once every rank of it was traced: how long
+// its first rank waited for its last, and which rank that was.
+void MetricsSink::stragglers(const std::vector<Span> &spans)
+{
+	reg_.declare("eacgm_collective_arrival_skew_seconds", MetricsRegistry::histogram,
+		     "Per collective across ranks (one sequence number of a process group, every rank seen): the "
+		     "latest rank's start less the earliest's, by layer and function.",
+		     duration_buckets());
+	reg_.declare("eacgm_collective_last_arrivals_total", MetricsRegistry::counter,
+		     "Collectives across ranks in which this rank arrived last, by layer and rank.");
+	reg_.declare("eacgm_collective_incomplete_rounds_total", MetricsRegistry::counter,
+		     "Collectives across ranks given up on before every rank was seen (ranks not traced here, or "
+		     "later than 5 minutes), by layer.");
+	for (const Span &s : spans)
+		rounds_.add(s, done_);
+	for (const Round &r : done_) {
+		if (!r.complete()) {
+			reg_.add("eacgm_collective_incomplete_rounds_total", {{"layer", r.key.layer}}, 1);
+			continue;
+		}
+		reg_.observe("eacgm_collective_arrival_skew_seconds",
+			     {{"layer", r.key.layer}, {"function", function_label(r.key.layer, r.key.name)}},
+			     static_cast<double>(r.skew_ns()) / 1e9);
+		reg_.add("eacgm_collective_last_arrivals_total",
+			 {{"layer", r.key.layer}, {"rank", std::to_string(r.last().rank)}}, 1);
+	}
+	done_.clear();
 }
 
 // A layer's measure as a Prometheus gauge: its name in base units, spelled
@@ -315,8 +345,21 @@ Result<void> MetricsSink::measures(const std::vector<Metric> &metrics, const std
 		reg_.declare("eacgm_events_total", MetricsRegistry::counter,
 			     "Instants the layers reported (XID errors, throttling changes, ...), by layer and name.");
 		reg_.add("eacgm_events_total", {{"layer", e.layer}, {"name", e.name}}, 1);
+		hang(e);
 	}
 	return {};
+}
+
+void MetricsSink::hang(const Event &e)
+{
+	if (e.name != "hang" && e.name != "hang_over")
+		return;
+	reg_.declare("eacgm_hangs_in_flight", MetricsRegistry::gauge,
+		     "Calls that wait on other processes (collectives, waits on them) in flight past --hang-after "
+		     "now, by layer and call (the events table and eacgm's stderr name them).");
+	double &n = hangs_[{e.layer, e.key}];
+	n = std::max(0.0, n + (e.name == "hang" ? 1 : -1));
+	reg_.set("eacgm_hangs_in_flight", {{"layer", e.layer}, {"call", e.key}}, n);
 }
 
 // A process that ended takes its per-process gauges with it: on a node

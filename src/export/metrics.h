@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/sink.h"
+#include "ingest/collectives.h"
 
 namespace eacgm {
 
@@ -72,7 +73,12 @@ std::pair<std::string, double> gauge_of(const std::string &layer, const std::str
 // eacgm_call_errors_total, eacgm_call_duration_seconds and
 // eacgm_bytes_total, by layer and function; calls that know their
 // communicator rank (NCCL) also as eacgm_collective_{calls,bytes}_total by
-// rank; eacgm_anomalies_total by
+// rank; per round of a collective across ranks (ingest/collectives.h:
+// the ranks traced here, all of a group's), its arrival skew as
+// eacgm_collective_arrival_skew_seconds by layer and function, the rank
+// that arrived last as eacgm_collective_last_arrivals_total by layer and
+// rank, and rounds given up on before every rank came (kStragglerBounds)
+// as eacgm_collective_incomplete_rounds_total by layer; eacgm_anomalies_total by
 // layer, function and cause; the GPU and host layers' measures as gauges
 // (eacgm_gpu_*, eacgm_host_*) by key and pid; eacgm_process_info per live
 // process (its name, cgroup, container and pod), gone with the process,
@@ -91,10 +97,21 @@ public:
 private:
 	const std::string &function_label(const std::string &layer, const std::string &name);
 	void collectives(const std::vector<Span> &spans);
+	void stragglers(const std::vector<Span> &spans);
+	// eacgm_hangs_in_flight from the hang watch's "hang" and "hang_over".
+	void hang(const Event &e);
+	std::map<std::pair<std::string, std::string>, double> hangs_; // (layer, call) -> in flight
 	struct Acc {
 		double calls = 0, errors = 0, bytes = 0, sum = 0;
 		std::vector<double> counts;
 	};
+	// Rounds wait for their last rank at most 5 minutes, and at most 4096
+	// at once (a group whose other ranks run on other nodes never
+	// completes here): 4096 keys and the arrivals of the ranks traced
+	// here, about a MiB at most.
+	static constexpr CollectiveMatcher::Bounds kStragglerBounds{.window_ns = 300'000'000'000, .max_open = 4096};
+	CollectiveMatcher rounds_{kStragglerBounds};
+	std::vector<Round> done_; // reused
 	MetricsRegistry &reg_;
 	size_t top_n_;
 	std::map<std::string, std::unordered_map<std::string, std::string>> named_; // layer -> name -> label

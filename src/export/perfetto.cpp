@@ -30,13 +30,26 @@ std::string dump(const json &j) { return j.dump(-1, ' ', false, json::error_hand
 // recording's trace is mostly these, and building and dumping an object
 // per span, its stack as an array of strings, was most of the time writing
 // it; the stack's text is made once per distinct stack (PyStack::json).
-std::string span_event_text(const Span &s)
+std::string span_event_text(const Span &s) { return span_event_text(s, nullptr); }
+
+// The args a collective's round adds to its span (key, value's text).
+static void add_mark_args(std::vector<std::pair<std::string_view, std::string>> &args, const CollectiveMarks::Mark &m)
+{
+	args.emplace_back("arrival_skew_ms", dump(static_cast<double>(m.skew_ns) / 1e6));
+	args.emplace_back("last_rank", std::to_string(m.last_rank));
+	if (m.seen < m.nranks)
+		args.emplace_back("ranks_seen", std::to_string(m.seen));
+}
+
+std::string span_event_text(const Span &s, const CollectiveMarks::Mark *mark)
 {
 	std::vector<std::pair<std::string_view, std::string>> args; // key, value's text
+	bool marked = mark != nullptr;
 	if (s.args.is_object())
 		for (auto it = s.args.begin(); it != s.args.end(); ++it) {
 			const std::string &k = it.key();
-			if (k != "ret" && !(k == "bytes" && s.bytes) && !(k == "python" && !s.py_stack.empty()))
+			if (k != "ret" && !(k == "bytes" && s.bytes) && !(k == "python" && !s.py_stack.empty()) &&
+			    !(marked && (k == "arrival_skew_ms" || k == "last_rank" || k == "ranks_seen")))
 				args.emplace_back(k, dump(*it));
 		}
 	args.emplace_back("ret", s.ret_name.empty() ? std::to_string(s.ret) : dump(s.ret_name));
@@ -44,6 +57,8 @@ std::string span_event_text(const Span &s)
 		args.emplace_back("bytes", std::to_string(s.bytes));
 	if (!s.py_stack.empty())
 		args.emplace_back("python", s.py_stack.json());
+	if (marked)
+		add_mark_args(args, *mark);
 	std::sort(args.begin(), args.end(), [](auto &a, auto &b) { return a.first < b.first; });
 	std::string out = "{\"args\":{";
 	for (size_t i = 0; i < args.size(); i++) {
@@ -53,10 +68,62 @@ std::string span_event_text(const Span &s)
 		out += ':';
 		out += args[i].second;
 	}
-	out += "},\"cat\":" + dump(s.layer) + ",\"dur\":" + dump(static_cast<double>(s.dur_ns) / 1000.0) +
-		",\"name\":" + dump(s.name) + ",\"ph\":\"X\",\"pid\":" + std::to_string(s.pid) +
+	out += '}';
+	// Keys in the order dumping the object would give them.
+	if (marked)
+		out += ",\"bind_id\":" + std::to_string(mark->flow);
+	out += ",\"cat\":" + dump(s.layer) + ",\"dur\":" + dump(static_cast<double>(s.dur_ns) / 1000.0);
+	if (marked && mark->in)
+		out += ",\"flow_in\":true";
+	if (marked && mark->out)
+		out += ",\"flow_out\":true";
+	out += ",\"name\":" + dump(s.name) + ",\"ph\":\"X\",\"pid\":" + std::to_string(s.pid) +
 		",\"tid\":" + std::to_string(s.tid) + ",\"ts\":" + dump(static_cast<double>(s.start_ns) / 1000.0) + "}";
 	return out;
+}
+
+CollectiveMarks::CollectiveMarks(std::vector<Round> rounds)
+{
+	std::stable_sort(rounds.begin(), rounds.end(), [](const Round &a, const Round &b) {
+		return std::tie(a.arrivals.front().start_ns, a.key) < std::tie(b.arrivals.front().start_ns, b.key);
+	});
+	uint64_t flow = 0;
+	for (const Round &r : rounds) {
+		flow++;
+		for (size_t i = 0; i < r.arrivals.size(); i++) {
+			const Arrival &a = r.arrivals[i];
+			auto &[nranks, rank] = ranks_.try_emplace(a.pid, r.key.nranks, a.rank).first->second;
+			if (r.key.nranks > nranks || (r.key.nranks == nranks && a.rank < rank)) {
+				nranks = r.key.nranks;
+				rank = a.rank;
+			}
+			if (r.arrivals.size() < 2) // nothing to link or compare
+				continue;
+			marks_[{a.pid, a.tid, a.start_ns}] = Mark{.flow = flow,
+								  .in = i > 0,
+								  .out = i + 1 < r.arrivals.size(),
+								  .skew_ns = r.skew_ns(),
+								  .last_rank = r.last().rank,
+								  .seen = static_cast<uint32_t>(r.arrivals.size()),
+								  .nranks = r.key.nranks};
+		}
+	}
+}
+
+const CollectiveMarks::Mark *CollectiveMarks::find(const Span &s) const
+{
+	if (marks_.empty())
+		return nullptr;
+	auto it = marks_.find({s.pid, s.tid, s.start_ns});
+	// Another span of the thread may start at the same nanosecond (one
+	// nested in it): only a collective span has the mark.
+	return it == marks_.end() || !collective_of(s) ? nullptr : &it->second;
+}
+
+int64_t CollectiveMarks::rank_of(uint32_t pid) const
+{
+	auto it = ranks_.find(pid);
+	return it == ranks_.end() ? -1 : static_cast<int64_t>(it->second.second);
 }
 
 namespace {
@@ -159,14 +226,35 @@ static Result<void> in_memory_by_thread(const Recording &rec, const SpanVisit &v
 	return {};
 }
 
-// Every trace event in the order viewers want them.
-static Result<void> emit_events(const Recording &rec, const SpanFeed &spans, const Emit &emit)
+// "python3 (4242) node1 rank 1": the pid a merged process had on its host
+// (meta process_origins), then its host and its rank where known.
+static std::string process_title(const Process &p, const json &origins, const CollectiveMarks &marks)
 {
+	uint32_t pid = p.pid;
+	std::string host;
+	if (auto o = origins.find(std::to_string(p.pid)); o != origins.end() && o->is_object()) {
+		pid = o->value("pid", p.pid);
+		host = o->value("host", "");
+	}
+	std::string title = p.comm + " (" + std::to_string(pid) + ")";
+	if (!host.empty())
+		title += " " + host;
+	if (int64_t rank = marks.rank_of(p.pid); rank >= 0)
+		title += " rank " + std::to_string(rank);
+	return title;
+}
+
+// Every trace event in the order viewers want them.
+static Result<void> emit_events(const Recording &rec, const SpanFeed &spans, const CollectiveMarks &marks,
+				const Emit &emit)
+{
+	auto it = rec.meta.find(kProcessOriginsMeta);
+	json origins = it == rec.meta.end() ? json::object() : json::parse(it->second, nullptr, false);
 	for (const Process &p : rec.processes)
-		emit(name_event("process_name", p.pid, p.pid, p.comm + " (" + std::to_string(p.pid) + ")"));
+		emit(name_event("process_name", p.pid, p.pid, process_title(p, origins, marks)));
 	for (const Thread &t : rec.threads)
 		emit(name_event("thread_name", t.pid, t.tid, t.name));
-	if (auto r = spans([&](const Span &s) { emit.text(span_event_text(s)); }); !r)
+	if (auto r = spans([&](const Span &s) { emit.text(span_event_text(s, marks.find(s))); }); !r)
 		return r;
 	add_metrics(rec, emit);
 	for (const Event &e : rec.events)
@@ -177,11 +265,12 @@ static Result<void> emit_events(const Recording &rec, const SpanFeed &spans, con
 }
 
 // Writes the document event by event: {"traceEvents":[...], then the rest.
-static Result<void> write_trace(const Recording &rec, const SpanFeed &spans, std::ostream &out)
+static Result<void> write_trace(const Recording &rec, const SpanFeed &spans, const CollectiveMarks &marks,
+				std::ostream &out)
 {
 	out << "{\"traceEvents\":[";
 	bool first = true;
-	auto r = emit_events(rec, spans, Emit{[&](const std::string &e) {
+	auto r = emit_events(rec, spans, marks, Emit{[&](const std::string &e) {
 				     out << (first ? "\n" : ",\n") << e;
 				     first = false;
 			     }});
@@ -200,18 +289,28 @@ std::string perfetto_json(const Recording &rec)
 {
 	std::ostringstream out;
 	(void)write_trace(
-		rec, [&](const SpanVisit &v) { return in_memory_by_thread(rec, v); }, out);
+		rec, [&](const SpanVisit &v) { return in_memory_by_thread(rec, v); },
+		CollectiveMarks(match_collectives(rec.spans)), out);
 	return out.str();
 }
 
 Result<void> write_perfetto(const Recording &rec, const std::string &path)
 {
-	return write_perfetto(rec, path, [&](const SpanVisit &v) { return in_memory_by_thread(rec, v); });
+	auto all = [&](const SpanVisit &v) { return in_memory_by_thread(rec, v); };
+	return write_perfetto(rec, path, all, all);
 }
 
-Result<void> write_perfetto(const Recording &rec, const std::string &path, const SpanFeed &spans)
+Result<void> write_perfetto(const Recording &rec, const std::string &path, const SpanFeed &spans,
+			    const SpanFeed &collectives)
 {
-	return write_file_atomic(path, [&](std::ostream &out) { return write_trace(rec, spans, out); });
+	CollectiveMatcher matcher;
+	std::vector<Round> rounds;
+	if (collectives)
+		if (auto r = collectives([&](const Span &s) { matcher.add(s, rounds); }); !r)
+			return r;
+	matcher.finish(rounds);
+	CollectiveMarks marks(std::move(rounds));
+	return write_file_atomic(path, [&](std::ostream &out) { return write_trace(rec, spans, marks, out); });
 }
 
 } // namespace eacgm

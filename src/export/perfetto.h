@@ -7,10 +7,14 @@
 // uptime); otherData.wall_offset_ns converts to Unix time.
 #pragma once
 #include <functional>
+#include <map>
+#include <tuple>
+#include <vector>
 #include <string>
 
 #include "common/model.h"
 #include "common/result.h"
+#include "ingest/collectives.h"
 
 namespace eacgm {
 
@@ -18,6 +22,16 @@ namespace eacgm {
 // process_name/thread_name metadata events, then one complete ("X") event
 // per span, per thread in (start asc, dur desc) order so parents precede
 // the children they contain.
+//
+// Collectives across ranks (ingest/collectives.h): the spans of one round
+// carry args arrival_skew_ms (the latest start less the earliest, in ms)
+// and last_rank (the rank that arrived last; ranks_seen too when not every
+// rank was seen), and are linked in the order they arrived by a flow
+// (Perfetto's flow v2 on complete events: bind_id, flow_out on the first,
+// flow_in and flow_out on the next, flow_in on the last). A process is
+// named "comm (pid)", then its host where the recording was merged from
+// several (meta process_origins, with the pid it had there), then its rank
+// in the largest group it took part in: "python3 (4242) node1 rank 1".
 std::string perfetto_json(const Recording &rec);
 
 // Writes perfetto_json(rec) to path, event by event (the document is never
@@ -29,12 +43,45 @@ Result<void> write_perfetto(const Recording &rec, const std::string &path);
 // not 0) and "python" (its stack) set; ts and dur in microseconds.
 std::string span_event_text(const Span &s);
 
+// Per collective span, what the trace adds to it: its round's flow and
+// arrival skew; per process its rank.
+class CollectiveMarks {
+public:
+	struct Mark {
+		uint64_t flow = 0;            // the round's flow id (bind_id), from 1
+		bool in = false, out = false; // flow_in, flow_out
+		uint64_t skew_ns = 0;
+		uint32_t last_rank = 0;
+		uint32_t seen = 0, nranks = 0;
+	};
+	CollectiveMarks() = default;
+	// rounds in any order: they are numbered by first arrival, then key,
+	// so that the same rounds give the same trace whatever the order.
+	explicit CollectiveMarks(std::vector<Round> rounds);
+	// The mark of a collective span of one of the rounds; null otherwise.
+	const Mark *find(const Span &s) const;
+	// A process's rank in the largest group it took part in (the lowest of
+	// two); -1 where it took part in none.
+	int64_t rank_of(uint32_t pid) const;
+
+private:
+	std::map<std::tuple<uint32_t, uint32_t, uint64_t>, Mark> marks_; // by pid, tid, start_ns
+	std::map<uint32_t, std::pair<uint32_t, uint32_t>> ranks_;        // pid -> nranks, rank
+};
+
+// A span's event with its collective mark (see above) where it has one.
+std::string span_event_text(const Span &s, const CollectiveMarks::Mark *mark);
+
 // Hands each span to the visitor in SpanOrder::by_thread: a recording's
 // RecordingReader::each_span, so that its spans are never held whole.
 using SpanFeed = std::function<Result<void>(const SpanVisit &)>;
 // The same document with the spans from spans (rec.spans unused): the
-// same bytes as from the spans in memory. An error from the feed leaves
+// same bytes as from the spans in memory, where collectives hands over
+// the collective spans among them (in any order: it is read first, for
+// their rounds; RecordingReader::each_span_with_int_args(kCollectiveArgs));
+// without it, collectives are not marked. An error from a feed leaves
 // nothing at path.
-Result<void> write_perfetto(const Recording &rec, const std::string &path, const SpanFeed &spans);
+Result<void> write_perfetto(const Recording &rec, const std::string &path, const SpanFeed &spans,
+			    const SpanFeed &collectives = {});
 
 } // namespace eacgm

@@ -11,6 +11,8 @@
 #include <tuple>
 #include <utility>
 
+#include "common/text.h"
+
 namespace eacgm {
 
 namespace {
@@ -310,6 +312,11 @@ SpanTally::SpanTally(const Recording &rec) : period_(sample_period_ns(rec))
 
 void SpanTally::add(const Span &s)
 {
+	if (collectives_.add(s, rounds_)) {
+		for (const Round &r : rounds_)
+			stragglers_.add(r);
+		rounds_.clear();
+	}
 	spans_++;
 	pids_.insert(s.pid);
 	tids_.insert({s.pid, s.tid});
@@ -370,6 +377,55 @@ std::vector<FunctionStats> SpanTally::stats() const
 
 std::vector<FunctionStats> compute_stats(const Recording &rec) { return SpanTally(rec).stats(); }
 
+StragglerTally SpanTally::stragglers() const
+{
+	StragglerTally out = stragglers_;
+	CollectiveMatcher rest = collectives_;
+	std::vector<Round> open;
+	rest.finish(open);
+	for (const Round &r : open)
+		out.add(r);
+	return out;
+}
+
+// The heap's order: a round of smaller skew, or the later of two equal,
+// is "greater" (comes out on top to be replaced first).
+static bool larger_skew(const Round &a, const Round &b)
+{
+	return std::make_tuple(a.skew_ns(), b.first_start_ns()) > std::make_tuple(b.skew_ns(), a.first_start_ns());
+}
+
+void StragglerTally::add(const Round &r)
+{
+	rounds_++;
+	if (!r.complete())
+		return;
+	skews_.push_back(r.skew_ns());
+	last_[{r.key.layer, r.last().rank}]++;
+	if (top_.size() < keep_) {
+		top_.push_back(r);
+		std::push_heap(top_.begin(), top_.end(), larger_skew);
+	} else if (keep_ && larger_skew(r, top_.front())) {
+		std::pop_heap(top_.begin(), top_.end(), larger_skew);
+		top_.back() = r;
+		std::push_heap(top_.begin(), top_.end(), larger_skew);
+	}
+}
+
+std::vector<Round> StragglerTally::largest() const
+{
+	std::vector<Round> out = top_;
+	std::sort(out.begin(), out.end(), larger_skew);
+	return out;
+}
+
+std::vector<uint64_t> StragglerTally::skews() const
+{
+	std::vector<uint64_t> out = skews_;
+	std::sort(out.begin(), out.end());
+	return out;
+}
+
 // One table row's cells; a layer with sampled functions shows samples and
 // the time's error where the others show errors and bytes.
 static std::vector<std::string> stat_cells(const FunctionStats &f, bool sampled_layer)
@@ -394,6 +450,51 @@ static std::vector<std::string> stat_cells(const FunctionStats &f, bool sampled_
 		mean,
 		f.calls ? dur(static_cast<double>(f.p50_ns)) : "-",
 		f.calls ? dur(static_cast<double>(f.p99_ns)) : "-"};
+}
+
+// "gloo rank 0 x5, gloo rank 1 x8": how often each rank arrived last.
+static std::string last_counts_line(const StragglerTally &t)
+{
+	std::string line;
+	for (const auto &[k, n] : t.last_counts())
+		line += (line.empty() ? "" : ", ") + k.first + " rank " + std::to_string(k.second) + " x" +
+			std::to_string(n);
+	return "  arrived last: " + line + "\n";
+}
+
+// The collectives' rounds across ranks: how many, the skew's spread, the
+// rounds of largest skew with the rank that arrived last, and how often
+// each rank was last. Empty without collective spans.
+static std::string stragglers_section(const StragglerTally &t, size_t max_rows)
+{
+	if (!t.rounds())
+		return "";
+	std::string out = "\ncollectives across ranks: " + plural(t.rounds(), "round", "rounds") + ", " +
+		std::to_string(t.complete()) + " with every rank seen";
+	auto skews = t.skews();
+	if (!skews.empty())
+		out += "; arrival skew p50 " + format_duration(static_cast<double>(percentile(skews, 50))) + ", max " +
+			format_duration(static_cast<double>(skews.back()));
+	out += "\n";
+	if (t.complete() < t.rounds())
+		out += "  " + std::to_string(t.rounds() - t.complete()) +
+			" without every rank (ranks this recording does not see: eacgm merge joins the recordings "
+			"of every node)\n";
+	if (skews.empty())
+		return out;
+	auto row = [](const std::string &what, const std::string &seq, const std::string &ranks,
+		      const std::string &skew, const std::string &last) {
+		return pad_right("  " + truncate(what, 28), 30) + pad_left(seq, 8) + pad_left(ranks, 7) +
+			pad_left(skew, 10) + pad_left(last, 11) + "\n";
+	};
+	out += row("largest arrival skew", "seq", "ranks", "skew", "last rank");
+	auto top = t.largest();
+	for (size_t i = 0; i < top.size() && (!max_rows || i < max_rows); i++) {
+		const Round &r = top[i];
+		out += row(r.key.layer + " " + r.key.name, std::to_string(r.key.seq), std::to_string(r.key.nranks),
+			   format_duration(static_cast<double>(r.skew_ns())), std::to_string(r.last().rank));
+	}
+	return out + last_counts_line(t);
 }
 
 // What --overhead-budget did, from the recording's meta; empty when it
@@ -503,6 +604,7 @@ std::string format_summary(const Recording &rec, const SpanTally &tally, size_t 
 	if (stats.empty() && rec.metrics.empty())
 		out += "\nno spans recorded\n";
 	out += errors_line(tally.error_names());
+	out += stragglers_section(tally.stragglers(), max_rows_per_layer);
 	out += budget_section(rec);
 	out += metrics_section(rec, max_rows_per_layer);
 	out += anomalies_section(rec, tally.spans() ? tally.first_ns() : 0, max_rows_per_layer);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/model.h"
+#include "ingest/collectives.h"
 
 namespace eacgm {
 
@@ -45,6 +46,32 @@ struct FunctionStats {
 std::string errors_line(const std::vector<Span> &spans);
 bool is_error_span(const Span &s);
 
+// Stragglers: the rounds of collectives across ranks (ingest/collectives.h)
+// with the largest arrival skew, and per rank how often it arrived last.
+// Only complete rounds (every rank seen) have a last rank and a skew that
+// is more than a lower bound; the others are counted.
+class StragglerTally {
+public:
+	explicit StragglerTally(size_t keep = 10) : keep_(keep) {}
+	void add(const Round &r);
+	uint64_t rounds() const { return rounds_; }
+	uint64_t complete() const { return skews_.size(); }
+	// The complete rounds of the largest skew, largest first (ties: the
+	// earlier first), at most `keep`.
+	std::vector<Round> largest() const;
+	// Skews of the complete rounds, in ns, ascending.
+	std::vector<uint64_t> skews() const;
+	// (layer, rank) -> complete rounds it arrived last in.
+	const std::map<std::pair<std::string, uint32_t>, uint64_t> &last_counts() const { return last_; }
+
+private:
+	size_t keep_;
+	uint64_t rounds_ = 0;
+	std::vector<uint64_t> skews_;
+	std::vector<Round> top_; // a heap, the smallest skew on top
+	std::map<std::pair<std::string, uint32_t>, uint64_t> last_;
+};
+
 // What the summary needs of the spans, gathered one span at a time, so
 // that a recording's spans need not be held (RecordingReader::each_span):
 // per function its counts and sums and its exact calls' durations (8 bytes
@@ -69,6 +96,10 @@ public:
 	const std::set<uint32_t> &pids() const { return pids_; }
 	const std::set<std::pair<uint32_t, uint32_t>> &threads() const { return tids_; }
 	const std::map<std::string, uint64_t> &error_names() const { return errors_; } // see is_error_span
+	// The collectives' rounds across ranks, those still open counted as
+	// incomplete (matched over the whole recording: a round's ranks may
+	// be far apart in the order spans come in).
+	StragglerTally stragglers() const;
 
 private:
 	struct Acc {
@@ -85,6 +116,9 @@ private:
 	std::set<std::pair<uint32_t, uint32_t>> tids_;
 	std::map<std::string, uint64_t> errors_;
 	std::map<std::pair<std::string, std::string>, Acc> acc_;
+	CollectiveMatcher collectives_;
+	StragglerTally stragglers_;
+	std::vector<Round> rounds_; // reused
 };
 
 // SpanTally(rec).stats().
@@ -92,7 +126,9 @@ std::vector<FunctionStats> compute_stats(const Recording &rec);
 
 // Header (processes, threads, spans, duration), a table per layer with calls,
 // errors, total, mean, p50, p99 and bytes (a layer with sampled functions:
-// calls, samples, time, its error, mean, p50, p99), and a "lost records" line. Shows
+// calls, samples, time, its error, mean, p50, p99), the collectives' rounds
+// across ranks with the largest arrival skew and who arrived last, and a
+// "lost records" line. Shows
 // the max_rows_per_layer functions with the most total time per layer
 // (0: all) and says how many were left out.
 std::string format_summary(const Recording &rec, size_t max_rows_per_layer = 20);

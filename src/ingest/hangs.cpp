@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "common/text.h"
+#include "ingest/collectives.h"
 
 namespace eacgm {
 
@@ -13,10 +14,9 @@ static int64_t int_arg(const Span &s, const char *name, int64_t none = -1)
 	return it != s.args.end() && it->is_number_integer() ? it->get<int64_t>() : none;
 }
 
-bool is_collective(const Span &s)
-{
-	return int_arg(s, "rank") >= 0 && int_arg(s, "nranks") > 0 && int_arg(s, "seq") >= 0;
-}
+// A collective of a process group (ingest/collectives.h's test: rank, size
+// and seq in range).
+static bool is_collective(const Span &s) { return collective_of(s).has_value(); }
 
 static std::pair<std::string, int64_t> group_of(const Span &s) { return {s.layer, int_arg(s, "nranks")}; }
 

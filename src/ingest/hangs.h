@@ -83,8 +83,4 @@ private:
 	std::vector<std::string> lines_;
 };
 
-// Whether a span is a collective of a process group: integer args rank,
-// nranks and seq.
-bool is_collective(const Span &s);
-
 } // namespace eacgm

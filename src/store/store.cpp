@@ -1,6 +1,7 @@
 #include "store/store.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
@@ -743,27 +744,24 @@ static Result<PyStack> row_stack(std::unordered_map<std::string, PyStack> &stack
 	return it->second;
 }
 
+// The columns a span is made of (RecordingReader::spans), in its order.
+#define SPAN_COLUMNS "SELECT pid, tid, layer, name, start_ns, dur_ns, depth, ret, ret_name, bytes, args, py_stack"
+
 // by_thread is how a trace nests spans (see perfetto.h): the
 // spans_by_thread index gives that order but for ties.
 static const char *span_query(SpanOrder order)
 {
 	switch (order) {
-	case SpanOrder::as_recorded:
-		return "SELECT pid, tid, layer, name, start_ns, dur_ns, depth, ret, ret_name, bytes, args, py_stack"
-		       " FROM spans ORDER BY id";
-	case SpanOrder::by_start:
-		return "SELECT pid, tid, layer, name, start_ns, dur_ns, depth, ret, ret_name, bytes, args, py_stack"
-		       " FROM spans ORDER BY start_ns, id";
+	case SpanOrder::as_recorded: return SPAN_COLUMNS " FROM spans ORDER BY id";
+	case SpanOrder::by_start: return SPAN_COLUMNS " FROM spans ORDER BY start_ns, id";
 	case SpanOrder::by_thread: break;
 	}
-	return "SELECT pid, tid, layer, name, start_ns, dur_ns, depth, ret, ret_name, bytes, args, py_stack"
-	       " FROM spans ORDER BY pid, tid, start_ns, dur_ns DESC, depth, id";
+	return SPAN_COLUMNS " FROM spans ORDER BY pid, tid, start_ns, dur_ns DESC, depth, id";
 }
 
 template <class F>
-Result<void> RecordingReader::spans(SpanOrder order, F take) const
+Result<void> RecordingReader::spans(const char *sql, F take) const
 {
-	const char *sql = span_query(order);
 	std::unordered_map<std::string, PyStack> stacks;
 	return rows(sql, [&](sqlite3_stmt *st) -> Result<void> {
 		std::string args = col_text(st, 10);
@@ -795,8 +793,25 @@ Result<void> RecordingReader::spans(SpanOrder order, F take) const
 
 Result<void> RecordingReader::each_span(SpanOrder order, const SpanVisit &visit) const
 {
-	return spans(order, [&](Span &&s) { visit(s); });
+	return spans(span_query(order), [&](Span &&s) { visit(s); });
 }
+
+Result<void> RecordingReader::each_span_with_int_args(const std::vector<std::string> &keys,
+						      const SpanVisit &visit) const
+{
+	// A damaged args text is not a match (the full reading reports it):
+	// SQLite's AND need not skip json_type on it, CASE does.
+	std::string sql = SPAN_COLUMNS " FROM spans WHERE 1";
+	for (const std::string &k : keys) {
+		// Spliced into the query's text: only a plain name may be.
+		if (k.empty() ||
+		    !std::all_of(k.begin(), k.end(), [](unsigned char c) { return std::isalnum(c) || c == '_'; }))
+			return make_error("not an argument name: '" + k + "'");
+		sql += " AND CASE WHEN json_valid(args) THEN json_type(args, '$." + k + "') END = 'integer'";
+	}
+	return spans((sql + " ORDER BY id").c_str(), [&](Span &&s) { visit(s); });
+}
+#undef SPAN_COLUMNS
 
 Result<void> RecordingReader::read_measures(Recording &rec) const
 {
@@ -876,7 +891,9 @@ Result<Recording> RecordingReader::read(bool with_spans) const
 		if (auto r = (this->*part)(rec); !r)
 			return r.error();
 	if (with_spans)
-		if (auto r = spans(SpanOrder::by_start, [&](Span &&s) { rec.spans.push_back(std::move(s)); }); !r)
+		if (auto r = spans(span_query(SpanOrder::by_start),
+				   [&](Span &&s) { rec.spans.push_back(std::move(s)); });
+		    !r)
 			return r.error();
 	return rec;
 }

@@ -188,13 +188,18 @@ public:
 	// Each span, in order (common/model.h); stacks are parsed once each and
 	// shared, as in read().
 	Result<void> each_span(SpanOrder order, const SpanVisit &visit) const;
+	// Each span whose args hold every one of keys (names of letters,
+	// digits and '_') as an integer, as recorded: SQLite tells them apart,
+	// so the others are never made (a trace's collectives, read before
+	// its spans, cost a scan, not a second reading of every span).
+	Result<void> each_span_with_int_args(const std::vector<std::string> &keys, const SpanVisit &visit) const;
 
 private:
 	RecordingReader() = default;
 	template <class F>
 	Result<void> rows(const char *sql, F fn) const;
 	template <class F>
-	Result<void> spans(SpanOrder order, F take) const; // take(Span &&)
+	Result<void> spans(const char *sql, F take) const; // take(Span &&) for each row of a span query
 	Result<void> read_meta(Recording &rec) const;
 	Result<void> read_tasks(Recording &rec) const;    // processes and threads
 	Result<void> read_measures(Recording &rec) const; // metrics, events and drops

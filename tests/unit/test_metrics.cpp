@@ -238,6 +238,7 @@ TEST(ServeConfig, DefaultsWithoutAFile)
 	EXPECT_EQ(c->store, "/var/lib/eacgm/eacgm.db");
 	EXPECT_DOUBLE_EQ(c->store_max_mb, 1024);
 	EXPECT_DOUBLE_EQ(c->store_max_age_hours, 168);
+	EXPECT_DOUBLE_EQ(c->hang_after_s, 300);
 	EXPECT_TRUE(c->filter.comm.empty());
 }
 
@@ -256,6 +257,7 @@ host_interval_ms = 250
 detect = false
 detect_fpr = 0.001
 overhead_budget_pct = 1.5
+hang_after_s = 42
 ring_buffer_kb = 1024
 bpf_stats = true
 [filter]
@@ -278,6 +280,7 @@ pid_namespace = [4026531836]
 	EXPECT_FALSE(c->detect);
 	EXPECT_DOUBLE_EQ(c->detect_fpr, 0.001);
 	EXPECT_DOUBLE_EQ(c->overhead_budget_pct, 1.5);
+	EXPECT_DOUBLE_EQ(c->hang_after_s, 42);
 	EXPECT_EQ(c->ring_buffer_kb, 1024u);
 	EXPECT_TRUE(c->bpf_stats);
 	EXPECT_EQ(c->filter.comm, (std::vector<std::string>{"python.*", "trainer"}));
@@ -294,7 +297,8 @@ TEST(ServeConfig, ErrorsNameTheKeyAndLine)
 	};
 	expect("\nlisten_on = \"x\"\n",
 	       "c.toml:2: listen_on: unknown key; the keys here are bpf_stats, detect, detect_fpr, filter, gpu_hz, "
-	       "host_interval_ms, layers, listen, overhead_budget_pct, ring_buffer_kb, sample_hz, specs, store, "
+	       "hang_after_s, host_interval_ms, layers, listen, overhead_budget_pct, ring_buffer_kb, sample_hz, specs, "
+	       "store, "
 	       "store_max_age_hours, store_max_mb, top_functions");
 	expect("top_functions = 1.5\n", "c.toml:1: top_functions must be a whole number");
 	expect("top_functions = 0\n", "c.toml:1: top_functions must be from 1 to 100000");
