@@ -23,6 +23,19 @@ Span collective(uint32_t pid, uint32_t tid, int rank, int seq, uint64_t start, u
 	return s;
 }
 
+// The training thread's wait for its collective (the torch layer's).
+Span wait_span(uint32_t pid, uint64_t start, uint64_t dur)
+{
+	Span s;
+	s.layer = "torch";
+	s.name = "c10d::Work::wait";
+	s.pid = pid;
+	s.tid = pid;
+	s.start_ns = start;
+	s.dur_ns = dur;
+	return s;
+}
+
 TEST(HangWatch, NamesTheHungCollectiveItsMissingRanksAndThePythonLineThatWaits)
 {
 	HangWatch w(5 * kSec);
@@ -31,13 +44,7 @@ TEST(HangWatch, NamesTheHungCollectiveItsMissingRanksAndThePythonLineThatWaits)
 	b.spans = {collective(100, 101, 0, 1, 1 * kSec, 10), collective(200, 201, 1, 1, 1 * kSec, 10),
 		   collective(300, 301, 2, 0, 1 * kSec, 10)};
 	ASSERT_TRUE(w.write(b));
-	Span wait;
-	wait.layer = "torch";
-	wait.name = "c10d::Work::wait";
-	wait.pid = 100;
-	wait.tid = 100;
-	wait.start_ns = 2 * kSec;
-	wait.dur_ns = 8 * kSec;
+	Span wait = wait_span(100, 2 * kSec, 8 * kSec);
 	wait.py_stack = PyStack{"main (train.py:42)", "<module> (train.py:50)"};
 	// Rank 0 in seq 2 for 8 s; rank 1 in seq 2 for 4 s (not yet a hang).
 	std::vector<Recorder::OpenSpan> open = {{collective(100, 102, 0, 2, 2 * kSec, 8 * kSec), true},
@@ -87,13 +94,7 @@ TEST(HangWatch, AWaitAloneIsAHangWithItsProcesssRankAndUnseenRanksAreSaid)
 	SpanBatch b;
 	b.spans = {collective(100, 101, 0, 0, 0, 10)};
 	ASSERT_TRUE(w.write(b));
-	Span wait;
-	wait.layer = "torch";
-	wait.name = "c10d::Work::wait";
-	wait.pid = 100;
-	wait.tid = 100;
-	wait.start_ns = kSec;
-	wait.dur_ns = 2 * kSec;
+	Span wait = wait_span(100, kSec, 2 * kSec);
 	std::vector<Event> ev;
 	// A call that does not wait is never a hang, however long.
 	Span slow = wait;
