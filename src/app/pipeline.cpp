@@ -163,10 +163,11 @@ Pipeline::Stop Pipeline::open_recorder(Sink &out)
 	chain_.add(&out);
 	recorder_.emplace(*attacher_, *engine_, *tracker_, chain_, python_.get());
 	if (o_.hang_after_s > 0) {
+		// A collector (looks at the calls in flight) and a sink (sees
+		// each rank's progress): collectors_ owns it.
 		auto watch = std::make_unique<HangWatch>(uint64_t(o_.hang_after_s * 1e9));
-		hangs_ = watch.get();
-		hangs_->attach(*recorder_);
-		chain_.add(hangs_);
+		watch->attach(*recorder_);
+		chain_.add(watch.get());
 		collectors_.push_back(std::move(watch));
 	}
 	recorder_->set_tensor_formatter(format_tensor);

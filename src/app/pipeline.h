@@ -119,7 +119,6 @@ private:
 	std::future<Result<std::unique_ptr<Collector>>> host_loading_;
 	std::optional<detect::OnlineDetector> detector_;
 	std::optional<detect::ScoringSink> scoring_;
-	HangWatch *hangs_ = nullptr; // one of collectors_, and a sink of chain_
 	SinkChain chain_;
 	std::optional<Recorder> recorder_;
 	std::optional<OverheadKeeper> budget_;

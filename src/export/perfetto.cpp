@@ -84,9 +84,7 @@ std::string span_event_text(const Span &s, const CollectiveMarks::Mark *mark)
 
 CollectiveMarks::CollectiveMarks(std::vector<Round> rounds)
 {
-	std::stable_sort(rounds.begin(), rounds.end(), [](const Round &a, const Round &b) {
-		return std::tie(a.arrivals.front().start_ns, a.key) < std::tie(b.arrivals.front().start_ns, b.key);
-	});
+	sort_rounds(rounds);
 	uint64_t flow = 0;
 	for (const Round &r : rounds) {
 		flow++;

@@ -5,8 +5,6 @@
 
 namespace eacgm {
 
-namespace {
-
 std::optional<int64_t> int_arg(const Span &s, const char *name)
 {
 	auto it = s.args.find(name);
@@ -15,7 +13,12 @@ std::optional<int64_t> int_arg(const Span &s, const char *name)
 	return it->get<int64_t>();
 }
 
-} // namespace
+void sort_rounds(std::vector<Round> &rounds)
+{
+	std::stable_sort(rounds.begin(), rounds.end(), [](const Round &a, const Round &b) {
+		return std::tie(a.arrivals.front().start_ns, a.key) < std::tie(b.arrivals.front().start_ns, b.key);
+	});
+}
 
 std::optional<CollectiveSpan> collective_of(const Span &s)
 {
@@ -116,9 +119,7 @@ std::vector<Round> match_collectives(const std::vector<Span> &spans)
 	for (const Span &s : spans)
 		m.add(s, rounds);
 	m.finish(rounds);
-	std::stable_sort(rounds.begin(), rounds.end(), [](const Round &a, const Round &b) {
-		return std::tie(a.arrivals.front().start_ns, a.key) < std::tie(b.arrivals.front().start_ns, b.key);
-	});
+	sort_rounds(rounds);
 	return rounds;
 }
 

@@ -62,6 +62,8 @@ struct CollectiveSpan {
 	Arrival arrival;
 };
 std::optional<CollectiveSpan> collective_of(const Span &s);
+// An integer argument of a span; nullopt when absent or not an integer.
+std::optional<int64_t> int_arg(const Span &s, const char *name);
 
 // The args a collective span has, as integers (for readers that filter
 // spans before making them: RecordingReader::each_span_with_int_args).
@@ -105,8 +107,10 @@ private:
 	std::map<CollectiveKey, std::deque<uint64_t>> by_key_; // the open rounds of a key, oldest first
 };
 
+// Orders rounds by their first arrival, then key (stable).
+void sort_rounds(std::vector<Round> &rounds);
 // Every round of the spans (offline, unbounded), complete or not, ordered
-// by their first arrival, then key.
+// as sort_rounds does.
 std::vector<Round> match_collectives(const std::vector<Span> &spans);
 
 } // namespace eacgm

@@ -8,26 +8,16 @@
 
 namespace eacgm {
 
-static int64_t int_arg(const Span &s, const char *name, int64_t none = -1)
-{
-	auto it = s.args.find(name);
-	return it != s.args.end() && it->is_number_integer() ? it->get<int64_t>() : none;
-}
-
-// A collective of a process group (ingest/collectives.h's test: rank, size
-// and seq in range).
-static bool is_collective(const Span &s) { return collective_of(s).has_value(); }
-
-static std::pair<std::string, int64_t> group_of(const Span &s) { return {s.layer, int_arg(s, "nranks")}; }
-
 Result<void> HangWatch::write(SpanBatch &b)
 {
 	for (const Span &s : b.spans) {
-		if (!is_collective(s))
+		auto c = collective_of(s);
+		if (!c)
 			continue;
-		int64_t &last = completed_[group_of(s)][int_arg(s, "rank")];
-		last = std::max(last, int_arg(s, "seq"));
-		pid_rank_[s.pid] = {group_of(s), int_arg(s, "rank")};
+		Group g{c->key.layer, c->key.nranks};
+		int64_t &last = completed_[g][c->arrival.rank];
+		last = std::max(last, int64_t(c->key.seq));
+		pid_rank_[s.pid] = {g, c->arrival.rank};
 	}
 	return {};
 }
@@ -57,28 +47,38 @@ void HangWatch::check(uint64_t now_ns, const std::vector<Recorder::OpenSpan> &op
 	Progress entered;
 	std::map<uint32_t, PyStack> waiting_stack;
 	std::set<uint32_t> hung_collective; // processes with a collective past the limit
+	std::vector<std::optional<CollectiveSpan>> colls;
 	for (const auto &o : open) {
 		const Span &s = o.span;
-		if (is_collective(s)) {
-			int64_t &last = entered[group_of(s)][int_arg(s, "rank")];
-			last = std::max(last, int_arg(s, "seq"));
+		colls.push_back(collective_of(s));
+		if (const auto &c = colls.back()) {
+			int64_t &last = entered[{c->key.layer, c->key.nranks}][c->arrival.rank];
+			last = std::max(last, int64_t(c->key.seq));
 			if (s.dur_ns >= after_ns_)
 				hung_collective.insert(s.pid);
 		}
 		if (!s.py_stack.empty() && !waiting_stack.count(s.pid))
 			waiting_stack[s.pid] = s.py_stack;
 	}
-	for (const auto &o : open) {
-		const Span &s = o.span;
-		if (!o.waits || s.dur_ns < after_ns_ || reported_.count({s.pid, s.tid, s.start_ns}))
+	for (size_t i = 0; i < open.size(); i++) {
+		const Span &s = open[i].span;
+		if (!open[i].waits || s.dur_ns < after_ns_ || reported_.count({s.pid, s.tid, s.start_ns}))
 			continue;
 		// A wait on a collective seen hung is told by the collective's report.
-		if (!is_collective(s) && hung_collective.count(s.pid))
+		if (!colls[i] && hung_collective.count(s.pid))
 			continue;
 		auto ws = waiting_stack.find(s.pid);
-		report(now_ns, s, entered, ws == waiting_stack.end() ? PyStack() : ws->second, events);
+		report(now_ns, s, colls[i], entered, ws == waiting_stack.end() ? PyStack() : ws->second, events);
 	}
 	report_over(now_ns, open, events);
+}
+
+// "8.0": seconds, to a tenth.
+static std::string tenths_of_seconds(uint64_t ns)
+{
+	char text[32];
+	std::snprintf(text, sizeof text, "%.1f", double(ns) / 1e9);
+	return text;
 }
 
 // "train.py:42 main <- ..." innermost first, at most three frames.
@@ -119,35 +119,33 @@ HangWatch::ranks_behind(const Group &group, int64_t rank, int64_t seq, const Pro
 	return {missing, unseen};
 }
 
-void HangWatch::report(uint64_t now_ns, const Span &s, const Progress &entered, const PyStack &waiting_stack,
-		       std::vector<Event> &events)
+void HangWatch::report(uint64_t now_ns, const Span &s, const std::optional<CollectiveSpan> &c, const Progress &entered,
+		       const PyStack &waiting_stack, std::vector<Event> &events)
 {
 	Event e{now_ns, s.layer, "hang", s.name, s.pid, s.tid, nlohmann::json::object()};
 	e.args["call"] = s.name;
 	e.args["start_ns"] = s.start_ns;
 	e.args["age_s"] = double(s.dur_ns) / 1e9;
+	std::string line = s.layer + " " + s.name + " in flight for " + tenths_of_seconds(s.dur_ns) + " s: pid " +
+		std::to_string(s.pid) + " tid " + std::to_string(s.tid);
 	for (const char *k : {"rank", "nranks", "seq"})
-		if (int_arg(s, k) >= 0)
-			e.args[k] = int_arg(s, k);
-	char age[32];
-	std::snprintf(age, sizeof age, "%.1f", double(s.dur_ns) / 1e9);
-	std::string line = s.layer + " " + s.name + " in flight for " + age + " s: pid " + std::to_string(s.pid) +
-		" tid " + std::to_string(s.tid);
-	int64_t rank = int_arg(s, "rank");
-	Group group = group_of(s);
+		if (auto v = int_arg(s, k); v && *v >= 0)
+			e.args[k] = *v;
+	// A wait without a rank of its own: its process's, from its collectives.
+	int64_t rank = int_arg(s, "rank").value_or(-1);
+	Group group{s.layer, int_arg(s, "nranks").value_or(-1)};
 	if (auto pr = pid_rank_.find(s.pid); rank < 0 && pr != pid_rank_.end()) {
-		std::tie(group, rank) = pr->second; // a wait: its process's rank
+		std::tie(group, rank) = pr->second;
 		e.args["rank"] = rank;
 		e.args["nranks"] = group.second;
 	}
 	if (rank >= 0)
 		line += ", rank " + std::to_string(rank) + " of " + std::to_string(group.second);
-	if (is_collective(s)) {
-		int64_t seq = int_arg(s, "seq");
-		auto [missing, unseen] = ranks_behind(group, rank, seq, entered);
+	if (c) {
+		auto [missing, unseen] = ranks_behind(group, rank, int64_t(c->key.seq), entered);
 		e.args["missing_ranks"] = missing;
 		e.args["ranks_not_seen"] = unseen;
-		line += ", seq " + std::to_string(seq) + ", missing_ranks " + ranks_text(missing);
+		line += ", seq " + std::to_string(c->key.seq) + ", missing_ranks " + ranks_text(missing);
 		if (!unseen.empty())
 			line += " (ranks " + ranks_text(unseen) + " not in this recording)";
 	}
@@ -157,7 +155,7 @@ void HangWatch::report(uint64_t now_ns, const Span &s, const Progress &entered, 
 		line += "; python: " + short_stack(stack);
 	lines_.push_back(line);
 	events.push_back(std::move(e));
-	reported_[{s.pid, s.tid, s.start_ns}] = {s, s.layer + " " + s.name};
+	reported_[{s.pid, s.tid, s.start_ns}] = s;
 }
 
 void HangWatch::report_over(uint64_t now_ns, const std::vector<Recorder::OpenSpan> &open, std::vector<Event> &events)
@@ -170,14 +168,13 @@ void HangWatch::report_over(uint64_t now_ns, const std::vector<Recorder::OpenSpa
 			++it;
 			continue;
 		}
-		const Span &s = it->second.span;
+		const Span &s = it->second;
 		Event e{now_ns, s.layer, "hang_over", s.name, s.pid, s.tid, nlohmann::json::object()};
 		e.args["call"] = s.name;
 		e.args["start_ns"] = s.start_ns;
-		char after[32];
-		std::snprintf(after, sizeof after, "%.1f", double(now_ns - s.start_ns) / 1e9);
-		lines_.push_back(it->second.what + " (pid " + std::to_string(s.pid) + " tid " + std::to_string(s.tid) +
-				 ") is no longer in flight, after about " + after + " s");
+		lines_.push_back(s.layer + " " + s.name + " (pid " + std::to_string(s.pid) + " tid " +
+				 std::to_string(s.tid) + ") is no longer in flight, after about " +
+				 tenths_of_seconds(now_ns - s.start_ns) + " s");
 		events.push_back(std::move(e));
 		it = reported_.erase(it);
 	}

@@ -17,12 +17,14 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "common/sink.h"
+#include "ingest/collectives.h"
 #include "ingest/recorder.h"
 #include "layers/collector.h"
 
@@ -56,16 +58,13 @@ public:
 	uint64_t interval_ns() const;
 
 private:
-	using Group = std::pair<std::string, int64_t>; // layer, nranks
-	struct Reported {
-		Span span; // as first reported
-		std::string what;
-	};
+	using Group = std::pair<std::string, int64_t>;            // layer, nranks
 	using CallKey = std::tuple<uint32_t, uint32_t, uint64_t>; // pid, tid, start_ns
 	// The last sequence number each rank of a group entered or completed.
 	using Progress = std::map<Group, std::map<int64_t, int64_t>>;
-	void report(uint64_t now_ns, const Span &s, const Progress &entered, const PyStack &waiting_stack,
-		    std::vector<Event> &events);
+	// c: the call taken apart as a collective, when it is one.
+	void report(uint64_t now_ns, const Span &s, const std::optional<CollectiveSpan> &c, const Progress &entered,
+		    const PyStack &waiting_stack, std::vector<Event> &events);
 	// The other ranks of the group that have not entered seq (seen in the
 	// recording), and those the recording has not seen at all.
 	std::pair<std::vector<int64_t>, std::vector<int64_t>> ranks_behind(const Group &group, int64_t rank,
@@ -79,7 +78,7 @@ private:
 	// A process's rank in its group, from its collectives: for its waits,
 	// which carry none.
 	std::map<uint32_t, std::pair<Group, int64_t>> pid_rank_;
-	std::map<CallKey, Reported> reported_;
+	std::map<CallKey, Span> reported_; // as first reported
 	std::vector<std::string> lines_;
 };
 
