@@ -105,7 +105,7 @@ static __always_inline __u64 tensor_word(__u64 ref, struct eacgm_arg_spec *a)
 	__u64 size0 = ndim > 0 ? deref(impl, a->offset + 8) : 0;
 	__u64 size1 = ndim > 1 ? deref(impl, a->offset + 16) : 0;
 	__u64 size2 = ndim > 2 ? deref(impl, a->offset + 24) : 0;
-	if (a->source == EACGM_ARG_TENSOR_B)
+	if (a->source == EACGM_ARG_TENSOR_B || a->source == EACGM_ARG_TENSORS_B)
 		return (size1 & 0xffffffff) | size2 << 32;
 	__u16 dtype = 0;
 	bpf_probe_read_user(&dtype, sizeof(dtype), (void *)(impl + a->offset2));
@@ -189,7 +189,9 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 			v = deref(deref(v, a->offset), a->offset2);
 		else if (a->source == EACGM_ARG_TENSOR_A || a->source == EACGM_ARG_TENSOR_B)
 			v = tensor_word(v, a);
-		c->args[i] = v; /* DEREF_EXIT keeps the pointer until return */
+		else if (a->source == EACGM_ARG_TENSORS_A || a->source == EACGM_ARG_TENSORS_B)
+			v = tensor_word(deref(v, 0), a); /* the vector's first element */
+		c->args[i] = v;                          /* DEREF_EXIT keeps the pointer until return */
 	}
 	c->py_stack = 0;
 	/* An entry into the eval loop is itself a Python function call: it

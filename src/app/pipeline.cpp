@@ -11,6 +11,7 @@
 #include "app/commands.h"
 #include "app/target.h"
 #include "common/clock.h"
+#include "common/fs.h"
 #include "common/text.h"
 #include "layers/gpu.h"
 #include "layers/host.h"
@@ -270,6 +271,15 @@ double Pipeline::attached_s() const
 // the final flush excluded), for `summary` and the benchmarks, and what its
 // BPF programs cost the traced processes and the machine (the uprobe traps
 // themselves come on top: the kernel's, not ours). Before finish().
+void Pipeline::write_start_meta(StoreWriter &store)
+{
+	(void)store.set_meta("layers", join(layers()));
+	(void)store.set_meta("eacgm_version", EACGM_VERSION);
+	(void)store.set_meta("hostname", host_name());
+	(void)store.set_meta("start_mono_ns", std::to_string(mono_ns()));
+	(void)store.set_wall_offset(int64_t(clock_ns(CLOCK_REALTIME)) - int64_t(mono_ns()));
+}
+
 void Pipeline::write_meta(StoreWriter &store)
 {
 	SelfUsage now = self_usage();

@@ -91,6 +91,10 @@ public:
 	Stop finish(StoreWriter *store);
 	// eacgm's cost while attached and the budget's doings, in the store's meta.
 	void write_meta(StoreWriter &store);
+	// What a recording says of itself from the start: the layers, eacgm's
+	// version, the host (eacgm merge labels its processes with it) and the
+	// clocks (the monotonic time at start, its offset to Unix time).
+	void write_start_meta(StoreWriter &store);
 
 	ProcTracker &tracker() { return *tracker_; }
 	Attacher &attacher() { return *attacher_; }

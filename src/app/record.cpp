@@ -54,8 +54,6 @@ void on_signal(int sig, siginfo_t *info, void *)
 	}
 }
 
-int64_t wall_offset_ns() { return int64_t(clock_ns(CLOCK_REALTIME)) - int64_t(mono_ns()); }
-
 std::string default_output()
 {
 	char buf[64];
@@ -310,10 +308,7 @@ void RecordSession::begin()
 	sigaction(SIGINT, &sa, nullptr);
 	sigaction(SIGTERM, &sa, nullptr);
 	(void)store_->set_meta("command", a_.command.empty() ? "pid " + std::to_string(a_.pid) : join(a_.command, " "));
-	(void)store_->set_meta("layers", join(pipeline_.layers()));
-	(void)store_->set_meta("eacgm_version", EACGM_VERSION);
-	(void)store_->set_meta("start_mono_ns", std::to_string(mono_ns()));
-	(void)store_->set_wall_offset(wall_offset_ns());
+	pipeline_.write_start_meta(*store_);
 	// Stopped after its exec, the command is read (one pass over the
 	// events: its exec is among them, written before the stop) and let go.
 	if (launched_)

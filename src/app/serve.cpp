@@ -362,12 +362,8 @@ int ServeSession::run()
 	sigaction(SIGINT, &stop, nullptr);
 	sigaction(SIGHUP, &hup, nullptr);
 	pipeline_->begin();
-	if (store_) {
-		(void)store_->set_meta("layers", join(pipeline_->layers()));
-		(void)store_->set_meta("eacgm_version", EACGM_VERSION);
-		(void)store_->set_meta("start_mono_ns", std::to_string(mono_ns()));
-		(void)store_->set_wall_offset(int64_t(clock_ns(CLOCK_REALTIME)) - int64_t(mono_ns()));
-	}
+	if (store_)
+		pipeline_->write_start_meta(*store_);
 	if (auto stop = start_serving())
 		return *stop;
 	publish_health();

@@ -100,4 +100,12 @@ Result<void> write_file_atomic(const std::string &path, const std::function<Resu
 	return {};
 }
 
+std::string host_name()
+{
+	char buf[256] = {};
+	if (gethostname(buf, sizeof(buf) - 1) != 0)
+		return "";
+	return buf;
+}
+
 } // namespace eacgm

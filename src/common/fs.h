@@ -20,6 +20,9 @@ Result<void> check_writable(const std::string &path);
 // the read); nullopt when it cannot be opened or read.
 std::optional<std::string> read_small_file(const std::string &path);
 
+// This machine's name (gethostname), "" when it has none.
+std::string host_name();
+
 // The threads of a process now (/proc/PID/task); empty when it is gone.
 std::vector<uint32_t> list_threads(uint32_t pid);
 

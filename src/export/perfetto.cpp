@@ -242,6 +242,37 @@ static std::string process_title(const Process &p, const json &origins, const Co
 	return title;
 }
 
+// A call that ran work another call issued (ingest/issues.h: gloo's
+// collective, enqueued by torch's ProcessGroupGloo call on the caller's
+// thread) is linked to it by a flow (v1: "s" on the issuing thread at the
+// issue, bound to the call there; "f" at the start of the running call).
+// Ids count from 2^32, apart from the collectives' bind ids.
+static void emit_issue_flow(const Span &s, uint64_t &next_id, const Emit &emit)
+{
+	auto ns = s.args.find("issued_ns"), tid = s.args.find("issued_tid");
+	if (ns == s.args.end() || tid == s.args.end() || !ns->is_number_integer() || !tid->is_number_integer())
+		return;
+	uint64_t id = (1ull << 32) + next_id++;
+	auto us = [](uint64_t t) { return static_cast<double>(t) / 1000.0; };
+	emit({{"ph", "s"},
+	      {"id", id},
+	      {"cat", "issue"},
+	      {"name", "issued"},
+	      {"pid", s.pid},
+	      {"tid", tid->get<uint64_t>()},
+	      {"ts", us(ns->get<uint64_t>())},
+	      {"args", json::object()}});
+	emit({{"ph", "f"},
+	      {"bp", "e"},
+	      {"id", id},
+	      {"cat", "issue"},
+	      {"name", "issued"},
+	      {"pid", s.pid},
+	      {"tid", s.tid},
+	      {"ts", us(s.start_ns)},
+	      {"args", json::object()}});
+}
+
 // Every trace event in the order viewers want them.
 static Result<void> emit_events(const Recording &rec, const SpanFeed &spans, const CollectiveMarks &marks,
 				const Emit &emit)
@@ -252,7 +283,12 @@ static Result<void> emit_events(const Recording &rec, const SpanFeed &spans, con
 		emit(name_event("process_name", p.pid, p.pid, process_title(p, origins, marks)));
 	for (const Thread &t : rec.threads)
 		emit(name_event("thread_name", t.pid, t.tid, t.name));
-	if (auto r = spans([&](const Span &s) { emit.text(span_event_text(s, marks.find(s))); }); !r)
+	uint64_t issue_flows = 0;
+	if (auto r = spans([&](const Span &s) {
+		    emit.text(span_event_text(s, marks.find(s)));
+		    emit_issue_flow(s, issue_flows, emit);
+	    });
+	    !r)
 		return r;
 	add_metrics(rec, emit);
 	for (const Event &e : rec.events)

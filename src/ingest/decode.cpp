@@ -25,6 +25,17 @@ static std::string enum_name(const std::map<std::string, EnumTable> &enums, cons
 	return name + "(" + std::to_string(v) + ")";
 }
 
+// An enum field at its width: the 8 bytes read hold its neighbours too.
+static int64_t enum_value(const ArgSpec &a, uint64_t v)
+{
+	switch (a.size) {
+	case 1: return uint8_t(v);
+	case 2: return uint16_t(v);
+	case 8: return int64_t(v);
+	default: return int32_t(v); // a C enum
+	}
+}
+
 Span decode_span(const eacgm_span_event &e, const ProbeSpec &spec, const SpecSet &specs, Symbolizer *sym,
 		 TensorFormatter tensors)
 {
@@ -66,7 +77,7 @@ Span decode_span(const eacgm_span_event &e, const ProbeSpec &spec, const SpecSet
 			s.args[a.name] = {(uint32_t)v, (uint32_t)(v >> 32), (uint32_t)zw};
 			break;
 		}
-		case ArgType::Enum: s.args[a.name] = enum_name(enums, a.enum_name, (int32_t)v); break;
+		case ArgType::Enum: s.args[a.name] = enum_name(enums, a.enum_name, enum_value(a, v)); break;
 		case ArgType::Tensor: {
 			uint64_t b = slot + 1 < EACGM_MAX_ARGS ? e.args[slot + 1] : 0;
 			s.args[a.name] = tensors ? tensors(v, b) : nlohmann::json::array({hex(v), hex(b)});

@@ -54,6 +54,7 @@ Result<void> Recorder::open()
 	if (!w)
 		return w.error();
 	exits_ = std::move(w.value());
+	issues_.emplace(attacher_.specs().probes);
 	return {};
 }
 
@@ -737,6 +738,8 @@ Result<void> Recorder::flush(bool force)
 				}
 				span_stacks_.erase(stack);
 			}
+			if (const ProbeSpec &spec = specs.probes[e.spec_id]; spec.issues && issues_)
+				issues_->issued(s, *spec.issues);
 		}
 	}
 	pending_.swap(held_spans_); // next round's, first
@@ -746,6 +749,8 @@ Result<void> Recorder::flush(bool force)
 	auto now = std::chrono::steady_clock::now();
 	if (force || decoded_.size() >= kBatch || now - last_store_ > std::chrono::milliseconds(200)) {
 		last_store_ = now;
+		if (issues_)
+			issues_->link(decoded_, mono_ns(), force);
 		SpanBatch batch{SpanBatch::calls, std::move(decoded_), {}};
 		auto r = out_.write(batch);
 		decoded_ = std::move(batch.spans); // its capacity, for the next batch

@@ -20,6 +20,7 @@
 #include "common/sink.h"
 #include "eacgm/abi/events.h"
 #include "ingest/decode.h"
+#include "ingest/issues.h"
 #include "ingest/python_spans.h"
 #include "layers/nccl.h"
 #include "layers/python.h"
@@ -201,6 +202,9 @@ private:
 	Sink &out_;
 	Symbolizer symbolizer_;
 	NcclCommunicators nccl_;
+	// Joins the work a call issued (torch's enqueue) to the call that ran it
+	// (gloo's collective on a worker thread); set by open().
+	std::optional<IssueLinker> issues_;
 	struct ring_buffer *rb_ = nullptr;
 	std::map<uint32_t, Process> processes_;
 	std::set<uint32_t> live_;

@@ -8,6 +8,8 @@
 #include <sstream>
 #include <string_view>
 
+#include "common/text.h"
+
 namespace eacgm {
 
 std::string torch_version(const std::string &lib_path)
@@ -77,24 +79,71 @@ std::vector<ArgSpec> leading_tensor_args(const std::string &demangled, int max, 
 	return args;
 }
 
+// A probe's own arguments for a file of one torch version: a tensor list
+// gets the TensorImpl layout, a named offset its number. An argument whose
+// layout that version lacks is left out, and its name added to `missing`.
+static std::vector<ArgSpec> resolve_args(const std::vector<ArgSpec> &args, const std::pair<uint16_t, uint16_t> *tensor,
+					 const std::map<std::string, uint16_t> *fields,
+					 std::vector<std::string> &missing)
+{
+	std::vector<ArgSpec> out;
+	auto field = [&](const std::string &name, uint16_t &offset) {
+		if (name.empty())
+			return true;
+		auto it = fields ? fields->find(name) : std::map<std::string, uint16_t>::const_iterator{};
+		if (!fields || it == fields->end()) {
+			missing.push_back(name);
+			return false;
+		}
+		offset = it->second;
+		return true;
+	};
+	for (ArgSpec a : args) {
+		if (a.type == ArgType::Tensor) {
+			if (!tensor) {
+				missing.push_back("TensorImpl");
+				continue;
+			}
+			a.offset = tensor->first;
+			a.offset2 = tensor->second;
+		}
+		bool known = field(a.offset_field, a.offset);
+		if (known && field(a.offset2_field, a.offset2))
+			out.push_back(a);
+	}
+	return out;
+}
+
 SignatureReader torch_signature_reader(const SpecSet &specs)
 {
-	// A copy: the attacher outlives nothing it could point into.
-	return [layouts = specs.tensor_layouts](const ProbeSpec &pattern, const std::string &path) {
+	// Copies: the attacher outlives nothing it could point into.
+	return [tensors = specs.tensor_layouts, layouts = specs.layouts](const ProbeSpec &pattern,
+									 const std::string &path) {
 		SignatureArgs sig;
 		std::string version = torch_version(path);
-		auto it = layouts.find(version);
-		if (it == layouts.end()) {
-			sig.warning = "no tensor layout known for torch " +
-				(version.empty() ? "of unknown version" : version) + " (" + path +
+		const std::string which = version.empty() ? "of unknown version" : version;
+		auto t = tensors.find(version);
+		auto f = layouts.find(version);
+		const std::pair<uint16_t, uint16_t> *tensor = t == tensors.end() ? nullptr : &t->second;
+		std::vector<std::string> missing;
+		std::vector<ArgSpec> own =
+			resolve_args(pattern.args, tensor, f == layouts.end() ? nullptr : &f->second, missing);
+		if (pattern.tensor_args && !tensor)
+			sig.warning = "no tensor layout known for torch " + which + " (" + path +
 				"): operators are traced without shapes; scripts/torch-layout.py measures one";
-			return sig;
-		}
-		auto layout = it->second;
-		int max = pattern.tensor_args;
-		sig.key = 1 + (uint64_t(layout.first) << 16 | layout.second); // 0: no reading
-		sig.args = [layout, max](const std::string &demangled) {
-			return leading_tensor_args(demangled, max, layout);
+		else if (!missing.empty())
+			sig.warning = "no layout of " + join(missing, ", ") + " known for torch " + which + " (" +
+				path + "): " + pattern.function + " is traced without the arguments that need it";
+		// One reading per version: the same offsets for every file of it.
+		sig.key = std::hash<std::string>{}(version) | 1; // 0: no reading
+		std::pair<uint16_t, uint16_t> layout = tensor ? *tensor : std::pair<uint16_t, uint16_t>{};
+		int max = tensor ? pattern.tensor_args : 0;
+		sig.args = [layout, max, own](const std::string &demangled) {
+			std::vector<ArgSpec> args;
+			if (max)
+				args = leading_tensor_args(demangled, max, layout);
+			args.insert(args.end(), own.begin(), own.end());
+			return args;
 		};
 		return sig;
 	};

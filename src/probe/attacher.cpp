@@ -133,7 +133,7 @@ Result<void> Attacher::expand_pattern(size_t pattern, const ElfFile &elf,
 	const std::vector<uint32_t> found = ahead ? *ahead : match_symbols(elf, match);
 	bool any = false;
 	SignatureArgs sig;
-	if (specs_.probes[pattern].tensor_args && signature_reader_)
+	if (reads_layout(specs_.probes[pattern]) && signature_reader_)
 		sig = signature_reader_(specs_.probes[pattern], elf.path());
 	if (!sig.warning.empty())
 		warnings_.push_back(sig.warning);

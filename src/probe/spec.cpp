@@ -1,5 +1,6 @@
 #include "probe/spec.h"
 
+#include <algorithm>
 #include <fnmatch.h>
 #include <fstream>
 #include <optional>
@@ -24,6 +25,8 @@ void SpecSet::merge(SpecSet other)
 	for (auto &[name, table] : other.sizes)
 		sizes[name].insert(table.begin(), table.end());
 	tensor_layouts.insert(other.tensor_layouts.begin(), other.tensor_layouts.end());
+	for (auto &[version, fields] : other.layouts)
+		layouts[version].insert(fields.begin(), fields.end());
 }
 
 static std::string line_col(const std::string &text, size_t byte)
@@ -42,12 +45,30 @@ static std::string line_col(const std::string &text, size_t byte)
 }
 
 static const std::map<std::string, ArgType> kArgTypes = {
-	{"u64", ArgType::U64},       {"i64", ArgType::I64},       {"u32", ArgType::U32},   {"i32", ArgType::I32},
-	{"ptr", ArgType::Ptr},       {"bytes", ArgType::Bytes},   {"dim3", ArgType::Dim3}, {"enum", ArgType::Enum},
-	{"symbol", ArgType::Symbol}, {"tensor", ArgType::Tensor},
+	{"u64", ArgType::U64},
+	{"i64", ArgType::I64},
+	{"u32", ArgType::U32},
+	{"i32", ArgType::I32},
+	{"ptr", ArgType::Ptr},
+	{"bytes", ArgType::Bytes},
+	{"dim3", ArgType::Dim3},
+	{"enum", ArgType::Enum},
+	{"symbol", ArgType::Symbol},
+	{"tensor", ArgType::Tensor},
+	{"tensor_list", ArgType::Tensor},
 };
 
 int arg_width(const ArgSpec &a) { return a.type == ArgType::Dim3 || a.type == ArgType::Tensor ? 2 : 1; }
+
+bool reads_layout(const ProbeSpec &p)
+{
+	if (p.tensor_args > 0)
+		return true;
+	for (auto &a : p.args)
+		if (a.type == ArgType::Tensor || !a.offset_field.empty() || !a.offset2_field.empty())
+			return true;
+	return false;
+}
 
 // Unknown keys are typos more often than not ("retruns"): say so.
 static Result<void> known_keys(const json &j, std::initializer_list<const char *> keys, const std::string &where)
@@ -69,28 +90,50 @@ static Result<void> known_keys(const json &j, std::initializer_list<const char *
 // "offset": N reads 8 bytes at the pointer + N; [N, M] follows the pointer
 // found at + N and reads 8 bytes at that + M (a member of a struct that a
 // struct points to: gloo's options -> its context -> rank). Two levels are
-// read at entry only.
+// read at entry only. An offset may be a name instead ("Class.member_"),
+// looked up in "layouts" for the version of the library found.
 static Result<void> parse_offset(const json &j, const std::string &at, ArgSpec &a)
 {
 	if (!j.contains("offset"))
 		return {};
 	const json &o = j["offset"];
-	auto fits = [](const json &v) { return v.is_number_unsigned() && v.get<uint64_t>() <= 0xffff; };
-	if (fits(o)) {
-		a.offset = o.get<uint16_t>();
+	static const std::regex field("[A-Za-z_]\\w*(\\.[A-Za-z_]\\w*)+");
+	auto one = [&](const json &v, uint16_t &n, std::string &name) {
+		if (v.is_number_unsigned() && v.get<uint64_t>() <= 0xffff) {
+			n = v.get<uint16_t>();
+			return true;
+		}
+		if (v.is_string() && std::regex_match(v.get<std::string>(), field)) {
+			name = v.get<std::string>();
+			return true;
+		}
+		return false;
+	};
+	if (one(o, a.offset, a.offset_field))
 		return {};
-	}
-	if (o.is_array() && o.size() == 2 && fits(o[0]) && fits(o[1])) {
+	if (o.is_array() && o.size() == 2 && one(o[0], a.offset, a.offset_field) &&
+	    one(o[1], a.offset2, a.offset2_field)) {
 		if (a.source != EACGM_ARG_DEREF_ENTRY)
 			return make_error(at + ": a two-level \"offset\" is read at \"entry\" only");
 		a.source = EACGM_ARG_DEREF2_ENTRY;
-		a.offset = o[0].get<uint16_t>();
-		a.offset2 = o[1].get<uint16_t>();
 		return {};
 	}
 	return make_error(at +
-			  ": \"offset\" must be a number 0..65535, or two of them [N, M] to read at "
-			  "(*(ptr + N) + M)");
+			  ": \"offset\" must be a number 0..65535 or a \"Class.member\" named in \"layouts\", or "
+			  "two of them [N, M] to read at (*(ptr + N) + M)");
+}
+
+// "size": an enum field's width in bytes, when it is not a C enum's 4.
+static Result<void> parse_size(const json &j, const std::string &at, ArgSpec &a)
+{
+	if (!j.contains("size"))
+		return {};
+	const json &v = j["size"];
+	if (a.type != ArgType::Enum || !v.is_number_unsigned() ||
+	    (v.get<uint64_t>() != 1 && v.get<uint64_t>() != 2 && v.get<uint64_t>() != 4 && v.get<uint64_t>() != 8))
+		return make_error(at + ": \"size\" is an enum's width in bytes: 1, 2, 4 or 8");
+	a.size = v.get<uint8_t>();
+	return {};
 }
 
 static Result<ArgSpec> parse_arg(const json &j, const std::string &where, const std::map<std::string, EnumTable> &enums)
@@ -100,7 +143,8 @@ static Result<ArgSpec> parse_arg(const json &j, const std::string &where, const 
 			where +
 			": an argument must be an object like {\"name\": \"size\", \"slot\": 1, \"type\": \"bytes\"}");
 	ArgSpec a;
-	if (auto r = known_keys(j, {"name", "slot", "type", "enum", "deref", "offset"}, where + " argument"); !r)
+	if (auto r = known_keys(j, {"name", "slot", "type", "enum", "size", "deref", "offset"}, where + " argument");
+	    !r)
 		return r.error();
 	if (!j.contains("name") || !j["name"].is_string())
 		return make_error(where + ": argument needs a \"name\" string");
@@ -114,8 +158,9 @@ static Result<ArgSpec> parse_arg(const json &j, const std::string &where, const 
 	auto t = kArgTypes.find(type);
 	if (t == kArgTypes.end())
 		return make_error(at + ": unknown type \"" + type +
-				  "\"; use u64, i64, u32, i32, ptr, bytes, dim3, enum or symbol");
+				  "\"; use u64, i64, u32, i32, ptr, bytes, dim3, enum, symbol or tensor_list");
 	a.type = t->second;
+	a.tensor_list = type == "tensor_list";
 	if (a.type == ArgType::Enum) {
 		a.enum_name = j.value("enum", "");
 		if (!enums.count(a.enum_name))
@@ -134,10 +179,16 @@ static Result<ArgSpec> parse_arg(const json &j, const std::string &where, const 
 		return make_error(at + ": \"offset\" needs \"deref\"");
 	if (auto r = parse_offset(j, at, a); !r)
 		return r.error();
-	if (a.type == ArgType::Tensor)
+	if (auto r = parse_size(j, at, a); !r)
+		return r.error();
+	if (a.type == ArgType::Tensor && !a.tensor_list)
 		return make_error(at +
 				  ": tensors are kept with \"tensor_args\" on a \"match\" probe (their layout "
 				  "depends on the torch version found)");
+	if (a.tensor_list && (a.source != EACGM_ARG_ENTRY || j.contains("offset")))
+		return make_error(at +
+				  ": a \"tensor_list\" is the slot itself (a std::vector<at::Tensor>&), "
+				  "not dereferenced");
 	if (a.type == ArgType::Dim3 && a.source != EACGM_ARG_ENTRY)
 		return make_error(at + ": a dim3 is passed by value and cannot be dereferenced");
 	return a;
@@ -216,12 +267,33 @@ static Result<void> parse_sizes(const json &doc, const std::string &origin, Spec
 
 static Result<void> parse_tensor_layouts(const json &doc, const std::string &origin, SpecSet &set)
 {
+	if (!doc.is_object())
+		return make_error(origin + ": \"tensor_layouts\" must map versions to {\"ndim\": OFFSET, ...}");
 	for (auto &[version, l] : doc.items()) {
 		if (!l.is_object() || !l.contains("ndim") || !l.contains("dtype") || !l["ndim"].is_number_unsigned() ||
 		    !l["dtype"].is_number_unsigned())
 			return make_error(origin + ": tensor layout \"" + version +
 					  "\" must be {\"ndim\": OFFSET, \"dtype\": OFFSET}");
 		set.tensor_layouts[version] = {l["ndim"].get<uint16_t>(), l["dtype"].get<uint16_t>()};
+	}
+	return {};
+}
+
+// "layouts": {"1.13": {"Class.member_": OFFSET, ...}, ...}.
+static Result<void> parse_layouts(const json &doc, const std::string &origin, SpecSet &set)
+{
+	const std::string form = origin + ": \"layouts\" must map versions to {\"Class.member\": OFFSET} objects";
+	if (!doc.is_object())
+		return make_error(form);
+	for (auto &[version, fields] : doc.items()) {
+		if (!fields.is_object())
+			return make_error(form);
+		for (auto &[name, off] : fields.items()) {
+			if (!off.is_number_unsigned() || off.get<uint64_t>() > 0xffff)
+				return make_error(form + " (\"" + version + "\" \"" + name +
+						  "\" is not an offset 0..65535)");
+			set.layouts[version][name] = off.get<uint16_t>();
+		}
 	}
 	return {};
 }
@@ -332,6 +404,29 @@ static Result<void> parse_alias_rule(const json &aj, const std::string &where, P
 	return {};
 }
 
+// "issues": {"layer": L, "by": [ARG, ...]} (IssueRule): every ARG one the
+// probe keeps.
+static Result<void> parse_issue_rule(const json &ij, const std::string &where, ProbeSpec &p)
+{
+	const std::string form = where +
+		": \"issues\" must be {\"layer\": LAYER, \"by\": [ARG, ...]}: the layer whose call runs "
+		"what this one issues, and the arguments both keep that tell which";
+	if (!ij.is_object() || ij.size() != 2 || !ij.contains("layer") || !ij["layer"].is_string() ||
+	    !ij.contains("by") || !ij["by"].is_array() || ij["by"].empty())
+		return make_error(form);
+	IssueRule rule{ij["layer"], {}};
+	for (auto &b : ij["by"]) {
+		if (!b.is_string())
+			return make_error(form);
+		bool kept = std::any_of(p.args.begin(), p.args.end(), [&](const ArgSpec &a) { return a.name == b; });
+		if (!kept)
+			return make_error(form + " (\"" + b.get<std::string>() + "\" is not one of its arguments)");
+		rule.by.push_back(b);
+	}
+	p.issues = std::move(rule);
+	return {};
+}
+
 // "tensor_args": N (with "match") and "waits": true.
 static Result<void> parse_flags(const json &pj, const std::string &where, ProbeSpec &p)
 {
@@ -364,7 +459,7 @@ static Result<ProbeSpec> parse_probe(const json &pj, const std::string &layer, c
 	std::string where = origin + ": probe '" + p.function + "'";
 	if (auto r = known_keys(pj,
 				{"function", "library", "symbols", "match", "args", "bytes", "alias", "returns",
-				 "tensor_args", "waits", "about"},
+				 "tensor_args", "waits", "issues", "about"},
 				where);
 	    !r)
 		return r.error();
@@ -383,6 +478,13 @@ static Result<ProbeSpec> parse_probe(const json &pj, const std::string &layer, c
 			return r.error();
 	if (auto r = parse_flags(pj, where, p); !r)
 		return r.error();
+	if (pj.contains("issues"))
+		if (auto r = parse_issue_rule(pj["issues"], where, p); !r)
+			return r.error();
+	if (reads_layout(p) && p.match.empty())
+		return make_error(where +
+				  ": tensors and named offsets are read on a \"match\" probe only (their "
+				  "layout depends on the library's version, found when it attaches)");
 	if (auto r = parse_returns(pj, where, set, p); !r)
 		return r.error();
 	if (auto compiled = compile_probe(p, 0); !compiled)
@@ -397,7 +499,8 @@ Result<SpecSet> parse_spec(const std::string &text, const std::string &origin, b
 		return doc.error();
 	if (!doc->is_object())
 		return make_error(origin + ": a spec is a JSON object with \"layer\", \"library\" and \"probes\"");
-	if (auto r = known_keys(*doc, {"layer", "library", "about", "enums", "sizes", "tensor_layouts", "probes"},
+	if (auto r = known_keys(*doc,
+				{"layer", "library", "about", "enums", "sizes", "tensor_layouts", "layouts", "probes"},
 				origin);
 	    !r)
 		return r.error();
@@ -411,6 +514,9 @@ Result<SpecSet> parse_spec(const std::string &text, const std::string &origin, b
 			return r.error();
 	if (doc->contains("tensor_layouts"))
 		if (auto r = parse_tensor_layouts((*doc)["tensor_layouts"], origin, set); !r)
+			return r.error();
+	if (doc->contains("layouts"))
+		if (auto r = parse_layouts((*doc)["layouts"], origin, set); !r)
 			return r.error();
 	std::string layer = doc->value("layer", user ? "user" : "");
 	if (!valid_layer_name(layer))
@@ -495,7 +601,8 @@ Result<eacgm_probe_spec> compile_probe(const ProbeSpec &p, uint32_t layer_id)
 			s.args[n].offset = a.offset;
 			s.args[n].offset2 = a.offset2;
 			if (a.type == ArgType::Tensor) { // one slot read twice
-				s.args[n].source = k == 0 ? EACGM_ARG_TENSOR_A : EACGM_ARG_TENSOR_B;
+				s.args[n].source = a.tensor_list ? (k == 0 ? EACGM_ARG_TENSORS_A : EACGM_ARG_TENSORS_B)
+								 : (k == 0 ? EACGM_ARG_TENSOR_A : EACGM_ARG_TENSOR_B);
 				s.args[n].slot = a.slot;
 				s.args[n].offset2 = a.offset2;
 			}

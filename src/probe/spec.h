@@ -23,6 +23,29 @@ struct ArgSpec {
 	uint16_t offset = 0;              // for deref sources; a tensor's dimension count
 	uint16_t offset2 = 0;             // the second level's (DEREF2); a tensor's dtype
 	std::string enum_name;            // ArgType::Enum
+	// An enum's width in bytes (1, 2, 4 or 8; 0: a C enum's 4): a field
+	// read as 8 bytes shares them with its neighbours.
+	uint8_t size = 0;
+	// ArgType::Tensor: the first tensor of a `std::vector<at::Tensor>&`
+	// (spec type "tensor_list") rather than a `const at::Tensor&`.
+	bool tensor_list = false;
+	// Offsets named rather than given ("ProcessGroupGloo.collectiveCounter_"):
+	// a member of a library's class, whose place changes between its
+	// versions; the layer that knows the library's version resolves them
+	// from the spec's "layouts" when it attaches (reads_layout()).
+	std::string offset_field, offset2_field;
+};
+
+// The work a call hands to a call of another layer in the same process
+// (spec key "issues"): torch's ProcessGroupGloo::allreduce enqueues what
+// gloo's allreduce runs on a worker thread. The two are one when the
+// arguments named in `by` are equal in both (the process group's context
+// and sequence number): the running call is then given the issuing call's
+// other arguments it lacks (dtype, reduce op), its Python stack and its
+// start and thread (args issued_ns, issued_tid). See ingest/issues.h.
+struct IssueRule {
+	std::string layer;
+	std::vector<std::string> by;
 };
 
 // bytes = value of the `count` argument x the element size of the `element`
@@ -55,6 +78,7 @@ struct ProbeSpec {
 	// The call waits on other processes (a collective, a wait on one): in
 	// flight past --hang-after, it is reported as a hang (spec key "waits").
 	bool waits = false;
+	std::optional<IssueRule> issues;
 	std::string returns = "i64"; // "void", "i32", "i64", "u64", "ptr" or an enum name
 	std::string origin;          // file the spec came from, for messages
 	bool user = false;           // from --spec: a missing symbol is an error
@@ -69,6 +93,9 @@ struct SpecSet {
 	// torch "major.minor" -> where a TensorImpl keeps its dimension count
 	// and its dtype (checked per version with scripts/torch-layout.py).
 	std::map<std::string, std::pair<uint16_t, uint16_t>> tensor_layouts;
+	// torch "major.minor" -> named offsets of its classes' members
+	// ("ProcessGroupGloo.contexts_": 120), for arguments that name them.
+	std::map<std::string, std::map<std::string, uint16_t>> layouts;
 
 	void merge(SpecSet other);
 };
@@ -94,6 +121,10 @@ Result<eacgm_probe_spec> compile_probe(const ProbeSpec &p, uint32_t layer_id);
 
 // The number of BPF argument slots an argument occupies.
 int arg_width(const ArgSpec &a);
+
+// Whether a probe's arguments depend on the version of the library it
+// attaches to (tensors, named offsets): the layer resolves them per file.
+bool reads_layout(const ProbeSpec &p);
 
 // True when `file_name` (a base name) matches the spec's library glob.
 bool library_matches(const ProbeSpec &p, const std::string &path);

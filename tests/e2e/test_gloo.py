@@ -1,10 +1,13 @@
 """A 2-rank data-parallel job over gloo (Debian's torch and libgloo), recorded
 with the gloo layer: each collective's span is its execution on gloo's worker
 thread, with the bytes, rank, world size and the per-group sequence number
-that every rank gives the same collective (tests/testprogs/gloo_job.py)."""
+that every rank gives the same collective (tests/testprogs/gloo_job.py), and
+what torch's enqueue of it on the caller's thread read (the tensor's dtype and
+shape, the reduce op, the Python line), joined by the group and seq."""
 import collections
 import json
 import os
+import socket
 import unittest
 
 import eacgm_e2e as E
@@ -13,11 +16,24 @@ JOB = os.path.join(E.SOURCE_DIR, "tests", "testprogs", "gloo_job.py")
 STEPS = 3
 
 
+# Where the job calls dist.all_reduce / dist.broadcast: the Python line each
+# collective's span is given from the enqueue that issued it.
+with open(JOB) as _f:
+    _lines = _f.read().split("\n")
+LINE = {op: "gloo_job.py:%d" % (1 + next(i for i, l in enumerate(_lines) if "lambda: dist.%s(t" % op in l))
+        for op in ("all_reduce", "broadcast")}
+# Args that differ per run (pointers, times, threads), checked apart.
+RUN_ARGS = ("group", "issued_ns", "issued_tid")
+
+
 def explicit(rank):
     """The job's own collectives on one rank, in order: name, bytes, args."""
-    ar = [("allreduce", 4000, {"count": 1000, "element_size": 4, "nranks": 2, "rank": rank, "seq": i})
+    ar = [("allreduce", 4000, {"count": 1000, "element_size": 4, "nranks": 2, "rank": rank, "seq": i,
+                               "tensor": "float32[1000]", "reduce_op": "sum",
+                               "issued_by": "c10d::ProcessGroupGloo::allreduce"})
           for i in range(4)]
-    bc = [("broadcast", 2048, {"count": 256, "element_size": 8, "nranks": 2, "rank": rank, "root": 0, "seq": 4 + i})
+    bc = [("broadcast", 2048, {"count": 256, "element_size": 8, "nranks": 2, "rank": rank, "root": 0, "seq": 4 + i,
+                               "tensor": "int64[256]", "issued_by": "c10d::ProcessGroupGloo::broadcast"})
           for i in range(3)]
     return ar + bc
 
@@ -31,7 +47,7 @@ class GlooRecording(unittest.TestCase):
         cls.tmp = E.make_tempdir(cls)
         cls.out = os.path.join(cls.tmp, "job.json")
         cls.rec = E.record(cls.tmp, ["/usr/bin/python3", JOB, cls.out, "--steps", str(STEPS), "--delay-rank", "1",
-                                     "--delay-ms", "200"], "--layers", "gloo,torch")
+                                     "--delay-ms", "200"], "--layers", "gloo,torch,python")
         with open(cls.out) as f:
             cls.job = {int(r): v for r, v in json.load(f).items()}
         cls.pid_rank = {v["pid"]: r for r, v in cls.job.items()}
@@ -46,10 +62,13 @@ class GlooRecording(unittest.TestCase):
         self.assertEqual(self.rec.rc, 0, self.rec.stderr)
         self.assertEqual(E.drops(self.rec.db), {r: 0 for r in E.DROP_REASONS})
         self.assertEqual(sorted(self.by_rank), [0, 1])
+        # The machine's name, which eacgm merge labels its processes with.
+        self.assertEqual(E.meta(self.rec.db)["hostname"], socket.gethostname())
 
     def test_each_ranks_collectives_exactly(self):
         for r in (0, 1):
-            got = [(s["name"], s["bytes"], s["args"]) for s in self.by_rank[r][:7]]
+            got = [(s["name"], s["bytes"], {k: v for k, v in s["args"].items() if k not in RUN_ARGS})
+                   for s in self.by_rank[r][:7]]
             self.assertEqual(got, explicit(r))
             for s in self.by_rank[r]:
                 self.assertEqual((s["args"]["rank"], s["args"]["nranks"]), (r, 2), s)
@@ -87,6 +106,37 @@ class GlooRecording(unittest.TestCase):
         self.assertGreaterEqual(r0["start_ns"] + r0["dur_ns"], d1)
         self.assertGreaterEqual(r1["start_ns"], d1)
         self.assertLess(r0["start_ns"], r1["start_ns"])
+
+    def test_each_collective_is_joined_to_the_enqueue_that_issued_it(self):
+        # Every collective of the job (its own and DDP's) ran work that a
+        # ProcessGroupGloo call on the rank's main thread enqueued: the
+        # span names that call, its thread and start (the enqueue span's own),
+        # and was given its group, tensor and Python stack.
+        for r in (0, 1):
+            pid = self.job[r]["pid"]
+            enq = {s["args"]["seq"]: s for s in self.rec.spans(
+                "layer = 'torch' AND name LIKE 'c10d::ProcessGroupGloo::%' AND pid = ?", (pid,))}
+            self.assertEqual(sorted(enq), [s["args"]["seq"] for s in self.by_rank[r]])
+            for s in self.by_rank[r]:
+                e = enq[s["args"]["seq"]]
+                self.assertEqual(s["args"]["issued_by"], e["name"], s)
+                self.assertEqual((s["args"]["issued_ns"], s["args"]["issued_tid"]), (e["start_ns"], e["tid"]))
+                self.assertEqual(s["args"]["group"], e["args"]["group"])
+                self.assertEqual(s["args"].get("tensor"), e["args"].get("tensor"))
+                self.assertEqual(s["py_stack"], e["py_stack"])
+                self.assertLessEqual(e["start_ns"], s["start_ns"])
+            self.assertEqual(len({s["args"]["group"] for s in self.by_rank[r]}), 1)
+            # The explicit ones were issued from the job's own lines, inside
+            # the interval it measured around each call.
+            for (op, i, t0, t1), s in zip(self.job[r]["collectives"], self.by_rank[r][:7]):
+                self.assertTrue(any(LINE[op] in f for f in s["py_stack"]), (op, s["py_stack"]))
+                self.assertTrue(t0 <= s["args"]["issued_ns"] <= t1, (op, i))
+        # DDP's gradient all-reduces were issued too, with their bucket's tensor.
+        ddp = [s for s in self.by_rank[0][7:] if s["name"] == "allreduce"]
+        self.assertGreaterEqual(len(ddp), STEPS)
+        for s in ddp:
+            self.assertTrue(s["args"]["tensor"].startswith("float32["), s["args"])
+            self.assertEqual(s["args"]["reduce_op"], "sum")
 
     def test_the_enqueue_calls_are_in_the_torch_layer(self):
         # c10d::ProcessGroupGloo::allreduce only enqueues: one per explicit

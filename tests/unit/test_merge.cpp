@@ -117,6 +117,11 @@ TEST_F(MergeTest, TwoMachinesOnOneClock)
 		b.spans.push_back(coll(1, seq, t + 2 * kMs + 5'000 * kMs, t + 3 * kMs + 5'000 * kMs + 10'000, 42));
 	}
 	a.spans.push_back({.start_ns = 500, .dur_ns = 5, .pid = 42, .tid = 42, .layer = "torch", .name = "aten::mm"});
+	// The enqueue that issued b's first collective (ingest/issues.h): its
+	// thread and time move with the rest of b.
+	const uint64_t issued_b = b.spans[0].start_ns - 10'000;
+	b.spans[0].args["issued_ns"] = issued_b;
+	b.spans[0].args["issued_tid"] = 42;
 	std::string pa = file("r0.db"), pb = file("r1.db"), out = file("all.db");
 	test::write_recording(a, pa, {a.spans});
 	test::write_recording(b, pb, {b.spans});
@@ -144,6 +149,13 @@ TEST_F(MergeTest, TwoMachinesOnOneClock)
 		EXPECT_NEAR(double(r.skew_ns()), 2e6, 1e5); // rank 1's lateness, not the clocks'
 		EXPECT_EQ(r.last().rank, 1u);
 	}
+	const Span *issued = nullptr;
+	for (const Span &sp : rec->spans)
+		if (sp.args.contains("issued_ns"))
+			issued = &sp;
+	ASSERT_NE(issued, nullptr);
+	EXPECT_EQ(issued->args["issued_tid"], 42u + kPidStride);
+	EXPECT_EQ(issued->args["issued_ns"].get<uint64_t>(), issued->start_ns - 10'000);
 	ASSERT_EQ(rec->processes.size(), 2u);
 	EXPECT_EQ(rec->processes[1].pid, 42u + kPidStride);
 	EXPECT_EQ(rec->processes[1].ppid, 1u + kPidStride);

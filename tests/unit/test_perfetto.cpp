@@ -306,3 +306,37 @@ TEST(Perfetto, ASpanEventIsTheTextOfItsObject)
 		span_event_text(spans[2]),
 		R"({"args":{"ret":0},"cat":"python","dur":0.007,"name":"f","ph":"X","pid":0,"tid":0,"ts":999999999.999})");
 }
+
+// A collective that ran work a caller's enqueue issued (ingest/issues.h) is
+// linked to that call by a flow: "s" on the issuing thread at the issue,
+// "f" at the collective's start, one id.
+TEST(Perfetto, AnIssuedCallIsLinkedToWhatIssuedIt)
+{
+	Recording r;
+	r.processes = {{.pid = 100, .ppid = 1, .comm = "python3"}};
+	r.spans = {{.start_ns = 1000,
+		    .dur_ns = 20,
+		    .pid = 100,
+		    .tid = 100,
+		    .layer = "torch",
+		    .name = "c10d::ProcessGroupGloo::allreduce"},
+		   {.start_ns = 1010,
+		    .dur_ns = 5000,
+		    .pid = 100,
+		    .tid = 107,
+		    .layer = "gloo",
+		    .name = "allreduce",
+		    .args = {{"issued_ns", 1000},
+			     {"issued_tid", 100},
+			     {"issued_by", "c10d::ProcessGroupGloo::allreduce"}}}};
+	json doc = json::parse(perfetto_json(r));
+	auto s = events_with_ph(doc, "s"), f = events_with_ph(doc, "f");
+	ASSERT_EQ(s.size(), 1u);
+	ASSERT_EQ(f.size(), 1u);
+	EXPECT_EQ(s[0].at("id"), f[0].at("id"));
+	EXPECT_GE(s[0].at("id").get<uint64_t>(), 1ull << 32);
+	EXPECT_EQ(s[0].at("cat"), "issue");
+	EXPECT_EQ((std::tuple(s[0].at("pid"), s[0].at("tid"), s[0].at("ts"))), std::tuple(100, 100, 1.0));
+	EXPECT_EQ((std::tuple(f[0].at("pid"), f[0].at("tid"), f[0].at("ts"))), std::tuple(100, 107, 1.01));
+	EXPECT_EQ(f[0].at("bp"), "e");
+}

@@ -233,7 +233,7 @@ TEST(Spec, UnknownKeysAreReportedWithTheKnownOnes)
 	ASSERT_FALSE(s.ok());
 	EXPECT_EQ(s.error().message,
 		  "t.json: probe 'f': unknown key \"retruns\" (known: function, library, symbols, "
-		  "match, args, bytes, alias, returns, tensor_args, waits, about)");
+		  "match, args, bytes, alias, returns, tensor_args, waits, issues, about)");
 	auto arg =
 		parse_spec(R"({"library":"l","probes":[{"function":"f","args":[{"name":"a","slot":0,"kind":"x"}]}]})",
 			   "t.json", true);
@@ -317,7 +317,9 @@ TEST(Spec, TwoLevelOffsetsAndAnIntegerElementSize)
 		const char *offset, *deref, *expect;
 	} bad[] = {
 		{"[0,8]", "exit", "a two-level \"offset\" is read at \"entry\" only"},
-		{"[0,8,16]", "entry", "\"offset\" must be a number 0..65535, or two of them"},
+		{"[0,8,16]", "entry",
+		 "\"offset\" must be a number 0..65535 or a \"Class.member\" named in \"layouts\", or two of them"},
+		{"\"Class.\"", "entry", "\"offset\" must be a number"},
 		{"70000", "entry", "\"offset\" must be a number"},
 		{"\"8\"", "entry", "\"offset\" must be a number"},
 	};
@@ -346,25 +348,90 @@ TEST(Spec, BuiltinGlooSpecKeepsRankSizeCountAndSeq)
 		ASSERT_TRUE(by_name.count(f)) << f;
 		const ProbeSpec &p = *by_name[f];
 		EXPECT_EQ(p.layer, "gloo");
-		ASSERT_GE(p.args.size(), 3u) << f;
-		EXPECT_EQ(p.args[0].name, "rank");
-		EXPECT_EQ(p.args[1].name, "nranks");
+		ASSERT_GE(p.args.size(), 4u) << f;
+		EXPECT_EQ(p.args[0].name, "group"); // with seq: which torch call issued it
+		EXPECT_EQ(p.args[1].name, "rank");
+		EXPECT_EQ(p.args[2].name, "nranks");
 		EXPECT_EQ(p.args.back().name, "seq") << f;
 	}
 	// allreduce: options -> context at 0 (rank +8, size +12), elements 80,
 	// elementSize 88, tag 128.
 	eacgm_span_event e{};
-	e.args[0] = 1;
-	e.args[1] = 2;
-	e.args[2] = 1000;
-	e.args[3] = 4;
-	e.args[4] = 7;
+	e.args[0] = 0x1234;
+	e.args[1] = 1;
+	e.args[2] = 2;
+	e.args[3] = 1000;
+	e.args[4] = 4;
+	e.args[5] = 7;
 	Span sp = decode_span(e, *by_name["allreduce"], s.value(), nullptr);
 	EXPECT_EQ(sp.bytes, 4000u);
+	EXPECT_EQ(sp.args["group"], "0x1234");
 	EXPECT_EQ(sp.args["rank"], 1);
 	EXPECT_EQ(sp.args["nranks"], 2);
 	EXPECT_EQ(sp.args["seq"], 7);
-	EXPECT_EQ(by_name["allreduce"]->args[4].offset, 128);
+	EXPECT_EQ(by_name["allreduce"]->args[5].offset, 128);
+}
+
+// Arguments whose layout depends on the library's version (a tensor list,
+// offsets named in "layouts") and the work a call issues to another layer.
+TEST(Spec, NamedOffsetsTensorListsEnumWidthsAndIssueRules)
+{
+	auto s = parse_spec(R"({"library":"l",
+	  "layouts":{"1.13":{"Group.counter_":172,"Group.list_":120}},
+	  "enums":{"op_t":{"0":"sum","4":"max"}},
+	  "probes":[{"function":"f","match":"^f\\(","args":[
+	    {"name":"tensor","slot":2,"type":"tensor_list"},
+	    {"name":"op","slot":3,"type":"enum","enum":"op_t","size":1,"deref":"entry","offset":"Options.op.op_"},
+	    {"name":"group","slot":1,"type":"ptr","deref":"entry","offset":["Group.list_",0]},
+	    {"name":"seq","slot":1,"type":"u32","deref":"entry","offset":"Group.counter_"}],
+	   "issues":{"layer":"gloo","by":["group","seq"]}}]})",
+			    "t.json", true);
+	ASSERT_TRUE(s.ok()) << s.error().message;
+	EXPECT_EQ(s->layouts.at("1.13").at("Group.counter_"), 172);
+	const ProbeSpec &p = s->probes[0];
+	ASSERT_EQ(p.args.size(), 4u);
+	EXPECT_TRUE(p.args[0].tensor_list);
+	EXPECT_EQ(p.args[0].type, ArgType::Tensor);
+	EXPECT_EQ(p.args[1].offset_field, "Options.op.op_");
+	EXPECT_EQ(p.args[1].size, 1);
+	EXPECT_EQ(p.args[2].offset_field, "Group.list_");
+	EXPECT_EQ(p.args[2].offset2, 0);
+	EXPECT_EQ(p.args[2].source, EACGM_ARG_DEREF2_ENTRY);
+	EXPECT_EQ(p.args[3].offset_field, "Group.counter_");
+	EXPECT_TRUE(reads_layout(p));
+	ASSERT_TRUE(p.issues);
+	EXPECT_EQ(p.issues->layer, "gloo");
+	EXPECT_EQ(p.issues->by, (std::vector<std::string>{"group", "seq"}));
+
+	struct Case {
+		const char *probe, *expect;
+	} bad[] = {
+		{R"({"function":"f","args":[{"name":"t","slot":1,"type":"tensor_list"}]})",
+		 "read on a \"match\" probe only"},
+		{R"({"function":"f","args":[{"name":"a","slot":1,"deref":"entry","offset":"A.b"}]})",
+		 "read on a \"match\" probe only"},
+		{R"({"function":"f","match":"^f","args":[{"name":"t","slot":1,"type":"tensor_list","deref":"entry"}]})",
+		 "a \"tensor_list\" is the slot itself"},
+		{R"({"function":"f","args":[{"name":"a","slot":1,"size":1}]})", "\"size\" is an enum's width"},
+		{R"({"function":"f","args":[{"name":"a","slot":1,"type":"enum","enum":"op_t","size":3}]})",
+		 "\"size\" is an enum's width"},
+		{R"({"function":"f","args":[{"name":"a","slot":1}],"issues":{"layer":"gloo","by":["b"]}})",
+		 "(\"b\" is not one of its arguments)"},
+		{R"({"function":"f","args":[{"name":"a","slot":1}],"issues":{"layer":"gloo"}})",
+		 "\"issues\" must be {\"layer\": LAYER, \"by\": [ARG, ...]}"},
+	};
+	for (auto &b : bad) {
+		std::string json =
+			std::string(R"({"library":"l","enums":{"op_t":{"0":"sum"}},"probes":[)") + b.probe + "]}";
+		auto r = parse_spec(json, "t.json", true);
+		ASSERT_FALSE(r.ok()) << json;
+		EXPECT_NE(r.error().message.find(b.expect), std::string::npos) << r.error().message;
+	}
+	auto layouts = parse_spec(R"({"library":"l","layouts":{"1.13":{"A.b":70000}},"probes":[{"function":"f"}]})",
+				  "t.json", true);
+	ASSERT_FALSE(layouts.ok());
+	EXPECT_NE(layouts.error().message.find("\"1.13\" \"A.b\" is not an offset 0..65535"), std::string::npos)
+		<< layouts.error().message;
 }
 
 TEST(Spec, BytesRuleNeedsAnEnumWithSizes)

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "ingest/decode.h"
+#include "probe/spec.h"
 #include "layers/torch.h"
 
 namespace eacgm {
@@ -92,7 +93,8 @@ TEST(TorchLayer, SignatureReaderUsesTheFilesTorchVersion)
 	EXPECT_EQ(args[1].name, "in1");
 	EXPECT_EQ(args[0].type, ArgType::Tensor);
 	SignatureArgs none = read(pattern, "/usr/lib/x86_64-linux-gnu/libtorch_cpu.so.9.99.0");
-	EXPECT_FALSE(none.args);
+	ASSERT_TRUE(none.args);
+	EXPECT_TRUE(none.args("at::_ops::mm::call(at::Tensor const&, at::Tensor const&)").empty());
 	EXPECT_NE(none.warning.find("no tensor layout known for torch 9.99"), std::string::npos) << none.warning;
 }
 
@@ -110,6 +112,76 @@ TEST(TorchLayer, DecodedTensorsUseTheLayersFormatter)
 	e.args[1] = 32;
 	EXPECT_EQ(decode_span(e, p, specs, nullptr, format_tensor).args["in0"], "float32[8, 32]");
 	EXPECT_EQ(decode_span(e, p, specs, nullptr).args["in0"], nlohmann::json::array({"0x80602", "0x20"}));
+}
+
+// ProcessGroupGloo's collectives (specs/torch.json) read the caller's tensor
+// list, the reduce op and the group's context and tag at the offsets of the
+// file's torch version; a version without those offsets keeps what it can
+// (the tensor, with a known TensorImpl) and says what it lacks.
+TEST(TorchLayer, GlooCollectivesReadTheOffsetsOfTheFilesVersion)
+{
+	auto specs = load_builtin_spec("torch");
+	ASSERT_TRUE(specs.ok()) << specs.error().message;
+	const ProbeSpec *allreduce = nullptr;
+	for (auto &p : specs->probes)
+		if (p.function == "c10d::ProcessGroupGloo::allreduce")
+			allreduce = &p;
+	ASSERT_NE(allreduce, nullptr);
+	ASSERT_TRUE(reads_layout(*allreduce));
+	ASSERT_TRUE(allreduce->issues);
+	EXPECT_EQ(allreduce->issues->layer, "gloo");
+	EXPECT_EQ(allreduce->issues->by, (std::vector<std::string>{"group", "seq"}));
+	SignatureReader read = torch_signature_reader(specs.value());
+	const std::string demangled = "c10d::ProcessGroupGloo::allreduce(std::vector<at::Tensor, "
+				      "std::allocator<at::Tensor> >&, c10d::AllreduceOptions const&)";
+	SignatureArgs v113 = read(*allreduce, "/usr/lib/x86_64-linux-gnu/libtorch_cpu.so.1.13.0");
+	EXPECT_TRUE(v113.warning.empty()) << v113.warning;
+	ASSERT_TRUE(v113.args);
+	ProbeSpec p = *allreduce;
+	p.args = v113.args(demangled);
+	ASSERT_EQ(p.args.size(), 4u);
+	EXPECT_EQ(p.args[0].name, "tensor");
+	EXPECT_EQ(p.args[0].offset, 72); // TensorImpl's ndim, dtype (tensor_layouts)
+	EXPECT_EQ(p.args[0].offset2, 176);
+	EXPECT_EQ(p.args[1].name, "reduce_op");
+	EXPECT_EQ(p.args[1].offset, 24);
+	EXPECT_EQ(p.args[2].name, "group");
+	EXPECT_EQ(p.args[2].offset, 120); // contexts_, then its first element
+	EXPECT_EQ(p.args[2].offset2, 0);
+	EXPECT_EQ(p.args[3].name, "seq");
+	EXPECT_EQ(p.args[3].offset, 172); // collectiveCounter_
+	auto c = compile_probe(p, layer_id("torch"));
+	ASSERT_TRUE(c.ok()) << c.error().message;
+	EXPECT_EQ(c->nargs, 5u);
+	EXPECT_EQ(c->args[0].source, EACGM_ARG_TENSORS_A);
+	EXPECT_EQ(c->args[1].source, EACGM_ARG_TENSORS_B);
+	EXPECT_EQ(c->args[1].slot, 2);
+	EXPECT_EQ(c->args[2].source, EACGM_ARG_DEREF_ENTRY);
+	EXPECT_EQ(c->args[3].source, EACGM_ARG_DEREF2_ENTRY);
+
+	// Decoded: the reduce op is one byte of the 8 read.
+	eacgm_span_event e{};
+	e.args[0] = 1 | 6 << 8 | 1000ull << 16; // float32[1000]
+	e.args[1] = 0;
+	e.args[2] = 0xdeadbeef00000004ull; // MAX, then padding
+	e.args[3] = 0x17e5620;
+	e.args[4] = 3;
+	Span s = decode_span(e, p, specs.value(), nullptr, format_tensor);
+	EXPECT_EQ(s.args["tensor"], "float32[1000]");
+	EXPECT_EQ(s.args["reduce_op"], "max");
+	EXPECT_EQ(s.args["group"], "0x17e5620");
+	EXPECT_EQ(s.args["seq"], 3);
+
+	SignatureArgs v211 = read(*allreduce, "/opt/torch/lib/libtorch_cpu.so.2.11");
+	ASSERT_TRUE(v211.args);
+	auto kept = v211.args(demangled);
+	ASSERT_EQ(kept.size(), 1u);
+	EXPECT_EQ(kept[0].name, "tensor");
+	EXPECT_NE(v211.warning.find("no layout of AllreduceOptions.reduceOp.op_, ProcessGroupGloo.contexts_, "
+				    "ProcessGroupGloo.collectiveCounter_ known for torch 2.11"),
+		  std::string::npos)
+		<< v211.warning;
+	EXPECT_NE(v211.key, v113.key);
 }
 
 } // namespace

@@ -35,6 +35,11 @@ enum eacgm_arg_source {
 	/* 8 bytes at (*(slot value + offset) + offset2), read at entry: a field
 	 * of an object the argument points to (a frame's code's co_name). */
 	EACGM_ARG_DEREF2_ENTRY = 6,
+	/* The first tensor of a `std::vector<at::Tensor>&` (a collective's
+	 * tensors): the slot points at the vector, whose first word points at
+	 * its first Tensor; then as EACGM_ARG_TENSOR_A/B. */
+	EACGM_ARG_TENSORS_A = 7,
+	EACGM_ARG_TENSORS_B = 8,
 };
 
 struct eacgm_arg_spec {
