@@ -63,8 +63,8 @@ std::string reason_text(const std::string &reason)
 	// What a user can act on or dismiss: say what was lost and why.
 	static const std::map<std::string, std::string> known = {
 		{"depth_overflow", "calls nested deeper than 32 (Python imports nest so)"},
-		{"unresolved_entry", "Python calls whose code was freed before it was read"},
-		{"unresolved_stack", "Python stacks whose code was freed before it was read"},
+		{"unresolved_entry", "Python calls whose code was freed (or process ended) before it was read"},
+		{"unresolved_stack", "Python stacks whose code was freed (or process ended) before it was read"},
 		{"contradicted_call", "Python calls whose return the kernel missed (a sample showed them gone)"},
 		{"late_sample", "Python samples read too late to place in their thread's timeline"},
 	};

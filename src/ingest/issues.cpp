@@ -9,32 +9,31 @@ IssueLinker::IssueLinker(const std::vector<ProbeSpec> &probes)
 {
 	std::set<std::pair<std::string, std::vector<std::string>>> seen;
 	for (auto &p : probes)
-		if (p.issues && seen.insert({p.issues->layer, p.issues->by}).second)
-			by_layer_[p.issues->layer].push_back(p.issues->by);
+		for (auto &rule : p.issues)
+			if (seen.insert({rule.layer, rule.by}).second)
+				by_layer_[rule.layer].push_back(rule.by);
 }
 
 std::string IssueLinker::key(const Span &s, const std::string &layer, const std::vector<std::string> &by)
 {
-	std::string k = std::to_string(s.pid) + "|" + layer;
-	for (auto &name : by) {
-		auto it = s.args.find(name);
-		if (it == s.args.end())
+	// Most spans (every operator of the torch layer) keep none of the
+	// arguments: nothing is built for them.
+	for (auto &name : by)
+		if (!s.args.contains(name))
 			return "";
-		k += "|" + it->dump();
-	}
+	std::string k = std::to_string(s.pid) + "|" + layer;
+	for (auto &name : by)
+		k += "|" + s.args.at(name).dump();
 	return k;
 }
 
-void IssueLinker::issued(const Span &s, const IssueRule &rule)
+static bool same_call(const Span &a, const Span &b)
 {
-	std::string k = key(s, rule.layer, rule.by);
-	if (!k.empty())
-		issued_[k] = Issued{s, rule.by};
+	return a.pid == b.pid && a.tid == b.tid && a.start_ns == b.start_ns && a.name == b.name;
 }
 
-void IssueLinker::join(Span &ran, const Issued &by)
+void IssueLinker::join(Span &ran, const Span &issuer)
 {
-	const Span &issuer = by.span;
 	for (auto &[name, value] : issuer.args.items())
 		if (!ran.args.contains(name))
 			ran.args[name] = value;
@@ -45,41 +44,68 @@ void IssueLinker::join(Span &ran, const Issued &by)
 	ran.args["issued_by"] = issuer.name;
 }
 
-bool IssueLinker::try_join(Span &s)
+IssueLinker::Outcome IssueLinker::try_join(Span &s)
 {
 	auto rules = by_layer_.find(s.layer);
 	if (rules == by_layer_.end())
-		return false;
+		return Outcome::unrelated;
+	Outcome out = Outcome::unrelated;
 	for (auto &by : rules->second) {
-		auto it = issued_.find(key(s, s.layer, by));
-		if (it != issued_.end()) {
-			join(s, it->second);
-			issued_.erase(it);
-			return true;
+		std::string k = key(s, s.layer, by);
+		if (k.empty())
+			continue; // the span keeps no such arguments: not this rule's
+		auto it = issued_.find(k);
+		if (it == issued_.end()) {
+			out = Outcome::waiting;
+			continue;
 		}
+		if (same_call(it->second, s))
+			continue; // the issuing call itself (an enqueue keeps the Work it made)
+		join(s, it->second);
+		issued_.erase(it);
+		return Outcome::joined;
 	}
+	return out;
+}
+
+bool IssueLinker::see(Span &s, const std::vector<IssueRule> &rules)
+{
+	if (!active())
+		return true;
+	// A later issue under the same key replaces an earlier one: the key
+	// names an object (a Work) whose address the earlier one's freed.
+	for (auto &rule : rules) {
+		std::string k = key(s, rule.layer, rule.by);
+		if (k.empty())
+			continue;
+		issued_[k] = s;
+		// Work that ran before its issue was read (the worker was faster
+		// than the caller's return) waits for it here.
+		for (Held &h : held_)
+			if (!h.joined && h.span.layer == rule.layer && try_join(h.span) == Outcome::joined)
+				h.joined = true;
+	}
+	// Registered first: an enqueue keeps the Work it made, and a wait's
+	// rule must not take it for a wait still to be joined (same_call).
+	if (try_join(s) != Outcome::waiting)
+		return true;
+	held_.push_back({std::move(s), false});
 	return false;
 }
 
-void IssueLinker::link(std::vector<Span> &spans, uint64_t now_ns, bool final)
+void IssueLinker::release(std::vector<Span> &out, uint64_t now_ns, bool final)
 {
-	if (!active())
-		return;
-	// Last round's held spans first: they ended before these.
-	std::vector<Span> held = std::move(held_);
-	held_.clear();
-	held.insert(held.end(), std::make_move_iterator(spans.begin()), std::make_move_iterator(spans.end()));
-	spans.clear();
-	for (Span &s : held) {
-		bool runs = by_layer_.count(s.layer) != 0;
-		if (!runs || try_join(s) || final || s.start_ns + s.dur_ns + kHoldNs <= now_ns)
-			spans.push_back(std::move(s));
+	std::vector<Held> still;
+	for (Held &h : held_) {
+		if (h.joined || final || h.span.start_ns + h.span.dur_ns + kHoldNs <= now_ns)
+			out.push_back(std::move(h.span));
 		else
-			held_.push_back(std::move(s));
+			still.push_back(std::move(h));
 	}
+	held_ = std::move(still);
 	// Issued work never seen to run is forgotten after a while.
 	for (auto it = issued_.begin(); it != issued_.end();) {
-		const Span &s = it->second.span;
+		const Span &s = it->second;
 		if (s.start_ns + s.dur_ns + kForgetNs <= now_ns)
 			it = issued_.erase(it);
 		else

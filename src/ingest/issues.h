@@ -1,19 +1,21 @@
-// Work one call issues and another runs (spec key "issues", IssueRule):
-// torch's c10d::ProcessGroupGloo::allreduce, on the caller's thread, only
-// enqueues the collective that gloo's allreduce runs on a worker thread. The
-// issuing call knows what the caller asked for (the tensor's dtype and
-// shape, the reduce op) and the Python line that asked; the running call
-// knows how long the work took. The linker makes the running call's span
-// whole: it is given the issuing call's arguments it lacks, its Python stack,
-// and args issued_ns, issued_tid and issued_by (the issuing span: what the
-// trace links it to).
+// Work one call issues and another runs or waits for (spec key "issues",
+// IssueRule): torch's c10d::ProcessGroupGloo::allreduce, on the caller's
+// thread, only enqueues the collective that gloo's allreduce runs on a worker
+// thread, and that the caller's c10d::Work::wait then waits for. The issuing
+// call knows what the caller asked for (the tensor's dtype and shape, the
+// reduce op, the sequence number) and the Python line that asked; the
+// running call knows how long the work took, the wait how long the caller
+// waited. The linker makes their spans whole: each is given the issuing
+// call's arguments it lacks, its Python stack, and args issued_ns,
+// issued_tid and issued_by (the issuing span: what the trace links it to).
 //
 // The two are the same work when they are in the same process and the
-// arguments the rule names ("by": the process group's context and the
-// collective's sequence number) are equal. The issuing call normally
-// returns (and is read) before the work ends; when the worker is faster
-// than the caller's return, the running call is held back until the next
-// batch, at most kHoldNs past its end, and then goes as it is.
+// arguments a rule names are equal: the process group's context and the
+// collective's sequence number (gloo), the Work the enqueue returned and the
+// wait's `this` (torch). The issuing call normally returns (and is read)
+// before the work ends; when the worker is faster than the caller's return,
+// the running call is held back until the next batch, at most kHoldNs past
+// its end, and then goes as it is.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -31,13 +33,16 @@ public:
 	explicit IssueLinker(const std::vector<ProbeSpec> &probes);
 	// Whether any probe issues work: without one, spans pass untouched.
 	bool active() const { return !by_layer_.empty(); }
-	// A call of a probe with an issue rule was read.
-	void issued(const Span &s, const IssueRule &rule);
-	// Joins the running calls of `spans` to what issued them, in place.
-	// Those not joined that may still be (ended less than kHoldNs before
-	// now_ns, and not `final`: all that was read is being written) are
-	// moved out of `spans` and come back at the front of the next call's.
-	void link(std::vector<Span> &spans, uint64_t now_ns, bool final);
+	// A span as it is read (in the order calls returned), with the rules of
+	// its probe: joined to what issued it when it ran or waited for issued
+	// work (and the issue was read), and remembered when it issues work.
+	// Returns false when the linker took the span to hold it: it ran work
+	// whose issue is not read yet, and comes back from release().
+	bool see(Span &s, const std::vector<IssueRule> &rules);
+	// Appends the held spans that were joined since, or ended kHoldNs before
+	// now_ns or more, or all of them when `final` (all that was read is
+	// being written); forgets issues older than kForgetNs.
+	void release(std::vector<Span> &out, uint64_t now_ns, bool final);
 	// Issued calls not (yet) joined to a running one.
 	size_t pending() const { return issued_.size(); }
 	size_t held() const { return held_.size(); }
@@ -48,20 +53,25 @@ public:
 	static constexpr uint64_t kForgetNs = 60'000'000'000;
 
 private:
-	struct Issued {
+	enum class Outcome {
+		unrelated, // no rule's arguments: not the running end of any issue
+		waiting,   // a rule's arguments, and no issuing call seen yet
+		joined,
+	};
+	struct Held {
 		Span span;
-		std::vector<std::string> by;
+		bool joined = false;
 	};
 	// "pid|layer|value|value...": the same for the issuing and the running
 	// call of one piece of work; empty when the span lacks an argument.
 	static std::string key(const Span &s, const std::string &layer, const std::vector<std::string> &by);
-	static void join(Span &ran, const Issued &by);
-	// Tries each rule of the span's layer; true when it was joined.
-	bool try_join(Span &s);
+	static void join(Span &ran, const Span &issuer);
+	// Tries each rule of the span's layer.
+	Outcome try_join(Span &s);
 
 	std::map<std::string, std::vector<std::vector<std::string>>> by_layer_; // running layer -> "by" lists
-	std::map<std::string, Issued> issued_;
-	std::vector<Span> held_;
+	std::map<std::string, Span> issued_;
+	std::vector<Held> held_;
 };
 
 } // namespace eacgm

@@ -738,8 +738,9 @@ Result<void> Recorder::flush(bool force)
 				}
 				span_stacks_.erase(stack);
 			}
-			if (const ProbeSpec &spec = specs.probes[e.spec_id]; spec.issues && issues_)
-				issues_->issued(s, *spec.issues);
+			// Held by the linker until the call that issued its work is read.
+			if (issues_ && !issues_->see(s, specs.probes[e.spec_id].issues))
+				decoded_.pop_back();
 		}
 	}
 	pending_.swap(held_spans_); // next round's, first
@@ -750,7 +751,7 @@ Result<void> Recorder::flush(bool force)
 	if (force || decoded_.size() >= kBatch || now - last_store_ > std::chrono::milliseconds(200)) {
 		last_store_ = now;
 		if (issues_)
-			issues_->link(decoded_, mono_ns(), force);
+			issues_->release(decoded_, mono_ns(), force);
 		SpanBatch batch{SpanBatch::calls, std::move(decoded_), {}};
 		auto r = out_.write(batch);
 		decoded_ = std::move(batch.spans); // its capacity, for the next batch

@@ -404,13 +404,22 @@ static Result<void> parse_alias_rule(const json &aj, const std::string &where, P
 	return {};
 }
 
-// "issues": {"layer": L, "by": [ARG, ...]} (IssueRule): every ARG one the
-// probe keeps.
+// "issues": {"layer": L, "by": [ARG, ...]} (IssueRule), or an array of them:
+// every ARG one the probe keeps.
 static Result<void> parse_issue_rule(const json &ij, const std::string &where, ProbeSpec &p)
 {
+	if (ij.is_array() && !ij.empty()) {
+		for (auto &one : ij)
+			if (one.is_array())
+				return make_error(where + ": \"issues\" is a rule or an array of rules");
+			else if (auto r = parse_issue_rule(one, where, p); !r)
+				return r;
+		return {};
+	}
 	const std::string form = where +
-		": \"issues\" must be {\"layer\": LAYER, \"by\": [ARG, ...]}: the layer whose call runs "
-		"what this one issues, and the arguments both keep that tell which";
+		": \"issues\" must be {\"layer\": LAYER, \"by\": [ARG, ...]} or an array of them: the layer "
+		"of the call that runs (or waits for) what this one issues, and the arguments both keep that "
+		"tell which";
 	if (!ij.is_object() || ij.size() != 2 || !ij.contains("layer") || !ij["layer"].is_string() ||
 	    !ij.contains("by") || !ij["by"].is_array() || ij["by"].empty())
 		return make_error(form);
@@ -423,7 +432,7 @@ static Result<void> parse_issue_rule(const json &ij, const std::string &where, P
 			return make_error(form + " (\"" + b.get<std::string>() + "\" is not one of its arguments)");
 		rule.by.push_back(b);
 	}
-	p.issues = std::move(rule);
+	p.issues.push_back(std::move(rule));
 	return {};
 }
 

@@ -36,13 +36,15 @@ struct ArgSpec {
 	std::string offset_field, offset2_field;
 };
 
-// The work a call hands to a call of another layer in the same process
-// (spec key "issues"): torch's ProcessGroupGloo::allreduce enqueues what
-// gloo's allreduce runs on a worker thread. The two are one when the
-// arguments named in `by` are equal in both (the process group's context
-// and sequence number): the running call is then given the issuing call's
-// other arguments it lacks (dtype, reduce op), its Python stack and its
-// start and thread (args issued_ns, issued_tid). See ingest/issues.h.
+// The work a call hands to another call of a layer in the same process
+// (spec key "issues", one rule per such call): torch's
+// ProcessGroupGloo::allreduce enqueues what gloo's allreduce runs on a worker
+// thread (the same process group context and sequence number) and what the
+// caller's Work::wait waits for (the Work it returned). The two are one when
+// the arguments named in `by` are equal in both: the other call is then given
+// the issuing call's arguments it lacks (dtype, reduce op), its Python stack
+// and its start, thread and name (args issued_ns, issued_tid, issued_by). See
+// ingest/issues.h.
 struct IssueRule {
 	std::string layer;
 	std::vector<std::string> by;
@@ -78,7 +80,7 @@ struct ProbeSpec {
 	// The call waits on other processes (a collective, a wait on one): in
 	// flight past --hang-after, it is reported as a hang (spec key "waits").
 	bool waits = false;
-	std::optional<IssueRule> issues;
+	std::vector<IssueRule> issues;
 	std::string returns = "i64"; // "void", "i32", "i64", "u64", "ptr" or an enum name
 	std::string origin;          // file the spec came from, for messages
 	bool user = false;           // from --spec: a missing symbol is an error

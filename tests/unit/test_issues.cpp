@@ -16,7 +16,7 @@ std::vector<ProbeSpec> issuing_specs()
 	ProbeSpec p;
 	p.layer = "torch";
 	p.function = "c10d::ProcessGroupGloo::allreduce";
-	p.issues = IssueRule{"gloo", {"group", "seq"}};
+	p.issues = {IssueRule{"gloo", {"group", "seq"}}, IssueRule{"torch", {"work"}}};
 	return {p};
 }
 
@@ -29,7 +29,7 @@ Span enqueue(uint32_t pid, uint64_t seq, uint64_t start_ns)
 	s.name = "c10d::ProcessGroupGloo::allreduce";
 	s.start_ns = start_ns;
 	s.dur_ns = 20'000;
-	s.args = {{"group", "0x10"}, {"seq", seq}, {"tensor", "float32[1000]"}, {"reduce_op", "sum"}};
+	s.args = {{"group", "0x10"}, {"seq", seq}, {"tensor", "float32[1000]"}, {"reduce_op", "sum"}, {"work", "0xa0"}};
 	s.py_stack = PyStack{"all_reduce (distributed_c10d.py:1541)", "<module> (job.py:53)"};
 	return s;
 }
@@ -48,16 +48,32 @@ Span collective(uint32_t pid, uint64_t seq, uint64_t start_ns, const char *group
 	return s;
 }
 
-TEST(IssueLinker, TheRunningCallGetsWhatTheIssuingCallKnew)
+Span wait_on(uint32_t pid, const char *work, uint64_t start_ns)
+{
+	Span s;
+	s.pid = pid;
+	s.tid = pid;
+	s.layer = "torch";
+	s.name = "c10d::Work::wait";
+	s.start_ns = start_ns;
+	s.dur_ns = 2 * kMs;
+	s.args = {{"work", work}};
+	return s;
+}
+
+const std::vector<IssueRule> kRules = issuing_specs()[0].issues;
+const std::vector<IssueRule> kNone;
+
+TEST(IssueLinker, TheRunningCallAndTheWaitGetWhatTheIssuingCallKnew)
 {
 	IssueLinker l(issuing_specs());
 	ASSERT_TRUE(l.active());
-	Span issued = enqueue(100, 3, 10 * kMs);
-	l.issued(issued, *issuing_specs()[0].issues);
-	std::vector<Span> batch = {issued, collective(100, 3, 10 * kMs + 5000)};
-	l.link(batch, 20 * kMs, false);
-	ASSERT_EQ(batch.size(), 2u);
-	const Span &ran = batch[1];
+	Span issued = enqueue(100, 3, 10 * kMs), ran = collective(100, 3, 10 * kMs + 5000),
+	     wait = wait_on(100, "0xa0", 10 * kMs + 30'000);
+	EXPECT_TRUE(l.see(issued, kRules));
+	EXPECT_EQ(l.pending(), 2u); // for its collective and for its wait
+	EXPECT_TRUE(l.see(ran, kNone));
+	EXPECT_TRUE(l.see(wait, kNone));
 	EXPECT_EQ(ran.args["tensor"], "float32[1000]");
 	EXPECT_EQ(ran.args["reduce_op"], "sum");
 	EXPECT_EQ(ran.args["rank"], 0); // its own arguments stay
@@ -65,74 +81,102 @@ TEST(IssueLinker, TheRunningCallGetsWhatTheIssuingCallKnew)
 	EXPECT_EQ(ran.args["issued_tid"], 100);
 	EXPECT_EQ(ran.args["issued_by"], "c10d::ProcessGroupGloo::allreduce");
 	EXPECT_EQ(ran.py_stack, issued.py_stack);
-	EXPECT_EQ(batch[0].args.size(), 4u); // the issuing call is left as it was
+	EXPECT_EQ(wait.args["seq"], 3);
+	EXPECT_EQ(wait.args["issued_ns"], 10 * kMs);
+	EXPECT_EQ(issued.args.size(), 5u); // the issuing call is left as it was
 	EXPECT_EQ(l.pending(), 0u);
 	EXPECT_EQ(l.held(), 0u);
 }
 
-TEST(IssueLinker, ARunningCallReadFirstWaitsForItsIssuerUntilTheNextBatch)
+TEST(IssueLinker, AReusedWorkAddressJoinsEachWaitToTheEnqueueBeforeIt)
+{
+	// The Work of one collective is freed and the next one's is made at
+	// the same address: each wait is read after its own enqueue.
+	IssueLinker l(issuing_specs());
+	for (uint64_t seq = 0; seq < 3; seq++) {
+		Span issued = enqueue(100, seq, (10 + seq) * kMs), wait = wait_on(100, "0xa0", (10 + seq) * kMs + 100);
+		EXPECT_TRUE(l.see(issued, kRules));
+		EXPECT_TRUE(l.see(issued, kNone)); // an enqueue is not its own wait
+		EXPECT_FALSE(issued.args.contains("issued_ns"));
+		EXPECT_TRUE(l.see(wait, kNone));
+		EXPECT_EQ(wait.args["seq"], seq);
+	}
+}
+
+TEST(IssueLinker, ARunningCallReadFirstIsHeldUntilItsIssuerIsRead)
 {
 	IssueLinker l(issuing_specs());
 	// The worker finished before the caller's enqueue returned: its span
 	// is read first, and held back.
-	std::vector<Span> batch = {collective(100, 0, 10 * kMs)};
-	l.link(batch, 12 * kMs, false);
-	EXPECT_TRUE(batch.empty());
+	Span ran = collective(100, 0, 10 * kMs);
+	EXPECT_FALSE(l.see(ran, kNone));
 	EXPECT_EQ(l.held(), 1u);
+	std::vector<Span> out;
+	l.release(out, 12 * kMs, false);
+	EXPECT_TRUE(out.empty());
 	Span issued = enqueue(100, 0, 9 * kMs);
-	l.issued(issued, *issuing_specs()[0].issues);
-	batch = {issued};
-	l.link(batch, 200 * kMs, false);
-	ASSERT_EQ(batch.size(), 2u);
-	EXPECT_EQ(batch[0].layer, "gloo"); // held spans come first
-	EXPECT_EQ(batch[0].args["tensor"], "float32[1000]");
-	EXPECT_EQ(batch[1].layer, "torch");
+	EXPECT_TRUE(l.see(issued, kRules));
+	l.release(out, 13 * kMs, false);
+	ASSERT_EQ(out.size(), 1u);
+	EXPECT_EQ(out[0].args["tensor"], "float32[1000]");
+	EXPECT_EQ(out[0].args["issued_ns"], 9 * kMs);
 	EXPECT_EQ(l.held(), 0u);
 }
 
 TEST(IssueLinker, UnjoinedRunningCallsGoAsTheyAreAfterTheHoldOrAtTheEnd)
 {
 	IssueLinker l(issuing_specs());
-	std::vector<Span> batch = {collective(100, 0, 10 * kMs), collective(100, 1, 20 * kMs)};
+	Span a = collective(100, 0, 10 * kMs), b = collective(100, 1, 20 * kMs);
+	EXPECT_FALSE(l.see(a, kNone));
+	EXPECT_FALSE(l.see(b, kNone));
 	// The first ended (11 ms) kHoldNs before now: it goes; the second waits.
-	l.link(batch, 11 * kMs + IssueLinker::kHoldNs, false);
-	ASSERT_EQ(batch.size(), 1u);
-	EXPECT_EQ(batch[0].args["seq"], 0);
-	EXPECT_FALSE(batch[0].args.contains("issued_ns"));
+	std::vector<Span> out;
+	l.release(out, 11 * kMs + IssueLinker::kHoldNs, false);
+	ASSERT_EQ(out.size(), 1u);
+	EXPECT_EQ(out[0].args["seq"], 0);
+	EXPECT_FALSE(out[0].args.contains("issued_ns"));
 	EXPECT_EQ(l.held(), 1u);
-	batch.clear();
-	l.link(batch, 22 * kMs, true); // the last write: nothing is held
-	ASSERT_EQ(batch.size(), 1u);
-	EXPECT_EQ(batch[0].args["seq"], 1);
+	out.clear();
+	l.release(out, 22 * kMs, true); // the last write: nothing is held
+	ASSERT_EQ(out.size(), 1u);
+	EXPECT_EQ(out[0].args["seq"], 1);
 	EXPECT_EQ(l.held(), 0u);
 }
 
 TEST(IssueLinker, OnlyTheSameProcessGroupAndSequenceNumberJoin)
 {
 	IssueLinker l(issuing_specs());
-	auto rule = *issuing_specs()[0].issues;
-	l.issued(enqueue(100, 5, 10 * kMs), rule);
-	std::vector<Span> batch = {collective(100, 5, 11 * kMs, "0x20"), // another group
-				   collective(200, 5, 11 * kMs),         // another process
-				   collective(100, 6, 11 * kMs)};        // another collective
-	l.link(batch, 11 * kMs + 2 * IssueLinker::kHoldNs, false);
-	ASSERT_EQ(batch.size(), 3u);
-	for (const Span &s : batch)
+	Span issued = enqueue(100, 5, 10 * kMs);
+	l.see(issued, kRules);
+	std::vector<Span> others = {collective(100, 5, 11 * kMs, "0x20"), // another group
+				    collective(200, 5, 11 * kMs),         // another process
+				    collective(100, 6, 11 * kMs)};        // another collective
+	for (Span &s : others)
+		EXPECT_FALSE(l.see(s, kNone));
+	std::vector<Span> out;
+	l.release(out, 12 * kMs + IssueLinker::kHoldNs, false);
+	ASSERT_EQ(out.size(), 3u);
+	for (const Span &s : out)
 		EXPECT_FALSE(s.args.contains("issued_ns")) << s.args.dump();
-	EXPECT_EQ(l.pending(), 1u);
+	EXPECT_EQ(l.pending(), 2u);
 	// Issued work never seen to run is forgotten in time.
-	batch.clear();
-	l.link(batch, 10 * kMs + IssueLinker::kForgetNs + kMs, false);
+	out.clear();
+	l.release(out, 10 * kMs + IssueLinker::kForgetNs + kMs, false);
 	EXPECT_EQ(l.pending(), 0u);
 }
 
-TEST(IssueLinker, WithoutIssuingProbesNothingIsHeld)
+TEST(IssueLinker, SpansWithoutTheRulesArgumentsPassAndNothingIsHeldWithoutRules)
 {
-	IssueLinker l(std::vector<ProbeSpec>{});
-	EXPECT_FALSE(l.active());
-	std::vector<Span> batch = {collective(100, 0, 10 * kMs)};
-	l.link(batch, 10 * kMs, false);
-	EXPECT_EQ(batch.size(), 1u);
+	IssueLinker l(issuing_specs());
+	Span op;
+	op.layer = "torch";
+	op.name = "aten::mm";
+	EXPECT_TRUE(l.see(op, kNone));
+	IssueLinker none(std::vector<ProbeSpec>{});
+	EXPECT_FALSE(none.active());
+	Span ran = collective(100, 0, 10 * kMs);
+	EXPECT_TRUE(none.see(ran, kNone));
+	EXPECT_EQ(none.held(), 0u);
 }
 
 } // namespace

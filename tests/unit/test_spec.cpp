@@ -399,9 +399,9 @@ TEST(Spec, NamedOffsetsTensorListsEnumWidthsAndIssueRules)
 	EXPECT_EQ(p.args[2].source, EACGM_ARG_DEREF2_ENTRY);
 	EXPECT_EQ(p.args[3].offset_field, "Group.counter_");
 	EXPECT_TRUE(reads_layout(p));
-	ASSERT_TRUE(p.issues);
-	EXPECT_EQ(p.issues->layer, "gloo");
-	EXPECT_EQ(p.issues->by, (std::vector<std::string>{"group", "seq"}));
+	ASSERT_EQ(p.issues.size(), 1u);
+	EXPECT_EQ(p.issues[0].layer, "gloo");
+	EXPECT_EQ(p.issues[0].by, (std::vector<std::string>{"group", "seq"}));
 
 	struct Case {
 		const char *probe, *expect;
@@ -418,7 +418,9 @@ TEST(Spec, NamedOffsetsTensorListsEnumWidthsAndIssueRules)
 		{R"({"function":"f","args":[{"name":"a","slot":1}],"issues":{"layer":"gloo","by":["b"]}})",
 		 "(\"b\" is not one of its arguments)"},
 		{R"({"function":"f","args":[{"name":"a","slot":1}],"issues":{"layer":"gloo"}})",
-		 "\"issues\" must be {\"layer\": LAYER, \"by\": [ARG, ...]}"},
+		 "\"issues\" must be {\"layer\": LAYER, \"by\": [ARG, ...]} or an array of them"},
+		{R"({"function":"f","args":[{"name":"a","slot":1}],"issues":[{"layer":"gloo","by":["a"]},{"layer":"x"}]})",
+		 "\"issues\" must be {\"layer\": LAYER"},
 	};
 	for (auto &b : bad) {
 		std::string json =

@@ -128,9 +128,11 @@ TEST(TorchLayer, GlooCollectivesReadTheOffsetsOfTheFilesVersion)
 			allreduce = &p;
 	ASSERT_NE(allreduce, nullptr);
 	ASSERT_TRUE(reads_layout(*allreduce));
-	ASSERT_TRUE(allreduce->issues);
-	EXPECT_EQ(allreduce->issues->layer, "gloo");
-	EXPECT_EQ(allreduce->issues->by, (std::vector<std::string>{"group", "seq"}));
+	ASSERT_EQ(allreduce->issues.size(), 2u);
+	EXPECT_EQ(allreduce->issues[0].layer, "gloo");
+	EXPECT_EQ(allreduce->issues[0].by, (std::vector<std::string>{"group", "seq"}));
+	EXPECT_EQ(allreduce->issues[1].layer, "torch"); // the caller's wait on the Work it returned
+	EXPECT_EQ(allreduce->issues[1].by, (std::vector<std::string>{"work"}));
 	SignatureReader read = torch_signature_reader(specs.value());
 	const std::string demangled = "c10d::ProcessGroupGloo::allreduce(std::vector<at::Tensor, "
 				      "std::allocator<at::Tensor> >&, c10d::AllreduceOptions const&)";
@@ -139,7 +141,7 @@ TEST(TorchLayer, GlooCollectivesReadTheOffsetsOfTheFilesVersion)
 	ASSERT_TRUE(v113.args);
 	ProbeSpec p = *allreduce;
 	p.args = v113.args(demangled);
-	ASSERT_EQ(p.args.size(), 4u);
+	ASSERT_EQ(p.args.size(), 5u);
 	EXPECT_EQ(p.args[0].name, "tensor");
 	EXPECT_EQ(p.args[0].offset, 72); // TensorImpl's ndim, dtype (tensor_layouts)
 	EXPECT_EQ(p.args[0].offset2, 176);
@@ -149,10 +151,12 @@ TEST(TorchLayer, GlooCollectivesReadTheOffsetsOfTheFilesVersion)
 	EXPECT_EQ(p.args[2].offset, 120); // contexts_, then its first element
 	EXPECT_EQ(p.args[2].offset2, 0);
 	EXPECT_EQ(p.args[3].name, "seq");
-	EXPECT_EQ(p.args[3].offset, 172); // collectiveCounter_
+	EXPECT_EQ(p.args[3].offset, 172);  // collectiveCounter_
+	EXPECT_EQ(p.args[4].name, "work"); // the returned intrusive_ptr's Work, read at exit
+	EXPECT_EQ(p.args[4].source, EACGM_ARG_DEREF_EXIT);
 	auto c = compile_probe(p, layer_id("torch"));
 	ASSERT_TRUE(c.ok()) << c.error().message;
-	EXPECT_EQ(c->nargs, 5u);
+	EXPECT_EQ(c->nargs, 6u);
 	EXPECT_EQ(c->args[0].source, EACGM_ARG_TENSORS_A);
 	EXPECT_EQ(c->args[1].source, EACGM_ARG_TENSORS_B);
 	EXPECT_EQ(c->args[1].slot, 2);
@@ -175,8 +179,9 @@ TEST(TorchLayer, GlooCollectivesReadTheOffsetsOfTheFilesVersion)
 	SignatureArgs v211 = read(*allreduce, "/opt/torch/lib/libtorch_cpu.so.2.11");
 	ASSERT_TRUE(v211.args);
 	auto kept = v211.args(demangled);
-	ASSERT_EQ(kept.size(), 1u);
+	ASSERT_EQ(kept.size(), 2u);
 	EXPECT_EQ(kept[0].name, "tensor");
+	EXPECT_EQ(kept[1].name, "work");
 	EXPECT_NE(v211.warning.find("no layout of AllreduceOptions.reduceOp.op_, ProcessGroupGloo.contexts_, "
 				    "ProcessGroupGloo.collectiveCounter_ known for torch 2.11"),
 		  std::string::npos)
