@@ -1,5 +1,7 @@
 #include "layers/nccl.h"
 
+#include <set>
+
 namespace eacgm {
 
 void NcclCommunicators::observe(Span &s)
@@ -25,6 +27,12 @@ void NcclCommunicators::observe(Span &s)
 		return;
 	s.args["rank"] = it->second.rank;
 	s.args["nranks"] = it->second.nranks;
+	static const std::set<std::string> kCollectives = {"ncclAllReduce", "ncclReduce",    "ncclBroadcast",
+							   "ncclBcast",     "ncclAllGather", "ncclReduceScatter",
+							   "ncclAlltoAll"};
+	// A nonblocking communicator's call may answer ncclInProgress: enqueued.
+	if (kCollectives.count(s.name) && (ok || s.ret_name == "ncclInProgress"))
+		s.args["seq"] = it->second.next_seq++;
 	if (s.name == "ncclCommDestroy" || s.name == "ncclCommAbort")
 		if (ok)
 			comms_.erase(it); // the pointer may be reused by the next init

@@ -1,7 +1,13 @@
 // NCCL: what a collective's arguments do not say by themselves. A
 // communicator is an opaque pointer; its rank and size are known only from
 // the call that created it. This remembers them per process and puts
-// rank/nranks on every later call on that communicator.
+// rank/nranks on every later call on that communicator, and on each
+// collective enqueued on it a sequence number `seq`, from 0 per communicator
+// in the order this rank enqueued them: every rank of a communicator
+// enqueues its collectives in the same order (NCCL requires it), so one seq
+// is one collective on every rank, as gloo's tag is (ingest/collectives.h
+// matches them across ranks). Sends and receives differ per rank and are not
+// numbered; neither is a call that failed (nothing was enqueued).
 #pragma once
 #include <cstdint>
 #include <map>
@@ -21,6 +27,7 @@ public:
 private:
 	struct Comm {
 		int64_t rank, nranks;
+		int64_t next_seq = 0;
 	};
 	std::map<std::pair<uint32_t, std::string>, Comm> comms_; // (pid, comm pointer)
 };

@@ -7,6 +7,7 @@ shape, the reduce op, the Python line), joined by the group and seq."""
 import collections
 import json
 import os
+import re
 import socket
 import unittest
 
@@ -106,6 +107,14 @@ class GlooRecording(unittest.TestCase):
         self.assertGreaterEqual(r0["start_ns"] + r0["dur_ns"], d1)
         self.assertGreaterEqual(r1["start_ns"], d1)
         self.assertLess(r0["start_ns"], r1["start_ns"])
+        # The summary's stragglers: seq 2's round has the largest arrival
+        # skew, rank 1's start less rank 0's, and rank 1 arrived last.
+        m = re.search(r"largest arrival skew .*\n\s+gloo allreduce\s+(\d+)\s+2\s+([\d.]+) ms\s+(\d+)\n",
+                      self.rec.stdout + self.rec.stderr)
+        self.assertIsNotNone(m, self.rec.stdout + self.rec.stderr)
+        skew_ms = (r1["start_ns"] - r0["start_ns"]) / 1e6
+        self.assertEqual((int(m.group(1)), int(m.group(3))), (2, 1))
+        self.assertAlmostEqual(float(m.group(2)), skew_ms, delta=skew_ms * 0.005)
 
     def test_each_collective_is_joined_to_the_enqueue_that_issued_it(self):
         # Every collective of the job (its own and DDP's) ran work that a

@@ -1,6 +1,7 @@
 // Communicator rank and size, learnt from init calls, on later calls.
 #include <gtest/gtest.h>
 
+#include "ingest/collectives.h"
 #include "layers/nccl.h"
 
 namespace eacgm {
@@ -61,6 +62,54 @@ TEST(NcclLayer, InitAllNamesRankZeroOfNdev)
 	c.observe(send);
 	EXPECT_EQ(send.args["rank"], 0);
 	EXPECT_EQ(send.args["nranks"], 4);
+}
+
+// Each collective enqueued on a known communicator is numbered from 0 per
+// communicator, as every rank numbers it; sends, receives and failed calls
+// are not. Two ranks' numbered collectives match as rounds.
+TEST(NcclLayer, CollectivesAreNumberedPerCommunicatorAndMatchAcrossRanks)
+{
+	NcclCommunicators c;
+	std::vector<Span> spans;
+	for (uint32_t pid : {7u, 8u}) {
+		Span init = nccl("ncclCommInitRank", {{"comm", "0xc0"}, {"nranks", 2}, {"rank", pid - 7}},
+				 "ncclSuccess", pid);
+		c.observe(init);
+		Span sub = nccl("ncclCommInitRank", {{"comm", "0xd0"}, {"nranks", 2}, {"rank", pid - 7}}, "ncclSuccess",
+				pid);
+		c.observe(sub);
+		uint64_t t = 1000 * (pid - 6); // rank 1 enqueues later
+		for (auto [name, comm, ret] : std::vector<std::tuple<const char *, const char *, const char *>>{
+			     {"ncclAllReduce", "0xc0", "ncclSuccess"},
+			     {"ncclSend", "0xc0", "ncclSuccess"},
+			     {"ncclBroadcast", "0xc0", "ncclInvalidArgument"},
+			     {"ncclAllGather", "0xd0", "ncclSuccess"},
+			     {"ncclBroadcast", "0xc0", "ncclInProgress"},
+		     }) {
+			Span s = nccl(name, {{"comm", comm}}, ret, pid);
+			s.tid = pid;
+			s.start_ns = t += 10;
+			s.dur_ns = 5;
+			c.observe(s);
+			spans.push_back(s);
+		}
+	}
+	auto seq = [](const Span &s) { return s.args.contains("seq") ? s.args["seq"].get<int64_t>() : -1; };
+	for (size_t r = 0; r < 2; r++) {
+		const Span *s = &spans[5 * r];
+		EXPECT_EQ(seq(s[0]), 0) << "the first collective on 0xc0";
+		EXPECT_EQ(seq(s[1]), -1) << "a send";
+		EXPECT_EQ(seq(s[2]), -1) << "a failed call enqueued nothing";
+		EXPECT_EQ(seq(s[3]), 0) << "its own communicator";
+		EXPECT_EQ(seq(s[4]), 1);
+	}
+	std::vector<Round> rounds = match_collectives(spans);
+	ASSERT_EQ(rounds.size(), 3u);
+	for (const Round &r : rounds) {
+		EXPECT_TRUE(r.complete()) << r.key.name << " " << r.key.seq;
+		EXPECT_EQ(r.key.layer, "nccl");
+		EXPECT_EQ(r.last().rank, 1u);
+	}
 }
 
 } // namespace
