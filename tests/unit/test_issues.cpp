@@ -20,45 +20,46 @@ std::vector<ProbeSpec> issuing_specs()
 	return {p};
 }
 
+// The caller's enqueue of collective `seq` (on its own thread, with a stack).
 Span enqueue(uint32_t pid, uint64_t seq, uint64_t start_ns)
 {
-	Span s;
-	s.pid = pid;
-	s.tid = pid;
-	s.layer = "torch";
-	s.name = "c10d::ProcessGroupGloo::allreduce";
-	s.start_ns = start_ns;
-	s.dur_ns = 20'000;
-	s.args = {{"group", "0x10"}, {"seq", seq}, {"tensor", "float32[1000]"}, {"reduce_op", "sum"}, {"work", "0xa0"}};
-	s.py_stack = PyStack{"all_reduce (distributed_c10d.py:1541)", "<module> (job.py:53)"};
-	return s;
+	return {.start_ns = start_ns,
+		.dur_ns = 20'000,
+		.pid = pid,
+		.tid = pid,
+		.layer = "torch",
+		.name = "c10d::ProcessGroupGloo::allreduce",
+		.args = {{"group", "0x10"},
+			 {"seq", seq},
+			 {"tensor", "float32[1000]"},
+			 {"reduce_op", "sum"},
+			 {"work", "0xa0"}},
+		.py_stack = PyStack{"all_reduce (distributed_c10d.py:1541)", "<module> (job.py:53)"}};
 }
 
+// gloo's run of it on a worker thread.
 Span collective(uint32_t pid, uint64_t seq, uint64_t start_ns, const char *group = "0x10")
 {
-	Span s;
-	s.pid = pid;
-	s.tid = pid + 7;
-	s.layer = "gloo";
-	s.name = "allreduce";
-	s.start_ns = start_ns;
-	s.dur_ns = 1 * kMs;
-	s.bytes = 4000;
-	s.args = {{"group", group}, {"seq", seq}, {"rank", 0}, {"nranks", 2}, {"count", 1000}};
-	return s;
+	return {.start_ns = start_ns,
+		.dur_ns = 1 * kMs,
+		.pid = pid,
+		.tid = pid + 7,
+		.layer = "gloo",
+		.name = "allreduce",
+		.bytes = 4000,
+		.args = {{"group", group}, {"seq", seq}, {"rank", 0}, {"nranks", 2}, {"count", 1000}}};
 }
 
+// The caller's wait on the Work it got.
 Span wait_on(uint32_t pid, const char *work, uint64_t start_ns)
 {
-	Span s;
-	s.pid = pid;
-	s.tid = pid;
-	s.layer = "torch";
-	s.name = "c10d::Work::wait";
-	s.start_ns = start_ns;
-	s.dur_ns = 2 * kMs;
-	s.args = {{"work", work}};
-	return s;
+	return {.start_ns = start_ns,
+		.dur_ns = 2 * kMs,
+		.pid = pid,
+		.tid = pid,
+		.layer = "torch",
+		.name = "c10d::Work::wait",
+		.args = {{"work", work}}};
 }
 
 const std::vector<IssueRule> kRules = issuing_specs()[0].issues;
