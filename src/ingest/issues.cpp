@@ -79,6 +79,8 @@ bool IssueLinker::see(Span &s, const std::vector<IssueRule> &rules)
 		if (k.empty())
 			continue;
 		issued_[k] = s;
+		if (issued_.size() > kMaxIssued && s.start_ns > kCrowdedNs)
+			forget_before(s.start_ns - kCrowdedNs);
 		// Work that ran before its issue was read (the worker was faster
 		// than the caller's return) waits for it here.
 		for (Held &h : held_)
@@ -104,9 +106,15 @@ void IssueLinker::release(std::vector<Span> &out, uint64_t now_ns, bool final)
 	}
 	held_ = std::move(still);
 	// Issued work never seen to run is forgotten after a while.
+	if (now_ns > kForgetNs)
+		forget_before(now_ns - kForgetNs);
+}
+
+void IssueLinker::forget_before(uint64_t t_ns)
+{
 	for (auto it = issued_.begin(); it != issued_.end();) {
 		const Span &s = it->second;
-		if (s.start_ns + s.dur_ns + kForgetNs <= now_ns)
+		if (s.start_ns + s.dur_ns < t_ns)
 			it = issued_.erase(it);
 		else
 			++it;

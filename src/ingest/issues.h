@@ -51,6 +51,12 @@ public:
 	// An issued call whose work was not seen in this long is forgotten
 	// (its work ran in a layer not recorded, or was lost).
 	static constexpr uint64_t kForgetNs = 60'000'000'000;
+	// Issues kept at most: past it, those more than kCrowdedNs older than
+	// the call being read are forgotten (a job enqueueing thousands of
+	// collectives a second whose Works nobody waits on: DDP's buckets are
+	// waited on through futures).
+	static constexpr size_t kMaxIssued = 4096;
+	static constexpr uint64_t kCrowdedNs = 1'000'000'000;
 
 private:
 	enum class Outcome {
@@ -68,6 +74,8 @@ private:
 	static void join(Span &ran, const Span &issuer);
 	// Tries each rule of the span's layer.
 	Outcome try_join(Span &s);
+	// Forgets the issues that ended before t_ns.
+	void forget_before(uint64_t t_ns);
 
 	std::map<std::string, std::vector<std::vector<std::string>>> by_layer_; // running layer -> "by" lists
 	std::map<std::string, Span> issued_;

@@ -166,6 +166,25 @@ TEST(IssueLinker, OnlyTheSameProcessGroupAndSequenceNumberJoin)
 	EXPECT_EQ(l.pending(), 0u);
 }
 
+TEST(IssueLinker, ACrowdOfUnjoinedIssuesIsBounded)
+{
+	// DDP waits on its buckets through futures: their Works are never
+	// waited on by Work::wait, and their issues are never joined.
+	IssueLinker l(issuing_specs());
+	const uint64_t t0 = 100 * IssueLinker::kCrowdedNs;
+	for (uint64_t i = 0; i < 3 * IssueLinker::kMaxIssued; i++) {
+		Span issued = enqueue(100, i, t0 + i * kMs); // a thousand a second
+		issued.args["work"] = "0x" + std::to_string(1000 + i);
+		l.see(issued, kRules);
+		ASSERT_LE(l.pending(), IssueLinker::kMaxIssued + 1) << i;
+	}
+	// The newest second's are kept: the last one's wait still joins.
+	Span wait =
+		wait_on(100, ("0x" + std::to_string(1000 + 3 * IssueLinker::kMaxIssued - 1)).c_str(), t0 + 13 * kMs);
+	EXPECT_TRUE(l.see(wait, kNone));
+	EXPECT_EQ(wait.args["seq"], 3 * IssueLinker::kMaxIssued - 1);
+}
+
 TEST(IssueLinker, SpansWithoutTheRulesArgumentsPassAndNothingIsHeldWithoutRules)
 {
 	IssueLinker l(issuing_specs());
