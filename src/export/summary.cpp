@@ -25,15 +25,6 @@ uint64_t percentile(const std::vector<uint64_t> &sorted, unsigned p)
 	return sorted[std::max<size_t>(rank, 1) - 1];
 }
 
-// Three significant digits without switching to exponents: 1.23, 12.3, 123.
-std::string sig3(double v, const char *unit)
-{
-	int decimals = v < 9.995 ? 2 : v < 99.95 ? 1 : 0;
-	char buf[64];
-	std::snprintf(buf, sizeof buf, "%.*f %s", decimals, v, unit);
-	return buf;
-}
-
 // Columns are counted in characters, not bytes ("µs" is two bytes).
 size_t width(const std::string &s)
 {
@@ -264,32 +255,6 @@ bool is_error_span(const Span &s)
 		return !r.empty();
 	return !std::equal(ok.begin(), ok.end(), r.end() - static_cast<long>(ok.size()),
 			   [](char a, char b) { return a == std::tolower(static_cast<unsigned char>(b)); });
-}
-
-std::string format_duration(double ns)
-{
-	if (ns < 999.5) {
-		char buf[32];
-		std::snprintf(buf, sizeof buf, "%.0f ns", ns);
-		return buf;
-	}
-	if (ns < 999.5e3)
-		return sig3(ns / 1e3, "µs");
-	if (ns < 999.5e6)
-		return sig3(ns / 1e6, "ms");
-	return sig3(ns / 1e9, "s");
-}
-
-std::string format_bytes(uint64_t bytes)
-{
-	if (bytes < 1024)
-		return std::to_string(bytes) + " B";
-	static const char *units[] = {"KiB", "MiB", "GiB", "TiB"};
-	double v = static_cast<double>(bytes) / 1024;
-	size_t u = 0;
-	for (; v >= 1023.5 && u + 1 < std::size(units); u++)
-		v /= 1024;
-	return sig3(v, units[u]);
 }
 
 // The sampler's period, which a sampled span's count of samples is worth

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/model.h"
+#include "common/units.h"
 #include "ingest/collectives.h"
 
 namespace eacgm {
@@ -134,10 +135,5 @@ std::vector<FunctionStats> compute_stats(const Recording &rec);
 std::string format_summary(const Recording &rec, size_t max_rows_per_layer = 20);
 // The same with the spans from tally (rec.spans unused).
 std::string format_summary(const Recording &rec, const SpanTally &tally, size_t max_rows_per_layer = 20);
-
-// Human units with three significant digits: "850 ns", "12.3 µs", "1.50 ms",
-// "2.00 s"; "512 B", "1.50 KiB", "3.00 GiB".
-std::string format_duration(double ns);
-std::string format_bytes(uint64_t bytes);
 
 } // namespace eacgm
