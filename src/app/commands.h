@@ -60,7 +60,7 @@ inline constexpr const char *kDefaultServeConfig = "/etc/eacgm/eacgm.toml";
 struct DetectArgs {
 	std::string db;
 	bool json = false;
-	double fpr = 0.01;
+	double fpr = 1e-4; // as record's online detection
 	std::string covariance = "full";
 	std::string components = "1-4";
 	std::string rule = "component";
@@ -74,6 +74,11 @@ struct DetectArgs {
 	std::vector<std::string> layers;
 	bool no_store = false;
 	size_t max_rows = 20;
+	// Replay the recording through the online detector (cold start, window,
+	// refits) instead of fitting each function on all its calls.
+	bool replay = false;
+	double min_slowdown = 2;
+	double min_excess_us = 10;
 };
 int run_detect(const DetectArgs &args);
 

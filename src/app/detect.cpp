@@ -86,8 +86,9 @@ int run_detect(const DetectArgs &args)
 	opt.window_ns = static_cast<uint64_t>(args.window_s * 1e9);
 	opt.cold_start = args.cold_start;
 	opt.refit_every = args.refit_every;
+	opt.worth = {args.min_slowdown, static_cast<uint64_t>(args.min_excess_us * 1e3)};
 
-	auto rep = detect::detect_recording(rec.value(), opt, args.layers);
+	auto rep = detect::detect_recording(rec.value(), opt, args.layers, args.replay);
 	if (!args.no_store)
 		if (auto r = replace_anomalies(args.db, rep.anomalies); !r) {
 			std::cerr << "eacgm: " << r.error().message << "\n";
@@ -115,9 +116,13 @@ int run_detect(const DetectArgs &args)
 		  << rep.keys.size() << " functions modelled (target false-alarm rate " << args.fpr << ")\n";
 	if (rep.spans == 0)
 		std::cout << "no spans to score" << (args.layers.empty() ? "" : " in the chosen layers") << "\n";
-	else if (trained == 0)
+	else if (trained == 0 && args.replay)
 		std::cout << "no function had enough calls for a model (the first needs " << opt.cold_start
 			  << "); record longer or lower --cold-start\n";
+	else if (trained == 0)
+		std::cout << "no function had enough calls for a model (" << detect::KeyModel::kMinTrain
+			  << " past its warm-up, or " << detect::kMinPooledCalls
+			  << " each for its layer's pooled model); record longer\n";
 
 	char line[256];
 	std::snprintf(line, sizeof line, "\n%-36s %7s %7s %7s %5s  %s\n", "function", "calls", "scored", "flagged", "k",
@@ -137,8 +142,12 @@ int run_detect(const DetectArgs &args)
 		std::cout << line << (k.trained ? feats + (k.note.empty() ? "" : "; ") : "") << k.note << "\n";
 	}
 	if (!few.empty()) {
-		std::cout << few.size() << " functions with fewer than " << opt.cold_start
-			  << " calls (too few events for a model; --cold-start lowers it):";
+		if (args.replay)
+			std::cout << few.size() << " functions with fewer than " << opt.cold_start
+				  << " calls (too few events for a model; --cold-start lowers it):";
+		else
+			std::cout << few.size() << " functions with too few calls for a model, even pooled with "
+				  << "their layer's:";
 		for (size_t i = 0; i < few.size() && i < 8; i++)
 			std::cout << (i ? ", " : " ") << few[i];
 		std::cout << (few.size() > 8 ? ", ... (--json lists all)\n" : "\n");

@@ -196,13 +196,21 @@ CLI::App *add_detect(CLI::App &app, DetectArgs &da)
 			"rule) or of the whole mixture (mixture)")
 		->capture_default_str()
 		->check(CLI::IsMember({"component", "mixture"}));
-	det->add_option("--window", da.window_s, "Training window in seconds (the most recent events of a function)")
+	det->add_flag("--replay", da.replay,
+		      "Judge the calls as the live agent does (record, serve): replayed in time order, each "
+		      "function's first --cold-start calls train its first model and are not scored, refits on a "
+		      "sliding --window every --refit-every calls. Without it each function is fitted on all its "
+		      "calls and every call is scored");
+	det->add_option("--window", da.window_s,
+			"With --replay: training window in seconds (the most recent events of a function)")
 		->capture_default_str()
 		->check(CLI::PositiveNumber);
-	det->add_option("--cold-start", da.cold_start, "Calls of a function that train its first model (not scored)")
+	det->add_option("--cold-start", da.cold_start,
+			"With --replay: calls of a function that train its first model (not scored)")
 		->capture_default_str()
 		->check(CLI::Range(20, 1000000));
-	det->add_option("--refit-every", da.refit_every, "Calls of a function between refits of its model")
+	det->add_option("--refit-every", da.refit_every,
+			"With --replay: calls of a function between refits of its model")
 		->capture_default_str()
 		->check(CLI::Range(1, 100000000));
 	det->add_option("--restarts", da.restarts, "k-means++ initialisations per component count (best kept)")
@@ -217,6 +225,14 @@ CLI::App *add_detect(CLI::App &app, DetectArgs &da)
 			"are not learnt as normal)")
 		->capture_default_str()
 		->check(CLI::Range(0.0, 0.5));
+	det->add_option("--min-slowdown", da.min_slowdown,
+			"A call flagged for its duration or its gap is reported only when that is at least this "
+			"many times the typical one (1: any) ...")
+		->capture_default_str()
+		->check(CLI::Range(1.0, 1000.0));
+	det->add_option("--min-excess", da.min_excess_us, "... and at least this many microseconds longer (0: any)")
+		->capture_default_str()
+		->check(CLI::Range(0.0, 1e9));
 	det->add_option("--layers", da.layers, "Only spans of these layers, comma separated")->delimiter(',');
 	det->add_flag("--no-store", da.no_store, "Do not write the anomalies into the recording");
 	det->add_option("--max-rows", da.max_rows, "Anomalies printed (0: all)")->capture_default_str();

@@ -1,5 +1,6 @@
 #include "detect/keymodel.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace eacgm::detect {
@@ -75,7 +76,12 @@ Result<KeyModel> KeyModel::train(const std::vector<const Observation *> &all, co
 			? std::max(0.0, (sq - sum * sum / static_cast<double>(have)) / static_cast<double>(have - 1))
 			: 0;
 		m.all_sd_[f] = have ? std::sqrt(var) : NAN;
-		if (f != kCallSite && 2 * have >= n && m.all_sd_[f] > kFeatures[f].floor)
+		// A feature that varies less than its floor still takes part, at
+		// the floor's scale: the durations of a function that never varied
+		// by 5% are what a 30x slower call must be measured against (left
+		// out, the slowdown went unseen; that it is worth reporting is
+		// rootcause.h's Worth to say).
+		if (f != kCallSite && 2 * have >= n && m.all_sd_[f] > 0)
 			m.used_.push_back(f);
 	}
 	if (m.used_.empty())
@@ -86,7 +92,7 @@ Result<KeyModel> KeyModel::train(const std::vector<const Observation *> &all, co
 	m.scale_.set_size(d);
 	for (size_t j = 0; j < d; j++) {
 		m.mean_(j) = m.all_mean_[m.used_[j]];
-		m.scale_(j) = m.all_sd_[m.used_[j]];
+		m.scale_(j) = std::max(m.all_sd_[m.used_[j]], kFeatures[m.used_[j]].floor);
 	}
 	// EM costs rows x components x iterations x restarts: past max_fit_rows
 	// an evenly spaced subsample fits the mixture (its shape does not need
@@ -108,9 +114,19 @@ Result<KeyModel> KeyModel::train(const std::vector<const Observation *> &all, co
 	m.candidates_ = std::move(sel->candidates);
 	std::vector<double> scores;
 	scores.reserve(all.size());
-	for (const Observation *o : all)
+	for (const Observation *o : opt.calibrate_on_fit ? rows : all)
 		scores.push_back(m.score(*o).score);
 	m.threshold_ = calibrate(std::move(scores), opt.fpr);
+	return m;
+}
+
+KeyModel KeyModel::shifted(const std::array<double, kFeatureCount> &shift) const
+{
+	KeyModel m = *this;
+	for (size_t j = 0; j < m.used_.size(); j++)
+		m.mean_(j) += shift[m.used_[j]];
+	for (unsigned f = 0; f < kFeatureCount; f++)
+		m.all_mean_[f] += shift[f];
 	return m;
 }
 

@@ -26,6 +26,13 @@ struct ModelOptions {
 	ScoreRule rule = ScoreRule::Component;
 	double fpr = 0.01;       // target false-alarm rate the threshold is calibrated for
 	size_t max_fit_rows = 0; // EM on at most this many rows, evenly spaced (0: all)
+	// Calibrate the threshold on the rows fitted only, not on the excluded
+	// ones too: a robust refit of a whole recording (offline.h), whose
+	// excluded rows are the anomalies the first fit found. With few calls
+	// the threshold is extrapolated from the lowest tenth of the scores,
+	// and anomalies among them would drag it below themselves. (Online,
+	// refit after refit, that would raise the threshold each time.)
+	bool calibrate_on_fit = false;
 };
 
 struct Scored {
@@ -48,6 +55,11 @@ public:
 				      const std::vector<bool> &excluded = {});
 
 	Scored score(const Observation &o) const;
+	// The same model for calls whose features are `shift` above those it was
+	// fitted on (a pooled model of several functions, each fitted relative to
+	// its median: offline.h): scores, thresholds and attributions are the
+	// same, and what attributions show is in the calls' own units.
+	KeyModel shifted(const std::array<double, kFeatureCount> &shift) const;
 	bool anomalous(const Scored &s) const { return s.score < threshold_.value; }
 
 	const std::vector<unsigned> &used() const { return used_; }

@@ -1,10 +1,365 @@
 #include "detect/offline.h"
 
 #include <algorithm>
+#include <set>
+
+#include "detect/rootcause.h"
 
 namespace eacgm::detect {
 
-OfflineReport detect_recording(const Recording &rec, DetectOptions opt, const std::vector<std::string> &layers)
+namespace {
+
+struct Call {
+	const Span *span = nullptr;
+	Observation o;
+	bool warmup = false;
+};
+
+struct KeyCalls {
+	std::vector<Call> calls;
+	KeyStatus st;
+	std::string layer;
+	std::optional<KeyModel> model;
+};
+
+// Every call's features, by key, in start order (the order gaps are
+// defined in), with the first call of each key in each process marked.
+std::map<std::string, KeyCalls> observe_all(const Recording &rec, const Context &ctx,
+					    const std::vector<std::string> &layers, size_t &spans)
+{
+	Extractor ext;
+	std::map<std::string, KeyCalls> keys;
+	std::map<std::pair<std::string, uint32_t>, size_t> started; // (key, pid) -> calls
+	std::string key;
+	for (const Span &s : rec.spans) {
+		if (!layers.empty() && std::find(layers.begin(), layers.end(), s.layer) == layers.end())
+			continue;
+		spans++;
+		key_of(s, key);
+		KeyCalls &kc = keys[key];
+		kc.st.key = key;
+		kc.layer = s.layer;
+		kc.st.seen++;
+		Call &c = kc.calls.emplace_back(Call{&s, ext.observe(s, ctx, key), false});
+		c.warmup = ++started[{key, s.pid}] <= kWarmupCalls;
+	}
+	return keys;
+}
+
+// The members of components too rare to be a mode (under min_weight of the
+// calls, or fewer than kMinComponentCalls of them) and the calls below the
+// threshold.
+std::vector<bool> unusual(const KeyModel &m, const std::vector<const Observation *> &rows, double min_weight)
+{
+	const Gmm &g = m.gmm();
+	const double n = static_cast<double>(rows.size());
+	std::vector<bool> out(rows.size());
+	for (size_t i = 0; i < rows.size(); i++) {
+		Scored sc = m.score(*rows[i]);
+		double w = g.weights()(sc.winner.component);
+		out[i] = m.anomalous(sc) || w < min_weight || w * n < static_cast<double>(kMinComponentCalls);
+	}
+	return out;
+}
+
+// Fitted twice: first with any mode allowed, so that a few slowed calls
+// gather in a component of their own rather than widen the normal one;
+// then without the members of such rare components and the calls the first
+// fit flagged, each mode holding min_weight of the calls and
+// kMinComponentCalls at least, the threshold calibrated on the calls
+// fitted. excluded: how many the second fit left out.
+Result<KeyModel> robust_fit(const std::vector<const Observation *> &rows, const ModelOptions &opt, size_t &excluded)
+{
+	ModelOptions first_opt = opt;
+	first_opt.gmm.min_weight = 0;
+	first_opt.calibrate_on_fit = false;
+	auto first = KeyModel::train(rows, first_opt);
+	if (!first)
+		return first;
+	std::vector<bool> out = unusual(*first, rows, opt.gmm.min_weight);
+	excluded = static_cast<size_t>(std::count(out.begin(), out.end(), true));
+	const size_t kept = rows.size() - excluded;
+	if (kept < KeyModel::kMinTrain || excluded > kept) {
+		excluded = 0; // not a few odd calls: a function with no usual behaviour to learn
+		out.assign(rows.size(), false);
+	}
+	ModelOptions second_opt = opt;
+	second_opt.gmm.min_weight =
+		std::max(opt.gmm.min_weight, static_cast<double>(kMinComponentCalls) / static_cast<double>(kept));
+	second_opt.calibrate_on_fit = true;
+	return KeyModel::train(rows, second_opt, out);
+}
+
+void describe(KeyStatus &st, const KeyModel &m)
+{
+	st.trained = true;
+	st.trained_on = m.trained_on();
+	st.components = m.gmm().components();
+	st.features.clear();
+	for (unsigned f : m.used())
+		st.features.push_back(kFeatures[f].name);
+	st.threshold = m.threshold().value;
+	st.extrapolated = m.threshold().extrapolated;
+	st.refits = 2;
+}
+
+// The calls of a key past their warm-up.
+std::vector<const Observation *> scored_rows(const KeyCalls &kc)
+{
+	std::vector<const Observation *> rows;
+	for (const Call &c : kc.calls)
+		if (!c.warmup)
+			rows.push_back(&c.o);
+	return rows;
+}
+
+void fit_own(KeyCalls &kc, const ModelOptions &opt)
+{
+	auto rows = scored_rows(kc);
+	size_t excluded = 0;
+	auto m = robust_fit(rows, opt, excluded);
+	if (!m) {
+		kc.st.note = "not trained: " + m.error().message;
+		return;
+	}
+	kc.model = std::move(*m);
+	describe(kc.st, *kc.model);
+	kc.st.note = "fitted on its " + std::to_string(rows.size()) + " calls" +
+		(excluded ? " but the " + std::to_string(excluded) + " unusual ones" : "");
+}
+
+constexpr unsigned kOwnMeasures[] = {kLogDuration, kLogBytes, kLogBandwidth, kLogGap};
+
+// The median of each own measure of a key's scored calls (NaN where none
+// carries it).
+std::array<double, kFeatureCount> medians(const std::vector<const Observation *> &rows)
+{
+	std::array<double, kFeatureCount> med;
+	med.fill(0);
+	for (unsigned f : kOwnMeasures) {
+		std::vector<double> v;
+		for (const Observation *o : rows)
+			if (std::isfinite(o->x[f]))
+				v.push_back(o->x[f]);
+		if (v.empty()) {
+			med[f] = NAN;
+			continue;
+		}
+		std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+		med[f] = v[v.size() / 2];
+	}
+	return med;
+}
+
+// The layer's functions with too few calls for a model of their own, as one
+// model of their calls relative to each function's medians.
+void fit_pooled(std::map<std::string, KeyCalls> &keys, const std::string &layer, const ModelOptions &opt)
+{
+	std::vector<KeyCalls *> members;
+	std::vector<Observation> pooled;
+	std::vector<std::array<double, kFeatureCount>> shifts;
+	for (auto &[key, kc] : keys) {
+		auto rows = scored_rows(kc);
+		if (kc.layer != layer || kc.model || rows.size() < kMinPooledCalls || !kc.st.note.empty())
+			continue;
+		auto med = medians(rows);
+		for (const Observation *o : rows) {
+			Observation p;
+			p.start_ns = o->start_ns;
+			for (unsigned f : kOwnMeasures)
+				p.x[f] = o->x[f] - med[f];
+			pooled.push_back(p);
+		}
+		for (unsigned f : kOwnMeasures)
+			med[f] = std::isfinite(med[f]) ? med[f] : 0;
+		members.push_back(&kc);
+		shifts.push_back(med);
+	}
+	if (members.size() < 2 || pooled.size() < KeyModel::kMinTrain)
+		return;
+	std::vector<const Observation *> rows;
+	for (const Observation &o : pooled)
+		rows.push_back(&o);
+	size_t excluded = 0;
+	auto m = robust_fit(rows, opt, excluded);
+	if (!m)
+		return;
+	for (size_t i = 0; i < members.size(); i++) {
+		members[i]->model = m->shifted(shifts[i]);
+		describe(members[i]->st, *members[i]->model);
+		members[i]->st.note = "too few calls for a model of its own: scored by the " + layer +
+			" layer's pooled model of " + std::to_string(pooled.size()) + " calls of " +
+			std::to_string(members.size()) + " functions, each relative to its median";
+	}
+}
+
+// How much a feature of an anomaly is above its typical value, in its unit
+// (log features: ns); 0 when it is not above.
+double excess(const Anomaly &a, const char *feature)
+{
+	auto it = a.features.find(feature);
+	if (it == a.features.end())
+		return 0;
+	double v = it->value("value", 0.0), t = it->value("typical", 0.0);
+	return v > t ? v - t : 0;
+}
+
+// Every call of a thread with the time it took beyond its function's
+// median (a warm-up call: all of it), by start.
+struct Lateness {
+	uint64_t start_ns = 0, end_ns = 0;
+	double excess_ns = 0;
+};
+using ThreadLateness = std::map<std::pair<uint32_t, uint32_t>, std::vector<Lateness>>;
+
+ThreadLateness lateness(const std::map<std::string, KeyCalls> &keys)
+{
+	ThreadLateness out;
+	for (const auto &[key, kc] : keys) {
+		std::vector<uint64_t> d;
+		for (const Call &c : kc.calls)
+			if (!c.warmup)
+				d.push_back(c.span->dur_ns);
+		uint64_t median = 0;
+		if (!d.empty()) {
+			std::nth_element(d.begin(), d.begin() + d.size() / 2, d.end());
+			median = d[d.size() / 2];
+		}
+		for (const Call &c : kc.calls) {
+			const Span &s = *c.span;
+			uint64_t over = c.warmup ? s.dur_ns : s.dur_ns > median ? s.dur_ns - median : 0;
+			if (over)
+				out[{s.pid, s.tid}].push_back({s.start_ns, s.start_ns + s.dur_ns, double(over)});
+		}
+	}
+	for (auto &[thread, v] : out)
+		std::sort(v.begin(), v.end(),
+			  [](const Lateness &a, const Lateness &b) { return a.start_ns < b.start_ns; });
+	return out;
+}
+
+// An anomaly as fold_echoes() weighs it: its excess duration and gap, and
+// how much of each the other calls of its thread account for.
+struct Weighed {
+	Anomaly *a = nullptr;
+	uint64_t from = 0, end = 0; // its gap's start, its end
+	bool own = false;           // its duration is slow for reasons of its own
+	bool late = false;          // its gap is long for reasons the traced calls do not give
+};
+
+// Whether an anomaly's duration alone would be worth telling.
+bool slow_enough(const Anomaly &a, const Worth &worth)
+{
+	auto it = a.features.find("log_duration");
+	if (it == a.features.end())
+		return false;
+	double v = it->value("value", 0.0), t = it->value("typical", 0.0);
+	return v > t && v >= worth.min_slowdown * t && v - t >= static_cast<double>(worth.min_excess_ns);
+}
+
+Weighed weigh(Anomaly &a, const ThreadLateness &threads, const Worth &worth)
+{
+	double own = excess(a, "log_duration"), late = excess(a, "log_gap");
+	double gap = late > 0 ? a.features["log_gap"].value("value", 0.0) : 0;
+	Weighed w{&a, a.ts_ns - std::min<uint64_t>(a.ts_ns, static_cast<uint64_t>(gap)), a.ts_ns + a.dur_ns};
+	double inside = 0, before = 0;
+	auto t = threads.find({a.pid, a.tid});
+	if (t != threads.end())
+		for (const Lateness &l : t->second) {
+			if (l.start_ns >= w.end)
+				break;
+			if (l.start_ns >= a.ts_ns && l.end_ns <= w.end && (l.start_ns != a.ts_ns || l.end_ns != w.end))
+				inside += l.excess_ns;
+			else if (l.end_ns > w.from && l.end_ns <= a.ts_ns) // ended in the gap (a caller
+				before += l.excess_ns;                     // around it has not)
+		}
+	// Its duration counts as its own when the calls inside it do not account
+	// for it and it is the larger excess, or as large as half the other and
+	// worth telling alone: a call both slow and late (a slowed operator
+	// behind the slow hook that called it) is told for its duration; a call
+	// somewhat slower in a step made late by another is that one's echo.
+	w.own = own > 0 && 2 * inside < own && (own >= late || (2 * own >= late && slow_enough(a, worth)));
+	w.late = late > own && 2 * before < late;
+	// Neither: nothing of its own to tell (bytes, a call site): kept.
+	if (own <= 0 && late <= 0)
+		w.own = true;
+	return w;
+}
+
+// A call whose lateness is accounted for by other calls is their echo, not
+// an anomaly of its own: an operator slow because the one it called inside
+// was (softmax around _softmax), a call late because the calls in the gap
+// before it on its thread took longer than theirs usually do (every call
+// after a slowed operator in that step comes late). Kept are:
+//  - the anomalies whose duration is slow for reasons of their own (over
+//    half its excess is not the excess of the calls inside it);
+//  - of the others, those late for time the traced calls do not account for
+//    (the thread was in Python, in I/O, descheduled: a stall), once per
+//    stall: the first call late for it; a later call whose gap holds an
+//    anomaly kept is its echo. A call around a kept anomaly is that
+//    anomaly (the caller of a slow operator, late for the same reason).
+void fold_echoes(std::vector<Anomaly> &anomalies, const ThreadLateness &threads, const Worth &worth)
+{
+	std::sort(anomalies.begin(), anomalies.end(),
+		  [](const Anomaly &a, const Anomaly &b) { return a.ts_ns < b.ts_ns; });
+	std::vector<Weighed> all;
+	for (Anomaly &a : anomalies)
+		all.push_back(weigh(a, threads, worth));
+	auto same_thread = [](const Anomaly &x, const Anomaly &y) { return x.pid == y.pid && x.tid == y.tid; };
+	std::vector<const Weighed *> kept;
+	for (const Weighed &w : all) {
+		const Anomaly &a = *w.a;
+		bool keep = w.own;
+		if (!keep && w.late) {
+			keep = std::none_of(all.begin(), all.end(), [&](const Weighed &o) {
+				// A slow call inside it: it is that call's caller.
+				return o.own && &o != &w && same_thread(*o.a, a) && o.a->ts_ns >= a.ts_ns &&
+					o.end <= w.end;
+			});
+			keep = keep && std::none_of(kept.begin(), kept.end(), [&](const Weighed *k) {
+				       // The same stall, told already.
+				       return same_thread(*k->a, a) && k->a->ts_ns >= w.from && k->a->ts_ns < a.ts_ns;
+			       });
+		}
+		if (keep)
+			kept.push_back(&w);
+	}
+	std::vector<Anomaly> out;
+	for (const Weighed *k : kept)
+		out.push_back(std::move(*k->a));
+	anomalies = std::move(out);
+}
+
+// Scores every call past warm-up; the anomalies found, explained.
+void score_all(KeyCalls &kc, const Context &ctx, const DetectOptions &opt, std::vector<Anomaly> &out)
+{
+	size_t warmups = 0;
+	for (const Call &c : kc.calls) {
+		if (c.warmup) {
+			warmups++;
+			continue;
+		}
+		Scored sc = kc.model->score(c.o);
+		kc.st.scored++;
+		if (!kc.model->anomalous(sc) || !reportable(*kc.model, sc, opt.worth))
+			continue;
+		const Span &s = *c.span;
+		Anomaly a{.ts_ns = s.start_ns,
+			  .dur_ns = s.dur_ns,
+			  .pid = s.pid,
+			  .tid = s.tid,
+			  .layer = s.layer,
+			  .name = s.name,
+			  .score = sc.score,
+			  .threshold = kc.model->threshold().value};
+		explain(a, s, c.o, *kc.model, sc, ctx, opt.context_margin_ns);
+		out.push_back(std::move(a));
+	}
+	kc.st.note += "; " + std::to_string(warmups) + " warm-up calls (its first " + std::to_string(kWarmupCalls) +
+		" in each process) not scored";
+}
+
+OfflineReport replay(const Recording &rec, DetectOptions opt, const std::vector<std::string> &layers)
 {
 	opt.background = false;
 	OnlineDetector det(opt);
@@ -26,6 +381,49 @@ OfflineReport detect_recording(const Recording &rec, DetectOptions opt, const st
 			rep.anomalies.push_back(std::move(*a));
 	}
 	rep.keys = det.status();
+	return rep;
+}
+
+} // namespace
+
+OfflineReport detect_recording(const Recording &rec, DetectOptions opt, const std::vector<std::string> &layers,
+			       bool replay_online)
+{
+	if (replay_online)
+		return replay(rec, std::move(opt), layers);
+	Context ctx;
+	for (const Metric &m : rec.metrics)
+		ctx.add(m);
+	for (const Event &e : rec.events)
+		ctx.add(e);
+	OfflineReport rep;
+	auto keys = observe_all(rec, ctx, layers, rep.spans);
+	std::set<std::string> layer_names;
+	for (auto &[key, kc] : keys) {
+		layer_names.insert(kc.layer);
+		if (scored_rows(kc).size() >= KeyModel::kMinTrain)
+			fit_own(kc, opt.model);
+	}
+	for (const std::string &layer : layer_names)
+		fit_pooled(keys, layer, opt.model);
+	for (auto &[key, kc] : keys) {
+		if (kc.model)
+			score_all(kc, ctx, opt, rep.anomalies);
+		else if (kc.st.note.empty())
+			kc.st.note = "too few events: " + std::to_string(kc.st.seen) + " calls, " +
+				std::to_string(scored_rows(kc).size()) +
+				" past warm-up, and no pooled model of its layer to score them";
+	}
+	fold_echoes(rep.anomalies, lateness(keys), opt.worth);
+	std::sort(rep.anomalies.begin(), rep.anomalies.end(),
+		  [](const Anomaly &a, const Anomaly &b) { return a.ts_ns < b.ts_ns; });
+	std::map<std::string, size_t> flagged;
+	for (const Anomaly &a : rep.anomalies)
+		flagged[a.layer + "/" + a.name]++;
+	for (auto &[key, kc] : keys) {
+		kc.st.flagged = flagged[key];
+		rep.keys.push_back(std::move(kc.st));
+	}
 	return rep;
 }
 

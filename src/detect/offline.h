@@ -1,6 +1,29 @@
-// `eacgm detect` on a finished recording: the online detector replayed in
-// time order with inline refits, so a file always gives the same answer
-// and the same answer the live agent would have given.
+// `eacgm detect` on a finished recording.
+//
+// By default every call is judged, from the first: a recording is known
+// whole, so each function's model is fitted on all of its calls, robustly,
+// and every call is scored against it:
+//  1. Features of every call, in start order, with the recording's metrics
+//     and events as context (features.h).
+//  2. A function's first kWarmupCalls calls in each process are its warm-up
+//     and are not scored; nor do they train the model.
+//  3. A function with at least KeyModel::kMinTrain calls gets its own model,
+//     fitted twice: on all its calls, then without the calls the first fit
+//     flagged, the threshold calibrated on the calls fitted (a few slowed
+//     calls among 60 would otherwise widen the model and drag the
+//     extrapolated threshold below themselves). A mixture component must
+//     hold kMinComponentCalls calls (and --min-weight of them), so that a
+//     handful of slowed calls cannot become a mode of their own.
+//  4. The functions with fewer calls are pooled per layer: each call's own
+//     measures (duration, bytes, bandwidth, gap) relative to its function's
+//     median, one model for the layer's pooled calls fitted as in 3, and
+//     each function scored by it in its own units (KeyModel::shifted).
+//  5. What the online detector would not report is not reported here either
+//     (rootcause.h's reportable()).
+//
+// With replay, the recording is instead replayed through the online
+// detector in time order with inline refits: the answer the live agent
+// gave (cold start, sliding window).
 #pragma once
 #include <string>
 #include <vector>
@@ -13,10 +36,22 @@ namespace eacgm::detect {
 struct OfflineReport {
 	std::vector<Anomaly> anomalies; // by time
 	std::vector<KeyStatus> keys;
-	size_t spans = 0; // spans replayed (after the layer filter)
+	size_t spans = 0; // spans judged (after the layer filter)
 };
 
 // layers: only spans of these layers (empty: all).
-OfflineReport detect_recording(const Recording &rec, DetectOptions opt, const std::vector<std::string> &layers = {});
+OfflineReport detect_recording(const Recording &rec, DetectOptions opt, const std::vector<std::string> &layers = {},
+			       bool replay = false);
+
+// A function's first calls in a process pay for its set-up (lazy
+// initialisation, cold caches and allocators): on Debian's torch 1.13 the
+// first call of an operator took 5 to 300 times its median, the second up
+// to 3 times. They are its warm-up, not scored.
+inline constexpr size_t kWarmupCalls = 2;
+// A mixture component of a robust fit holds at least this many calls.
+inline constexpr size_t kMinComponentCalls = 10;
+// A function needs this many calls (past warm-up) to take part in its
+// layer's pooled model: its median must mean something.
+inline constexpr size_t kMinPooledCalls = 3;
 
 } // namespace eacgm::detect

@@ -76,47 +76,6 @@ std::optional<OnlineDetector::Job> OnlineDetector::maybe_refit(const std::string
 	return job;
 }
 
-// A call unusual mostly for being quicker than its kind is not reported: an
-// operator asks what is slow or broken. And quicker is what a whole run
-// becomes when eacgm's overhead budget first throttles it (the job gets
-// the CPU eacgm gave back): a GPT run's first models, trained at full
-// rate, flagged a thousand and more of its calls after that. Not flagged,
-// such calls train the next refit, which learns the new normal.
-static bool only_faster(const std::vector<Attribution> &why)
-{
-	return !why.empty() && why[0].feature == kLogDuration && why[0].z < 0;
-}
-
-// A call unusual only in the context it ran in (the GPU's power, clocks,
-// utilisation and memory, the host's scheduling delay) while its own
-// measures (duration, bytes, bandwidth, gap, call site) are each typical is
-// not reported either: the context is the same for every call at that
-// moment, so flagging one flags them all. Seen on an H100: the GPU went
-// from 123 to 179 W once the first models were fitted, and a 30-step
-// ResNet-18 run had 9,231 calls flagged for gpu_power_w alone. A call
-// whose own measure is off by kOwnSd of its component's spread (slower,
-// for the duration), or whose call site is its first cause, is reported.
-// Not flagged, the others train the next refit, which learns the context.
-static bool only_context(const KeyModel &m, const Scored &sc, const std::vector<Attribution> &why)
-{
-	constexpr double kOwnSd = 3;
-	const auto &used = m.used();
-	if (std::none_of(used.begin(), used.end(), [](unsigned f) { return f > kCallSite; }))
-		return false; // no context in this model
-	if (!why.empty() && why[0].feature == kCallSite)
-		return false;
-	const Gmm &g = m.gmm();
-	const unsigned k = sc.winner.component;
-	for (size_t j = 0; j < used.size(); j++) {
-		if (used[j] >= kCallSite)
-			continue;
-		double z = (sc.z(j) - g.means()(j, k)) / std::sqrt(g.covs().slice(k)(j, j));
-		if (used[j] == kLogDuration ? z >= kOwnSd : std::abs(z) >= kOwnSd)
-			return false;
-	}
-	return true;
-}
-
 // Whether a key's call number n goes into its window: every call up to
 // max_window_rows, then every k-th, the window's max_window_events calls
 // thinned to about max_window_rows.
@@ -210,11 +169,7 @@ std::optional<Anomaly> OnlineDetector::observe(const Span &s)
 			Scored sc = ks.model->score(o);
 			ks.st.scored++;
 			// Why, worked out once for the two rules; only for a call over the threshold.
-			auto reportable = [&] {
-				auto why = attribute(*ks.model, sc);
-				return !only_faster(why) && !only_context(*ks.model, sc, why);
-			};
-			if (ks.model->anomalous(sc) && reportable()) {
+			if (ks.model->anomalous(sc) && reportable(*ks.model, sc, opt_.worth)) {
 				flagged = true;
 				ks.st.flagged++;
 				Anomaly a{.ts_ns = s.start_ns,

@@ -33,6 +33,7 @@
 #include "common/model.h"
 #include "detect/features.h"
 #include "detect/keymodel.h"
+#include "detect/rootcause.h"
 
 namespace eacgm::detect {
 
@@ -59,6 +60,9 @@ struct DetectOptions {
 	double refit_cpu_share = 0;
 	double refit_burst_s = 1.0;
 	uint64_t context_margin_ns = 100'000'000; // root cause looks this far around an event
+	// A call flagged for its duration or gap is reported only when it is
+	// that much slower than typical (rootcause.h; eacgm detect: 2x and 10 µs).
+	Worth worth;
 	// Metrics and events are kept this far behind the newest span scored:
 	// a span's features and causes are read from them once, when it is
 	// scored, and spans come at most a few seconds late. Kept for the whole

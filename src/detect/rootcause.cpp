@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <map>
 
-#include "export/summary.h"
+#include "common/units.h"
 
 namespace eacgm::detect {
 
@@ -41,6 +41,55 @@ double share_of(const std::vector<Attribution> &attr, unsigned f)
 }
 
 } // namespace
+
+// A call unusual mostly for being quicker than its kind, or for coming
+// sooner after the last one, is not reported: an operator asks what is slow
+// or broken. And quicker is what a whole run becomes when eacgm's overhead
+// budget first throttles it (the job gets the CPU eacgm gave back): a GPT
+// run's first models, trained at full rate, flagged a thousand and more of
+// its calls after that. Not flagged, such calls train the next refit, which
+// learns the new normal.
+static bool only_faster(const std::vector<Attribution> &why)
+{
+	return !why.empty() && (why[0].feature == kLogDuration || why[0].feature == kLogGap) && why[0].z < 0;
+}
+
+// Whether the first cause is the call's duration or gap, longer than typical.
+static bool slower(const std::vector<Attribution> &why)
+{
+	return !why.empty() && (why[0].feature == kLogDuration || why[0].feature == kLogGap) && why[0].z > 0 &&
+		why[0].typical > 0;
+}
+
+// A call unusual only in the context it ran in (the GPU's power, clocks,
+// utilisation and memory, the host's scheduling delay) while its own
+// measures (duration, bytes, bandwidth, gap, call site) are each typical is
+// not reported either: the context is the same for every call at that
+// moment, so flagging one flags them all. Seen on an H100: the GPU went
+// from 123 to 179 W once the first models were fitted, and a 30-step
+// ResNet-18 run had 9,231 calls flagged for gpu_power_w alone. A call
+// whose own measure is off by kOwnSd of its component's spread (slower,
+// for the duration), or whose call site is its first cause, is reported.
+// Not flagged, the others train the next refit, which learns the context.
+static bool only_context(const KeyModel &m, const Scored &sc, const std::vector<Attribution> &why)
+{
+	constexpr double kOwnSd = 3;
+	const auto &used = m.used();
+	if (std::none_of(used.begin(), used.end(), [](unsigned f) { return f > kCallSite; }))
+		return false; // no context in this model
+	if (!why.empty() && why[0].feature == kCallSite)
+		return false;
+	const Gmm &g = m.gmm();
+	const unsigned k = sc.winner.component;
+	for (size_t j = 0; j < used.size(); j++) {
+		if (used[j] >= kCallSite)
+			continue;
+		double z = (sc.z(j) - g.means()(j, k)) / std::sqrt(g.covs().slice(k)(j, j));
+		if (used[j] == kLogDuration ? z >= kOwnSd : std::abs(z) >= kOwnSd)
+			return false;
+	}
+	return true;
+}
 
 std::vector<Attribution> attribute(const KeyModel &m, const Scored &s)
 {
@@ -78,6 +127,20 @@ std::vector<Attribution> attribute(const KeyModel &m, const Scored &s)
 	std::stable_sort(out.begin(), out.end(),
 			 [](const Attribution &a, const Attribution &b) { return a.share > b.share; });
 	return out;
+}
+
+bool reportable(const KeyModel &m, const Scored &s, const Worth &worth)
+{
+	auto why = attribute(m, s);
+	if (only_faster(why) || only_context(m, s, why))
+		return false;
+	// Statistically clear is not always worth telling: a 2 µs call that
+	// took 5 µs, on a function that never varies, is 10 standard deviations
+	// out, and what a cache miss or an interrupt costs any call.
+	if (!slower(why))
+		return true;
+	return why[0].value >= worth.min_slowdown * why[0].typical &&
+		why[0].value - why[0].typical >= static_cast<double>(worth.min_excess_ns);
 }
 
 void explain(Anomaly &a, const Span &span, const Observation &o, const KeyModel &m, const Scored &s, const Context &ctx,

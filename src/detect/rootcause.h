@@ -47,6 +47,21 @@ struct Attribution {
 // One per feature the model uses, largest share first.
 std::vector<Attribution> attribute(const KeyModel &m, const Scored &s);
 
+// How much slower than typical a call flagged for its duration or its gap
+// must be to be worth reporting: min_slowdown times the typical value, and
+// min_excess_ns more (0 and 0: any).
+struct Worth {
+	double min_slowdown = 0;
+	uint64_t min_excess_ns = 0;
+};
+
+// Whether a call over its key's threshold is reported: not when it is
+// unusual mostly for being quicker than its kind (or sooner), nor only for
+// the context it ran in (GPU power, clocks, the host's scheduling delay)
+// while its own measures are typical (rootcause.cpp says why), nor when its
+// first cause is its duration or gap and that is not worth it.
+bool reportable(const KeyModel &m, const Scored &s, const Worth &worth = {});
+
 // Fills a.features and a.causes.
 void explain(Anomaly &a, const Span &span, const Observation &o, const KeyModel &m, const Scored &s, const Context &ctx,
 	     uint64_t margin_ns);

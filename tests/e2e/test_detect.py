@@ -1,18 +1,22 @@
-"""eacgm detect on a recorded PyTorch CPU training run in which one operator
-(SlowLinear's forward aten::mm, tests/testprogs/torch_slow.py) is slowed on
-known steps: the slowed calls are flagged (F1 over the operator's spans),
-named with log_duration as the first cause, and the anomalies reach the
-store, the Perfetto trace and the summary. Plus the command's errors."""
+"""eacgm detect on recorded PyTorch CPU training runs in which one operator is
+slowed on known steps: SlowLinear's forward aten::mm on 22 of 600 steps
+(tests/testprogs/torch_slow.py), and softmax 30x on 4 of 60 steps
+(tests/testprogs/torch_softmax.py: too few calls for a cold start, judged
+from the first). The slowed calls are flagged, named with log_duration as
+the first cause, and the anomalies reach the store, the Perfetto trace and
+the summary. Plus the command's errors."""
 import json
 import os
+import statistics
 import subprocess
 import unittest
 
 import eacgm_e2e as E
 
 PROG = os.path.join(E.SOURCE_DIR, "tests", "testprogs", "torch_slow.py")
+SOFTMAX = os.path.join(E.SOURCE_DIR, "tests", "testprogs", "torch_softmax.py")
 STEPS = 600
-SLOW = list(range(50, STEPS, 25))  # 22 steps, after the cold start (200 aten::mm calls: 34 steps)
+SLOW = list(range(50, STEPS, 25))  # 22 steps (past --replay's cold start: 200 aten::mm calls, 34 steps)
 FACTOR = 16384  # the slowed matmul does 16384x the work: 10-40 ms instead of ~10 us
 FPR = 1e-4
 
@@ -29,8 +33,13 @@ class DetectSlowOperator(unittest.TestCase):
         # and then, which makes real, unplanted anomalies of a 10 us matmul.
         db = os.path.join(cls.tmp, "r.db")
         # Offline detection is what is tested: no online scoring during the run.
-        p = E.run(["nice", "-n", "-20", E.EACGM, "record", "-o", db, "--layers", "torch,python", "--no-detect", "--",
-                   "/usr/bin/python3", PROG, str(STEPS), ",".join(map(str, SLOW)), str(FACTOR)], timeout=300)
+        # Python stacks behind the calls (call sites) but no periodic samples:
+        # a sample taken inside a call runs the stack walker there (some 20 to
+        # 40 us), which a 2 us matmul shows as a 15x stall (README, Anomaly
+        # detection), and detect rightly reports it.
+        p = E.run(["nice", "-n", "-20", E.EACGM, "record", "-o", db, "--layers", "torch,python", "--sample-hz", "0",
+                   "--no-detect", "--", "/usr/bin/python3", PROG, str(STEPS), ",".join(map(str, SLOW)), str(FACTOR)],
+                  timeout=300)
         cls.rec = E.Recording(None, p.returncode, p.stdout, p.stderr, db, os.path.join(cls.tmp, "r.trace.json"))
         cls.steps, cls.slow = {}, {}
         for line in p.stdout.splitlines():
@@ -57,11 +66,17 @@ class DetectSlowOperator(unittest.TestCase):
     def test_f1_over_the_operators_spans(self):
         # Truth: the aten::mm spans inside the printed windows of the slowed
         # calls (exactly one per slowed step); predicted: aten::mm anomalies.
+        # A flagged call in a step the run itself measured as stalled (50 us
+        # over the median step: this 2-core VM stalls a few steps a run with
+        # no tracer at all) is a real stall, not a false alarm.
         spans = self.rec.spans("layer = 'torch' AND name = 'aten::mm'")
         truth = {s["start_ns"] for s in spans if self.slowed_step(s["start_ns"]) is not None}
         self.assertEqual(len(truth), len(SLOW))
+        median = statistics.median(t1 - t0 for s, (t0, t1) in self.steps.items() if s not in self.slow)
+        stalled = [(t0, t1) for s, (t0, t1) in self.steps.items() if s not in self.slow and t1 - t0 > median + 50_000]
         pred = {a["time_ns"] for a in self.mm_anomalies()}
-        tp, fp, fn = len(pred & truth), len(pred - truth), len(truth - pred)
+        real = {t for t in pred - truth if any(t0 <= t <= t1 for t0, t1 in stalled)}
+        tp, fp, fn = len(pred & truth), len(pred - truth - real), len(truth - pred)
         f1 = 2 * tp / (2 * tp + fp + fn)
         # Steps: those holding any torch anomaly, against the slowed steps (reported,
         # not asserted: a slowed step also delays the next ops' arrival, log_gap).
@@ -69,8 +84,8 @@ class DetectSlowOperator(unittest.TestCase):
                          for a in self.out["anomalies"] if a["layer"] == "torch" and t0 <= a["time_ns"] <= t1}
         stp = len(flagged_steps & set(SLOW))
         step_f1 = 2 * stp / (2 * stp + len(flagged_steps - set(SLOW)) + len(set(SLOW) - flagged_steps))
-        print("\naten::mm spans: tp %d fp %d fn %d F1 %.3f; steps with a torch anomaly: F1 %.3f" %
-              (tp, fp, fn, f1, step_f1))
+        print("\naten::mm spans: tp %d fp %d (and %d in stalled steps) fn %d F1 %.3f; steps with a torch anomaly: "
+              "F1 %.3f" % (tp, fp, len(real), fn, f1, step_f1))
         self.assertGreaterEqual(f1, 0.9, "tp %d fp %d fn %d" % (tp, fp, fn))
 
     def test_cause_is_the_operator_and_its_duration(self):
@@ -89,19 +104,28 @@ class DetectSlowOperator(unittest.TestCase):
                 for k in ("time_ns", "unix_time", "dur_ns", "pid", "tid", "score", "threshold"):
                     self.assertIn(k, a)
 
-    def test_keys_report_cold_start_and_too_few(self):
+    def test_keys_report_their_model_and_warm_up(self):
         keys = {k["key"]: k for k in self.out["keys"]}
         mm = keys["torch/aten::mm"]
         self.assertTrue(mm["trained"])
         self.assertEqual(mm["seen"], 6 * STEPS)  # 1 forward + 5 backward per step
+        self.assertEqual(mm["scored"], mm["seen"] - 2)  # all but its 2 warm-up calls
+        self.assertIn("fitted on its %d calls" % (mm["seen"] - 2), mm["note"])
+        self.assertIn("2 warm-up calls", mm["note"])
+        self.assertIn("log_duration", mm["features"])
+        # Every function without a model says why: too few calls, or no feature to model.
+        few = [k for k in self.out["keys"] if not k["trained"]]
+        self.assertEqual([k for k in few if not k["note"].startswith(("too few events", "not trained: "))], [])
+
+    def test_replay_judges_as_the_live_agent_did(self):
+        r = E.eacgm("detect", self.rec.db, "--json", "--fpr", str(FPR), "--replay", "--no-store")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        out = json.loads(r.stdout)
+        mm = {k["key"]: k for k in out["keys"]}["torch/aten::mm"]
         self.assertEqual(mm["scored"], mm["seen"] - 200)
         self.assertIn("cold start: the first 200 events", mm["note"])
-        self.assertIn("log_duration", mm["features"])
-        few = [k for k in self.out["keys"] if not k["trained"]]
-        self.assertTrue(few)
-        self.assertTrue(any(k["note"].startswith("too few events") for k in few))
-        # Every function without a model says why: too few calls, or no feature to model.
-        self.assertEqual([k for k in few if not k["note"].startswith(("too few events", "not trained: "))], [])
+        slowed = [a for a in out["anomalies"] if a["name"] == "aten::mm" and self.slowed_step(a["time_ns"]) is not None]
+        self.assertEqual(len(slowed), len(SLOW))
 
     def test_store_trace_and_summary(self):
         rows = E.query(self.rec.db, "SELECT * FROM anomalies ORDER BY ts_ns")
@@ -163,19 +187,104 @@ class DetectErrors(unittest.TestCase):
     def test_help(self):
         r = E.eacgm("detect", "--help")
         self.assertEqual(r.returncode, 0)
-        for opt in ("--json", "--fpr", "--covariance", "--components", "--rule", "--window", "--cold-start",
-                    "--layers", "--no-store"):
+        for opt in ("--json", "--fpr", "--covariance", "--components", "--rule", "--replay", "--window",
+                    "--cold-start", "--min-slowdown", "--min-excess", "--layers", "--no-store"):
             self.assertIn(opt, r.stdout)
 
     def test_too_few_events_is_said(self):
         E.require_root()
         rec = E.record(self.tmp, ["/usr/bin/python3", PROG, "5", ""], "--layers", "torch", name="short")
         self.assertEqual(rec.rc, 0, rec.stderr)
+        # Five steps: each function is scored by its layer's pooled model.
+        r = E.eacgm("detect", rec.db, "--no-store")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("too few calls for a model of its own: scored by the torch layer's pooled model", r.stdout)
+        # Replayed as the live agent saw it, none is.
+        r = E.eacgm("detect", rec.db, "--replay")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("0 anomalies", r.stdout)
+        self.assertIn("no function had enough calls for a model (the first needs 200)", r.stdout)
+        self.assertIn("too few events", r.stdout)
+        # Two steps: not even a pool (each function's calls are its warm-up).
+        rec = E.record(self.tmp, ["/usr/bin/python3", PROG, "2", ""], "--layers", "torch", name="shorter")
         r = E.eacgm("detect", rec.db)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("0 anomalies", r.stdout)
-        self.assertIn("no function had enough calls for a model", r.stdout)
-        self.assertIn("too few events", r.stdout)
+        self.assertIn("no function had enough calls for a model (20 past its warm-up", r.stdout)
+        self.assertIn("too few calls for a model, even pooled", r.stdout)
+
+
+class DetectSlowSoftmax(unittest.TestCase):
+    """The issue's case: 60 steps, softmax about 30x slower on 4 of them,
+    recorded with the torch layer, then `eacgm detect` with its defaults.
+    Each function has 60 calls or so, far fewer than a cold start needs."""
+
+    STEPS, SLOW = 60, [12, 27, 41, 53]
+
+    @classmethod
+    def setUpClass(cls):
+        E.require_root()
+        cls.tmp = E.make_tempdir(cls)
+        db = os.path.join(cls.tmp, "s.db")
+        p = E.run(["nice", "-n", "-20", E.EACGM, "record", "-o", db, "--layers", "torch", "--no-detect", "--",
+                   "/usr/bin/python3", SOFTMAX, str(cls.STEPS), ",".join(map(str, cls.SLOW))], timeout=300)
+        cls.rc, cls.err = p.returncode, p.stderr
+        cls.steps, cls.slow = {}, {}
+        for line in p.stdout.splitlines():
+            f = line.split()
+            if f and f[0] in ("step", "slow"):
+                (cls.steps if f[0] == "step" else cls.slow)[int(f[1])] = (int(f[2]), int(f[3]))
+        cls.det = E.eacgm("detect", db, "--json")
+        cls.out = json.loads(cls.det.stdout) if cls.det.returncode == 0 else {"anomalies": []}
+        cls.spans = E.load_spans(db, "layer = 'torch'")
+
+    def test_recorded_and_detected(self):
+        self.assertEqual(self.rc, 0, self.err)
+        self.assertEqual(self.det.returncode, 0, self.det.stderr)
+        self.assertEqual(sorted(self.slow), self.SLOW)
+
+    def in_window(self, t):
+        return any(t0 <= t <= t1 for t0, t1 in self.slow.values())
+
+    def test_each_slowed_softmax_is_flagged_for_its_duration(self):
+        for step, (t0, t1) in sorted(self.slow.items()):
+            with self.subTest(step=step):
+                inner = [s for s in self.spans if s["name"] == "aten::_softmax" and t0 <= s["start_ns"] <= t1]
+                self.assertEqual(len(inner), 1)
+                flagged = [a for a in self.out["anomalies"] if a["time_ns"] == inner[0]["start_ns"]]
+                self.assertEqual(len(flagged), 1, "the slowed aten::_softmax of step %d" % step)
+                a = flagged[0]
+                self.assertEqual(a["causes"][0]["feature"], "log_duration")
+                self.assertGreater(a["features"]["log_duration"]["value"],
+                                   10 * a["features"]["log_duration"]["typical"])
+        # Its caller, aten::softmax, is the same slowness: folded, not told again.
+        self.assertEqual([a for a in self.out["anomalies"] if a["name"] == "aten::softmax_int" and
+                          self.in_window(a["time_ns"])], [])
+
+    def test_at_most_two_others_where_the_run_was_steady(self):
+        # An anomaly outside the slowed calls is a false alarm unless the run
+        # itself measured a stall there: a step (or, for a call flagged for its
+        # late arrival, any step of its gap) 50 us over the median step, or a
+        # slowed step (its collateral). This 2-core VM stalls a step or a few
+        # per run with no tracer at all.
+        median = statistics.median(t1 - t0 for s, (t0, t1) in self.steps.items() if s not in self.slow)
+        unusual = [(t0, t1) for s, (t0, t1) in self.steps.items() if s in self.slow or t1 - t0 > median + 50_000]
+        others = [a for a in self.out["anomalies"] if not self.in_window(a["time_ns"])]
+
+        def interval(a):
+            t0 = a["time_ns"]
+            if a["causes"][0]["feature"] == "log_gap":
+                t0 -= int(a["features"]["log_gap"]["value"])
+            return t0, a["time_ns"] + a["dur_ns"]
+        false = [a for a in others if not any(interval(a)[0] <= u1 and interval(a)[1] >= u0 for u0, u1 in unusual)]
+        print("\nsoftmax case: %d anomalies, %d slowed found, %d others (%d where the run measured no stall)" %
+              (len(self.out["anomalies"]), len(self.out["anomalies"]) - len(others), len(others), len(false)))
+        self.assertLessEqual(len(false), 2, [(a["name"], a["causes"][0]["what"]) for a in false])
+
+    def test_every_function_is_judged_from_its_first_steps(self):
+        for k in self.out["keys"]:
+            self.assertTrue(k["trained"], k)
+            self.assertEqual(k["scored"], k["seen"] - 2, k)
 
 
 if __name__ == "__main__":

@@ -363,7 +363,11 @@ TEST(OnlineDetector, AlwaysOnSubsampledFitFlagsThePlantedCall)
 	ASSERT_TRUE(ha);
 	ASSERT_TRUE(hb) << "the subsampled fit missed the planted 2 ms call";
 	auto sa = a.status(), sb = b.status();
-	EXPECT_EQ(sb[0].trained_on, sa[0].trained_on) << "trained_on counts the window, not the subsample";
+	// trained_on counts the window (its calls less those flagged before),
+	// not the 2,000-row subsample; the two models may have flagged a
+	// borderline call differently.
+	EXPECT_GT(sb[0].trained_on, 8000u);
+	EXPECT_NEAR(double(sb[0].trained_on), double(sa[0].trained_on), 2.0);
 	EXPECT_EQ(sa[0].components, sb[0].components);
 	EXPECT_NEAR(sa[0].threshold, sb[0].threshold, 0.5);
 }
