@@ -13,6 +13,7 @@
 #include "common/clock.h"
 #include "common/fs.h"
 #include "common/text.h"
+#include "detect/status.h"
 #include "layers/gpu.h"
 #include "layers/host.h"
 #include "layers/torch.h"
@@ -160,6 +161,8 @@ Pipeline::Stop Pipeline::open_recorder(Sink &out)
 		detector_.emplace(dopt);
 		scoring_.emplace(*detector_);
 		chain_.add(&*scoring_);
+		// Which functions it scores yet, and which are in cold start.
+		collectors_.push_back(std::make_unique<detect::StatusCollector>(*detector_));
 	}
 	chain_.add(&out);
 	recorder_.emplace(*attacher_, *engine_, *tracker_, chain_, python_.get());

@@ -118,6 +118,8 @@ std::string metrics_section(const Recording &rec, size_t max_rows_per_layer)
 	};
 	std::map<std::tuple<std::string, std::string, std::string, uint32_t>, Acc> acc;
 	for (const Metric &m : rec.metrics) {
+		if (m.layer == "detect") // detection_section says it in words
+			continue;
 		Acc &a = acc[{m.layer, m.name, m.key, m.pid}];
 		a.min = a.n ? std::min(a.min, m.value) : m.value;
 		a.max = a.n ? std::max(a.max, m.value) : m.value;
@@ -178,6 +180,44 @@ std::string metrics_section(const Recording &rec, size_t max_rows_per_layer)
 		}
 	}
 	return out;
+}
+
+// What online detection could judge, from its last status (detect/status.h):
+// the functions it scored and those still in cold start, which an empty
+// anomaly list says nothing about. Empty when the recording has none.
+std::string detection_section(const Recording &rec)
+{
+	double scored = -1, cold = -1;
+	std::map<std::string, double> calls; // the last value per function
+	for (const Metric &m : rec.metrics) {
+		if (m.layer != "detect")
+			continue;
+		if (m.name == "functions_scored")
+			scored = m.value;
+		else if (m.name == "functions_cold_start")
+			cold = m.value;
+		else if (m.name == "cold_start_calls")
+			calls[m.key] = m.value;
+	}
+	if (scored < 0)
+		return "";
+	std::string out = "\nonline detection: " + plural(size_t(scored), "function", "functions") + " scored";
+	if (cold <= 0)
+		return out + "\n";
+	out += "; " + std::to_string(size_t(cold)) +
+		" not yet (cold start: a function's first calls train its "
+		"model and are not scored; eacgm detect judges every call):";
+	size_t n = 0;
+	for (const auto &[key, c] : calls) {
+		if (c <= 0)
+			continue;
+		if (n++ == 8) {
+			out += " ...";
+			break;
+		}
+		out += (n > 1 ? ", " : " ") + key + " (" + std::to_string(size_t(c)) + " calls)";
+	}
+	return out + "\n";
 }
 
 // What `eacgm detect` found: how many per key, then the most anomalous
@@ -572,6 +612,7 @@ std::string format_summary(const Recording &rec, const SpanTally &tally, size_t 
 	out += stragglers_section(tally.stragglers(), max_rows_per_layer);
 	out += budget_section(rec);
 	out += metrics_section(rec, max_rows_per_layer);
+	out += detection_section(rec);
 	out += anomalies_section(rec, tally.spans() ? tally.first_ns() : 0, max_rows_per_layer);
 	out += "\n" + drops_line(rec.drops) + "\n";
 	return out;

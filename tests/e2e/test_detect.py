@@ -195,6 +195,14 @@ class DetectErrors(unittest.TestCase):
         E.require_root()
         rec = E.record(self.tmp, ["/usr/bin/python3", PROG, "5", ""], "--layers", "torch", name="short")
         self.assertEqual(rec.rc, 0, rec.stderr)
+        # Online, every function is still in its cold start: said, and measured.
+        keys = {s["name"] for s in rec.spans()}
+        self.assertIn("online detection: 0 functions scored; %d not yet (cold start" % len(keys), rec.stderr)
+        last = {}
+        for m in E.query(rec.db, "SELECT name, key, value FROM metrics WHERE layer = 'detect' ORDER BY ts_ns"):
+            last[(m["name"], m["key"])] = m["value"]
+        self.assertEqual(last[("functions_cold_start", "")], len(keys))
+        self.assertEqual(last[("cold_start_calls", "torch/aten::mm")], 30)  # 6 a step
         # Five steps: each function is scored by its layer's pooled model.
         r = E.eacgm("detect", rec.db, "--no-store")
         self.assertEqual(r.returncode, 0, r.stderr)

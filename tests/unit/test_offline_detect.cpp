@@ -7,6 +7,8 @@
 #include <random>
 
 #include "detect/offline.h"
+#include "detect/status.h"
+#include "export/summary.h"
 
 using namespace eacgm;
 using namespace eacgm::detect;
@@ -189,4 +191,55 @@ TEST(OfflineDetect, FewCallsArePooledPerLayer)
 	const KeyStatus &lone = key(rep, "cuda/cudaFree");
 	EXPECT_FALSE(lone.trained);
 	EXPECT_EQ(lone.note.rfind("too few events", 0), 0u) << lone.note;
+}
+
+// Online detection says what it cannot judge yet: per function in cold
+// start its calls so far, 0 once it has a model; the summary says it in
+// words.
+TEST(DetectStatus, ColdStartFunctionsAreMeasuredAndSummarised)
+{
+	DetectOptions o;
+	o.background = false;
+	o.cold_start = 40;
+	OnlineDetector det(o);
+	StatusCollector status(det, 1000);
+	Steps s = steps(30, {}, 1); // 30 calls of each function: all in cold start
+	for (const Span &sp : s.spans)
+		det.observe(sp);
+	std::vector<Metric> m1;
+	std::vector<Event> ev;
+	status.collect(1000, {}, m1, ev);
+	auto value = [](const std::vector<Metric> &ms, const std::string &name, const std::string &key) {
+		for (const Metric &m : ms)
+			if (m.layer == "detect" && m.name == name && m.key == key)
+				return m.value;
+		return -1.0;
+	};
+	EXPECT_EQ(value(m1, "functions_scored", ""), 0);
+	EXPECT_EQ(value(m1, "functions_cold_start", ""), 3);
+	EXPECT_EQ(value(m1, "cold_start_calls", "torch/aten::_softmax"), 30);
+	std::vector<Metric> early;
+	status.collect(1500, {}, early, ev); // not due yet
+	EXPECT_TRUE(early.empty());
+	Steps more = steps(30, {}, 1, 2);
+	for (Span sp : more.spans) {
+		sp.start_ns += 60'000'000'000ull;
+		if (sp.name != "aten::linear") // linear stays in cold start
+			det.observe(sp);
+	}
+	std::vector<Metric> m2;
+	status.collect(3000, {}, m2, ev);
+	EXPECT_EQ(value(m2, "functions_scored", ""), 2);
+	EXPECT_EQ(value(m2, "functions_cold_start", ""), 1);
+	EXPECT_EQ(value(m2, "cold_start_calls", "torch/aten::_softmax"), 0); // its gauge goes to 0
+	EXPECT_EQ(value(m2, "cold_start_calls", "torch/aten::linear"), 30);
+
+	Recording rec;
+	rec.metrics = m1;
+	rec.metrics.insert(rec.metrics.end(), m2.begin(), m2.end());
+	std::string text = format_summary(rec);
+	EXPECT_NE(text.find("online detection: 2 functions scored; 1 not yet (cold start"), std::string::npos) << text;
+	EXPECT_NE(text.find("torch/aten::linear (30 calls)"), std::string::npos) << text;
+	EXPECT_EQ(text.find("torch/aten::_softmax ("), std::string::npos) << text;
+	EXPECT_EQ(text.find("detect metrics"), std::string::npos) << text; // not a table of numbers too
 }
