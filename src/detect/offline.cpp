@@ -343,17 +343,7 @@ void score_all(KeyCalls &kc, const Context &ctx, const DetectOptions &opt, std::
 		kc.st.scored++;
 		if (!kc.model->anomalous(sc) || !reportable(*kc.model, sc, opt.worth))
 			continue;
-		const Span &s = *c.span;
-		Anomaly a{.ts_ns = s.start_ns,
-			  .dur_ns = s.dur_ns,
-			  .pid = s.pid,
-			  .tid = s.tid,
-			  .layer = s.layer,
-			  .name = s.name,
-			  .score = sc.score,
-			  .threshold = kc.model->threshold().value};
-		explain(a, s, c.o, *kc.model, sc, ctx, opt.context_margin_ns);
-		out.push_back(std::move(a));
+		out.push_back(anomaly_of(*c.span, c.o, *kc.model, sc, ctx, opt.context_margin_ns));
 	}
 	kc.st.note += "; " + std::to_string(warmups) + " warm-up calls (its first " + std::to_string(kWarmupCalls) +
 		" in each process) not scored";

@@ -168,20 +168,10 @@ std::optional<Anomaly> OnlineDetector::observe(const Span &s)
 		if (ks.model) {
 			Scored sc = ks.model->score(o);
 			ks.st.scored++;
-			// Why, worked out once for the two rules; only for a call over the threshold.
 			if (ks.model->anomalous(sc) && reportable(*ks.model, sc, opt_.worth)) {
 				flagged = true;
 				ks.st.flagged++;
-				Anomaly a{.ts_ns = s.start_ns,
-					  .dur_ns = s.dur_ns,
-					  .pid = s.pid,
-					  .tid = s.tid,
-					  .layer = s.layer,
-					  .name = s.name,
-					  .score = sc.score,
-					  .threshold = ks.model->threshold().value};
-				explain(a, s, o, *ks.model, sc, ctx_, opt_.context_margin_ns);
-				out = std::move(a);
+				out = anomaly_of(s, o, *ks.model, sc, ctx_, opt_.context_margin_ns);
 			}
 		} else if (ks.st.note.empty() || ks.st.note.starts_with("cold start") ||
 			   ks.st.note.starts_with("too few")) {

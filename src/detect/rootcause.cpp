@@ -256,4 +256,19 @@ void explain(Anomaly &a, const Span &span, const Observation &o, const KeyModel 
 	a.causes = json(causes);
 }
 
+Anomaly anomaly_of(const Span &span, const Observation &o, const KeyModel &m, const Scored &s, const Context &ctx,
+		   uint64_t margin_ns)
+{
+	Anomaly a{.ts_ns = span.start_ns,
+		  .dur_ns = span.dur_ns,
+		  .pid = span.pid,
+		  .tid = span.tid,
+		  .layer = span.layer,
+		  .name = span.name,
+		  .score = s.score,
+		  .threshold = m.threshold().value};
+	explain(a, span, o, m, s, ctx, margin_ns);
+	return a;
+}
+
 } // namespace eacgm::detect

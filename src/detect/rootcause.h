@@ -66,4 +66,9 @@ bool reportable(const KeyModel &m, const Scored &s, const Worth &worth = {});
 void explain(Anomaly &a, const Span &span, const Observation &o, const KeyModel &m, const Scored &s, const Context &ctx,
 	     uint64_t margin_ns);
 
+// The anomaly a flagged call is: where and when, its score against the
+// threshold, explained.
+Anomaly anomaly_of(const Span &span, const Observation &o, const KeyModel &m, const Scored &s, const Context &ctx,
+		   uint64_t margin_ns);
+
 } // namespace eacgm::detect
