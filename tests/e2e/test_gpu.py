@@ -88,7 +88,7 @@ class GpuRecording(unittest.TestCase):
                            env={"LD_LIBRARY_PATH": STANDIN_DIR, "EACGM_NVML_SCENARIO": scenario})
         with open(origin_file) as f:
             cls.origin = int(f.read())
-        cls.metrics = cls.rec.query("SELECT * FROM metrics ORDER BY ts_ns, rowid")
+        cls.metrics = cls.rec.query("SELECT * FROM metrics WHERE layer = 'gpu' ORDER BY ts_ns, rowid")
         cls.events = cls.rec.query("SELECT * FROM events ORDER BY ts_ns, rowid")
         for e in cls.events:
             e["args"] = json.loads(e["args"]) if e["args"] else {}
@@ -111,7 +111,9 @@ class GpuRecording(unittest.TestCase):
         self.assertNotIn("gpu layer unavailable", self.rec.stderr)
 
     def test_device_values_as_scripted(self):
-        self.assertEqual({m["layer"] for m in self.metrics}, {"gpu"})
+        # The gpu layer's measures, and online detection's status (detect/status.h).
+        layers = {m["layer"] for m in self.rec.query("SELECT DISTINCT layer FROM metrics")}
+        self.assertEqual(layers, {"gpu", "detect"})
         for key, dev in (("gpu0", GPU0), ("gpu1", GPU1)):
             for name, (field, factor) in FROM_SCENARIO.items():
                 rows = self.rows(key, name)
@@ -192,7 +194,7 @@ class GpuWithoutNvml(unittest.TestCase):
         self.assertEqual(rec.rc, 3, rec.stderr)
         self.assertEqual(rec.stderr.count(UNAVAILABLE), 1, rec.stderr)
         self.assertEqual(len(rec.spans()), E.CUDA_CALLS_SPANS)
-        self.assertEqual(rec.query("SELECT COUNT(*) AS n FROM metrics")[0]["n"], 0)
+        self.assertEqual(rec.query("SELECT COUNT(*) AS n FROM metrics WHERE layer = 'gpu'")[0]["n"], 0)
         self.assertEqual(rec.query("SELECT COUNT(*) AS n FROM events")[0]["n"], 0)
 
 
