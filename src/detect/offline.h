@@ -8,18 +8,22 @@
 //  2. A function's first kWarmupCalls calls in each process are its warm-up
 //     and are not scored; nor do they train the model.
 //  3. A function with at least KeyModel::kMinTrain calls gets its own model,
-//     fitted twice: on all its calls, then without the calls the first fit
-//     flagged, the threshold calibrated on the calls fitted (a few slowed
-//     calls among 60 would otherwise widen the model and drag the
-//     extrapolated threshold below themselves). A mixture component must
-//     hold kMinComponentCalls calls (and --min-weight of them), so that a
-//     handful of slowed calls cannot become a mode of their own.
+//     fitted twice: first with any mode allowed, so that a few slowed calls
+//     gather in a component of their own rather than widen the normal one;
+//     then without the members of components too rare to be a mode (under
+//     --min-weight of the calls, or kMinComponentCalls) and the calls the
+//     first fit flagged, each mode now holding that many at least, the
+//     threshold calibrated on the calls fitted (a few slowed calls among 60
+//     would otherwise drag the extrapolated threshold below themselves).
 //  4. The functions with fewer calls are pooled per layer: each call's own
 //     measures (duration, bytes, bandwidth, gap) relative to its function's
 //     median, one model for the layer's pooled calls fitted as in 3, and
 //     each function scored by it in its own units (KeyModel::shifted).
 //  5. What the online detector would not report is not reported here either
-//     (rootcause.h's reportable()).
+//     (rootcause.h's reportable(): not quicker, not context alone, worth it).
+//  6. Echoes are folded (fold_echoes in offline.cpp): the caller of a slow
+//     call, the calls made late behind it, and every call late for one stall
+//     but the first are not told apart from what made them late.
 //
 // With replay, the recording is instead replayed through the online
 // detector in time order with inline refits: the answer the live agent
