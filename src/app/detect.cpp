@@ -7,6 +7,7 @@
 
 #include "app/commands.h"
 #include "detect/offline.h"
+#include "detect/rootcause.h"
 #include "export/summary.h"
 #include "store/store.h"
 
@@ -39,6 +40,7 @@ json anomaly_json(const Anomaly &a, int64_t wall_offset_ns)
 		{"tid", a.tid},
 		{"score", a.score},
 		{"threshold", a.threshold},
+		{"fault", detect::fault_class(a)},
 		{"features", a.features},
 		{"causes", a.causes}};
 }
@@ -160,10 +162,11 @@ int run_detect(const DetectArgs &args)
 				  << " more anomalies (--max-rows 0 or --json shows all)\n";
 			break;
 		}
-		std::snprintf(line, sizeof line, "\n+%s %s %s pid %u tid %u: score %.1f < %.1f\n",
+		std::snprintf(line, sizeof line, "\n+%s %s %s pid %u tid %u: score %.1f < %.1f",
 			      format_duration(static_cast<double>(a.ts_ns - std::min(first, a.ts_ns))).c_str(),
 			      a.layer.c_str(), a.name.c_str(), a.pid, a.tid, a.score, a.threshold);
-		std::cout << line;
+		std::string fault = detect::fault_class(a);
+		std::cout << line << (fault.empty() ? "" : ": " + detect::fault_name(fault)) << "\n";
 		for (size_t i = 0; i < a.causes.size() && i < 3; i++)
 			std::snprintf(line, sizeof line, "  %.2f %s\n", a.causes[i].value("strength", 0.0),
 				      a.causes[i].value("what", std::string("?")).c_str()),

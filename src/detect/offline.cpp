@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <set>
 
+#include "common/units.h"
 #include "detect/rootcause.h"
+#include "ingest/collectives.h"
 
 namespace eacgm::detect {
 
@@ -349,6 +351,43 @@ void score_all(KeyCalls &kc, const Context &ctx, const DetectOptions &opt, std::
 		" in each process) not scored";
 }
 
+// A collective that waited for a rank arriving last: that rank is its
+// cause, ahead of its own duration, when the wait (the last rank's start
+// less this one's) is at least half of what the call took beyond typical.
+// The other ranks are the recording's (one node's ranks, or eacgm merge's).
+void name_stragglers(std::vector<Anomaly> &anomalies, const Recording &rec)
+{
+	std::map<std::tuple<uint32_t, uint32_t, uint64_t>, std::pair<const Round *, const Arrival *>> at;
+	std::vector<Round> rounds = match_collectives(rec.spans);
+	for (const Round &r : rounds)
+		for (const Arrival &a : r.arrivals)
+			at[{a.pid, a.tid, a.start_ns}] = {&r, &a};
+	for (Anomaly &a : anomalies) {
+		auto it = at.find({a.pid, a.tid, a.ts_ns});
+		if (it == at.end())
+			continue;
+		const auto &[round, me] = it->second;
+		const Arrival &last = round->last();
+		double waited = static_cast<double>(last.start_ns) - static_cast<double>(me->start_ns);
+		if (last.rank == me->rank || waited <= 0 || 2 * waited < excess(a, "log_duration"))
+			continue;
+		nlohmann::json cause = {{"kind", "straggler"},
+					{"fault", "straggling_rank"},
+					{"what",
+					 a.name + " (seq " + std::to_string(round->key.seq) + ") waited " +
+						 format_duration(waited) + " for rank " + std::to_string(last.rank) +
+						 ", which arrived last of " + std::to_string(round->key.nranks)},
+					{"strength", 1.0},
+					{"evidence",
+					 {{"rank", me->rank},
+					  {"last_rank", last.rank},
+					  {"seq", round->key.seq},
+					  {"waited_ns", waited},
+					  {"last_pid", last.pid}}}};
+		a.causes.insert(a.causes.begin(), cause);
+	}
+}
+
 OfflineReport replay(const Recording &rec, DetectOptions opt, const std::vector<std::string> &layers)
 {
 	opt.background = false;
@@ -405,6 +444,7 @@ OfflineReport detect_recording(const Recording &rec, DetectOptions opt, const st
 				" past warm-up, and no pooled model of its layer to score them";
 	}
 	fold_echoes(rep.anomalies, lateness(keys), opt.worth);
+	name_stragglers(rep.anomalies, rec);
 	std::sort(rep.anomalies.begin(), rep.anomalies.end(),
 		  [](const Anomaly &a, const Anomaly &b) { return a.ts_ns < b.ts_ns; });
 	std::map<std::string, size_t> flagged;

@@ -143,6 +143,40 @@ bool reportable(const KeyModel &m, const Scored &s, const Worth &worth)
 		why[0].value - why[0].typical >= static_cast<double>(worth.min_excess_ns);
 }
 
+// The fault a feature's excess points to (rootcause.h's fault classes).
+static const char *fault_of(unsigned feature, const std::string &layer)
+{
+	switch (feature) {
+	case kLogDuration: return layer == "python" ? "python_slow" : "operator_slow";
+	case kLogGap: return "stall";
+	case kLogBytes:
+	case kLogBandwidth: return "data_size";
+	case kCallSite: return "code_path";
+	case kHostSchedDelay: return "cpu_contention";
+	case kHostRetransmits: return "network";
+	default: return "gpu"; // the gpu_* features
+	}
+}
+
+// Memory pressure: the machine's tasks stalled on memory (PSI) around the
+// call, in the host intervals that cover it.
+static void memory_pressure(std::vector<json> &causes, const Context &ctx, uint64_t t0, uint64_t t1)
+{
+	double stall_us = 0;
+	for (const auto &x : ctx.covering("host", "psi_memory_some_stall_us", 0, t0, t1))
+		stall_us += x.value;
+	if (stall_us <= 0)
+		return;
+	double covered_us = static_cast<double>(t1 - t0) / 1e3;
+	causes.push_back({{"kind", "memory_pressure"},
+			  {"fault", "memory_pressure"},
+			  {"what",
+			   "memory pressure: tasks stalled on memory for " + format_duration(stall_us * 1e3) +
+				   " in the host intervals around the call"},
+			  {"strength", std::min(1.0, 0.5 + 0.5 * std::min(1.0, stall_us / covered_us))},
+			  {"evidence", {{"psi_memory_some_stall_us", stall_us}}}});
+}
+
 void explain(Anomaly &a, const Span &span, const Observation &o, const KeyModel &m, const Scored &s, const Context &ctx,
 	     uint64_t margin_ns)
 {
@@ -164,6 +198,7 @@ void explain(Anomaly &a, const Span &span, const Observation &o, const KeyModel 
 		causes.push_back(
 			{{"kind", "feature"},
 			 {"feature", kFeatures[x.feature].name},
+			 {"fault", fault_of(x.feature, span.layer)},
 			 {"what", span.name + ": " + what},
 			 {"strength", x.share},
 			 {"evidence",
@@ -184,6 +219,7 @@ void explain(Anomaly &a, const Span &span, const Observation &o, const KeyModel 
 			}
 		if (total > 0)
 			causes.push_back({{"kind", "network"},
+					  {"fault", "network"},
 					  {"what",
 					   fmt(total, "%.0f") + " TCP retransmits of process " +
 						   std::to_string(span.pid) + " around the call"},
@@ -207,6 +243,7 @@ void explain(Anomaly &a, const Span &span, const Observation &o, const KeyModel 
 				ev[top[i].first] = top[i].second;
 			causes.push_back(
 				{{"kind", "cpu_interference"},
+				 {"fault", "cpu_contention"},
 				 {"what",
 				  "CPU interference: " + top[0].first + " ran " + format_duration(top[0].second) +
 					  " on the CPUs process " + std::to_string(span.pid) + " waited for"},
@@ -228,6 +265,7 @@ void explain(Anomaly &a, const Span &span, const Observation &o, const KeyModel 
 				mask = x.value;
 		if (!reasons.empty() || mask != 0)
 			causes.push_back({{"kind", "gpu_throttle"},
+					  {"fault", "gpu"},
 					  {"what", "GPU clocks throttled around the call"},
 					  {"strength", 0.5 + 0.5 * share_of(attr, kGpuClockSm)},
 					  {"evidence", {{"events", reasons}, {"throttle_reasons_mask", mask}}}});
@@ -237,6 +275,7 @@ void explain(Anomaly &a, const Span &span, const Observation &o, const KeyModel 
 		size_t seen = m.site_count(o.site);
 		if (o.site != m.common_site() && static_cast<double>(seen) < 0.01 * static_cast<double>(m.trained_on()))
 			causes.push_back({{"kind", "call_site"},
+					  {"fault", "code_path"},
 					  {"what",
 					   span.name + " called from " + o.site +
 						   (seen ? ", rare in training (" + std::to_string(seen) + " of " +
@@ -250,10 +289,36 @@ void explain(Anomaly &a, const Span &span, const Observation &o, const KeyModel 
 					    {"usual", m.common_site()},
 					    {"usual_count", m.site_count(m.common_site())}}}});
 	}
+	memory_pressure(causes, ctx, t0, t1);
 	std::stable_sort(causes.begin(), causes.end(), [](const json &x, const json &y) {
 		return x["strength"].get<double>() > y["strength"].get<double>();
 	});
 	a.causes = json(causes);
+}
+
+std::string fault_class(const Anomaly &a)
+{
+	if (!a.causes.is_array() || a.causes.empty() || !a.causes[0].contains("fault"))
+		return "";
+	return a.causes[0]["fault"].get<std::string>();
+}
+
+std::string fault_name(const std::string &fault)
+{
+	static const std::map<std::string, std::string> names = {
+		{"operator_slow", "operator slow"},
+		{"python_slow", "Python slow"},
+		{"stall", "stall (time outside the traced calls: Python, I/O or waiting for a CPU)"},
+		{"cpu_contention", "CPU contention"},
+		{"memory_pressure", "memory pressure"},
+		{"network", "network delay or loss"},
+		{"straggling_rank", "straggling rank"},
+		{"gpu", "GPU"},
+		{"data_size", "data size"},
+		{"code_path", "unusual code path"},
+	};
+	auto it = names.find(fault);
+	return it == names.end() ? fault : it->second;
 }
 
 Anomaly anomaly_of(const Span &span, const Observation &o, const KeyModel &m, const Scored &s, const Context &ctx,

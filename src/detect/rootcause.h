@@ -66,6 +66,23 @@ bool reportable(const KeyModel &m, const Scored &s, const Worth &worth = {});
 void explain(Anomaly &a, const Span &span, const Observation &o, const KeyModel &m, const Scored &s, const Context &ctx,
 	     uint64_t margin_ns);
 
+// Fault classes: every cause carries the class of fault it points to
+// ("fault"), and an anomaly's class is its first cause's:
+//   operator_slow    the call itself took longer (log_duration; a python
+//                    layer span's: python_slow)
+//   stall            it came late: time outside the traced calls before it
+//                    (Python, I/O, waiting for a CPU) (log_gap)
+//   cpu_contention   others ran on its CPUs (host interference, run-queue delay)
+//   memory_pressure  tasks stalled on memory around it (PSI)
+//   network          TCP retransmits of its process (host_log_retrans)
+//   straggling_rank  a collective that waited for a rank that arrived last
+//                    (offline.h, from the recording's other ranks)
+//   gpu, data_size, code_path  GPU state or throttling, bytes moved, a rare
+//                    call site
+std::string fault_class(const Anomaly &a); // "" when the causes name none
+// The class as users read it: "operator slow", "straggling rank".
+std::string fault_name(const std::string &fault);
+
 // The anomaly a flagged call is: where and when, its score against the
 // threshold, explained.
 Anomaly anomaly_of(const Span &span, const Observation &o, const KeyModel &m, const Scored &s, const Context &ctx,

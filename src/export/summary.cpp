@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "common/text.h"
+#include "detect/rootcause.h"
 
 namespace eacgm {
 
@@ -255,7 +256,8 @@ std::string anomalies_section(const Recording &rec, uint64_t first, size_t max_r
 		std::string cause = !a.causes.empty() && a.causes[0].contains("what") && a.causes[0]["what"].is_string()
 			? a.causes[0]["what"].get<std::string>()
 			: a.layer + " " + a.name;
-		out += head + cause + "\n";
+		std::string fault = detect::fault_class(a);
+		out += head + (fault.empty() ? "" : "[" + detect::fault_name(fault) + "] ") + cause + "\n";
 	}
 	if (n < top.size())
 		out += "  ... " + std::to_string(top.size() - n) + " more (eacgm detect --json lists all)\n";

@@ -96,6 +96,7 @@ class DetectSlowOperator(unittest.TestCase):
             with self.subTest(step=step):
                 self.assertLess(a["score"], a["threshold"])
                 top = a["causes"][0]
+                self.assertEqual(a["fault"], "operator_slow")
                 self.assertEqual(top["kind"], "feature")
                 self.assertEqual(top["feature"], "log_duration")
                 self.assertTrue(top["what"].startswith("aten::mm: log_duration"), top["what"])
@@ -149,6 +150,7 @@ class DetectSlowOperator(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("torch/aten::mm", r.stdout)
         self.assertIn("aten::mm: log_duration", r.stdout)
+        self.assertRegex(r.stdout, r"torch aten::mm pid \d+ tid \d+: score -?[\d.]+ < -?[\d.]+: operator slow\n")
         self.assertNotIn("wrote", r.stdout)
         r = E.eacgm("detect", self.rec.db, "--fpr", str(FPR), "--layers", "torch")
         self.assertIn("wrote", r.stdout)
@@ -262,6 +264,7 @@ class DetectSlowSoftmax(unittest.TestCase):
                 flagged = [a for a in self.out["anomalies"] if a["time_ns"] == inner[0]["start_ns"]]
                 self.assertEqual(len(flagged), 1, "the slowed aten::_softmax of step %d" % step)
                 a = flagged[0]
+                self.assertEqual(a["fault"], "operator_slow")  # the fault's class, named
                 self.assertEqual(a["causes"][0]["feature"], "log_duration")
                 self.assertGreater(a["features"]["log_duration"]["value"],
                                    10 * a["features"]["log_duration"]["typical"])

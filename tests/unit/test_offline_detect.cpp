@@ -7,6 +7,7 @@
 #include <random>
 
 #include "detect/offline.h"
+#include "detect/rootcause.h"
 #include "detect/status.h"
 #include "export/summary.h"
 
@@ -242,4 +243,81 @@ TEST(DetectStatus, ColdStartFunctionsAreMeasuredAndSummarised)
 	EXPECT_NE(text.find("torch/aten::linear (30 calls)"), std::string::npos) << text;
 	EXPECT_EQ(text.find("torch/aten::_softmax ("), std::string::npos) << text;
 	EXPECT_EQ(text.find("detect metrics"), std::string::npos) << text; // not a table of numbers too
+}
+
+// Every anomaly names the fault class its first cause points to.
+TEST(FaultClass, OperatorSlowStallAndMemoryPressure)
+{
+	Steps s = steps(60, {20}, 30);
+	Recording rec;
+	rec.spans = s.spans;
+	auto rep = detect_recording(rec, options());
+	ASSERT_EQ(rep.anomalies.size(), 1u);
+	EXPECT_EQ(fault_class(rep.anomalies[0]), "operator_slow");
+	EXPECT_EQ(fault_name("operator_slow"), "operator slow");
+
+	Steps t = steps(60, {}, 1);
+	const uint64_t stall = t.spans[3 * 30].start_ns;
+	for (Span &sp : t.spans)
+		if (sp.start_ns >= stall)
+			sp.start_ns += 1'000 * kUs;
+	rec.spans = t.spans;
+	// The host layer saw tasks stall on memory for 600 us in the interval
+	// around it: the stall's second cause.
+	rec.metrics = {{stall - 500 * kUs, "host", "psi_memory_some_stall_us", "", 0, 100},
+		       {stall + 100 * kUs, "host", "psi_memory_some_stall_us", "", 0, 600}};
+	rep = detect_recording(rec, options());
+	ASSERT_EQ(rep.anomalies.size(), 1u);
+	const Anomaly &a = rep.anomalies[0];
+	EXPECT_EQ(fault_class(a), "stall");
+	bool memory = false;
+	for (const auto &c : a.causes)
+		if (c["fault"] == "memory_pressure") {
+			memory = true;
+			EXPECT_EQ(c["evidence"]["psi_memory_some_stall_us"], 700.0);
+		}
+	EXPECT_TRUE(memory) << a.causes.dump(1);
+}
+
+// A collective that waited for the rank that arrived last names it: the
+// rank, how long it waited, the sequence number.
+TEST(FaultClass, AStragglingRankIsNamed)
+{
+	std::mt19937_64 rng(5);
+	std::normal_distribution<double> jitter(0, 0.05);
+	Recording rec;
+	uint64_t t = 1'000'000'000;
+	for (uint64_t seq = 0; seq < 60; seq++) {
+		uint64_t late = seq == 30 ? 50'000 * kUs : 0; // rank 1 arrives 50 ms late
+		uint64_t dur = static_cast<uint64_t>(300 * kUs * std::exp(jitter(rng)));
+		for (uint32_t rank = 0; rank < 2; rank++) {
+			uint64_t start = t + (rank ? late : 0);
+			rec.spans.push_back(Span{.start_ns = start,
+						 .dur_ns = dur + (rank ? 0 : late),
+						 .pid = 100 + rank,
+						 .tid = 200 + rank,
+						 .layer = "gloo",
+						 .name = "allreduce",
+						 .bytes = 4000,
+						 .args = {{"rank", rank}, {"nranks", 2}, {"seq", seq}}});
+		}
+		t += dur + late + 2'000 * kUs;
+	}
+	std::stable_sort(rec.spans.begin(), rec.spans.end(),
+			 [](const Span &a, const Span &b) { return a.start_ns < b.start_ns; });
+	auto rep = detect_recording(rec, options());
+	const Anomaly *waited = nullptr;
+	for (const Anomaly &a : rep.anomalies)
+		if (a.pid == 100)
+			waited = &a;
+	ASSERT_NE(waited, nullptr) << rep.anomalies.size();
+	EXPECT_EQ(fault_class(*waited), "straggling_rank");
+	const auto &c = waited->causes[0];
+	EXPECT_EQ(c["evidence"]["last_rank"], 1);
+	EXPECT_EQ(c["evidence"]["seq"], 30);
+	EXPECT_NEAR(c["evidence"]["waited_ns"].get<double>(), 50e6, 1.0);
+	EXPECT_NE(c["what"].get<std::string>().find("waited 50.0 ms for rank 1, which arrived last of 2"),
+		  std::string::npos)
+		<< c["what"];
+	EXPECT_EQ(waited->causes[1]["feature"], "log_duration"); // what it measured, second
 }
