@@ -79,6 +79,7 @@ struct DetectArgs {
 	bool replay = false;
 	double min_slowdown = 2;
 	double min_excess_us = 10;
+	std::string features; // CSV of every call's features, score and verdict
 };
 int run_detect(const DetectArgs &args);
 

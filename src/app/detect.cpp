@@ -1,11 +1,13 @@
 // eacgm detect: anomalies in a recording, with their root causes
 // (src/detect), printed and written back into the recording.
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 
 #include <nlohmann/json.hpp>
 
 #include "app/commands.h"
+#include "common/fs.h"
 #include "detect/offline.h"
 #include "detect/rootcause.h"
 #include "export/summary.h"
@@ -61,6 +63,41 @@ json key_json(const detect::KeyStatus &k)
 		{"note", k.note}};
 }
 
+// CSV: one row per call; a feature the call does not carry, or a score it
+// did not get, is empty. Numbers as %.17g: the table is data, not a view.
+std::string feature_csv(const std::vector<detect::FeatureRow> &rows)
+{
+	auto num = [](double v) {
+		if (!std::isfinite(v))
+			return std::string();
+		char buf[40];
+		std::snprintf(buf, sizeof buf, "%.17g", v);
+		return std::string(buf);
+	};
+	auto quoted = [](const std::string &s) {
+		std::string q = "\"";
+		for (char c : s)
+			q += c == '"' ? std::string("\"\"") : std::string(1, c);
+		return q + "\"";
+	};
+	std::string out = "key,pid,tid,start_ns,dur_ns,warmup,score,threshold,flagged,site";
+	for (unsigned f = 0; f < detect::kFeatureCount; f++)
+		if (f != detect::kCallSite)
+			out += std::string(",") + detect::kFeatures[f].name;
+	out += "\n";
+	for (const auto &r : rows) {
+		out += quoted(r.key) + "," + std::to_string(r.pid) + "," + std::to_string(r.tid) + "," +
+			std::to_string(r.start_ns) + "," + std::to_string(r.dur_ns) + "," + (r.warmup ? "1" : "0") +
+			"," + num(r.score) + "," + num(r.threshold) + "," + (r.flagged ? "1" : "0") + "," +
+			quoted(r.site);
+		for (unsigned f = 0; f < detect::kFeatureCount; f++)
+			if (f != detect::kCallSite)
+				out += "," + num(r.x[f]);
+		out += "\n";
+	}
+	return out;
+}
+
 } // namespace
 
 int run_detect(const DetectArgs &args)
@@ -70,6 +107,16 @@ int run_detect(const DetectArgs &args)
 		std::cerr << "eacgm: " << comps.error().message << "\n";
 		return 2;
 	}
+	if (!args.features.empty() && args.replay) {
+		std::cerr << "eacgm: --features writes the feature table of a whole-recording fit; --replay judges "
+			     "calls one by one as they came: drop one of them\n";
+		return 2;
+	}
+	if (!args.features.empty())
+		if (auto r = check_writable(args.features); !r) {
+			std::cerr << "eacgm: --features " << args.features << ": " << r.error().message << "\n";
+			return 2;
+		}
 	auto rec = load_recording(args.db);
 	if (!rec) {
 		std::cerr << "eacgm: " << rec.error().message << "\n";
@@ -90,7 +137,12 @@ int run_detect(const DetectArgs &args)
 	opt.refit_every = args.refit_every;
 	opt.worth = {args.min_slowdown, static_cast<uint64_t>(args.min_excess_us * 1e3)};
 
-	auto rep = detect::detect_recording(rec.value(), opt, args.layers, args.replay);
+	auto rep = detect::detect_recording(rec.value(), opt, args.layers, args.replay, !args.features.empty());
+	if (!args.features.empty())
+		if (auto r = write_file_atomic(args.features, feature_csv(rep.rows)); !r) {
+			std::cerr << "eacgm: " << r.error().message << "\n";
+			return 1;
+		}
 	if (!args.no_store)
 		if (auto r = replace_anomalies(args.db, rep.anomalies); !r) {
 			std::cerr << "eacgm: " << r.error().message << "\n";

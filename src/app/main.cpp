@@ -233,6 +233,9 @@ CLI::App *add_detect(CLI::App &app, DetectArgs &da)
 	det->add_option("--min-excess", da.min_excess_us, "... and at least this many microseconds longer (0: any)")
 		->capture_default_str()
 		->check(CLI::Range(0.0, 1e9));
+	det->add_option("--features", da.features,
+			"Write every call's features, score and verdict to this CSV file (the table any other "
+			"detector can be given; not with --replay)");
 	det->add_option("--layers", da.layers, "Only spans of these layers, comma separated")->delimiter(',');
 	det->add_flag("--no-store", da.no_store, "Do not write the anomalies into the recording");
 	det->add_option("--max-rows", da.max_rows, "Anomalies printed (0: all)")->capture_default_str();

@@ -415,8 +415,36 @@ OfflineReport replay(const Recording &rec, DetectOptions opt, const std::vector<
 
 } // namespace
 
+// Every call's features, score and verdict, by key then start.
+std::vector<FeatureRow> feature_rows(const std::map<std::string, KeyCalls> &keys, const std::vector<Anomaly> &anomalies)
+{
+	std::set<std::tuple<uint32_t, uint32_t, uint64_t>> flagged;
+	for (const Anomaly &a : anomalies)
+		flagged.insert({a.pid, a.tid, a.ts_ns});
+	std::vector<FeatureRow> rows;
+	for (const auto &[key, kc] : keys)
+		for (const Call &c : kc.calls) {
+			const Span &s = *c.span;
+			FeatureRow r{.key = key,
+				     .pid = s.pid,
+				     .tid = s.tid,
+				     .start_ns = s.start_ns,
+				     .dur_ns = s.dur_ns,
+				     .warmup = c.warmup,
+				     .flagged = flagged.count({s.pid, s.tid, s.start_ns}) != 0,
+				     .site = c.o.site,
+				     .x = c.o.x};
+			if (kc.model && !c.warmup) {
+				r.score = kc.model->score(c.o).score;
+				r.threshold = kc.model->threshold().value;
+			}
+			rows.push_back(std::move(r));
+		}
+	return rows;
+}
+
 OfflineReport detect_recording(const Recording &rec, DetectOptions opt, const std::vector<std::string> &layers,
-			       bool replay_online)
+			       bool replay_online, bool keep_rows)
 {
 	if (replay_online)
 		return replay(rec, std::move(opt), layers);
@@ -447,6 +475,8 @@ OfflineReport detect_recording(const Recording &rec, DetectOptions opt, const st
 	name_stragglers(rep.anomalies, rec);
 	std::sort(rep.anomalies.begin(), rep.anomalies.end(),
 		  [](const Anomaly &a, const Anomaly &b) { return a.ts_ns < b.ts_ns; });
+	if (keep_rows)
+		rep.rows = feature_rows(keys, rep.anomalies);
 	std::map<std::string, size_t> flagged;
 	for (const Anomaly &a : rep.anomalies)
 		flagged[a.layer + "/" + a.name]++;

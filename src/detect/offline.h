@@ -37,15 +37,31 @@
 
 namespace eacgm::detect {
 
+// One call as the detector saw it: the feature table every detector is
+// given (the evaluation's baselines too), with its score and verdict.
+struct FeatureRow {
+	std::string key; // layer/name
+	uint32_t pid = 0, tid = 0;
+	uint64_t start_ns = 0, dur_ns = 0;
+	bool warmup = false;                 // not scored (its function's first calls in the process)
+	double score = NAN;                  // NaN: not scored (warm-up, or no model)
+	double threshold = NAN;              // its model's
+	bool flagged = false;                // reported as an anomaly (after echoes were folded)
+	std::string site;                    // the call site (the call_site feature's category)
+	std::array<double, kFeatureCount> x; // NaN: the call does not carry it
+};
+
 struct OfflineReport {
 	std::vector<Anomaly> anomalies; // by time
 	std::vector<KeyStatus> keys;
-	size_t spans = 0; // spans judged (after the layer filter)
+	size_t spans = 0;             // spans judged (after the layer filter)
+	std::vector<FeatureRow> rows; // with keep_rows: every call, by key then start
 };
 
-// layers: only spans of these layers (empty: all).
+// layers: only spans of these layers (empty: all). keep_rows: the feature
+// table too (not with replay).
 OfflineReport detect_recording(const Recording &rec, DetectOptions opt, const std::vector<std::string> &layers = {},
-			       bool replay = false);
+			       bool replay = false, bool keep_rows = false);
 
 // A function's first calls in a process pay for its set-up (lazy
 // initialisation, cold caches and allocators): on Debian's torch 1.13 the

@@ -5,7 +5,9 @@ slowed on known steps: SlowLinear's forward aten::mm on 22 of 600 steps
 from the first). The slowed calls are flagged, named with log_duration as
 the first cause, and the anomalies reach the store, the Perfetto trace and
 the summary. Plus the command's errors."""
+import csv
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -190,7 +192,7 @@ class DetectErrors(unittest.TestCase):
         r = E.eacgm("detect", "--help")
         self.assertEqual(r.returncode, 0)
         for opt in ("--json", "--fpr", "--covariance", "--components", "--rule", "--replay", "--window",
-                    "--cold-start", "--min-slowdown", "--min-excess", "--layers", "--no-store"):
+                    "--cold-start", "--min-slowdown", "--min-excess", "--features", "--layers", "--no-store"):
             self.assertIn(opt, r.stdout)
 
     def test_too_few_events_is_said(self):
@@ -244,7 +246,8 @@ class DetectSlowSoftmax(unittest.TestCase):
             f = line.split()
             if f and f[0] in ("step", "slow"):
                 (cls.steps if f[0] == "step" else cls.slow)[int(f[1])] = (int(f[2]), int(f[3]))
-        cls.det = E.eacgm("detect", db, "--json")
+        cls.csv = os.path.join(cls.tmp, "features.csv")
+        cls.det = E.eacgm("detect", db, "--json", "--features", cls.csv)
         cls.out = json.loads(cls.det.stdout) if cls.det.returncode == 0 else {"anomalies": []}
         cls.spans = E.load_spans(db, "layer = 'torch'")
 
@@ -291,6 +294,16 @@ class DetectSlowSoftmax(unittest.TestCase):
         print("\nsoftmax case: %d anomalies, %d slowed found, %d others (%d where the run measured no stall)" %
               (len(self.out["anomalies"]), len(self.out["anomalies"]) - len(others), len(others), len(false)))
         self.assertLessEqual(len(false), 2, [(a["name"], a["causes"][0]["what"]) for a in false])
+
+    def test_the_feature_table_any_detector_can_be_given(self):
+        with open(self.csv) as f:
+            rows = list(csv.DictReader(f))
+        self.assertEqual(len(rows), len(self.spans))
+        flagged = sorted(int(r["start_ns"]) for r in rows if r["flagged"] == "1")
+        self.assertEqual(flagged, sorted(a["time_ns"] for a in self.out["anomalies"]))
+        for r in rows:
+            self.assertEqual(r["score"] == "", r["warmup"] == "1", r)
+            self.assertAlmostEqual(float(r["log_duration"]), math.log(int(r["dur_ns"])), places=9)
 
     def test_every_function_is_judged_from_its_first_steps(self):
         for k in self.out["keys"]:

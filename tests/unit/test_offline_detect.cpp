@@ -321,3 +321,28 @@ TEST(FaultClass, AStragglingRankIsNamed)
 		<< c["what"];
 	EXPECT_EQ(waited->causes[1]["feature"], "log_duration"); // what it measured, second
 }
+
+// The feature table: every call once, with its verdict; the warm-up calls
+// marked and unscored.
+TEST(OfflineDetect, TheFeatureTableHasEveryCallAndItsVerdict)
+{
+	Steps s = steps(60, {3, 20, 41, 53}, 30);
+	Recording rec;
+	rec.spans = s.spans;
+	auto rep = detect_recording(rec, options(), {}, false, true);
+	ASSERT_EQ(rep.rows.size(), rec.spans.size());
+	size_t flagged = 0, warm = 0;
+	for (const FeatureRow &r : rep.rows) {
+		flagged += r.flagged;
+		warm += r.warmup;
+		EXPECT_EQ(std::isnan(r.score), r.warmup) << r.key;
+		EXPECT_NEAR(r.x[kLogDuration], std::log(double(r.dur_ns)), 1e-9);
+		if (r.flagged) {
+			EXPECT_EQ(r.key, "torch/aten::_softmax");
+			EXPECT_LT(r.score, r.threshold);
+		}
+	}
+	EXPECT_EQ(flagged, 4u);
+	EXPECT_EQ(warm, 6u);                                        // 3 functions, 2 each
+	EXPECT_TRUE(detect_recording(rec, options()).rows.empty()); // only when asked
+}
