@@ -11,6 +11,7 @@ import shutil
 import signal
 import sqlite3
 import subprocess
+import sys
 import tempfile
 import time
 import unittest
@@ -55,8 +56,13 @@ def require_root():
 
 
 def make_tempdir(owner):
-    """A temp dir removed by the test (or class) cleanup of `owner`."""
+    """A temp dir removed by the test (or class) cleanup of `owner`; kept, and
+    named on stderr, when EACGM_E2E_KEEP is set (to look at the recordings
+    of a run that failed once)."""
     d = tempfile.mkdtemp(prefix="eacgm-e2e-")
+    if os.environ.get("EACGM_E2E_KEEP"):
+        print("eacgm_e2e: keeping %s" % d, file=sys.stderr)
+        return d
     cleanup = owner.addClassCleanup if isinstance(owner, type) else owner.addCleanup
     cleanup(shutil.rmtree, d, True)
     return d
