@@ -11,10 +11,24 @@ namespace eacgm::detect {
 
 namespace {
 
+bool wanted(const std::vector<std::string> &layers, const Span &s)
+{
+	return layers.empty() || std::find(layers.begin(), layers.end(), s.layer) != layers.end();
+}
+
+// The upper median (of an even count, the larger middle value); v is reordered.
+template <class T>
+T upper_median(std::vector<T> &v)
+{
+	std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+	return v[v.size() / 2];
+}
+
 struct Call {
 	const Span *span = nullptr;
 	Observation o;
 	bool warmup = false;
+	double score = NAN; // score_all()'s, for the feature table
 };
 
 struct KeyCalls {
@@ -34,7 +48,7 @@ std::map<std::string, KeyCalls> observe_all(const Recording &rec, const Context 
 	std::map<std::pair<std::string, uint32_t>, size_t> started; // (key, pid) -> calls
 	std::string key;
 	for (const Span &s : rec.spans) {
-		if (!layers.empty() && std::find(layers.begin(), layers.end(), s.layer) == layers.end())
+		if (!wanted(layers, s))
 			continue;
 		spans++;
 		key_of(s, key);
@@ -42,7 +56,7 @@ std::map<std::string, KeyCalls> observe_all(const Recording &rec, const Context 
 		kc.st.key = key;
 		kc.layer = s.layer;
 		kc.st.seen++;
-		Call &c = kc.calls.emplace_back(Call{&s, ext.observe(s, ctx, key), false});
+		Call &c = kc.calls.emplace_back(Call{&s, ext.observe(s, ctx, key)});
 		c.warmup = ++started[{key, s.pid}] <= kWarmupCalls;
 	}
 	return keys;
@@ -143,12 +157,7 @@ std::array<double, kFeatureCount> medians(const std::vector<const Observation *>
 		for (const Observation *o : rows)
 			if (std::isfinite(o->x[f]))
 				v.push_back(o->x[f]);
-		if (v.empty()) {
-			med[f] = NAN;
-			continue;
-		}
-		std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-		med[f] = v[v.size() / 2];
+		med[f] = v.empty() ? NAN : upper_median(v);
 	}
 	return med;
 }
@@ -222,11 +231,7 @@ ThreadLateness lateness(const std::map<std::string, KeyCalls> &keys)
 		for (const Call &c : kc.calls)
 			if (!c.warmup)
 				d.push_back(c.span->dur_ns);
-		uint64_t median = 0;
-		if (!d.empty()) {
-			std::nth_element(d.begin(), d.begin() + d.size() / 2, d.end());
-			median = d[d.size() / 2];
-		}
+		uint64_t median = d.empty() ? 0 : upper_median(d);
 		for (const Call &c : kc.calls) {
 			const Span &s = *c.span;
 			uint64_t over = c.warmup ? s.dur_ns : s.dur_ns > median ? s.dur_ns - median : 0;
@@ -256,7 +261,7 @@ bool slow_enough(const Anomaly &a, const Worth &worth)
 	if (it == a.features.end())
 		return false;
 	double v = it->value("value", 0.0), t = it->value("typical", 0.0);
-	return v > t && v >= worth.min_slowdown * t && v - t >= static_cast<double>(worth.min_excess_ns);
+	return v > t && worth.met(v, t);
 }
 
 Weighed weigh(Anomaly &a, const ThreadLateness &threads, const Worth &worth)
@@ -336,12 +341,13 @@ void fold_echoes(std::vector<Anomaly> &anomalies, const ThreadLateness &threads,
 void score_all(KeyCalls &kc, const Context &ctx, const DetectOptions &opt, std::vector<Anomaly> &out)
 {
 	size_t warmups = 0;
-	for (const Call &c : kc.calls) {
+	for (Call &c : kc.calls) {
 		if (c.warmup) {
 			warmups++;
 			continue;
 		}
 		Scored sc = kc.model->score(c.o);
+		c.score = sc.score;
 		kc.st.scored++;
 		if (!kc.model->anomalous(sc) || !reportable(*kc.model, sc, opt.worth))
 			continue;
@@ -403,7 +409,7 @@ OfflineReport replay(const Recording &rec, DetectOptions opt, const std::vector<
 	// Spans are delivered when they end, but a file orders them by start;
 	// by start is the order their gaps and windows are defined in.
 	for (const Span &s : rec.spans) {
-		if (!layers.empty() && std::find(layers.begin(), layers.end(), s.layer) == layers.end())
+		if (!wanted(layers, s))
 			continue;
 		rep.spans++;
 		if (auto a = det.observe(s))
@@ -431,13 +437,11 @@ std::vector<FeatureRow> feature_rows(const std::map<std::string, KeyCalls> &keys
 				     .start_ns = s.start_ns,
 				     .dur_ns = s.dur_ns,
 				     .warmup = c.warmup,
+				     .score = c.score,
+				     .threshold = kc.model && !c.warmup ? kc.model->threshold().value : NAN,
 				     .flagged = flagged.count({s.pid, s.tid, s.start_ns}) != 0,
 				     .site = c.o.site,
 				     .x = c.o.x};
-			if (kc.model && !c.warmup) {
-				r.score = kc.model->score(c.o).score;
-				r.threshold = kc.model->threshold().value;
-			}
 			rows.push_back(std::move(r));
 		}
 	return rows;

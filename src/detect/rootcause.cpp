@@ -139,8 +139,7 @@ bool reportable(const KeyModel &m, const Scored &s, const Worth &worth)
 	// out, and what a cache miss or an interrupt costs any call.
 	if (!slower(why))
 		return true;
-	return why[0].value >= worth.min_slowdown * why[0].typical &&
-		why[0].value - why[0].typical >= static_cast<double>(worth.min_excess_ns);
+	return worth.met(why[0].value, why[0].typical);
 }
 
 // The fault a feature's excess points to (rootcause.h's fault classes).

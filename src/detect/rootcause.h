@@ -53,6 +53,11 @@ std::vector<Attribution> attribute(const KeyModel &m, const Scored &s);
 struct Worth {
 	double min_slowdown = 0;
 	uint64_t min_excess_ns = 0;
+	// A value this much above its typical one is worth telling.
+	bool met(double value, double typical) const
+	{
+		return value >= min_slowdown * typical && value - typical >= static_cast<double>(min_excess_ns);
+	}
 };
 
 // Whether a call over its key's threshold is reported: not when it is
