@@ -8,8 +8,9 @@
 //  2. A function's first kWarmupCalls calls in each process are its warm-up
 //     and are not scored; nor do they train the model.
 //  3. A function with at least KeyModel::kMinTrain calls gets its own model,
-//     fitted twice: first with any mode allowed, so that a few slowed calls
-//     gather in a component of their own rather than widen the normal one;
+//     fitted twice: first with any mode allowed and a component to spare,
+//     so that a few slowed calls gather in a component of their own rather
+//     than widen the normal one;
 //     then without the members of components too rare to be a mode (under
 //     --min-weight of the calls, or kMinComponentCalls) and the calls the
 //     first fit flagged, each mode now holding that many at least, the
