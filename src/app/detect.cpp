@@ -80,7 +80,7 @@ std::string feature_csv(const std::vector<detect::FeatureRow> &rows)
 			q += c == '"' ? std::string("\"\"") : std::string(1, c);
 		return q + "\"";
 	};
-	std::string out = "key,pid,tid,start_ns,dur_ns,warmup,score,threshold,flagged,site";
+	std::string out = "key,pid,tid,start_ns,dur_ns,warmup,score,threshold,flagged,fault,site";
 	for (unsigned f = 0; f < detect::kFeatureCount; f++)
 		if (f != detect::kCallSite)
 			out += std::string(",") + detect::kFeatures[f].name;
@@ -88,8 +88,8 @@ std::string feature_csv(const std::vector<detect::FeatureRow> &rows)
 	for (const auto &r : rows) {
 		out += quoted(r.key) + "," + std::to_string(r.pid) + "," + std::to_string(r.tid) + "," +
 			std::to_string(r.start_ns) + "," + std::to_string(r.dur_ns) + "," + (r.warmup ? "1" : "0") +
-			"," + num(r.score) + "," + num(r.threshold) + "," + (r.flagged ? "1" : "0") + "," +
-			quoted(r.site);
+			"," + num(r.score) + "," + num(r.threshold) + "," + (r.flagged ? "1" : "0") + "," + r.fault +
+			"," + quoted(r.site);
 		for (unsigned f = 0; f < detect::kFeatureCount; f++)
 			if (f != detect::kCallSite)
 				out += "," + num(r.x[f]);

@@ -208,14 +208,17 @@ void fit_pooled(std::map<std::string, KeyCalls> &keys, const std::string &layer,
 	}
 }
 
-// How much a feature of an anomaly is above its typical value, in its unit
-// (log features: ns); 0 when it is not above.
+// How much a feature of an anomaly is above its usual value (the mode
+// nearest below it, rootcause.h), in its unit (log features: ns); 0 when
+// it is not above. Against the scored component's mean instead, a step's
+// first call, whose gap is always long, would seem late by that whole gap
+// whenever it was slow enough to be scored under another mode.
 double excess(const Anomaly &a, const char *feature)
 {
 	auto it = a.features.find(feature);
 	if (it == a.features.end())
 		return 0;
-	double v = it->value("value", 0.0), t = it->value("typical", 0.0);
+	double v = it->value("value", 0.0), t = it->value("usual", it->value("typical", 0.0));
 	return v > t ? v - t : 0;
 }
 
@@ -428,13 +431,15 @@ OfflineReport replay(const Recording &rec, DetectOptions opt, const std::vector<
 // Every call's features, score and verdict, by key then start.
 std::vector<FeatureRow> feature_rows(const std::map<std::string, KeyCalls> &keys, const std::vector<Anomaly> &anomalies)
 {
-	std::set<std::tuple<uint32_t, uint32_t, uint64_t>> flagged;
+	// A flagged call -> the fault class its report names.
+	std::map<std::tuple<uint32_t, uint32_t, uint64_t>, std::string> flagged;
 	for (const Anomaly &a : anomalies)
-		flagged.insert({a.pid, a.tid, a.ts_ns});
+		flagged[{a.pid, a.tid, a.ts_ns}] = fault_class(a);
 	std::vector<FeatureRow> rows;
 	for (const auto &[key, kc] : keys)
 		for (const Call &c : kc.calls) {
 			const Span &s = *c.span;
+			auto f = flagged.find({s.pid, s.tid, s.start_ns});
 			FeatureRow r{.key = key,
 				     .pid = s.pid,
 				     .tid = s.tid,
@@ -443,7 +448,8 @@ std::vector<FeatureRow> feature_rows(const std::map<std::string, KeyCalls> &keys
 				     .warmup = c.warmup,
 				     .score = c.score,
 				     .threshold = kc.model && !c.warmup ? kc.model->threshold().value : NAN,
-				     .flagged = flagged.count({s.pid, s.tid, s.start_ns}) != 0,
+				     .flagged = f != flagged.end(),
+				     .fault = f != flagged.end() ? f->second : std::string(),
 				     .site = c.o.site,
 				     .x = c.o.x};
 			rows.push_back(std::move(r));

@@ -48,6 +48,7 @@ struct FeatureRow {
 	double score = NAN;                  // NaN: not scored (warm-up, or no model)
 	double threshold = NAN;              // its model's
 	bool flagged = false;                // reported as an anomaly (after echoes were folded)
+	std::string fault;                   // flagged: the fault class its report names (rootcause.h)
 	std::string site;                    // the call site (the call_site feature's category)
 	std::array<double, kFeatureCount> x; // NaN: the call does not carry it
 };

@@ -91,6 +91,20 @@ static bool only_context(const KeyModel &m, const Scored &sc, const std::vector<
 	return true;
 }
 
+// Attribution::usual of feature j (model units in, display units out).
+static double usual_mode(const KeyModel &m, size_t j, double value)
+{
+	const Gmm &g = m.gmm();
+	double below = -INFINITY, lowest = INFINITY;
+	for (size_t k = 0; k < g.means().n_cols; k++) {
+		double mean = g.means()(j, k) * m.scale()(j) + m.mean()(j);
+		lowest = std::min(lowest, mean);
+		if (mean <= value)
+			below = std::max(below, mean);
+	}
+	return feature_display_value(m.used()[j], std::isfinite(below) ? below : lowest);
+}
+
 std::vector<Attribution> attribute(const KeyModel &m, const Scored &s)
 {
 	const Gmm &g = m.gmm();
@@ -112,6 +126,7 @@ std::vector<Attribution> attribute(const KeyModel &m, const Scored &s)
 			.feature = f,
 			.value = feature_display_value(f, zval),
 			.typical = feature_display_value(f, typ),
+			.usual = usual_mode(m, j, zval),
 			.z = h(j) / std::sqrt(P(j, j)),
 			.share = total > 0 ? 0.5 * delta(j) * h(j) / total : 0,
 		});
@@ -182,8 +197,11 @@ void explain(Anomaly &a, const Span &span, const Observation &o, const KeyModel 
 	auto attr = attribute(m, s);
 	a.features = json::object();
 	for (const Attribution &x : attr)
-		a.features[kFeatures[x.feature].name] = {
-			{"value", x.value}, {"typical", x.typical}, {"z", x.z}, {"contribution", x.share}};
+		a.features[kFeatures[x.feature].name] = {{"value", x.value},
+							 {"typical", x.typical},
+							 {"usual", x.usual},
+							 {"z", x.z},
+							 {"contribution", x.share}};
 	std::vector<json> causes;
 	for (const Attribution &x : attr) {
 		if (x.share < 0.05)

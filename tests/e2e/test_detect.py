@@ -301,7 +301,9 @@ class DetectSlowSoftmax(unittest.TestCase):
         self.assertEqual(len(rows), len(self.spans))
         flagged = sorted(int(r["start_ns"]) for r in rows if r["flagged"] == "1")
         self.assertEqual(flagged, sorted(a["time_ns"] for a in self.out["anomalies"]))
+        fault = {a["time_ns"]: a["fault"] for a in self.out["anomalies"]}
         for r in rows:
+            self.assertEqual(r["fault"], fault.get(int(r["start_ns"]), "") if r["flagged"] == "1" else "", r)
             self.assertEqual(r["score"] == "", r["warmup"] == "1", r)
             self.assertAlmostEqual(float(r["log_duration"]), math.log(int(r["dur_ns"])), places=9)
 

@@ -340,6 +340,9 @@ TEST(OfflineDetect, TheFeatureTableHasEveryCallAndItsVerdict)
 		if (r.flagged) {
 			EXPECT_EQ(r.key, "torch/aten::_softmax");
 			EXPECT_LT(r.score, r.threshold);
+			EXPECT_EQ(r.fault, "operator_slow");
+		} else {
+			EXPECT_EQ(r.fault, "");
 		}
 	}
 	EXPECT_EQ(flagged, 4u);
