@@ -1,6 +1,7 @@
 #include "detect/offline.h"
 
 #include <algorithm>
+#include <numeric>
 #include <set>
 
 #include "common/units.h"
@@ -62,18 +63,70 @@ std::map<std::string, KeyCalls> observe_all(const Recording &rec, const Context 
 	return keys;
 }
 
+// Components that are an episode rather than a mode: their calls took at
+// least kEpisodeSlowdown times the function's median and all came within
+// a few stretches of the function's calls (at most kEpisodeBins of
+// kTimeBins slices, each an equal share of its calls in start order; by
+// count, not time, as an episode slows time down). A fault in force for a
+// while (CPU contention, a slow link) slows every call it meets, enough of
+// them to make a component of their own that a mixture would otherwise
+// learn as normal; a function's true modes recur through the whole run.
+constexpr double kEpisodeSlowdown = 2.0;
+constexpr size_t kTimeBins = 10, kEpisodeBins = 3;
+
+std::vector<bool> episodes(const std::vector<const Observation *> &rows, const std::vector<unsigned> &member,
+			   unsigned components)
+{
+	std::vector<bool> out(components);
+	const size_t n = rows.size();
+	if (n < 2 * kTimeBins)
+		return out;
+	std::vector<size_t> order(n);
+	std::iota(order.begin(), order.end(), 0);
+	std::stable_sort(order.begin(), order.end(),
+			 [&](size_t a, size_t b) { return rows[a]->start_ns < rows[b]->start_ns; });
+	std::vector<size_t> bin(n);
+	for (size_t r = 0; r < n; r++)
+		bin[order[r]] = r * kTimeBins / n;
+	std::vector<double> all;
+	for (const Observation *o : rows)
+		all.push_back(o->x[kLogDuration]);
+	const double median = upper_median(all);
+	if (!std::isfinite(median))
+		return out;
+	for (unsigned k = 0; k < components; k++) {
+		std::vector<double> d;
+		std::set<size_t> bins;
+		for (size_t i = 0; i < n; i++)
+			if (member[i] == k) {
+				d.push_back(rows[i]->x[kLogDuration]);
+				bins.insert(bin[i]);
+			}
+		out[k] = !d.empty() && 2 * d.size() < n && bins.size() <= kEpisodeBins &&
+			upper_median(d) >= median + std::log(kEpisodeSlowdown);
+	}
+	return out;
+}
+
 // The members of components too rare to be a mode (under min_weight of the
-// calls, or fewer than kMinComponentCalls of them) and the calls below the
-// threshold.
+// calls, or fewer than kMinComponentCalls of them) or that are an episode,
+// and the calls below the threshold.
 std::vector<bool> unusual(const KeyModel &m, const std::vector<const Observation *> &rows, double min_weight)
 {
 	const Gmm &g = m.gmm();
 	const double n = static_cast<double>(rows.size());
+	std::vector<Scored> scored;
+	std::vector<unsigned> member;
+	for (const Observation *o : rows) {
+		scored.push_back(m.score(*o));
+		member.push_back(scored.back().winner.component);
+	}
+	std::vector<bool> episode = episodes(rows, member, g.components());
 	std::vector<bool> out(rows.size());
 	for (size_t i = 0; i < rows.size(); i++) {
-		Scored sc = m.score(*rows[i]);
-		double w = g.weights()(sc.winner.component);
-		out[i] = m.anomalous(sc) || w < min_weight || w * n < static_cast<double>(kMinComponentCalls);
+		double w = g.weights()(member[i]);
+		out[i] = m.anomalous(scored[i]) || w < min_weight || w * n < static_cast<double>(kMinComponentCalls) ||
+			episode[member[i]];
 	}
 	return out;
 }
@@ -209,7 +262,7 @@ void fit_pooled(std::map<std::string, KeyCalls> &keys, const std::string &layer,
 }
 
 // How much a feature of an anomaly is above its usual value (the mode
-// nearest below it, rootcause.h), in its unit (log features: ns); 0 when
+// nearest it, rootcause.h), in its unit (log features: ns); 0 when
 // it is not above. Against the scored component's mean instead, a step's
 // first call, whose gap is always long, would seem late by that whole gap
 // whenever it was slow enough to be scored under another mode.

@@ -91,18 +91,20 @@ static bool only_context(const KeyModel &m, const Scored &sc, const std::vector<
 	return true;
 }
 
-// Attribution::usual of feature j (model units in, display units out).
+// Attribution::usual of feature j: the component mean nearest the value
+// (model units in, display units out).
 static double usual_mode(const KeyModel &m, size_t j, double value)
 {
 	const Gmm &g = m.gmm();
-	double below = -INFINITY, lowest = INFINITY;
+	double nearest = value, best = INFINITY;
 	for (size_t k = 0; k < g.means().n_cols; k++) {
 		double mean = g.means()(j, k) * m.scale()(j) + m.mean()(j);
-		lowest = std::min(lowest, mean);
-		if (mean <= value)
-			below = std::max(below, mean);
+		if (std::abs(mean - value) < best) {
+			best = std::abs(mean - value);
+			nearest = mean;
+		}
 	}
-	return feature_display_value(m.used()[j], std::isfinite(below) ? below : lowest);
+	return feature_display_value(m.used()[j], nearest);
 }
 
 std::vector<Attribution> attribute(const KeyModel &m, const Scored &s)

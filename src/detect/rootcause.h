@@ -40,11 +40,11 @@ struct Attribution {
 	unsigned feature = 0;
 	double value = 0;   // display units (log undone)
 	double typical = 0; // the component's mean, display units
-	// The mode nearest below the value: the largest component mean not
-	// above it (else the smallest), display units. A feature with several
-	// usual values (a gap that is long before a step's first call and short
-	// before the others) is measured against the one it came closest to,
-	// not against the mode the call as a whole was scored under.
+	// The mode nearest the value: the component mean closest to it on this
+	// feature alone, display units. A feature with several usual values (a
+	// gap that is long before a step's first call and short before the
+	// others) is measured against the one it came closest to, not against
+	// the mode the call as a whole was scored under.
 	double usual = 0;
 	double z = 0;     // conditional z
 	double share = 0; // of the squared Mahalanobis distance
