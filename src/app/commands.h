@@ -79,7 +79,8 @@ struct DetectArgs {
 	bool replay = false;
 	double min_slowdown = 2;
 	double min_excess_us = 10;
-	std::string features; // CSV of every call's features, score and verdict
+	size_t max_fit_rows = 10000; // EM on at most this many evenly spaced calls a function (0: all)
+	std::string features;        // CSV of every call's features, score and verdict
 };
 int run_detect(const DetectArgs &args);
 

@@ -132,6 +132,7 @@ int run_detect(const DetectArgs &args)
 	opt.model.gmm.seed = args.seed;
 	opt.model.gmm.var_floor = args.var_floor;
 	opt.model.gmm.min_weight = args.min_weight;
+	opt.model.max_fit_rows = args.max_fit_rows;
 	opt.window_ns = static_cast<uint64_t>(args.window_s * 1e9);
 	opt.cold_start = args.cold_start;
 	opt.refit_every = args.refit_every;

@@ -233,6 +233,10 @@ CLI::App *add_detect(CLI::App &app, DetectArgs &da)
 	det->add_option("--min-excess", da.min_excess_us, "... and at least this many microseconds longer (0: any)")
 		->capture_default_str()
 		->check(CLI::Range(0.0, 1e9));
+	det->add_option("--max-fit-rows", da.max_fit_rows,
+			"EM fits a function's mixture on at most this many of its calls, evenly spaced (0: all); "
+			"every call is still scored and sets the threshold")
+		->capture_default_str();
 	det->add_option("--features", da.features,
 			"Write every call's features, score and verdict to this CSV file (the table any other "
 			"detector can be given; not with --replay)");

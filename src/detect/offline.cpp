@@ -312,6 +312,7 @@ struct Weighed {
 	uint64_t from = 0, end = 0; // its gap's start, its end
 	bool own = false;           // its duration is slow for reasons of its own
 	bool late = false;          // its gap is long for reasons the traced calls do not give
+	bool inner = false;         // its duration is slow because of the calls inside it
 };
 
 // Whether an anomaly's duration alone would be worth telling.
@@ -322,6 +323,19 @@ bool slow_enough(const Anomaly &a, const Worth &worth)
 		return false;
 	double v = it->value("value", 0.0), t = it->value("typical", 0.0);
 	return v > t && worth.met(v, t);
+}
+
+// A call this many times its usual duration is slow for reasons of its own,
+// however late it also came: no stall before it makes a call take 10x.
+constexpr double kOwnSlowdown = 10;
+
+bool far_slower(const Anomaly &a)
+{
+	auto it = a.features.find("log_duration");
+	if (it == a.features.end())
+		return false;
+	double v = it->value("value", 0.0), u = it->value("usual", it->value("typical", 0.0));
+	return u > 0 && v >= kOwnSlowdown * u;
 }
 
 Weighed weigh(Anomaly &a, const ThreadLateness &threads, const Worth &worth)
@@ -342,11 +356,14 @@ Weighed weigh(Anomaly &a, const ThreadLateness &threads, const Worth &worth)
 		}
 	// Its duration counts as its own when the calls inside it do not account
 	// for it and it is the larger excess, or as large as half the other and
-	// worth telling alone: a call both slow and late (a slowed operator
-	// behind the slow hook that called it) is told for its duration; a call
-	// somewhat slower in a step made late by another is that one's echo.
-	w.own = own > 0 && 2 * inside < own && (own >= late || (2 * own >= late && slow_enough(a, worth)));
+	// worth telling alone, or ten times the usual whatever the gap: a call
+	// both slow and late (a slowed operator behind the slow hook that called
+	// it) is told for its duration; a call somewhat slower in a step made
+	// late by another is that one's echo.
+	w.own = own > 0 && 2 * inside < own &&
+		(own >= late || (2 * own >= late && slow_enough(a, worth)) || far_slower(a));
 	w.late = late > own && 2 * before < late;
+	w.inner = own > 0 && 2 * inside >= own;
 	// Neither: nothing of its own to tell (bytes, a call site): kept.
 	if (own <= 0 && late <= 0)
 		w.own = true;
@@ -376,18 +393,21 @@ void fold_echoes(std::vector<Anomaly> &anomalies, const ThreadLateness &threads,
 	std::vector<const Weighed *> kept;
 	for (const Weighed &w : all) {
 		const Anomaly &a = *w.a;
+		// A slow call inside it, told: it is that call's caller.
+		bool inner_told = std::any_of(all.begin(), all.end(), [&](const Weighed &o) {
+			return o.own && &o != &w && same_thread(*o.a, a) && o.a->ts_ns >= a.ts_ns && o.end <= w.end;
+		});
 		bool keep = w.own;
-		if (!keep && w.late) {
-			keep = std::none_of(all.begin(), all.end(), [&](const Weighed &o) {
-				// A slow call inside it: it is that call's caller.
-				return o.own && &o != &w && same_thread(*o.a, a) && o.a->ts_ns >= a.ts_ns &&
-					o.end <= w.end;
+		if (!keep && w.late)
+			keep = !inner_told && std::none_of(kept.begin(), kept.end(), [&](const Weighed *k) {
+				// The same stall, told already.
+				return same_thread(*k->a, a) && k->a->ts_ns >= w.from && k->a->ts_ns < a.ts_ns;
 			});
-			keep = keep && std::none_of(kept.begin(), kept.end(), [&](const Weighed *k) {
-				       // The same stall, told already.
-				       return same_thread(*k->a, a) && k->a->ts_ns >= w.from && k->a->ts_ns < a.ts_ns;
-			       });
-		}
+		// Slow because of the calls inside it, none of which its own model
+		// found slow enough to tell (a model widened by its slowed calls):
+		// it is told, as the nearest call that holds the slowdown.
+		if (!keep && !w.late && w.inner)
+			keep = !inner_told;
 		if (keep)
 			kept.push_back(&w);
 	}
@@ -397,8 +417,60 @@ void fold_echoes(std::vector<Anomaly> &anomalies, const ThreadLateness &threads,
 	anomalies = std::move(out);
 }
 
-// Scores every call past warm-up; the anomalies found, explained.
-void score_all(KeyCalls &kc, const Context &ctx, const DetectOptions &opt, std::vector<Anomaly> &out)
+using CallId = std::tuple<uint32_t, uint32_t, uint64_t>; // pid, tid, start
+
+// Collective calls that waited for a straggler: the last rank of their
+// round arrived after them kEpisodeSlowdown times the longest of nine
+// waits in ten of the function's rounds or more, and the call took a
+// slowdown worth telling over the function's median. They are reported even
+// where the function's model learnt such waits as a mode (a rank late again
+// and again, 16 waits among 474 all-reduces, makes them common, not
+// normal): the other ranks' arrival says what durations alone cannot.
+// Against the usual waits, not zero: ranks sharing two CPUs with their
+// tracers arrive 70 ms apart at the median, 145 ms at the 90th percentile.
+std::set<CallId> waited_for_stragglers(const std::vector<Round> &rounds, const std::map<std::string, KeyCalls> &keys,
+				       const Worth &worth)
+{
+	std::map<std::string, std::vector<double>> waits;
+	for (const Round &r : rounds)
+		for (const Arrival &a : r.arrivals)
+			if (a.rank != r.last().rank)
+				waits[r.key.layer + "/" + r.key.name].push_back(
+					static_cast<double>(r.last().start_ns - a.start_ns));
+	std::map<std::string, std::pair<double, double>> usual; // key -> (median duration, p90 wait)
+	for (auto &[key, w] : waits) {
+		auto kc = keys.find(key);
+		std::vector<uint64_t> d;
+		if (kc != keys.end())
+			for (const Call &c : kc->second.calls)
+				if (!c.warmup)
+					d.push_back(c.span->dur_ns);
+		if (d.empty() || w.size() < 10)
+			continue;
+		std::nth_element(w.begin(), w.begin() + w.size() * 9 / 10, w.end());
+		usual[key] = {static_cast<double>(upper_median(d)), w[w.size() * 9 / 10]};
+	}
+	std::set<CallId> out;
+	for (const Round &r : rounds) {
+		auto u = usual.find(r.key.layer + "/" + r.key.name);
+		if (u == usual.end())
+			continue;
+		const auto [median, p90] = u->second;
+		for (const Arrival &a : r.arrivals) {
+			double waited = static_cast<double>(r.last().start_ns) - static_cast<double>(a.start_ns);
+			double took = static_cast<double>(a.end_ns - a.start_ns);
+			if (a.rank != r.last().rank && waited >= kEpisodeSlowdown * std::max(p90, median) &&
+			    worth.met(took, median))
+				out.insert({a.pid, a.tid, a.start_ns});
+		}
+	}
+	return out;
+}
+
+// Scores every call past warm-up; the anomalies found, explained. Calls in
+// `waited` are reported whatever their score (waited_for_stragglers).
+void score_all(KeyCalls &kc, const Context &ctx, const DetectOptions &opt, const std::set<CallId> &waited,
+	       std::vector<Anomaly> &out)
 {
 	size_t warmups = 0;
 	for (Call &c : kc.calls) {
@@ -409,7 +481,8 @@ void score_all(KeyCalls &kc, const Context &ctx, const DetectOptions &opt, std::
 		Scored sc = kc.model->score(c.o);
 		c.score = sc.score;
 		kc.st.scored++;
-		if (!kc.model->anomalous(sc) || !reportable(*kc.model, sc, opt.worth))
+		bool straggled = waited.count({c.span->pid, c.span->tid, c.span->start_ns}) != 0;
+		if (!straggled && (!kc.model->anomalous(sc) || !reportable(*kc.model, sc, opt.worth)))
 			continue;
 		out.push_back(anomaly_of(*c.span, c.o, *kc.model, sc, ctx, opt.context_margin_ns));
 	}
@@ -421,10 +494,9 @@ void score_all(KeyCalls &kc, const Context &ctx, const DetectOptions &opt, std::
 // cause, ahead of its own duration, when the wait (the last rank's start
 // less this one's) is at least half of what the call took beyond typical.
 // The other ranks are the recording's (one node's ranks, or eacgm merge's).
-void name_stragglers(std::vector<Anomaly> &anomalies, const Recording &rec)
+void name_stragglers(std::vector<Anomaly> &anomalies, const std::vector<Round> &rounds)
 {
 	std::map<std::tuple<uint32_t, uint32_t, uint64_t>, std::pair<const Round *, const Arrival *>> at;
-	std::vector<Round> rounds = match_collectives(rec.spans);
 	for (const Round &r : rounds)
 		for (const Arrival &a : r.arrivals)
 			at[{a.pid, a.tid, a.start_ns}] = {&r, &a};
@@ -530,16 +602,18 @@ OfflineReport detect_recording(const Recording &rec, DetectOptions opt, const st
 	}
 	for (const std::string &layer : layer_names)
 		fit_pooled(keys, layer, opt.model);
+	const std::vector<Round> rounds = match_collectives(rec.spans);
+	const std::set<CallId> waited = waited_for_stragglers(rounds, keys, opt.worth);
 	for (auto &[key, kc] : keys) {
 		if (kc.model)
-			score_all(kc, ctx, opt, rep.anomalies);
+			score_all(kc, ctx, opt, waited, rep.anomalies);
 		else if (kc.st.note.empty())
 			kc.st.note = "too few events: " + std::to_string(kc.st.seen) + " calls, " +
 				std::to_string(scored_rows(kc).size()) +
 				" past warm-up, and no pooled model of its layer to score them";
 	}
 	fold_echoes(rep.anomalies, lateness(keys), opt.worth);
-	name_stragglers(rep.anomalies, rec);
+	name_stragglers(rep.anomalies, rounds);
 	std::sort(rep.anomalies.begin(), rep.anomalies.end(),
 		  [](const Anomaly &a, const Anomaly &b) { return a.ts_ns < b.ts_ns; });
 	if (keep_rows)

@@ -192,7 +192,8 @@ class DetectErrors(unittest.TestCase):
         r = E.eacgm("detect", "--help")
         self.assertEqual(r.returncode, 0)
         for opt in ("--json", "--fpr", "--covariance", "--components", "--rule", "--replay", "--window",
-                    "--cold-start", "--min-slowdown", "--min-excess", "--features", "--layers", "--no-store"):
+                    "--cold-start", "--min-slowdown", "--min-excess", "--max-fit-rows", "--features", "--layers",
+                    "--no-store"):
             self.assertIn(opt, r.stdout)
 
     def test_too_few_events_is_said(self):
