@@ -3,7 +3,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all setup build test test-gpu demo bench format clean
+.PHONY: all setup build test test-gpu demo bench eval format clean
 all: build
 
 setup:
@@ -28,6 +28,11 @@ demo: build
 # Regenerates bench/RESULTS.md (about 25 minutes on the 2-core VM).
 bench: build
 	bench/run_all.sh $(BUILD)
+
+# Regenerates eval/RESULTS.md: detection against injected faults, beside
+# scikit-learn's baselines (about 15 minutes on the 2-core VM; needs root).
+eval: build
+	/usr/bin/python3 eval/run_eval.py $(BUILD)
 
 # Formats the sources with the root .clang-format (ctest format.check fails on
 # a file it would change).

@@ -19,7 +19,8 @@ packages=(
   iptables              # ... and their netem stand-in (NFQUEUE) on kernels without sch_netem
   libcapstone-dev       # decodes a probed function's first instruction: emulated or single-stepped by the kernel
   libarmadillo-dev      # anomaly detection: EM for Gaussian mixtures (gmm_full / gmm_diag)
-  python3-sklearn       # the detector's check against scikit-learn's GaussianMixture, and its benchmark
+  python3-sklearn       # the detector's check against scikit-learn's GaussianMixture, and its benchmark; make eval's baselines
+  python3-xgboost       # make eval's gradient-boosted trees baseline
   clang-format          # the house style: make format, and ctest format.check
   libcpp-httplib-dev    # eacgm serve's /metrics and /healthz
   libtomlplusplus-dev   # eacgm serve's configuration file (TOML)

@@ -1,0 +1,146 @@
+"""Ground truth for the evaluation: which traced calls a fault made, from the
+fault log the workload wrote (eval/workload.py), and the scores of a verdict
+against it.
+
+A call of the row's layer is labelled
+  1  (a fault's call) when
+     - a point fault (an operator slowed, a Python function spinning) ran
+       inside it (for HELD of the injected work's time at least), on its
+       process, and no other call of the layer that holds it lies inside it:
+       the innermost call that holds the injected work;
+     - or a window fault (CPU contention, network delay and loss, a
+       straggling rank) was in force for at least half of it, and the fault
+       visibly slowed it: at least SLOWED times the median of its function's
+       calls outside every window;
+  None (not scored) when it merely holds a fault's call (its caller, in the
+     same thread: slow because of its child, the cause being the child;
+     a detector that flags the caller of a point fault's call and not the
+     call is credited with the call: it pointed at the slowdown, one frame
+     out, as eacgm does when the call's own model missed it),
+     when a window fault was in force but did not slow it, or when it is a
+     warm-up call (its function's first calls in its process, which eacgm
+     does not score: every detector is scored on the same calls);
+  0  otherwise.
+"""
+import collections
+import json
+import statistics
+
+POINT = {"op", "py"}
+SLOWED = 1.5
+HELD = 0.8  # a point fault is in a call that spans this much of it at least
+# The fault class each injected kind should be named by (rootcause.h).
+EXPECTED = {"op": "operator_slow", "py": "python_slow", "cpu": "cpu_contention", "net": "network",
+            "straggle": "straggling_rank"}
+
+
+def read_faults(paths, shifts=None):
+    """Fault records of the workload's logs (one per rank), times moved by
+    shifts[i] (a merge's clock shift of input i) and pids by the merge's
+    pid map {(input, pid): merged pid}."""
+    faults = []
+    for i, path in enumerate(paths):
+        with open(path) as f:
+            for line in f:
+                d = json.loads(line)
+                if "fault" not in d:
+                    continue
+                if shifts:
+                    d["t0"] += shifts[i][0]
+                    d["t1"] += shifts[i][0]
+                    d["pid"] = shifts[i][1].get(d["pid"], d["pid"])
+                faults.append(d)
+    return faults
+
+
+def _overlap(r, f):
+    return max(0, min(r["end"], f["t1"]) - max(r["start"], f["t0"]))
+
+
+def _window_medians(rows, windows):
+    """Median duration per key over its calls outside every window."""
+    durs = collections.defaultdict(list)
+    for r in rows:
+        if not r["warmup"] and not any(_overlap(r, f) for f in windows):
+            durs[r["key"]].append(r["dur"])
+    return {k: statistics.median(v) for k, v in durs.items()}
+
+
+def label(rows, faults):
+    """Sets r["label"] (1, 0 or None) and r["fault_id"] (the index of the
+    fault it belongs to) on each row of one recording's evaluated layer."""
+    windows = [f for f in faults if f["fault"] not in POINT]
+    medians = _window_medians(rows, windows)
+    for r in rows:
+        r["label"], r["fault_id"] = (None, None) if r["warmup"] else (0, None)
+        r["holds"] = None
+    for i, f in enumerate(faults):
+        if f["fault"] in POINT:
+            _label_point(rows, f, i)
+    for r in rows:
+        if r["warmup"] or r["label"] is None or r["label"] == 1:
+            continue
+        for i, f in enumerate(faults):
+            ov = _overlap(r, f)
+            if f["fault"] not in POINT and ov and ov * 2 >= r["dur"]:
+                slowed = r["dur"] >= SLOWED * medians.get(r["key"], float("inf"))
+                r["label"], r["fault_id"] = (1, i) if slowed else (None, None)
+                break
+    _unscore_callers(rows)
+
+
+def _label_point(rows, f, i):
+    # The workload's clock reads bracket the call from Python: the traced
+    # call sits inside them, a few microseconds short at each end.
+    need = HELD * (f["t1"] - f["t0"])
+    holders = [r for r in rows if r["pid"] == f["pid"] and _overlap(r, f) >= need]
+    if not holders:
+        return
+    inner = min(holders, key=lambda r: r["dur"])
+    for r in holders:
+        if r is not inner:
+            r["label"], r["holds"] = None, i
+    if not inner["warmup"]:
+        inner["label"], inner["fault_id"] = 1, i
+
+
+def _unscore_callers(rows):
+    """A fault's call that holds another of the same thread is its caller:
+    not scored."""
+    by_thread = collections.defaultdict(list)
+    for r in rows:
+        if r["label"] == 1:
+            by_thread[(r["pid"], r["tid"])].append(r)
+    for calls in by_thread.values():
+        calls.sort(key=lambda r: (r["start"], -r["end"]))
+        for j, r in enumerate(calls):
+            for q in calls[j + 1:]:
+                if q["start"] >= r["end"]:
+                    break
+                if q["end"] <= r["end"] and q is not r:
+                    r["label"] = None
+                    break
+
+
+def verdicts(rows, flags):
+    """Each scored row's verdict from per-row flags: its own flag, or for a
+    point fault's call a flag on a call holding it (see above)."""
+    held = {}
+    for r, f in zip(rows, flags):
+        if r.get("holds") is not None and f:
+            held[r["holds"]] = True
+    return [bool(f or (r["label"] == 1 and held.get(r["fault_id"]))) for r, f in zip(rows, flags)
+            if r["label"] is not None]
+
+
+def scores(truth, verdict):
+    """Accuracy, precision, recall and F1 of verdicts (bools) against labels (0/1)."""
+    tp = sum(1 for t, v in zip(truth, verdict) if t and v)
+    fp = sum(1 for t, v in zip(truth, verdict) if not t and v)
+    fn = sum(1 for t, v in zip(truth, verdict) if t and not v)
+    tn = len(truth) - tp - fp - fn
+    prec = tp / (tp + fp) if tp + fp else 0.0
+    rec = tp / (tp + fn) if tp + fn else 0.0
+    f1 = 2 * prec * rec / (prec + rec) if prec + rec else 0.0
+    return {"tp": tp, "fp": fp, "fn": fn, "tn": tn, "accuracy": (tp + tn) / len(truth) if truth else 0.0,
+            "precision": prec, "recall": rec, "f1": f1}
