@@ -15,12 +15,15 @@ Usage: run_eval.py BUILD [--out eval/RESULTS.md] [--work DIR] [--only NAME,...]
 Needs root (eacgm attaches uprobes; the communication scenarios make network
 namespaces), stress-ng, iptables and python3-sklearn (scripts/setup.sh)."""
 import argparse
+import collections
 import csv
 import json
+import math
 import os
 import platform
 import random
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -255,6 +258,30 @@ def recorded(work, only):
 METHODS = ("eacgm",) + baselines.UNSUPERVISED + baselines.SUPERVISED
 
 
+def worth(rows, flags, slowdown=2.0, excess_ns=100_000):
+    """The flags eacgm's own reporting floor keeps (detect's --min-slowdown
+    and --min-excess defaults): a call's duration or its gap at least
+    `slowdown` times its function's median and `excess_ns` more. Given to
+    the baselines too, so that all are judged on slowdowns worth telling."""
+    med = {}
+    for f in ("dur", "log_gap"):
+        vals = collections.defaultdict(list)
+        for r in rows:
+            v = r["dur"] if f == "dur" else math.exp(r["log_gap"]) - 1 if r["log_gap"] == r["log_gap"] else None
+            if v is not None:
+                vals[r["key"]].append(v)
+        med[f] = {k: statistics.median(v) for k, v in vals.items()}
+    out = []
+    for r, flag in zip(rows, flags):
+        ok = False
+        for f in ("dur", "log_gap"):
+            v = r["dur"] if f == "dur" else math.exp(r["log_gap"]) - 1 if r["log_gap"] == r["log_gap"] else None
+            m = med[f].get(r["key"])
+            ok = ok or (v is not None and m is not None and v >= slowdown * m and v - m >= excess_ns)
+        out.append(bool(flag and ok))
+    return out
+
+
 def evaluate(eacgm, scs, work, seed):
     """Per row: the labels and every method's verdicts on the same calls;
     per fault: whether eacgm found it and the fault class it named."""
@@ -264,7 +291,7 @@ def evaluate(eacgm, scs, work, seed):
         say("judging %s" % sc.name)
         sc.rows = sc.judge(eacgm, work)
         fit = [r for r in sc.rows if not r["warmup"]]
-        unsup = baselines.unsupervised(fit, sc.feats, seed)
+        unsup = {m: worth(fit, v) for m, v in baselines.unsupervised(fit, sc.feats, seed).items()}
         z, _ = baselines.matrix(fit, sc.feats)
         acc = rows_of.setdefault(sc.row, {"truth": [], "x": [], "scenario": [],
                                           "verdict": {m: [] for m in ("eacgm",) + baselines.UNSUPERVISED}})
@@ -430,8 +457,10 @@ from the fault log the workload wrote (`eval/labels.py`): the innermost
 call holding an injected slowdown, or a call slowed at least 1.5x while a
 CPU, network or straggler fault was in force; callers of a faulty call and
 warm-up calls are not scored, by any method. The baselines are
-scikit-learn's (and XGBoost's) with their usual settings (`eval/baselines.py`);
-RandomForest and XGBoost are supervised and scored by 5-fold
+scikit-learn's (and XGBoost's) with their usual settings (`eval/baselines.py`),
+their flags kept where eacgm's reporting floor would keep them (a duration
+or gap at least 2x its function's median and 100 us more, detect's
+defaults); RandomForest and XGBoost are supervised and scored by 5-fold
 cross-validation on the labels, an advantage no unsupervised detector has.
 Network faults: 20 ms delay and 2% loss on one rank's TCP packets through
 NFQUEUE and a user-space shim (`tests/testprogs/host_netem.py`; this kernel

@@ -78,7 +78,7 @@ struct DetectArgs {
 	// refits) instead of fitting each function on all its calls.
 	bool replay = false;
 	double min_slowdown = 2;
-	double min_excess_us = 10;
+	double min_excess_us = 100;
 	size_t max_fit_rows = 10000; // EM on at most this many evenly spaced calls a function (0: all)
 	std::string features;        // CSV of every call's features, score and verdict
 };
