@@ -10,8 +10,11 @@ A call of the row's layer is labelled
        the innermost call that holds the injected work;
      - or a window fault (CPU contention, network delay and loss, a
        straggling rank) was in force for at least half of it, and the fault
-       visibly slowed it: at least SLOWED times the median of its function's
-       calls outside every window;
+       slowed it by a slowdown worth telling: at least SLOWED times the
+       median of its function's calls outside every window and MIN_EXCESS
+       longer (the reporting floor of `eacgm detect`'s defaults, under
+       which every method's flags are judged: a 2 us copy that took 5 us
+       during CPU contention is neither found nor missed);
   None (not scored) when it merely holds a fault's call (its caller, in the
      same thread: slow because of its child, the cause being the child;
      a detector that flags the caller of a point fault's call and not the
@@ -27,7 +30,8 @@ import json
 import statistics
 
 POINT = {"op", "py"}
-SLOWED = 1.5
+SLOWED = 2.0
+MIN_EXCESS = 100_000  # ns
 HELD = 0.8  # a point fault is in a call that spans this much of it at least
 # The fault class each injected kind should be named by (rootcause.h).
 EXPECTED = {"op": "operator_slow", "py": "python_slow", "cpu": "cpu_contention", "net": "network",
@@ -83,7 +87,8 @@ def label(rows, faults):
         for i, f in enumerate(faults):
             ov = _overlap(r, f)
             if f["fault"] not in POINT and ov and ov * 2 >= r["dur"]:
-                slowed = r["dur"] >= SLOWED * medians.get(r["key"], float("inf"))
+                med = medians.get(r["key"], float("inf"))
+                slowed = r["dur"] >= SLOWED * med and r["dur"] - med >= MIN_EXCESS
                 r["label"], r["fault_id"] = (1, i) if slowed else (None, None)
                 break
     _unscore_callers(rows)

@@ -454,8 +454,8 @@ injected at seeded steps through the job's own hooks (`eval/workload.py`),
 then `eacgm detect --features` (its defaults) judges the recording and
 writes the feature table that every baseline is given. Calls are labelled
 from the fault log the workload wrote (`eval/labels.py`): the innermost
-call holding an injected slowdown, or a call slowed at least 1.5x while a
-CPU, network or straggler fault was in force; callers of a faulty call and
+call holding an injected slowdown, or a call slowed at least 2x and 100 us
+while a CPU, network or straggler fault was in force; callers of a faulty call and
 warm-up calls are not scored, by any method. The baselines are
 scikit-learn's (and XGBoost's) with their usual settings (`eval/baselines.py`),
 their flags kept where eacgm's reporting floor would keep them (a duration

@@ -101,6 +101,12 @@ std::vector<Context::Sample> Context::covering(const std::string &layer, const s
 	return out;
 }
 
+uint64_t Context::period_ns(const std::string &layer, const std::string &name, uint32_t pid) const
+{
+	auto it = series_.find({layer, name, pid});
+	return it == series_.end() ? 0 : it->second.period_ns;
+}
+
 std::vector<const Event *> Context::events_between(uint64_t t0, uint64_t t1) const
 {
 	std::vector<const Event *> out;

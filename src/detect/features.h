@@ -113,6 +113,8 @@ public:
 	std::vector<Sample> covering(const std::string &layer, const std::string &name, uint32_t pid, uint64_t t0,
 				     uint64_t t1) const;
 	std::vector<const Event *> events_between(uint64_t t0, uint64_t t1) const;
+	// The sampling period of a series (0: unknown, fewer than 2 samples).
+	uint64_t period_ns(const std::string &layer, const std::string &name, uint32_t pid) const;
 	bool empty() const { return series_.empty() && events_.empty(); }
 
 private:

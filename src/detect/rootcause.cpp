@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 #include <cstdio>
 #include <map>
 
@@ -39,6 +40,40 @@ double share_of(const std::vector<Attribution> &attr, unsigned f)
 			return std::max(0.0, a.share);
 	return 0;
 }
+
+// What a call took beyond its usual (rootcause.h's Attribution::usual):
+// its duration's excess, or its gap's when that is the larger (it came
+// late), and when the time in question began.
+struct Excess {
+	double ns = 0;
+	uint64_t from_ns = 0;
+};
+
+Excess excess_of(const std::vector<Attribution> &attr, const Span &span)
+{
+	double own = 0, late = 0, gap = 0;
+	for (const Attribution &x : attr) {
+		if (x.feature == kLogDuration)
+			own = std::max(0.0, x.value - x.usual);
+		if (x.feature == kLogGap) {
+			late = std::max(0.0, x.value - x.usual);
+			gap = x.value;
+		}
+	}
+	if (late > own)
+		return {late, span.start_ns - std::min<uint64_t>(span.start_ns, static_cast<uint64_t>(gap))};
+	return {own, span.start_ns};
+}
+
+// Context that accounts for half the excess or more goes first: it is
+// what the call waited for (a cause's strength is otherwise under 1.5,
+// a feature's share under about 1).
+double explaining(double explained_ns, const Excess &e)
+{
+	return e.ns > 0 && explained_ns >= 0.5 * e.ns ? 2 + std::min(1.0, explained_ns / e.ns) : 0;
+}
+
+bool collective_layer(const std::string &layer) { return layer == "gloo" || layer == "nccl"; }
 
 } // namespace
 
@@ -226,6 +261,7 @@ void explain(Anomaly &a, const Span &span, const Observation &o, const KeyModel 
 
 	uint64_t t0 = span.start_ns > margin_ns ? span.start_ns - margin_ns : 0;
 	uint64_t t1 = span.start_ns + span.dur_ns + margin_ns;
+	const Excess excess = excess_of(attr, span);
 
 	// Network: retransmits of this process's connections.
 	{
@@ -236,24 +272,40 @@ void explain(Anomaly &a, const Span &span, const Observation &o, const KeyModel 
 				total += x.value;
 				conns[x.key] = conns.value(x.key, 0.0) + x.value;
 			}
+		// A collective whose connections retransmitted waited for its link:
+		// that is the most specific thing known about it.
+		double strength = 0.5 + 0.5 * share_of(attr, kHostRetransmits);
+		if (total > 0 && collective_layer(span.layer) && excess.ns > 0)
+			strength = 3;
 		if (total > 0)
 			causes.push_back({{"kind", "network"},
 					  {"fault", "network"},
 					  {"what",
 					   fmt(total, "%.0f") + " TCP retransmits of process " +
 						   std::to_string(span.pid) + " around the call"},
-					  {"strength", 0.5 + 0.5 * share_of(attr, kHostRetransmits)},
+					  {"strength", strength},
 					  {"evidence", {{"retransmits", total}, {"connections", conns}}}});
 	}
-	// CPU interference: who ran on our CPUs while we waited.
+	// CPU interference: who ran on our CPUs while we waited, over the time
+	// the call took beyond usual (its gap too, when it came late). The host
+	// intervals that cover it may be longer: their share of it counts.
 	{
 		std::map<std::string, double> by;
+		std::set<uint64_t> stamps;
 		double total = 0;
-		for (const auto &x : ctx.covering("host", "interference_ns", span.pid, t0, t1))
+		uint64_t from = std::min(t0, excess.from_ns);
+		for (const auto &x : ctx.covering("host", "interference_ns", span.pid, from, t1))
 			if (x.value > 0) {
 				by[x.key] += x.value;
 				total += x.value;
+				stamps.insert(x.ts_ns);
 			}
+		double covered = static_cast<double>(stamps.size()) *
+			static_cast<double>(ctx.period_ns("host", "interference_ns", span.pid));
+		// The intervals' share that fell in the call (and its gap), the
+		// margin around it left out.
+		double took = static_cast<double>(span.start_ns + span.dur_ns - excess.from_ns);
+		double explained = covered > 0 ? total * std::min(1.0, took / covered) : 0;
 		if (total > 0) {
 			std::vector<std::pair<std::string, double>> top(by.begin(), by.end());
 			std::sort(top.begin(), top.end(), [](auto &x, auto &y) { return x.second > y.second; });
@@ -266,9 +318,12 @@ void explain(Anomaly &a, const Span &span, const Observation &o, const KeyModel 
 				 {"what",
 				  "CPU interference: " + top[0].first + " ran " + format_duration(top[0].second) +
 					  " on the CPUs process " + std::to_string(span.pid) + " waited for"},
-				 {"strength", 0.5 + 0.5 * share_of(attr, kHostSchedDelay)},
+				 {"strength",
+				  std::max(0.5 + 0.5 * share_of(attr, kHostSchedDelay), explaining(explained, excess))},
 				 {"evidence",
 				  {{"interference_ns", ev},
+				   {"explained_ns", explained},
+				   {"excess_ns", excess.ns},
 				   {"sched_delay_ns", feature_display_value(kHostSchedDelay, o.x[kHostSchedDelay])}}}});
 		}
 	}

@@ -348,6 +348,35 @@ TEST(FaultClass, OperatorSlowStallAndMemoryPressure)
 	EXPECT_TRUE(memory) << a.causes.dump(1);
 }
 
+// CPU contention goes first when the host layer's interference (others
+// running on the CPUs the process waited for) accounts for half the call's
+// excess or more, its intervals' share of the call counted; a call slowed
+// on its own, with a little interference around, stays operator_slow and
+// names the interference second.
+TEST(FaultClass, CpuContentionWhenItExplainsTheExcess)
+{
+	Steps s = steps(60, {20}, 30);
+	auto with_interference = [&](double per_ms_us) {
+		Recording rec;
+		rec.spans = s.spans;
+		for (uint64_t t = s.spans.front().start_ns; t < s.spans.back().start_ns + 2'000 * kUs; t += 1'000 * kUs)
+			rec.metrics.push_back({t, "host", "interference_ns", "stress-ng:999", 1, per_ms_us * kUs});
+		return detect_recording(rec, options());
+	};
+	auto busy = with_interference(900); // 0.9 ms of every 1 ms
+	ASSERT_EQ(busy.anomalies.size(), 1u);
+	const Anomaly &a = busy.anomalies[0];
+	EXPECT_EQ(fault_class(a), "cpu_contention") << a.causes.dump(1);
+	double explained = a.causes[0]["evidence"]["explained_ns"], excess = a.causes[0]["evidence"]["excess_ns"];
+	EXPECT_GE(explained, 0.5 * excess);
+	EXPECT_NEAR(explained, 0.9 * static_cast<double>(a.dur_ns), 0.05 * static_cast<double>(a.dur_ns));
+
+	auto quiet = with_interference(10); // 10 us of every 1 ms
+	ASSERT_EQ(quiet.anomalies.size(), 1u);
+	EXPECT_EQ(fault_class(quiet.anomalies[0]), "operator_slow");
+	EXPECT_EQ(quiet.anomalies[0].causes[1]["fault"], "cpu_contention") << quiet.anomalies[0].causes.dump(1);
+}
+
 // A collective that waited for the rank that arrived last names it: the
 // rank, how long it waited, the sequence number.
 TEST(FaultClass, AStragglingRankIsNamed)
