@@ -128,6 +128,10 @@ struct Anomaly {
 	double threshold = 0;                               // flagged because score < threshold
 	nlohmann::json features = nlohmann::json::object(); // name -> {value, typical, z, contribution}
 	nlohmann::json causes = nlohmann::json::array();    // ranked, each with its evidence
+	// When the live detector flagged it (CLOCK_MONOTONIC, the clock of
+	// ts_ns): its detection latency is this less the fault's onset. 0: found
+	// after the fact (eacgm detect).
+	uint64_t detected_ns = 0;
 };
 
 // Meta of a recording merged from several (eacgm merge): per process of

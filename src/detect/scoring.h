@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 
+#include "common/clock.h"
 #include "common/sink.h"
 #include "detect/online.h"
 
@@ -18,8 +19,10 @@ public:
 		if (b.kind != SpanBatch::calls)
 			return {};
 		for (const Span &s : b.spans)
-			if (auto a = d_.observe(s))
+			if (auto a = d_.observe(s)) {
+				a->detected_ns = mono_ns();
 				b.anomalies.push_back(std::move(*a));
+			}
 		return {};
 	}
 	Result<void> measures(const std::vector<Metric> &metrics, const std::vector<Event> &events) override

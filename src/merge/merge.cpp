@@ -313,6 +313,7 @@ Result<void> write_records(StoreWriter &w, Input &in, Mover &mv)
 	}
 	for (Anomaly &a : in.rec.anomalies) {
 		a.ts_ns = mv.time(a.ts_ns);
+		a.detected_ns = a.detected_ns ? mv.time(a.detected_ns) : 0;
 		a.pid = mv.pid(a.pid);
 		a.tid = mv.pid(a.tid);
 	}

@@ -127,7 +127,8 @@ CREATE TABLE events(ts_ns INTEGER, layer TEXT, name TEXT, key TEXT, pid INTEGER,
                     args TEXT /* JSON object */);
 CREATE TABLE anomalies(ts_ns INTEGER, dur_ns INTEGER, pid INTEGER, tid INTEGER, layer TEXT, name TEXT,
                        score REAL, threshold REAL, features TEXT /* JSON object */,
-                       causes TEXT /* JSON array, ranked */);
+                       causes TEXT /* JSON array, ranked */,
+                       detected_ns INTEGER /* the live detector's flag, CLOCK_MONOTONIC; 0: eacgm detect */);
 INSERT INTO meta VALUES('schema_version', '3');
 COMMIT;
 )";
@@ -445,7 +446,7 @@ Result<void> StoreWriter::add_events(const std::vector<Event> &events)
 		});
 }
 
-constexpr const char *kInsertAnomaly = "INSERT INTO anomalies VALUES(?,?,?,?,?,?,?,?,?,?)";
+constexpr const char *kInsertAnomaly = "INSERT INTO anomalies VALUES(?,?,?,?,?,?,?,?,?,?,?)";
 
 static bool bind_anomaly(sqlite3_stmt *st, const Anomaly &a)
 {
@@ -459,6 +460,7 @@ static bool bind_anomaly(sqlite3_stmt *st, const Anomaly &a)
 	bind_param(st, 8, a.threshold);
 	bind_param(st, 9, a.features.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
 	bind_param(st, 10, a.causes.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+	bind_param(st, 11, a.detected_ns);
 	return true;
 }
 
@@ -859,10 +861,21 @@ Result<void> RecordingReader::read_measures(Recording &rec) const
 	});
 }
 
+// Whether a recording's anomalies table has detected_ns: recordings made
+// before the live detector's flags were timed do not (they read 0).
+static bool anomalies_timed(sqlite3 *db)
+{
+	auto st = prepare(db, "SELECT count(*) FROM pragma_table_info('anomalies') WHERE name = 'detected_ns'");
+	return st && sqlite3_step(st->get()) == SQLITE_ROW && sqlite3_column_int(st->get(), 0) == 1;
+}
+
 Result<void> RecordingReader::read_anomalies(Recording &rec) const
 {
-	return rows("SELECT ts_ns, dur_ns, pid, tid, layer, name, score, threshold, features, causes FROM anomalies"
-		    " ORDER BY ts_ns, rowid",
+	return rows(anomalies_timed(db_.get())
+			    ? "SELECT ts_ns, dur_ns, pid, tid, layer, name, score, threshold, features, causes,"
+			      " detected_ns FROM anomalies ORDER BY ts_ns, rowid"
+			    : "SELECT ts_ns, dur_ns, pid, tid, layer, name, score, threshold, features, causes,"
+			      " 0 FROM anomalies ORDER BY ts_ns, rowid",
 		    [&](sqlite3_stmt *st) -> Result<void> {
 			    Anomaly a{
 				    .ts_ns = static_cast<uint64_t>(col_int(st, 0)),
@@ -875,6 +888,7 @@ Result<void> RecordingReader::read_anomalies(Recording &rec) const
 				    .threshold = sqlite3_column_double(st, 7),
 				    .features = nlohmann::json::parse(col_text(st, 8), nullptr, false),
 				    .causes = nlohmann::json::parse(col_text(st, 9), nullptr, false),
+				    .detected_ns = static_cast<uint64_t>(col_int(st, 10)),
 			    };
 			    if (!a.features.is_object() || !a.causes.is_array())
 				    return make_error("anomaly features or causes are not valid JSON");
@@ -921,6 +935,10 @@ Result<void> replace_anomalies(const std::string &path, const std::vector<Anomal
 	int rc;
 	sqlite3_busy_timeout(db.get(), 5000);
 	if (sqlite3_exec(db.get(), "BEGIN IMMEDIATE; DELETE FROM anomalies;", nullptr, nullptr, nullptr) != SQLITE_OK)
+		return fail(sqlite3_errmsg(db.get()));
+	if (!anomalies_timed(db.get()) &&
+	    sqlite3_exec(db.get(), "ALTER TABLE anomalies ADD COLUMN detected_ns INTEGER", nullptr, nullptr, nullptr) !=
+		    SQLITE_OK)
 		return fail(sqlite3_errmsg(db.get()));
 	auto st = prepare(db.get(), kInsertAnomaly);
 	if (!st)
