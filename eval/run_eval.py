@@ -22,25 +22,24 @@ import math
 import os
 import platform
 import random
-import shutil
 import statistics
 import subprocess
 import sys
 import time
-import uuid
 
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(ROOT, "tests", "testprogs"))
 import baselines  # noqa: E402
 import labels  # noqa: E402
+from netns import IP, Namespaces  # noqa: E402
 
 PY = "/usr/bin/python3"
 WORKLOAD = os.path.join(HERE, "workload.py")
 NETEM = os.path.join(ROOT, "tests", "testprogs", "host_netem.py")
-IP = shutil.which("ip") or "/usr/sbin/ip"
 ROWS = {"torch": ("Torch", "torch"), "python": ("Python", "python"), "host": ("Host", "torch"),
         "comm": ("Communication", "gloo")}
 NET_DELAY_MS, NET_LOSS, QUEUE = 20, 0.02, 7
@@ -98,35 +97,6 @@ def record_single(eacgm, sc, work, faults):
     return db, [log], None
 
 
-class Namespaces:
-    """A bridge in a hub namespace and a namespace per rank, each rank's
-    end of its veth pair named eth0 (10.214.0.R+1/24)."""
-
-    def __init__(self, n):
-        tag = "eacgm-ev%d-%s" % (os.getpid(), uuid.uuid4().hex[:4])
-        self.hub, self.ranks, self.made = tag + "-hub", ["%s-r%d" % (tag, r) for r in range(n)], []
-
-    def create(self):
-        def ip(*a):
-            subprocess.run([IP, *a], check=True, capture_output=True)
-        ip("netns", "add", self.hub)
-        self.made.append(self.hub)
-        ip("-n", self.hub, "link", "add", "br0", "type", "bridge")
-        ip("-n", self.hub, "link", "set", "br0", "up")
-        for r, ns in enumerate(self.ranks):
-            ip("netns", "add", ns)
-            self.made.append(ns)
-            ip("link", "add", "eth0", "netns", ns, "type", "veth", "peer", "name", "p%d" % r, "netns", self.hub)
-            ip("-n", self.hub, "link", "set", "p%d" % r, "master", "br0", "up")
-            ip("-n", ns, "addr", "add", "10.214.0.%d/24" % (r + 1), "dev", "eth0")
-            ip("-n", ns, "link", "set", "eth0", "up")
-            ip("-n", ns, "link", "set", "lo", "up")
-
-    def delete(self):
-        for ns in reversed(self.made):
-            subprocess.run([IP, "netns", "del", ns], capture_output=True)
-
-
 def start_shim(ns):
     """The user-space netem stand-in, bound to QUEUE in the faulted rank's
     namespace; idle until the workload's iptables rule sends it packets."""
@@ -140,7 +110,7 @@ def start_shim(ns):
 
 def record_ranks(eacgm, sc, work, faults):
     name, _row, model, steps, _f, layers, extra, world = sc
-    nets = Namespaces(world)
+    nets = Namespaces(world, prefix="eacgm-ev", subnet="10.214.0")
     shim = None
     try:
         nets.create()

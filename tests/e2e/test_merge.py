@@ -7,13 +7,15 @@ number 2 (seq 2): the straggler the summary and the trace must name."""
 import json
 import os
 import re
-import shutil
 import sqlite3
 import subprocess
+import sys
 import unittest
-import uuid
 
 import eacgm_e2e as E
+
+sys.path.insert(0, os.path.join(E.SOURCE_DIR, "tests", "testprogs"))
+from netns import IP, Namespaces  # noqa: E402
 
 JOB = os.path.join(E.SOURCE_DIR, "tests", "testprogs", "gloo_job.py")
 WORLD = 3
@@ -21,41 +23,6 @@ STEPS = 3
 DELAY_MS = 100
 WRONG_MS = {1: 50, 2: -30}  # added to the recordings' wall offsets
 MS = 1_000_000
-IP = shutil.which("ip") or "/usr/sbin/ip"
-
-
-def ip(*args):
-    subprocess.run([IP, *args], check=True, capture_output=True, text=True)
-
-
-class Namespaces:
-    """A bridge in a hub namespace and one namespace per rank linked to it by
-    a veth pair, the rank's end named eth0 with 10.213.0.(rank+1)/24. Names
-    are unique per test run; delete() removes whatever was made."""
-
-    def __init__(self, n):
-        tag = "eacgm-m%d-%s" % (os.getpid(), uuid.uuid4().hex[:6])
-        self.hub, self.ranks = tag + "-hub", ["%s-r%d" % (tag, r) for r in range(n)]
-        self.made = []
-
-    def create(self):
-        ip("netns", "add", self.hub)
-        self.made.append(self.hub)
-        ip("-n", self.hub, "link", "add", "br0", "type", "bridge")
-        ip("-n", self.hub, "link", "set", "br0", "up")
-        for r, ns in enumerate(self.ranks):
-            ip("netns", "add", ns)
-            self.made.append(ns)
-            # Made inside the namespaces: the machine's own links are not touched.
-            ip("link", "add", "eth0", "netns", ns, "type", "veth", "peer", "name", "p%d" % r, "netns", self.hub)
-            ip("-n", self.hub, "link", "set", "p%d" % r, "master", "br0", "up")
-            ip("-n", ns, "addr", "add", "10.213.0.%d/24" % (r + 1), "dev", "eth0")
-            ip("-n", ns, "link", "set", "eth0", "up")
-            ip("-n", ns, "link", "set", "lo", "up")
-
-    def delete(self):
-        for ns in reversed(self.made):  # a namespace's links go with it
-            subprocess.run([IP, "netns", "del", ns], capture_output=True)
 
 
 def start_rank(tmp, ns, rank, out, store):
@@ -85,7 +52,7 @@ class MergeNamespacedRanks(unittest.TestCase):
     def setUpClass(cls):
         E.require_root()
         cls.tmp = E.make_tempdir(cls)
-        nets = Namespaces(WORLD)
+        nets = Namespaces(WORLD, prefix="eacgm-m")
         cls.addClassCleanup(nets.delete)
         nets.create()
         out, store = os.path.join(cls.tmp, "job.json"), os.path.join(cls.tmp, "store")

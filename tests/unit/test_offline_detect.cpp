@@ -61,6 +61,20 @@ DetectOptions options()
 	return o;
 }
 
+// One rank's all-reduce of a 2-rank round: rank 1 arrives `late` after
+// rank 0, which waits for it (its span that much longer).
+Span allreduce(uint64_t t, uint64_t dur, uint64_t late, uint32_t rank, uint64_t seq)
+{
+	return Span{.start_ns = t + (rank ? late : 0),
+		    .dur_ns = dur + (rank ? 0 : late),
+		    .pid = 100 + rank,
+		    .tid = 200 + rank,
+		    .layer = "gloo",
+		    .name = "allreduce",
+		    .bytes = 4000,
+		    .args = {{"rank", rank}, {"nranks", 2}, {"seq", seq}}};
+}
+
 const KeyStatus &key(const OfflineReport &r, const std::string &k)
 {
 	for (const KeyStatus &s : r.keys)
@@ -388,17 +402,8 @@ TEST(FaultClass, AStragglingRankIsNamed)
 	for (uint64_t seq = 0; seq < 60; seq++) {
 		uint64_t late = seq == 30 ? 50'000 * kUs : 0; // rank 1 arrives 50 ms late
 		uint64_t dur = static_cast<uint64_t>(300 * kUs * std::exp(jitter(rng)));
-		for (uint32_t rank = 0; rank < 2; rank++) {
-			uint64_t start = t + (rank ? late : 0);
-			rec.spans.push_back(Span{.start_ns = start,
-						 .dur_ns = dur + (rank ? 0 : late),
-						 .pid = 100 + rank,
-						 .tid = 200 + rank,
-						 .layer = "gloo",
-						 .name = "allreduce",
-						 .bytes = 4000,
-						 .args = {{"rank", rank}, {"nranks", 2}, {"seq", seq}}});
-		}
+		for (uint32_t rank = 0; rank < 2; rank++)
+			rec.spans.push_back(allreduce(t, dur, late, rank, seq));
 		t += dur + late + 2'000 * kUs;
 	}
 	std::stable_sort(rec.spans.begin(), rec.spans.end(),
@@ -437,14 +442,7 @@ TEST(FaultClass, RepeatedStragglerWaitsAreReportedThoughCommon)
 		uint64_t late = slow.count(seq) ? 80'000 * kUs : skew(rng); // rank 1's arrival after rank 0's
 		uint64_t dur = static_cast<uint64_t>(5'000 * kUs * std::exp(jitter(rng)));
 		for (uint32_t rank = 0; rank < 2; rank++)
-			rec.spans.push_back(Span{.start_ns = t + (rank ? late : 0),
-						 .dur_ns = dur + (rank ? 0 : late),
-						 .pid = 100 + rank,
-						 .tid = 200 + rank,
-						 .layer = "gloo",
-						 .name = "allreduce",
-						 .bytes = 4000,
-						 .args = {{"rank", rank}, {"nranks", 2}, {"seq", seq}}});
+			rec.spans.push_back(allreduce(t, dur, late, rank, seq));
 		if (slow.count(seq))
 			waited_starts.push_back(t);
 		t += dur + late + 20'000 * kUs;
