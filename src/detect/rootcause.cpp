@@ -181,10 +181,28 @@ std::vector<Attribution> attribute(const KeyModel &m, const Scored &s)
 	return out;
 }
 
+// Whether the call's duration or gap is longer than its usual one by a
+// slowdown worth telling.
+static bool slower_worth_telling(const std::vector<Attribution> &why, const Worth &worth)
+{
+	return std::any_of(why.begin(), why.end(), [&](const Attribution &x) {
+		return (x.feature == kLogDuration || x.feature == kLogGap) && x.value > x.usual &&
+			worth.met(x.value, x.usual);
+	});
+}
+
 bool reportable(const KeyModel &m, const Scored &s, const Worth &worth)
 {
 	auto why = attribute(m, s);
 	if (only_faster(why) || only_context(m, s, why))
+		return false;
+	// Context first (the GPU's power, the host's scheduling delay) tells
+	// why a call was slow, not that it was: it is reported when the call
+	// also took, or waited, longer by a slowdown worth telling. On an H100
+	// warming up, calls whose durations drifted past 3 sd with the power
+	// were flagged by the thousand for gpu_power_w (1,678 in a 40-step
+	// ResNet-18 run).
+	if (!why.empty() && why[0].feature > kCallSite && !slower_worth_telling(why, worth))
 		return false;
 	// Statistically clear is not always worth telling: a 2 µs call that
 	// took 5 µs, on a function that never varies, is 10 standard deviations
