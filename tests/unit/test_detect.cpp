@@ -273,37 +273,50 @@ TEST(OnlineDetector, FasterIsNotAnAnomalyAndBecomesTheNormal)
 	EXPECT_GE(st[0].trained_on, 1900u - fast);
 }
 
+// The H100's warm-up, replayed: 4000 kernel launches of `us(i)`
+// microseconds each (jittered), NVML's 10 Hz power samples one every ten
+// calls (a call and its gap last about 100 us x 100), 123 W for the first
+// 1000 calls and 179 W after. Each call's verdict goes to seen(i, anomaly).
+template <class Us, class Seen>
+void gpu_warm_up(OnlineDetector &det, Us us, Seen seen)
+{
+	std::mt19937_64 rng(5);
+	std::normal_distribution<double> noise(0, 0.1), watts(0, 2);
+	uint64_t t = 1'000'000'000;
+	for (size_t i = 0; i < 4000; i++) {
+		if (i % 10 == 0)
+			det.observe(Metric{t, "gpu", "power_w", "gpu0", 0, (i < 1000 ? 123.0 : 179.0) + watts(rng)});
+		Span s{.start_ns = t,
+		       .dur_ns = static_cast<uint64_t>(us(i) * 1e3 * std::exp(noise(rng))),
+		       .pid = 1,
+		       .tid = 7,
+		       .layer = "cuda",
+		       .name = "cudaLaunchKernel"};
+		t += s.dur_ns + static_cast<uint64_t>(60e3 * std::exp(noise(rng)));
+		seen(i, det.observe(s));
+	}
+}
+
 // The GPU heats up after the first models: every call then runs at a power
 // the models never saw, with its usual duration. None of them is reported
 // (the H100 run this comes from flagged 9,231 calls of a 30-step run), the
 // next refits learn the new power, and a slow call at that power is.
 TEST(OnlineDetector, ContextAloneIsNotAnAnomaly)
 {
-	std::mt19937_64 rng(5);
-	std::normal_distribution<double> noise(0, 0.1), watts(0, 2);
 	OnlineDetector det(inline_options());
-	uint64_t t = 1'000'000'000;
 	std::vector<size_t> flagged;
 	std::optional<Anomaly> planted;
-	for (size_t i = 0; i < 4000; i++) {
-		// NVML's 10 Hz samples, one every ten calls (a call and its gap last about 100 us x 100).
-		if (i % 10 == 0)
-			det.observe(Metric{t, "gpu", "power_w", "gpu0", 0, (i < 1000 ? 123.0 : 179.0) + watts(rng)});
-		Span s{.start_ns = t,
-		       .dur_ns = static_cast<uint64_t>((i == 3900 ? 2e6 : 40e3) * std::exp(noise(rng))),
-		       .pid = 1,
-		       .tid = 7,
-		       .layer = "cuda",
-		       .name = "cudaLaunchKernel"};
-		t += s.dur_ns + static_cast<uint64_t>(60e3 * std::exp(noise(rng)));
-		auto a = det.observe(s);
-		if (a) {
-			flagged.push_back(i);
-			EXPECT_NE(a->causes[0].value("feature", ""), "gpu_power_w") << i << ": " << a->causes.dump();
-		}
-		if (i == 3900)
-			planted = a;
-	}
+	gpu_warm_up(
+		det, [](size_t i) { return i == 3900 ? 2000.0 : 40.0; },
+		[&](size_t i, const std::optional<Anomaly> &a) {
+			if (a) {
+				flagged.push_back(i);
+				EXPECT_NE(a->causes[0].value("feature", ""), "gpu_power_w")
+					<< i << ": " << a->causes.dump();
+			}
+			if (i == 3900)
+				planted = a;
+		});
 	ASSERT_TRUE(planted.has_value()) << "the planted 2 ms call";
 	EXPECT_EQ(planted->causes[0].value("feature", ""), "log_duration") << planted->causes.dump();
 	// No flood at the change; elsewhere the tails of duration and gap, at
@@ -323,31 +336,21 @@ TEST(OnlineDetector, ContextAloneIsNotAnAnomaly)
 // for gpu_power_w. The planted 2 ms call still is.
 TEST(OnlineDetector, ContextFirstNeedsASlowdownWorthTelling)
 {
-	std::mt19937_64 rng(5);
-	std::normal_distribution<double> noise(0, 0.1), watts(0, 2);
 	DetectOptions o = inline_options();
 	o.worth = {2, 100'000};
 	OnlineDetector det(o);
-	uint64_t t = 1'000'000'000;
 	std::vector<std::string> first_causes;
 	std::optional<Anomaly> planted;
-	for (size_t i = 0; i < 4000; i++) {
-		if (i % 10 == 0)
-			det.observe(Metric{t, "gpu", "power_w", "gpu0", 0, (i < 1000 ? 123.0 : 179.0) + watts(rng)});
-		double us = i == 3900 ? 2000 : i < 1000 ? 40 : 56;
-		Span s{.start_ns = t,
-		       .dur_ns = static_cast<uint64_t>(us * 1e3 * std::exp(noise(rng))),
-		       .pid = 1,
-		       .tid = 7,
-		       .layer = "cuda",
-		       .name = "cudaLaunchKernel"};
-		t += s.dur_ns + static_cast<uint64_t>(60e3 * std::exp(noise(rng)));
-		auto a = det.observe(s);
-		if (a)
-			first_causes.push_back(a->causes[0].value("feature", a->causes[0].value("kind", "")));
-		if (i == 3900)
-			planted = a;
-	}
+	gpu_warm_up(
+		det, [](size_t i) { return i == 3900   ? 2000.0
+					    : i < 1000 ? 40.0
+						       : 56.0; },
+		[&](size_t i, const std::optional<Anomaly> &a) {
+			if (a)
+				first_causes.push_back(a->causes[0].value("feature", a->causes[0].value("kind", "")));
+			if (i == 3900)
+				planted = a;
+		});
 	ASSERT_TRUE(planted.has_value()) << "the planted 2 ms call";
 	EXPECT_EQ(planted->causes[0].value("feature", ""), "log_duration") << planted->causes.dump();
 	EXPECT_EQ(std::count(first_causes.begin(), first_causes.end(), "gpu_power_w"), 0);
