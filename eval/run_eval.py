@@ -22,6 +22,7 @@ import math
 import os
 import platform
 import random
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -150,7 +151,6 @@ def record_ranks(eacgm, sc, work, faults):
 
 def merge_shifts(db):
     """Per input of a merge: (clock shift ns, {its pid: merged pid})."""
-    import sqlite3
     con = sqlite3.connect(db)
     meta = dict(con.execute("SELECT key, value FROM meta"))
     con.close()
@@ -233,11 +233,16 @@ def worth(rows, flags, slowdown=2.0, excess_ns=100_000):
     and --min-excess defaults): a call's duration or its gap at least
     `slowdown` times its function's median and `excess_ns` more. Given to
     the baselines too, so that all are judged on slowdowns worth telling."""
+    def measure(r, f):  # the call's duration, or its gap (None: it has none)
+        if f == "dur":
+            return r["dur"]
+        return math.exp(r["log_gap"]) - 1 if r["log_gap"] == r["log_gap"] else None
+
     med = {}
     for f in ("dur", "log_gap"):
         vals = collections.defaultdict(list)
         for r in rows:
-            v = r["dur"] if f == "dur" else math.exp(r["log_gap"]) - 1 if r["log_gap"] == r["log_gap"] else None
+            v = measure(r, f)
             if v is not None:
                 vals[r["key"]].append(v)
         med[f] = {k: statistics.median(v) for k, v in vals.items()}
@@ -245,8 +250,7 @@ def worth(rows, flags, slowdown=2.0, excess_ns=100_000):
     for r, flag in zip(rows, flags):
         ok = False
         for f in ("dur", "log_gap"):
-            v = r["dur"] if f == "dur" else math.exp(r["log_gap"]) - 1 if r["log_gap"] == r["log_gap"] else None
-            m = med[f].get(r["key"])
+            v, m = measure(r, f), med[f].get(r["key"])
             ok = ok or (v is not None and m is not None and v >= slowdown * m and v - m >= excess_ns)
         out.append(bool(flag and ok))
     return out
@@ -283,7 +287,6 @@ def online_flags(db):
     """(pid, tid, start) -> when the live detector of `eacgm record` flagged
     the call (its anomalies stay in the recording: make eval's detect runs
     with --no-store)."""
-    import sqlite3
     con = sqlite3.connect(db)
     try:
         rows = con.execute("SELECT pid, tid, ts_ns, detected_ns FROM anomalies WHERE detected_ns > 0").fetchall()

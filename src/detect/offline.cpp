@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 #include <set>
 
 #include "common/units.h"
@@ -11,6 +12,8 @@
 namespace eacgm::detect {
 
 namespace {
+
+using CallId = std::tuple<uint32_t, uint32_t, uint64_t>; // pid, tid, start
 
 bool wanted(const std::vector<std::string> &layers, const Span &s)
 {
@@ -266,13 +269,20 @@ void fit_pooled(std::map<std::string, KeyCalls> &keys, const std::string &layer,
 // it is not above. Against the scored component's mean instead, a step's
 // first call, whose gap is always long, would seem late by that whole gap
 // whenever it was slow enough to be scored under another mode.
-double excess(const Anomaly &a, const char *feature)
+// A feature of an anomaly: its value and its usual one (older reports
+// carry only the typical one); nullopt when the model did not use it.
+std::optional<std::pair<double, double>> value_and_usual(const Anomaly &a, const char *feature)
 {
 	auto it = a.features.find(feature);
 	if (it == a.features.end())
-		return 0;
-	double v = it->value("value", 0.0), t = it->value("usual", it->value("typical", 0.0));
-	return v > t ? v - t : 0;
+		return std::nullopt;
+	return std::pair{it->value("value", 0.0), it->value("usual", it->value("typical", 0.0))};
+}
+
+double excess(const Anomaly &a, const char *feature)
+{
+	auto f = value_and_usual(a, feature);
+	return f && f->first > f->second ? f->first - f->second : 0;
 }
 
 // Every call of a thread with the time it took beyond its function's
@@ -283,15 +293,30 @@ struct Lateness {
 };
 using ThreadLateness = std::map<std::pair<uint32_t, uint32_t>, std::vector<Lateness>>;
 
-ThreadLateness lateness(const std::map<std::string, KeyCalls> &keys)
+// Each key's median duration over its calls past warm-up (keys with none
+// left out): what lateness and the straggler waits measure against.
+using MedianDurations = std::map<std::string, uint64_t>;
+
+MedianDurations median_durations(const std::map<std::string, KeyCalls> &keys)
 {
-	ThreadLateness out;
+	MedianDurations out;
 	for (const auto &[key, kc] : keys) {
 		std::vector<uint64_t> d;
 		for (const Call &c : kc.calls)
 			if (!c.warmup)
 				d.push_back(c.span->dur_ns);
-		uint64_t median = d.empty() ? 0 : upper_median(d);
+		if (!d.empty())
+			out[key] = upper_median(d);
+	}
+	return out;
+}
+
+ThreadLateness lateness(const std::map<std::string, KeyCalls> &keys, const MedianDurations &medians)
+{
+	ThreadLateness out;
+	for (const auto &[key, kc] : keys) {
+		auto m = medians.find(key);
+		uint64_t median = m == medians.end() ? 0 : m->second;
 		for (const Call &c : kc.calls) {
 			const Span &s = *c.span;
 			uint64_t over = c.warmup ? s.dur_ns : s.dur_ns > median ? s.dur_ns - median : 0;
@@ -331,11 +356,8 @@ constexpr double kOwnSlowdown = 10;
 
 bool far_slower(const Anomaly &a)
 {
-	auto it = a.features.find("log_duration");
-	if (it == a.features.end())
-		return false;
-	double v = it->value("value", 0.0), u = it->value("usual", it->value("typical", 0.0));
-	return u > 0 && v >= kOwnSlowdown * u;
+	auto f = value_and_usual(a, "log_duration");
+	return f && f->second > 0 && f->first >= kOwnSlowdown * f->second;
 }
 
 Weighed weigh(Anomaly &a, const ThreadLateness &threads, const Worth &worth)
@@ -417,8 +439,6 @@ void fold_echoes(std::vector<Anomaly> &anomalies, const ThreadLateness &threads,
 	anomalies = std::move(out);
 }
 
-using CallId = std::tuple<uint32_t, uint32_t, uint64_t>; // pid, tid, start
-
 // Collective calls that waited for a straggler: the last rank of their
 // round arrived after them kEpisodeSlowdown times the longest of nine
 // waits in ten of the function's rounds or more, and the call took a
@@ -428,7 +448,7 @@ using CallId = std::tuple<uint32_t, uint32_t, uint64_t>; // pid, tid, start
 // normal): the other ranks' arrival says what durations alone cannot.
 // Against the usual waits, not zero: ranks sharing two CPUs with their
 // tracers arrive 70 ms apart at the median, 145 ms at the 90th percentile.
-std::set<CallId> waited_for_stragglers(const std::vector<Round> &rounds, const std::map<std::string, KeyCalls> &keys,
+std::set<CallId> waited_for_stragglers(const std::vector<Round> &rounds, const MedianDurations &medians,
 				       const Worth &worth)
 {
 	std::map<std::string, std::vector<double>> waits;
@@ -439,16 +459,11 @@ std::set<CallId> waited_for_stragglers(const std::vector<Round> &rounds, const s
 					static_cast<double>(r.last().start_ns - a.start_ns));
 	std::map<std::string, std::pair<double, double>> usual; // key -> (median duration, p90 wait)
 	for (auto &[key, w] : waits) {
-		auto kc = keys.find(key);
-		std::vector<uint64_t> d;
-		if (kc != keys.end())
-			for (const Call &c : kc->second.calls)
-				if (!c.warmup)
-					d.push_back(c.span->dur_ns);
-		if (d.empty() || w.size() < 10)
+		auto m = medians.find(key);
+		if (m == medians.end() || w.size() < 10)
 			continue;
 		std::nth_element(w.begin(), w.begin() + w.size() * 9 / 10, w.end());
-		usual[key] = {static_cast<double>(upper_median(d)), w[w.size() * 9 / 10]};
+		usual[key] = {static_cast<double>(m->second), w[w.size() * 9 / 10]};
 	}
 	std::set<CallId> out;
 	for (const Round &r : rounds) {
@@ -496,7 +511,7 @@ void score_all(KeyCalls &kc, const Context &ctx, const DetectOptions &opt, const
 // The other ranks are the recording's (one node's ranks, or eacgm merge's).
 void name_stragglers(std::vector<Anomaly> &anomalies, const std::vector<Round> &rounds)
 {
-	std::map<std::tuple<uint32_t, uint32_t, uint64_t>, std::pair<const Round *, const Arrival *>> at;
+	std::map<CallId, std::pair<const Round *, const Arrival *>> at;
 	for (const Round &r : rounds)
 		for (const Arrival &a : r.arrivals)
 			at[{a.pid, a.tid, a.start_ns}] = {&r, &a};
@@ -557,7 +572,7 @@ OfflineReport replay(const Recording &rec, DetectOptions opt, const std::vector<
 std::vector<FeatureRow> feature_rows(const std::map<std::string, KeyCalls> &keys, const std::vector<Anomaly> &anomalies)
 {
 	// A flagged call -> the fault class its report names.
-	std::map<std::tuple<uint32_t, uint32_t, uint64_t>, std::string> flagged;
+	std::map<CallId, std::string> flagged;
 	for (const Anomaly &a : anomalies)
 		flagged[{a.pid, a.tid, a.ts_ns}] = fault_class(a);
 	std::vector<FeatureRow> rows;
@@ -603,7 +618,8 @@ OfflineReport detect_recording(const Recording &rec, DetectOptions opt, const st
 	for (const std::string &layer : layer_names)
 		fit_pooled(keys, layer, opt.model);
 	const std::vector<Round> rounds = match_collectives(rec.spans);
-	const std::set<CallId> waited = waited_for_stragglers(rounds, keys, opt.worth);
+	const MedianDurations medians = median_durations(keys);
+	const std::set<CallId> waited = waited_for_stragglers(rounds, medians, opt.worth);
 	for (auto &[key, kc] : keys) {
 		if (kc.model)
 			score_all(kc, ctx, opt, waited, rep.anomalies);
@@ -612,7 +628,7 @@ OfflineReport detect_recording(const Recording &rec, DetectOptions opt, const st
 				std::to_string(scored_rows(kc).size()) +
 				" past warm-up, and no pooled model of its layer to score them";
 	}
-	fold_echoes(rep.anomalies, lateness(keys), opt.worth);
+	fold_echoes(rep.anomalies, lateness(keys, medians), opt.worth);
 	name_stragglers(rep.anomalies, rounds);
 	std::sort(rep.anomalies.begin(), rep.anomalies.end(),
 		  [](const Anomaly &a, const Anomaly &b) { return a.ts_ns < b.ts_ns; });

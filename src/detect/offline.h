@@ -12,16 +12,21 @@
 //     so that a few slowed calls gather in a component of their own rather
 //     than widen the normal one;
 //     then without the members of components too rare to be a mode (under
-//     --min-weight of the calls, or kMinComponentCalls) and the calls the
-//     first fit flagged, each mode now holding that many at least, the
-//     threshold calibrated on the calls fitted (a few slowed calls among 60
-//     would otherwise drag the extrapolated threshold below themselves).
+//     --min-weight of the calls, or kMinComponentCalls) or that are an
+//     episode (calls 2x the median, all within a few stretches of the run:
+//     a fault in force for a while), and the calls the first fit flagged,
+//     each mode now holding that many at least, the threshold calibrated
+//     on the calls fitted (a few slowed calls among 60 would otherwise drag
+//     the extrapolated threshold below themselves).
 //  4. The functions with fewer calls are pooled per layer: each call's own
 //     measures (duration, bytes, bandwidth, gap) relative to its function's
 //     median, one model for the layer's pooled calls fitted as in 3, and
 //     each function scored by it in its own units (KeyModel::shifted).
 //  5. What the online detector would not report is not reported here either
-//     (rootcause.h's reportable(): not quicker, not context alone, worth it).
+//     (rootcause.h's reportable(): not quicker, not context alone, worth it),
+//     but a collective that waited far longer than its rounds usually wait
+//     for a straggler is reported whatever its score (the other ranks'
+//     arrival says what its duration alone cannot).
 //  6. Echoes are folded (fold_echoes in offline.cpp): the caller of a slow
 //     call, the calls made late behind it, and every call late for one stall
 //     but the first are not told apart from what made them late.

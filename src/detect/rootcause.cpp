@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <set>
 #include <cstdio>
 #include <map>
+#include <set>
 
 #include "common/units.h"
 
