@@ -8,13 +8,16 @@
 //  2. A function's first kWarmupCalls calls in each process are its warm-up
 //     and are not scored; nor do they train the model.
 //  3. A function with at least KeyModel::kMinTrain calls gets its own model,
-//     fitted twice: first with any mode allowed and a component to spare,
+//     fitted twice: first on the call's own measures (duration, bytes,
+//     bandwidth, gap), with any mode allowed and a component to spare,
 //     so that a few slowed calls gather in a component of their own rather
 //     than widen the normal one;
 //     then without the members of components too rare to be a mode (under
-//     --min-weight of the calls, or kMinComponentCalls) or that are an
-//     episode (calls 2x the median, all within a few stretches of the run:
-//     a fault in force for a while), and the calls the first fit flagged,
+//     --min-weight of the calls, or kMinComponentCalls) or that are no
+//     mode: an episode (calls 2x the median, all within a few stretches of
+//     the run: a fault in force for a while) or a sporadic slowdown (a few
+//     calls 4x slower than every mode, not recurring with the job's
+//     period), and the calls the first fit flagged,
 //     each mode now holding that many at least, the threshold calibrated
 //     on the calls fitted (a few slowed calls among 60 would otherwise drag
 //     the extrapolated threshold below themselves).
