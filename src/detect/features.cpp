@@ -38,8 +38,10 @@ std::string key_of(const Span &s)
 void Context::add(const Metric &m)
 {
 	Series &s = series_[{m.layer, m.name, m.pid}];
-	if (!s.samples.empty() && m.ts_ns > s.samples.back().ts_ns)
-		s.period_ns = m.ts_ns - s.samples.back().ts_ns;
+	if (!s.samples.empty() && m.ts_ns > s.samples.back().ts_ns) {
+		s.gaps[s.n_gaps++ % Series::kGaps] = m.ts_ns - s.samples.back().ts_ns;
+		s.period_ns = *std::max_element(s.gaps.begin(), s.gaps.end());
+	}
 	Sample x{m.ts_ns, m.key, m.value};
 	// Collectors deliver in time order; keep the deque sorted if one does not.
 	if (s.samples.empty() || s.samples.back().ts_ns <= m.ts_ns)

@@ -120,7 +120,15 @@ public:
 private:
 	struct Series {
 		std::deque<Sample> samples; // by ts
-		uint64_t period_ns = 0;     // last gap between distinct timestamps
+		// The longest of the last kGaps gaps between distinct timestamps:
+		// the sampling period, not fooled by a collector's last, partial
+		// interval (flushed 55 ms after the one before it, where the others
+		// came 100 to 124 ms apart: the host features of half of a
+		// recording's calls, joined with that period, were missing).
+		uint64_t period_ns = 0;
+		static constexpr size_t kGaps = 4;
+		std::array<uint64_t, kGaps> gaps{};
+		size_t n_gaps = 0;
 	};
 	double gauge(const std::string &layer, const std::string &name, uint64_t t0, uint64_t t1) const;
 	double interval_mean(const std::string &layer, const std::string &name, uint32_t pid, uint64_t t0, uint64_t t1,

@@ -150,6 +150,29 @@ TEST(Features, GpuAndHostJoins)
 	EXPECT_TRUE(std::isnan(other.x[kHostSchedDelay]));
 }
 
+// A collector's last interval is flushed early (at exit): the series'
+// period is not that short last gap, or the host features of every call
+// more than that far from the next sample would be missing (they were, for
+// half of a recording's calls). The call gets the interval it ended in.
+TEST(Features, APartialLastIntervalDoesNotShortenThePeriod)
+{
+	Context ctx;
+	const uint64_t stamps[] = {100, 210, 305, 420, 530, 585}; // ms; the last one partial
+	for (uint64_t t : stamps)
+		ctx.add(Metric{t * kMs, "host", "sched_delay_ns", "", 1, double(t)});
+	EXPECT_EQ(ctx.period_ns("host", "sched_delay_ns", 1), 115 * kMs);
+	Observation o;
+	o.pid = 1;
+	o.start_ns = 310 * kMs; // in the interval stamped 420 ms, 110 ms after
+	o.dur_ns = kMs;
+	ctx.fill(o);
+	EXPECT_DOUBLE_EQ(o.x[kHostSchedDelay], std::log1p(420.0));
+	o.start_ns = 200 * kMs; // across the stamp at 210: both intervals
+	o.dur_ns = 20 * kMs;
+	ctx.fill(o);
+	EXPECT_DOUBLE_EQ(o.x[kHostSchedDelay], std::log1p((210.0 + 305.0) / 2));
+}
+
 TEST(KeyModel, UsesWhatVariesAndNamesTheFirstCause)
 {
 	Context ctx;
