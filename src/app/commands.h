@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "detect/rootcause.h"
 
 namespace CLI {
 class App;
@@ -77,8 +78,8 @@ struct DetectArgs {
 	// Replay the recording through the online detector (cold start, window,
 	// refits) instead of fitting each function on all its calls.
 	bool replay = false;
-	double min_slowdown = 2;
-	double min_excess_us = 100;
+	double min_slowdown = detect::kWorthTelling.min_slowdown;
+	double min_excess_us = static_cast<double>(detect::kWorthTelling.min_excess_ns) / 1e3;
 	size_t max_fit_rows = 10000; // EM on at most this many evenly spaced calls a function (0: all)
 	std::string features;        // CSV of every call's features, score and verdict
 };

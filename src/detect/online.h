@@ -61,7 +61,8 @@ struct DetectOptions {
 	double refit_burst_s = 1.0;
 	uint64_t context_margin_ns = 100'000'000; // root cause looks this far around an event
 	// A call flagged for its duration or gap is reported only when it is
-	// that much slower than typical (rootcause.h; eacgm detect: 2x and 10 µs).
+	// that much slower than typical (rootcause.h; eacgm detect, record and
+	// serve: kWorthTelling).
 	Worth worth;
 	// Metrics and events are kept this far behind the newest span scored:
 	// a span's features and causes are read from them once, when it is
@@ -88,6 +89,9 @@ struct DetectOptions {
 		o.refit_interval_ns = 600'000'000'000ull;
 		o.refit_cpu_share = 0.005;
 		o.refit_burst_s = 0.05;
+		// What eacgm detect reports, live too: without it an H100's
+		// warm-up flagged 1,678 calls whose durations drifted with power.
+		o.worth = kWorthTelling;
 		return o;
 	}
 };

@@ -66,6 +66,11 @@ struct Worth {
 	}
 };
 
+// The default: 2x and 100 µs. On this 2-core VM a preemption costs a call
+// 40 to 140 µs, and 70 such calls a GPT run were flagged under a 10 µs
+// floor; every slowdown make eval injects is 170 µs or more.
+inline constexpr Worth kWorthTelling{2.0, 100'000};
+
 // Whether a call over its key's threshold is reported: not when it is
 // unusual mostly for being quicker than its kind (or sooner), nor only for
 // the context it ran in (GPU power, clocks, the host's scheduling delay)
