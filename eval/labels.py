@@ -7,7 +7,9 @@ A call of the row's layer is labelled
      - a point fault (an operator slowed, a Python function spinning) ran
        inside it (for HELD of the injected work's time at least), on its
        process, and no other call of the layer that holds it lies inside it:
-       the innermost call that holds the injected work;
+       the innermost call that holds the injected work (each part of it, for
+       a fault logged in parts: an operator slowed by running it on 30
+       copies of its input slowed the copying too);
      - or a window fault (CPU contention, network delay and loss, a
        straggling rank) was in force for at least half of it, and the fault
        slowed it by a slowdown worth telling: at least SLOWED times the
@@ -52,6 +54,7 @@ def read_faults(paths, shifts=None):
                 if shifts:
                     d["t0"] += shifts[i][0]
                     d["t1"] += shifts[i][0]
+                    d["parts"] = [(t0 + shifts[i][0], t1 + shifts[i][0]) for t0, t1 in d.get("parts", ())]
                     d["pid"] = shifts[i][1].get(d["pid"], d["pid"])
                 faults.append(d)
     return faults
@@ -96,17 +99,21 @@ def label(rows, faults):
 
 def _label_point(rows, f, i):
     # The workload's clock reads bracket the call from Python: the traced
-    # call sits inside them, a few microseconds short at each end.
-    need = HELD * (f["t1"] - f["t0"])
-    holders = [r for r in rows if r["pid"] == f["pid"] and _overlap(r, f) >= need]
-    if not holders:
-        return
-    inner = min(holders, key=lambda r: r["dur"])
-    for r in holders:
-        if r is not inner:
-            r["label"], r["holds"] = None, i
-    if not inner["warmup"]:
-        inner["label"], inner["fault_id"] = 1, i
+    # call sits inside them, a few microseconds short at each end. A fault
+    # in parts (an operator slowed: its input copied 30 times, then the
+    # operator run on the copies) has a call for each: both were slowed.
+    for t0, t1 in f.get("parts") or [(f["t0"], f["t1"])]:
+        part = {"t0": t0, "t1": t1}
+        need = HELD * (t1 - t0)
+        holders = [r for r in rows if r["pid"] == f["pid"] and _overlap(r, part) >= need]
+        if not holders:
+            continue
+        inner = min(holders, key=lambda r: r["dur"])
+        for r in holders:
+            if r is not inner and r["label"] != 1:
+                r["label"], r["holds"] = None, i
+        if not inner["warmup"]:
+            inner["label"], inner["fault_id"] = 1, i
 
 
 def _unscore_callers(rows):

@@ -100,8 +100,11 @@ class Log:
     def write(self, **kw):
         self.f.write(json.dumps(kw) + "\n")
 
-    def fault(self, kind, step, t0, t1):
-        self.write(fault=kind, step=step, t0=t0, t1=t1, rank=self.rank, pid=os.getpid())
+    def fault(self, kind, step, t0, t1, parts=None):
+        """parts: the injected work's pieces, each its own call (an operator
+        slowed: the copies of its input made, then the operator on them)."""
+        extra = {"parts": parts} if parts else {}
+        self.write(fault=kind, step=step, t0=t0, t1=t1, rank=self.rank, pid=os.getpid(), **extra)
 
 
 class SlowSoftmax(torch.autograd.Function):
@@ -110,10 +113,11 @@ class SlowSoftmax(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, h, dim):
+        r0 = time.monotonic_ns()
         big = h.repeat(SlowSoftmax.factor, *([1] * (h.dim() - 1)))
         t0 = time.monotonic_ns()
         y = torch.softmax(big, dim)
-        SlowSoftmax.window = (t0, time.monotonic_ns())
+        SlowSoftmax.window = [(r0, t0), (t0, time.monotonic_ns())]
         y = y[:h.shape[0]]
         ctx.save_for_backward(y)
         ctx.dim = dim
@@ -131,10 +135,11 @@ class SlowLinear(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, w, b):
+        r0 = time.monotonic_ns()
         big = x.repeat(SlowLinear.factor, 1)
         t0 = time.monotonic_ns()
         y = F.linear(big, w, b)
-        SlowLinear.window = (t0, time.monotonic_ns())
+        SlowLinear.window = [(r0, t0), (t0, time.monotonic_ns())]
         ctx.save_for_backward(x, w)
         return y[:x.shape[0]]
 
@@ -301,7 +306,8 @@ def main():
         opt.zero_grad()
         loss = loss_fn(model(x), y)
         if hook_op.on:
-            log.fault("op", step, *window_of())
+            parts = window_of()  # the copies made, then the operator on them
+            log.fault("op", step, parts[0][0], parts[-1][1], parts)
         hook_op.on = False
         if step in faults.get("straggle", ()):
             log.fault("straggle", step, *spin(a.straggle_ms))
