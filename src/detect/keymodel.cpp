@@ -81,7 +81,7 @@ Result<KeyModel> KeyModel::train(const std::vector<const Observation *> &all, co
 		// by 5% are what a 30x slower call must be measured against (left
 		// out, the slowdown went unseen; that it is worth reporting is
 		// rootcause.h's Worth to say).
-		if (f != kCallSite && (opt.features >> f & 1) && 2 * have >= n && m.all_sd_[f] > 0)
+		if (f != kCallSite && 2 * have >= n && m.all_sd_[f] > 0)
 			m.used_.push_back(f);
 	}
 	if (m.used_.empty())

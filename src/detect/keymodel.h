@@ -33,8 +33,6 @@ struct ModelOptions {
 	// and anomalies among them would drag it below themselves. (Online,
 	// refit after refit, that would raise the threshold each time.)
 	bool calibrate_on_fit = false;
-	// Features the mixture may use (bit f: feature f), of those that vary.
-	uint32_t features = ~0u;
 };
 
 struct Scored {

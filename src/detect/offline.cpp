@@ -66,15 +66,56 @@ std::map<std::string, KeyCalls> observe_all(const Recording &rec, const Context 
 	return keys;
 }
 
+// A process's start-up: until each of its recurring functions (kSteadyCalls
+// calls at least) has made its first call past warm-up, and at most its
+// first kMaxStartUpShare of calls. A function called once a step is past
+// its warm-up only on the third step, and the calls around it (imports,
+// first allocations of each tensor size, caches filling) ran slow until
+// then: 25 of 50 false alarms on a GPT run were in its first 3 steps, and
+// 66 of 85 in the Python layer before the first step. A job's start-up is
+// not a mode of anything that follows it, nor an anomaly of it.
+constexpr size_t kSteadyCalls = 20;
+constexpr double kMaxStartUpShare = 0.05;
+
+void mark_start_up(std::map<std::string, KeyCalls> &keys)
+{
+	std::map<uint32_t, std::vector<uint64_t>> starts; // pid -> its calls' starts
+	std::map<uint32_t, uint64_t> steady;              // pid -> when its start-up ended
+	for (auto &[key, kc] : keys) {
+		std::map<uint32_t, std::vector<uint64_t>> mine; // pid -> this key's starts
+		for (const Call &c : kc.calls) {
+			starts[c.span->pid].push_back(c.span->start_ns);
+			mine[c.span->pid].push_back(c.span->start_ns);
+		}
+		for (auto &[pid, v] : mine)
+			if (v.size() >= kSteadyCalls) {
+				std::nth_element(v.begin(), v.begin() + kWarmupCalls, v.end());
+				steady[pid] = std::max(steady[pid], v[kWarmupCalls]);
+			}
+	}
+	for (auto &[pid, v] : starts) {
+		const size_t cap = static_cast<size_t>(kMaxStartUpShare * static_cast<double>(v.size()));
+		std::nth_element(v.begin(), v.begin() + cap, v.end());
+		steady[pid] = std::min(steady[pid], v[cap]);
+	}
+	for (auto &[key, kc] : keys)
+		for (Call &c : kc.calls)
+			c.warmup = c.warmup || c.span->start_ns < steady[c.span->pid];
+}
+
 // Components that are not a mode of the function, though they hold enough
 // of its calls to look like one:
 //  - an episode: calls that took at least kEpisodeSlowdown times the
-//    function's median and all came within a few stretches of its calls
-//    (at most kEpisodeBins of kTimeBins slices, each an equal share of its
-//    calls in start order; by count, not time, as an episode slows time
-//    down). A fault in force for a while (CPU contention, a slow link)
-//    slows every call it meets, enough of them to make a component of
-//    their own that a mixture would otherwise learn as normal;
+//    function's median and came in a few stretches of its calls: they
+//    fall in at most kEpisodeShare of the slices (of kTimeBins, each an
+//    equal share of its calls in start order; by count, not time, as an
+//    episode slows time down) that as many calls spread over the run
+//    would meet. A fault in force for a while (CPU contention, a slow
+//    link) slows every call it meets, enough of them to make a component
+//    of their own that a mixture would otherwise learn as normal; a
+//    function's true modes recur through the whole run. (Not "all in 3
+//    of 10 slices": three windows of CPU contention and a few stalls
+//    elsewhere made a component of 300 calls learnt as a mode.)
 //  - a sporadic slowdown: at most kSporadicShare of the calls, whose
 //    median is kSporadicSlowdown times that of every mode of the function
 //    or more, and which do not recur with the job's period. A training job
@@ -86,19 +127,21 @@ std::map<std::string, KeyCalls> observe_all(const Recording &rec, const Context 
 //    the --min-weight of 2% learnt as normal; on 100 steps, 8 slowed calls
 //    were 8% of theirs.
 constexpr double kEpisodeSlowdown = 2.0;
-constexpr size_t kTimeBins = 10, kEpisodeBins = 3;
+constexpr size_t kTimeBins = 50, kMinTimeBins = 10;
+constexpr double kEpisodeShare = 1.0 / 3;
 constexpr double kSporadicShare = 0.15, kSporadicSlowdown = 4.0;
 constexpr size_t kRecurring = 3;
 
 // One component's members: their median log duration, the time slices
 // they fall in, and whether the distances between them recur.
 struct Members {
-	std::vector<double> log_dur;
+	std::vector<double> log_dur, log_gap;
 	std::set<size_t> bins;
 	std::map<std::pair<uint32_t, uint32_t>, size_t> last; // thread -> index of its last member
 	std::map<size_t, size_t> distances;                   // distance -> times seen
 	size_t n_distances = 0;
-	double median = NAN;
+	double median = NAN, median_gap = NAN;
+	double sd = NAN, sd_gap = NAN; // of log_dur and log_gap
 
 	bool recurs() const
 	{
@@ -111,7 +154,7 @@ struct Members {
 };
 
 std::vector<Members> members_of(const std::vector<const Observation *> &rows, const std::vector<unsigned> &member,
-				unsigned components)
+				unsigned components, size_t time_bins)
 {
 	const size_t n = rows.size();
 	std::vector<size_t> order(n);
@@ -126,7 +169,9 @@ std::vector<Members> members_of(const std::vector<const Observation *> &rows, co
 		const size_t index = calls[thread]++;
 		Members &m = out[member[order[r]]];
 		m.log_dur.push_back(o.x[kLogDuration]);
-		m.bins.insert(r * kTimeBins / n);
+		if (std::isfinite(o.x[kLogGap]))
+			m.log_gap.push_back(o.x[kLogGap]);
+		m.bins.insert(r * time_bins / n);
 		auto [last, first] = m.last.try_emplace(thread, index);
 		if (!first) {
 			m.distances[index - last->second]++;
@@ -134,9 +179,22 @@ std::vector<Members> members_of(const std::vector<const Observation *> &rows, co
 			last->second = index;
 		}
 	}
-	for (Members &m : out)
-		if (!m.log_dur.empty())
+	auto sd = [](const std::vector<double> &v) {
+		double mean = std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size()), sq = 0;
+		for (double x : v)
+			sq += (x - mean) * (x - mean);
+		return std::sqrt(sq / static_cast<double>(v.size()));
+	};
+	for (Members &m : out) {
+		if (!m.log_dur.empty()) {
+			m.sd = sd(m.log_dur);
 			m.median = upper_median(m.log_dur);
+		}
+		if (!m.log_gap.empty()) {
+			m.sd_gap = sd(m.log_gap);
+			m.median_gap = upper_median(m.log_gap);
+		}
+	}
 	return out;
 }
 
@@ -145,7 +203,8 @@ std::vector<bool> not_modes(const std::vector<const Observation *> &rows, const 
 {
 	std::vector<bool> out(components);
 	const size_t n = rows.size();
-	if (n < 2 * kTimeBins)
+	const size_t time_bins = std::min(kTimeBins, n / 4);
+	if (time_bins < kMinTimeBins)
 		return out;
 	std::vector<double> all;
 	for (const Observation *o : rows)
@@ -153,27 +212,58 @@ std::vector<bool> not_modes(const std::vector<const Observation *> &rows, const 
 	const double median = upper_median(all);
 	if (!std::isfinite(median))
 		return out;
-	const std::vector<Members> ms = members_of(rows, member, components);
+	const std::vector<Members> ms = members_of(rows, member, components, time_bins);
+	auto episode = [&](const Members &m) {
+		const double b = static_cast<double>(time_bins);
+		const double spread = b * (1 - std::exp(-static_cast<double>(m.log_dur.size()) / b));
+		return static_cast<double>(m.bins.size()) <= kEpisodeShare * spread &&
+			m.median >= median + std::log(kEpisodeSlowdown);
+	};
 	auto sporadic = [&](const Members &m) {
 		return static_cast<double>(m.log_dur.size()) <= kSporadicShare * static_cast<double>(n) && !m.recurs();
 	};
-	double slowest_mode = -INFINITY; // median of the slowest component that is no sporadic candidate
+	double slowest_mode = -INFINITY; // median of the slowest component that is no candidate
 	for (const Members &m : ms)
-		if (!m.log_dur.empty() && !sporadic(m))
+		if (!m.log_dur.empty() && !sporadic(m) && !episode(m))
 			slowest_mode = std::max(slowest_mode, m.median);
 	for (unsigned k = 0; k < components; k++) {
 		const Members &m = ms[k];
 		if (m.log_dur.empty() || 2 * m.log_dur.size() >= n)
 			continue;
-		const bool episode = m.bins.size() <= kEpisodeBins && m.median >= median + std::log(kEpisodeSlowdown);
-		out[k] = episode || (sporadic(m) && m.median >= slowest_mode + std::log(kSporadicSlowdown));
+		out[k] = episode(m) || (sporadic(m) && m.median >= slowest_mode + std::log(kSporadicSlowdown));
 	}
 	return out;
 }
 
+// Whether each rare component lies apart from every mode (the components
+// neither rare nor odd): its median duration or gap kApartSd of the mode's
+// standard deviations (at least the feature's floor) from the mode's
+// median or more. With two components to spare, a first fit also gave a
+// function's jitter tails a component of their own: left out of the
+// second fit, its calls 14% over the median (3 sd) were flagged at 5 sd. A
+// component of slowed calls lies far from every mode.
+constexpr double kApartSd = 4.0;
+
+std::vector<bool> separated(const std::vector<Members> &ms, const std::vector<bool> &rare, const std::vector<bool> &odd)
+{
+	auto far = [](double a, double b, double sd, unsigned f) {
+		return std::isfinite(a) && std::isfinite(b) &&
+			std::abs(a - b) >= kApartSd * std::max(std::isfinite(sd) ? sd : 0.0, kFeatures[f].floor);
+	};
+	std::vector<bool> out(ms.size(), true);
+	for (size_t c = 0; c < ms.size(); c++)
+		for (size_t mode = 0; mode < ms.size() && rare[c]; mode++)
+			if (!rare[mode] && !odd[mode] && !ms[mode].log_dur.empty() &&
+			    !far(ms[c].median, ms[mode].median, ms[mode].sd, kLogDuration) &&
+			    !far(ms[c].median_gap, ms[mode].median_gap, ms[mode].sd_gap, kLogGap))
+				out[c] = false;
+	return out;
+}
+
 // The members of components too rare to be a mode (under min_weight of the
-// calls, or fewer than kMinComponentCalls of them) or that are no mode (an episode, a sporadic slowdown: not_modes),
-// and the calls below the threshold.
+// calls, or fewer than kMinComponentCalls of them) that lie apart from the
+// modes, of components that are no mode (not_modes), and the calls below
+// the threshold.
 std::vector<bool> unusual(const KeyModel &m, const std::vector<const Observation *> &rows, double min_weight)
 {
 	const Gmm &g = m.gmm();
@@ -184,13 +274,17 @@ std::vector<bool> unusual(const KeyModel &m, const std::vector<const Observation
 		scored.push_back(m.score(*o));
 		member.push_back(scored.back().winner.component);
 	}
-	std::vector<bool> not_mode = not_modes(rows, member, g.components());
-	std::vector<bool> out(rows.size());
-	for (size_t i = 0; i < rows.size(); i++) {
-		double w = g.weights()(member[i]);
-		out[i] = m.anomalous(scored[i]) || w < min_weight || w * n < static_cast<double>(kMinComponentCalls) ||
-			not_mode[member[i]];
+	const unsigned k = g.components();
+	std::vector<bool> rare(k), odd = not_modes(rows, member, k);
+	for (unsigned c = 0; c < k; c++) {
+		const double w = g.weights()(c);
+		rare[c] = w < min_weight || w * n < static_cast<double>(kMinComponentCalls);
 	}
+	const std::vector<bool> apart = separated(members_of(rows, member, k, 1), rare, odd);
+	std::vector<bool> out(rows.size());
+	for (size_t i = 0; i < rows.size(); i++)
+		out[i] = m.anomalous(scored[i]) || (rare[member[i]] && apart[member[i]]) || odd[member[i]];
+
 	return out;
 }
 
@@ -204,16 +298,14 @@ Result<KeyModel> robust_fit(const std::vector<const Observation *> &rows, const 
 {
 	ModelOptions first_opt = opt;
 	first_opt.gmm.min_weight = 0;
-	// One component more than the function's modes may take: with every
+	// Two components more than the function's modes may take: with every
 	// component taken by a mode, the slowed calls widen one instead (seen on
-	// a matmul with four modes: all 22 slowed calls went unflagged).
-	first_opt.gmm.max_components = opt.gmm.max_components + 1;
+	// a matmul with four modes: all 22 slowed calls went unflagged); with
+	// one more, a GPT's softmax spent it on the host's scheduling delay (an
+	// interval's, not the call's) and its 12 calls slowed 50x shared a
+	// component with 40 usual ones.
+	first_opt.gmm.max_components = opt.gmm.max_components + 2;
 	first_opt.calibrate_on_fit = false;
-	// The call's own measures only: context features (host intervals, GPU
-	// samples) change per sampling interval, not per call, and split the
-	// calls into interval groups that took the spare component (a dozen
-	// softmax calls 50x slower shared a component with 40 usual ones).
-	first_opt.features = 1u << kLogDuration | 1u << kLogBytes | 1u << kLogBandwidth | 1u << kLogGap;
 	auto first = KeyModel::train(rows, first_opt);
 	if (!first)
 		return first;
@@ -567,7 +659,7 @@ void score_all(KeyCalls &kc, const Context &ctx, const DetectOptions &opt, const
 		out.push_back(anomaly_of(*c.span, c.o, *kc.model, sc, ctx, opt.context_margin_ns));
 	}
 	kc.st.note += "; " + std::to_string(warmups) + " warm-up calls (its first " + std::to_string(kWarmupCalls) +
-		" in each process) not scored";
+		" in each process, or in its process's start-up) not scored";
 }
 
 // A collective that waited for a rank arriving last: that rank is its
@@ -674,6 +766,7 @@ OfflineReport detect_recording(const Recording &rec, DetectOptions opt, const st
 		ctx.add(e);
 	OfflineReport rep;
 	auto keys = observe_all(rec, ctx, layers, rep.spans);
+	mark_start_up(keys);
 	std::set<std::string> layer_names;
 	for (auto &[key, kc] : keys) {
 		layer_names.insert(kc.layer);

@@ -6,10 +6,10 @@
 //  1. Features of every call, in start order, with the recording's metrics
 //     and events as context (features.h).
 //  2. A function's first kWarmupCalls calls in each process are its warm-up
-//     and are not scored; nor do they train the model.
+//     and are not scored; nor do they train the model. Nor are the calls of
+//     a process's start-up (mark_start_up in offline.cpp).
 //  3. A function with at least KeyModel::kMinTrain calls gets its own model,
-//     fitted twice: first on the call's own measures (duration, bytes,
-//     bandwidth, gap), with any mode allowed and a component to spare,
+//     fitted twice: first with any mode allowed and two components to spare,
 //     so that a few slowed calls gather in a component of their own rather
 //     than widen the normal one;
 //     then without the members of components too rare to be a mode (under
