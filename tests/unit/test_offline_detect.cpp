@@ -223,6 +223,56 @@ TEST(OfflineDetect, ASporadicSlowdownIsNotLearntARecurringModeIs)
 		<< key(rep, "torch/aten::addmm").note;
 }
 
+// CPU contention in every fifth 100 ms interval of a 3 s run: the process
+// waited to run 90 ms of it (5 ms otherwise), stress-ng ran 85 ms on its
+// CPUs, and every call in it took 2.5x. Slowed calls that come back with
+// the run's period, so many of them, are a mode to a mixture. The
+// run-queue delay says they were slowed: every one is reported, named CPU
+// contention; nothing else is. Were it every third interval, the process
+// would be overcommitted rather than contended now and then: not reported.
+TEST(OfflineDetect, CallsSlowedWhileTheProcessWaitedToRunAreReported)
+{
+	constexpr uint64_t kInterval = 100 * kUs * 1000, kStep = 5 * kUs * 1000, kT0 = 1'000'000'000;
+	auto run = [&](unsigned every) {
+		std::mt19937_64 rng(3);
+		std::normal_distribution<double> jitter(0, 0.05);
+		Recording rec;
+		std::vector<uint64_t> slowed;
+		for (size_t i = 0; i < 600; i++) {
+			const uint64_t t = kT0 + kUs * 1000 + i * kStep;
+			const bool in = (t - kT0) / kInterval % every == 2;
+			const double d = 200 * kUs * std::exp(jitter(rng)) * (in ? 2.5 : 1);
+			rec.spans.push_back(Span{.start_ns = t,
+						 .dur_ns = static_cast<uint64_t>(d),
+						 .pid = 1,
+						 .tid = 1,
+						 .layer = "torch",
+						 .name = "aten::bmm"});
+			if (in)
+				slowed.push_back(t);
+		}
+		for (uint64_t k = 0; k <= 30; k++) {
+			const bool contended = k % every == 2;
+			const uint64_t ts = kT0 + (k + 1) * kInterval; // the interval (ts - 100 ms, ts]
+			rec.metrics.push_back(Metric{ts, "host", "sched_delay_ns", "", 1, contended ? 90e6 : 5e6});
+			if (contended) // who ran on its CPUs meanwhile (the host layer's)
+				rec.metrics.push_back(Metric{ts, "host", "interference_ns", "stress-ng:99", 1, 85e6});
+		}
+		return std::make_pair(detect_recording(rec, options()), slowed);
+	};
+	auto [rep, slowed] = run(5);
+	std::vector<uint64_t> found;
+	for (const Anomaly &a : rep.anomalies) {
+		found.push_back(a.ts_ns);
+		EXPECT_EQ(fault_class(a), "cpu_contention") << a.causes.dump();
+		EXPECT_EQ(a.causes[0]["what"],
+			  "CPU contention: process 1 waited to run 90.0 ms of each 100 ms around "
+			  "the call (usually 5.00 ms)");
+	}
+	EXPECT_EQ(found, slowed);
+	EXPECT_TRUE(run(3).first.anomalies.empty());
+}
+
 // The same recording replayed as the live agent saw it: the first 200
 // calls of a function train its model, so 60 are never judged.
 TEST(OfflineDetect, ReplayKeepsTheColdStart)
