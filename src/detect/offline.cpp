@@ -132,8 +132,9 @@ constexpr double kEpisodeShare = 1.0 / 3;
 constexpr double kSporadicShare = 0.15, kSporadicSlowdown = 4.0;
 constexpr size_t kRecurring = 3;
 
-// One component's members: their median log duration, the time slices
-// they fall in, and whether the distances between them recur.
+// One component's members: the median and spread of their log duration and
+// log gap, the time slices they fall in, and whether the distances between
+// them (in their thread's calls of the function) recur.
 struct Members {
 	std::vector<double> log_dur, log_gap;
 	std::set<size_t> bins;

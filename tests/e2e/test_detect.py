@@ -11,7 +11,6 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import unittest
 
 import eacgm_e2e as E
