@@ -115,7 +115,11 @@ void mark_start_up(std::map<std::string, KeyCalls> &keys)
 //    of their own that a mixture would otherwise learn as normal; a
 //    function's true modes recur through the whole run. (Not "all in 3
 //    of 10 slices": three windows of CPU contention and a few stalls
-//    elsewhere made a component of 300 calls learnt as a mode.)
+//    elsewhere made a component of 300 calls learnt as a mode.) Or calls
+//    that came in runs (kEpisodeRun consecutive calls of the function in
+//    their thread, on average) within a quarter of the slices: two
+//    windows of a slow link made a component of 20 all-reduces, in 4 runs
+//    over 7 of 50 slices, that as many spread calls would meet 16 of.
 //  - a sporadic slowdown: at most kSporadicShare of the calls, whose
 //    median is kSporadicSlowdown times that of every mode of the function
 //    or more, and which do not recur with the job's period. A training job
@@ -128,7 +132,7 @@ void mark_start_up(std::map<std::string, KeyCalls> &keys)
 //    were 8% of theirs.
 constexpr double kEpisodeSlowdown = 2.0;
 constexpr size_t kTimeBins = 50, kMinTimeBins = 10;
-constexpr double kEpisodeShare = 1.0 / 3;
+constexpr double kEpisodeShare = 1.0 / 3, kEpisodeRun = 3;
 constexpr double kSporadicShare = 0.15, kSporadicSlowdown = 4.0;
 constexpr size_t kRecurring = 3;
 
@@ -215,10 +219,12 @@ std::vector<bool> not_modes(const std::vector<const Observation *> &rows, const 
 		return out;
 	const std::vector<Members> ms = members_of(rows, member, components, time_bins);
 	auto episode = [&](const Members &m) {
-		const double b = static_cast<double>(time_bins);
-		const double spread = b * (1 - std::exp(-static_cast<double>(m.log_dur.size()) / b));
-		return static_cast<double>(m.bins.size()) <= kEpisodeShare * spread &&
-			m.median >= median + std::log(kEpisodeSlowdown);
+		const double b = static_cast<double>(time_bins), size = static_cast<double>(m.log_dur.size());
+		const double spread = b * (1 - std::exp(-size / b)), bins = static_cast<double>(m.bins.size());
+		auto d1 = m.distances.find(1);
+		const double runs = size - (d1 == m.distances.end() ? 0.0 : static_cast<double>(d1->second));
+		const bool clumped = bins <= kEpisodeShare * spread || (size >= kEpisodeRun * runs && bins <= b / 4);
+		return clumped && m.median >= median + std::log(kEpisodeSlowdown);
 	};
 	auto sporadic = [&](const Members &m) {
 		return static_cast<double>(m.log_dur.size()) <= kSporadicShare * static_cast<double>(n) && !m.recurs();

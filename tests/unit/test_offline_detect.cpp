@@ -185,6 +185,35 @@ TEST(OfflineDetect, AnEpisodeOfSlowCallsIsFlaggedNotLearnt)
 		<< key(rep, "gloo/allreduce").note;
 }
 
+// A slow link in force 8 times for 3 calls: 24 calls of 600 slowed 50x, in
+// runs, over 8 of the 50 slices of the run. As many calls spread over it
+// would meet 19 slices, so they are not clumped by that measure, and their
+// distances recur (1, within a run): learnt as a mode, unless calls that
+// come in runs within a quarter of the run are an episode. All 24 found.
+TEST(OfflineDetect, AnEpisodeInShortRunsIsFlaggedNotLearnt)
+{
+	std::mt19937_64 rng(11);
+	std::normal_distribution<double> jitter(0, 0.05);
+	Recording rec;
+	std::vector<uint64_t> slow_starts;
+	uint64_t t = 1'000'000'000;
+	for (size_t i = 0; i < 600; i++) {
+		const size_t bin = i / 12, at = i % 12; // 50 slices of 12 calls
+		const bool slow = bin % 6 == 3 && at >= 2 && at < 5;
+		const auto d = static_cast<uint64_t>(100 * kUs * std::exp(jitter(rng)) * (slow ? 50 : 1));
+		rec.spans.push_back(
+			Span{.start_ns = t, .dur_ns = d, .pid = 1, .tid = 2, .layer = "gloo", .name = "allreduce"});
+		if (slow)
+			slow_starts.push_back(t);
+		t += d + kUs * 1000;
+	}
+	auto rep = detect_recording(rec, options());
+	std::vector<uint64_t> found;
+	for (const Anomaly &a : rep.anomalies)
+		found.push_back(a.ts_ns);
+	EXPECT_EQ(found, slow_starts);
+}
+
 // A function with a true minority mode (each step's last of 8 addmm calls,
 // 5x as long: a model's head) and 11 random steps whose first addmm took
 // 30x: the slowed calls are 2.3% of the calls, over --min-weight, and made
