@@ -142,8 +142,7 @@ constexpr size_t kRecurring = 3;
 struct Members {
 	std::vector<double> log_dur, log_gap;
 	std::set<size_t> bins;
-	std::map<std::pair<uint32_t, uint32_t>, size_t> last; // thread -> index of its last member
-	std::map<size_t, size_t> distances;                   // distance -> times seen
+	std::map<size_t, size_t> distances; // distance -> times seen
 	size_t n_distances = 0;
 	double median = NAN, median_gap = NAN;
 	double sd = NAN, sd_gap = NAN; // of log_dur and log_gap
@@ -168,20 +167,23 @@ std::vector<Members> members_of(const std::vector<const Observation *> &rows, co
 			 [&](size_t a, size_t b) { return rows[a]->start_ns < rows[b]->start_ns; });
 	std::vector<Members> out(components);
 	std::map<std::pair<uint32_t, uint32_t>, size_t> calls; // thread -> calls so far
+	// (component, thread) -> the index of its last member in the thread's calls
+	std::map<std::tuple<unsigned, uint32_t, uint32_t>, size_t> last;
 	for (size_t r = 0; r < n; r++) {
 		const Observation &o = *rows[order[r]];
 		const std::pair<uint32_t, uint32_t> thread{o.pid, o.tid};
 		const size_t index = calls[thread]++;
-		Members &m = out[member[order[r]]];
+		const unsigned k = member[order[r]];
+		Members &m = out[k];
 		m.log_dur.push_back(o.x[kLogDuration]);
 		if (std::isfinite(o.x[kLogGap]))
 			m.log_gap.push_back(o.x[kLogGap]);
 		m.bins.insert(r * time_bins / n);
-		auto [last, first] = m.last.try_emplace(thread, index);
+		auto [prev, first] = last.try_emplace({k, o.pid, o.tid}, index);
 		if (!first) {
-			m.distances[index - last->second]++;
+			m.distances[index - prev->second]++;
 			m.n_distances++;
-			last->second = index;
+			prev->second = index;
 		}
 	}
 	auto sd = [](const std::vector<double> &v) {
@@ -203,13 +205,17 @@ std::vector<Members> members_of(const std::vector<const Observation *> &rows, co
 	return out;
 }
 
-std::vector<bool> not_modes(const std::vector<const Observation *> &rows, const std::vector<unsigned> &member,
-			    unsigned components)
+// The slices of a function's n calls that episodes are told by (too few
+// below kMinTimeBins: no episode is told).
+size_t time_bins(size_t n) { return std::min(kTimeBins, n / 4); }
+
+// ms: members_of(rows, ..., time_bins(rows.size())).
+std::vector<bool> not_modes(const std::vector<const Observation *> &rows, const std::vector<Members> &ms)
 {
-	std::vector<bool> out(components);
+	std::vector<bool> out(ms.size());
 	const size_t n = rows.size();
-	const size_t time_bins = std::min(kTimeBins, n / 4);
-	if (time_bins < kMinTimeBins)
+	const size_t bins_of_run = time_bins(n);
+	if (bins_of_run < kMinTimeBins)
 		return out;
 	std::vector<double> all;
 	for (const Observation *o : rows)
@@ -217,9 +223,8 @@ std::vector<bool> not_modes(const std::vector<const Observation *> &rows, const 
 	const double median = upper_median(all);
 	if (!std::isfinite(median))
 		return out;
-	const std::vector<Members> ms = members_of(rows, member, components, time_bins);
 	auto episode = [&](const Members &m) {
-		const double b = static_cast<double>(time_bins), size = static_cast<double>(m.log_dur.size());
+		const double b = static_cast<double>(bins_of_run), size = static_cast<double>(m.log_dur.size());
 		const double spread = b * (1 - std::exp(-size / b)), bins = static_cast<double>(m.bins.size());
 		auto d1 = m.distances.find(1);
 		const double runs = size - (d1 == m.distances.end() ? 0.0 : static_cast<double>(d1->second));
@@ -233,7 +238,7 @@ std::vector<bool> not_modes(const std::vector<const Observation *> &rows, const 
 	for (const Members &m : ms)
 		if (!m.log_dur.empty() && !sporadic(m) && !episode(m))
 			slowest_mode = std::max(slowest_mode, m.median);
-	for (unsigned k = 0; k < components; k++) {
+	for (size_t k = 0; k < ms.size(); k++) {
 		const Members &m = ms[k];
 		if (m.log_dur.empty() || 2 * m.log_dur.size() >= n)
 			continue;
@@ -282,16 +287,16 @@ std::vector<bool> unusual(const KeyModel &m, const std::vector<const Observation
 		member.push_back(scored.back().winner.component);
 	}
 	const unsigned k = g.components();
-	std::vector<bool> rare(k), odd = not_modes(rows, member, k);
+	const std::vector<Members> ms = members_of(rows, member, k, std::max<size_t>(time_bins(rows.size()), 1));
+	std::vector<bool> rare(k), odd = not_modes(rows, ms);
 	for (unsigned c = 0; c < k; c++) {
 		const double w = g.weights()(c);
 		rare[c] = w < min_weight || w * n < static_cast<double>(kMinComponentCalls);
 	}
-	const std::vector<bool> apart = separated(members_of(rows, member, k, 1), rare, odd);
+	const std::vector<bool> apart = separated(ms, rare, odd);
 	std::vector<bool> out(rows.size());
 	for (size_t i = 0; i < rows.size(); i++)
 		out[i] = m.anomalous(scored[i]) || (rare[member[i]] && apart[member[i]]) || odd[member[i]];
-
 	return out;
 }
 
@@ -672,22 +677,22 @@ struct Starved {
 std::map<CallId, Starved> starved(const std::map<std::string, KeyCalls> &keys, const Context &ctx,
 				  const MedianDurations &medians, const Worth &worth)
 {
-	std::map<uint32_t, Starved> usual; // pid -> its usual wait, its period, and the wait that is contended
-	std::map<uint32_t, double> floor;
-	auto contended = [&](uint32_t pid) {
-		auto [it, fresh] = floor.try_emplace(pid, INFINITY);
+	// pid -> its usual wait and period, and the wait of a contended interval
+	std::map<uint32_t, std::pair<Starved, double>> usual;
+	auto of = [&](uint32_t pid) -> const std::pair<Starved, double> & {
+		auto [it, fresh] = usual.try_emplace(pid, Starved{}, INFINITY);
 		if (fresh) {
 			std::vector<double> v;
 			for (const auto &x : ctx.covering("host", "sched_delay_ns", pid, 0, UINT64_MAX - (1ull << 40)))
 				v.push_back(x.value);
 			const auto period = static_cast<double>(ctx.period_ns("host", "sched_delay_ns", pid));
 			if (v.size() >= 2 * kMinComponentCalls && period > 0) {
-				usual[pid] = {0, upper_median(v), period};
-				const double at =
-					std::max(kContendedShare * period, kContendedFactor * usual[pid].usual_ns);
+				it->second.first = {0, upper_median(v), period};
+				const double at = std::max(kContendedShare * period,
+							   kContendedFactor * it->second.first.usual_ns);
 				const auto n = std::count_if(v.begin(), v.end(), [&](double x) { return x >= at; });
 				if (static_cast<double>(n) <= kMaxContended * static_cast<double>(v.size()))
-					it->second = at;
+					it->second.second = at;
 			}
 		}
 		return it->second;
@@ -706,8 +711,8 @@ std::map<CallId, Starved> starved(const std::map<std::string, KeyCalls> &keys, c
 			for (const auto &x : in)
 				sum += x.value;
 			const double waited = in.empty() ? 0 : sum / static_cast<double>(in.size());
-			if (waited > 0 && waited >= contended(s.pid)) {
-				Starved st = usual[s.pid];
+			if (const auto &[pid_usual, at] = of(s.pid); waited > 0 && waited >= at) {
+				Starved st = pid_usual;
 				st.waited_ns = waited;
 				out[{s.pid, s.tid, s.start_ns}] = st;
 			}
