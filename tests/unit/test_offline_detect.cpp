@@ -4,6 +4,7 @@
 // of a slow call (its callers, the calls it made late) are folded into it.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <random>
 
 #include "detect/offline.h"
@@ -81,6 +82,41 @@ const KeyStatus &key(const OfflineReport &r, const std::string &k)
 		if (s.key == k)
 			return s;
 	throw std::runtime_error("no key " + k);
+}
+
+// One thread's calls of gloo's allreduce, n of them, each about dur_ns
+// (log-normal jitter of sd jitter_sd), slow(i) ones factor x as long;
+// between them gap_ns, jittered too when jitter_gap.
+struct OneFunction {
+	Recording rec;
+	std::vector<uint64_t> slow_starts;
+};
+
+OneFunction allreduces(size_t n, double dur_ns, double jitter_sd, double gap_ns, bool jitter_gap,
+		       const std::function<bool(size_t)> &slow, double factor, uint64_t seed)
+{
+	std::mt19937_64 rng(seed);
+	std::normal_distribution<double> jitter(0, jitter_sd);
+	OneFunction out;
+	uint64_t t = 1'000'000'000;
+	for (size_t i = 0; i < n; i++) {
+		const auto d = static_cast<uint64_t>(dur_ns * std::exp(jitter(rng)) * (slow(i) ? factor : 1));
+		out.rec.spans.push_back(
+			Span{.start_ns = t, .dur_ns = d, .pid = 1, .tid = 2, .layer = "gloo", .name = "allreduce"});
+		if (slow(i))
+			out.slow_starts.push_back(t);
+		t += d + static_cast<uint64_t>(jitter_gap ? gap_ns * std::exp(jitter(rng)) : gap_ns);
+	}
+	return out;
+}
+
+// The starts of the anomalies, in their order.
+std::vector<uint64_t> starts(const std::vector<Anomaly> &anomalies)
+{
+	std::vector<uint64_t> out;
+	for (const Anomaly &a : anomalies)
+		out.push_back(a.ts_ns);
+	return out;
 }
 
 } // namespace
@@ -162,25 +198,10 @@ TEST(OfflineDetect, ASlowedFirstCallOfAStepIsNotLateForItsUsualGap)
 // few stretches of the calls, so they are an episode, flagged, every one.
 TEST(OfflineDetect, AnEpisodeOfSlowCallsIsFlaggedNotLearnt)
 {
-	std::mt19937_64 rng(5);
-	std::normal_distribution<double> jitter(0, 0.1);
-	Recording rec;
-	std::vector<uint64_t> slow_starts;
-	uint64_t t = 1'000'000'000;
-	for (size_t i = 0; i < 300; i++) {
-		bool slow = (i >= 100 && i < 115) || (i >= 200 && i < 215);
-		auto d = static_cast<uint64_t>(10'000 * kUs * std::exp(jitter(rng)) * (slow ? 50 : 1));
-		rec.spans.push_back(
-			Span{.start_ns = t, .dur_ns = d, .pid = 1, .tid = 2, .layer = "gloo", .name = "allreduce"});
-		if (slow)
-			slow_starts.push_back(t);
-		t += d + static_cast<uint64_t>(30'000 * kUs * std::exp(jitter(rng)));
-	}
-	auto rep = detect_recording(rec, options());
-	std::vector<uint64_t> found;
-	for (const Anomaly &a : rep.anomalies)
-		found.push_back(a.ts_ns);
-	EXPECT_EQ(found, slow_starts);
+	auto slow = [](size_t i) { return (i >= 100 && i < 115) || (i >= 200 && i < 215); };
+	OneFunction f = allreduces(300, 10'000 * kUs, 0.1, 30'000 * kUs, true, slow, 50, 5);
+	auto rep = detect_recording(f.rec, options());
+	EXPECT_EQ(starts(rep.anomalies), f.slow_starts);
 	EXPECT_NE(key(rep, "gloo/allreduce").note.find("but the 30 unusual ones"), std::string::npos)
 		<< key(rep, "gloo/allreduce").note;
 }
@@ -192,26 +213,13 @@ TEST(OfflineDetect, AnEpisodeOfSlowCallsIsFlaggedNotLearnt)
 // come in runs within a quarter of the run are an episode. All 24 found.
 TEST(OfflineDetect, AnEpisodeInShortRunsIsFlaggedNotLearnt)
 {
-	std::mt19937_64 rng(11);
-	std::normal_distribution<double> jitter(0, 0.05);
-	Recording rec;
-	std::vector<uint64_t> slow_starts;
-	uint64_t t = 1'000'000'000;
-	for (size_t i = 0; i < 600; i++) {
-		const size_t bin = i / 12, at = i % 12; // 50 slices of 12 calls
-		const bool slow = bin % 6 == 3 && at >= 2 && at < 5;
-		const auto d = static_cast<uint64_t>(100 * kUs * std::exp(jitter(rng)) * (slow ? 50 : 1));
-		rec.spans.push_back(
-			Span{.start_ns = t, .dur_ns = d, .pid = 1, .tid = 2, .layer = "gloo", .name = "allreduce"});
-		if (slow)
-			slow_starts.push_back(t);
-		t += d + kUs * 1000;
-	}
-	auto rep = detect_recording(rec, options());
-	std::vector<uint64_t> found;
-	for (const Anomaly &a : rep.anomalies)
-		found.push_back(a.ts_ns);
-	EXPECT_EQ(found, slow_starts);
+	auto slow = [](size_t i) { // 50 slices of 12 calls: in every 6th from the 4th, its calls 2 to 4
+		const size_t bin = i / 12, at = i % 12;
+		return bin % 6 == 3 && at >= 2 && at < 5;
+	};
+	OneFunction f = allreduces(600, 100 * kUs, 0.05, kUs * 1000, false, slow, 50, 11);
+	auto rep = detect_recording(f.rec, options());
+	EXPECT_EQ(starts(rep.anomalies), f.slow_starts);
 }
 
 // A function with a true minority mode (each step's last of 8 addmm calls,
