@@ -8,6 +8,7 @@
 
 #include "app/commands.h"
 #include "common/fs.h"
+#include "common/units.h"
 #include "detect/offline.h"
 #include "detect/rootcause.h"
 #include "export/summary.h"
@@ -160,6 +161,15 @@ int run_detect(const DetectArgs &args)
 			out["anomalies"].push_back(anomaly_json(a, rec->wall_offset_ns));
 		for (const auto &k : rep.keys)
 			out["keys"].push_back(key_json(k));
+		out["start_up"] = json::array();
+		for (const auto &su : rep.start_ups)
+			out["start_up"].push_back(
+				{{"pid", su.pid},
+				 {"calls", su.calls},
+				 {"of_calls", su.of_calls},
+				 {"unix_time",
+				  static_cast<double>(static_cast<int64_t>(su.start_ns) + rec->wall_offset_ns) / 1e9},
+				 {"dur_s", static_cast<double>(su.end_ns - su.start_ns) / 1e9}});
 		std::cout << out.dump(1, ' ', false, json::error_handler_t::replace) << "\n";
 		return 0;
 	}
@@ -179,6 +189,11 @@ int run_detect(const DetectArgs &args)
 			  << " past its warm-up, or " << detect::kMinPooledCalls
 			  << " each for its layer's pooled model); record longer\n";
 
+	for (const auto &su : rep.start_ups)
+		std::cout << "process " << su.pid << ": its start-up, not judged: its first " << su.calls << " of "
+			  << su.of_calls << " calls (" << (100 * su.calls + su.of_calls / 2) / su.of_calls << "%), "
+			  << format_duration(static_cast<double>(su.end_ns - su.start_ns))
+			  << ", until every function it calls steadily had warmed up\n";
 	char line[256];
 	std::snprintf(line, sizeof line, "\n%-36s %7s %7s %7s %5s  %s\n", "function", "calls", "scored", "flagged", "k",
 		      "features / note");

@@ -66,41 +66,88 @@ std::map<std::string, KeyCalls> observe_all(const Recording &rec, const Context 
 	return keys;
 }
 
-// A process's start-up: until each of its recurring functions (kSteadyCalls
-// calls at least) has made its first call past warm-up, and at most its
-// first kMaxStartUpShare of calls. A function called once a step is past
-// its warm-up only on the third step, and the calls around it (imports,
-// first allocations of each tensor size, caches filling) ran slow until
-// then: 25 of 50 false alarms on a GPT run were in its first 3 steps, and
-// 66 of 85 in the Python layer before the first step. A job's start-up is
-// not a mode of anything that follows it, nor an anomaly of it.
+// A process's start-up: until each function it calls steadily (kSteadyCalls
+// calls at least) has made its first call past warm-up. A function called
+// once a step is past its warm-up only on the third step, and the calls
+// around it (imports, first allocations of each tensor size, caches
+// filling) ran slow until then: 25 of 50 false alarms on a GPT run were in
+// its first 3 steps, and 66 of 85 in the Python layer before the first
+// step. A job's start-up is not a mode of anything that follows it, nor an
+// anomaly of it.
+//
+// A function first called once the process settled does not prolong its
+// start-up: the process settled with the call that began its longest run
+// of calls meeting no function new to it (to its last call, most often). A GPT's
+// imports made 57% of its Python calls, new functions all the while, then
+// the training loop none; a fault's own operator, first called on step 11
+// of 160, came 7% of the calls after the loop's. (A cap at the first 5% of
+// the calls had stopped start-up in the middle of the imports.)
 constexpr size_t kSteadyCalls = 20;
-constexpr double kMaxStartUpShare = 0.05;
 
-void mark_start_up(std::map<std::string, KeyCalls> &keys)
+// The calls of one process, in start order, each with its key.
+using PidCalls = std::vector<std::pair<uint64_t, const std::string *>>;
+
+// Where the process settled: functions first called before this time are
+// its start-up's. It settled with the first call of a function new to it
+// that began its longest run of calls meeting no other new one; that
+// function is of the start-up too, unless a longer pause in new functions
+// than any before (and of kSteadyCalls calls at least) came ahead of it: a
+// late function that began the run.
+uint64_t settled_at(PidCalls &calls)
 {
-	std::map<uint32_t, std::vector<uint64_t>> starts; // pid -> its calls' starts
-	std::map<uint32_t, uint64_t> steady;              // pid -> when its start-up ended
-	for (auto &[key, kc] : keys) {
+	std::sort(calls.begin(), calls.end());
+	std::set<const std::string *> seen;
+	std::vector<size_t> fresh; // where each function new to the process came
+	for (size_t i = 0; i < calls.size(); i++)
+		if (seen.insert(calls[i].second).second)
+			fresh.push_back(i);
+	if (fresh.empty())
+		return 0;
+	fresh.push_back(calls.size());
+	size_t best = 0; // the index in fresh of the call that began the run
+	for (size_t j = 0; j + 1 < fresh.size(); j++)
+		if (fresh[j + 1] - fresh[j] > fresh[best + 1] - fresh[best])
+			best = j;
+	size_t pause = 0; // the longest before it
+	for (size_t j = 0; j + 1 < best; j++)
+		pause = std::max(pause, fresh[j + 1] - fresh[j]);
+	const size_t gap = best > 0 ? fresh[best] - fresh[best - 1] : 0;
+	const bool late = gap > pause && gap >= kSteadyCalls;
+	return calls[fresh[best]].first + (late ? 0 : 1);
+}
+
+std::vector<StartUp> mark_start_up(std::map<std::string, KeyCalls> &keys)
+{
+	std::map<uint32_t, PidCalls> by_pid;
+	for (const auto &[key, kc] : keys)
+		for (const Call &c : kc.calls)
+			by_pid[c.span->pid].emplace_back(c.span->start_ns, &key);
+	std::map<uint32_t, uint64_t> settled, steady; // pid -> when
+	for (auto &[pid, calls] : by_pid)
+		settled[pid] = settled_at(calls);
+	for (const auto &[key, kc] : keys) {
 		std::map<uint32_t, std::vector<uint64_t>> mine; // pid -> this key's starts
-		for (const Call &c : kc.calls) {
-			starts[c.span->pid].push_back(c.span->start_ns);
+		for (const Call &c : kc.calls)
 			mine[c.span->pid].push_back(c.span->start_ns);
-		}
 		for (auto &[pid, v] : mine)
-			if (v.size() >= kSteadyCalls) {
+			if (v.size() >= kSteadyCalls && *std::min_element(v.begin(), v.end()) < settled[pid]) {
 				std::nth_element(v.begin(), v.begin() + kWarmupCalls, v.end());
 				steady[pid] = std::max(steady[pid], v[kWarmupCalls]);
 			}
 	}
-	for (auto &[pid, v] : starts) {
-		const size_t cap = static_cast<size_t>(kMaxStartUpShare * static_cast<double>(v.size()));
-		std::nth_element(v.begin(), v.begin() + cap, v.end());
-		steady[pid] = std::min(steady[pid], v[cap]);
+	std::vector<StartUp> out;
+	for (const auto &[pid, calls] : by_pid) {
+		const uint64_t end = steady[pid];
+		const auto n = std::lower_bound(calls.begin(), calls.end(),
+						std::make_pair(end, (const std::string *)nullptr)) -
+			calls.begin();
+		if (n > 0)
+			out.push_back({pid, static_cast<size_t>(n), calls.size(), calls.front().first, end});
 	}
 	for (auto &[key, kc] : keys)
 		for (Call &c : kc.calls)
 			c.warmup = c.warmup || c.span->start_ns < steady[c.span->pid];
+	return out;
 }
 
 // Components that are not a mode of the function, though they hold enough
@@ -875,7 +922,7 @@ OfflineReport detect_recording(const Recording &rec, DetectOptions opt, const st
 		ctx.add(e);
 	OfflineReport rep;
 	auto keys = observe_all(rec, ctx, layers, rep.spans);
-	mark_start_up(keys);
+	rep.start_ups = mark_start_up(keys);
 	std::set<std::string> layer_names;
 	for (auto &[key, kc] : keys) {
 		layer_names.insert(kc.layer);

@@ -64,8 +64,18 @@ struct FeatureRow {
 	std::array<double, kFeatureCount> x; // NaN: the call does not carry it
 };
 
+// A process's start-up, not judged (mark_start_up in offline.cpp): its
+// first `calls` of `of_calls` (of the layers judged), from start_ns until
+// end_ns, when each function it calls steadily had warmed up.
+struct StartUp {
+	uint32_t pid = 0;
+	size_t calls = 0, of_calls = 0;
+	uint64_t start_ns = 0, end_ns = 0;
+};
+
 struct OfflineReport {
 	std::vector<Anomaly> anomalies; // by time
+	std::vector<StartUp> start_ups; // by pid
 	std::vector<KeyStatus> keys;
 	size_t spans = 0;             // spans judged (after the layer filter)
 	std::vector<FeatureRow> rows; // with keep_rows: every call, by key then start
