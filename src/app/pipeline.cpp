@@ -4,6 +4,7 @@
 #include <iostream>
 #include <limits.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <bpf/libbpf.h>
 #include <nlohmann/json.hpp>
@@ -279,6 +280,8 @@ void Pipeline::write_start_meta(StoreWriter &store)
 	(void)store.set_meta("layers", join(layers()));
 	(void)store.set_meta("eacgm_version", EACGM_VERSION);
 	(void)store.set_meta("hostname", host_name());
+	// detect: the agent's own CPU time is not a neighbour's contention.
+	(void)store.set_meta("agent_pid", std::to_string(getpid()));
 	(void)store.set_meta("start_mono_ns", std::to_string(mono_ns()));
 	(void)store.set_wall_offset(int64_t(clock_ns(CLOCK_REALTIME)) - int64_t(mono_ns()));
 }

@@ -30,9 +30,10 @@
 //     but a collective that waited far longer than its rounds usually wait
 //     for a straggler is reported whatever its score (the other ranks'
 //     arrival says what its duration alone cannot), and so is a call slowed
-//     while its process waited to run for most of the host intervals
-//     around it (starved in offline.cpp: the run-queue delay says what a
-//     mixture that learnt a long contention as a mode cannot).
+//     while other processes took its process's CPUs, far beyond what they
+//     usually take, in the host intervals around it (starved in
+//     offline.cpp: what others took says what a mixture that learnt a long
+//     contention as a mode cannot).
 //  6. Echoes are folded (fold_echoes in offline.cpp): the caller of a slow
 //     call, the calls made late behind it, and every call late for one stall
 //     but the first are not told apart from what made them late.
