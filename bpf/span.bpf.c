@@ -142,6 +142,19 @@ static __always_inline __u32 drop_dead_frames(struct eacgm_thread_calls *tc, __u
 	return d;
 }
 
+/* How long the task has waited on run queues in all (ns): the kernel adds
+ * to it each time the task gets a CPU, so for the running task, as at a
+ * probe, it is up to date. 0 on kernels without CONFIG_SCHED_INFO. A call's
+ * share of it says whether the call was slow or waited for a CPU while
+ * something else ran (eacgm detect tells a contended call from a slow one
+ * by it). */
+static __always_inline __u64 run_delay(struct task_struct *task)
+{
+	if (!bpf_core_field_exists(task->sched_info))
+		return 0;
+	return BPF_CORE_READ(task, sched_info.run_delay);
+}
+
 static __always_inline int on_entry(struct pt_regs *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
@@ -201,6 +214,7 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 		if (py_emit_stack(id >> 32, tid, EACGM_PY_SPAN, sid, EACGM_PY_SPAN_FRAMES))
 			c->py_stack = sid;
 	}
+	c->run_delay = run_delay(task);
 	/* Last, so argument reads are not part of the measured time. */
 	c->start_ns = bpf_ktime_get_ns();
 	/* Then the depth that shows the call to the agent reading open calls
@@ -214,7 +228,8 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 static __always_inline int on_exit(struct pt_regs *ctx)
 {
 	/* An untraced thread has no state: it leaves before reading the clock. */
-	struct eacgm_thread_calls *tc = bpf_task_storage_get(&open_calls, bpf_get_current_task_btf(), 0, 0);
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct eacgm_thread_calls *tc = bpf_task_storage_get(&open_calls, task, 0, 0);
 	if (!tc)
 		return 0;
 	__u64 now = bpf_ktime_get_ns();
@@ -267,6 +282,12 @@ static __always_inline int on_exit(struct pt_regs *ctx)
 	e->spec_id = spec_id;
 	e->depth = found;
 	e->flags = 0;
+	e->runq_ns = 0;
+	if (bpf_core_field_exists(task->sched_info)) {
+		__u64 delay = run_delay(task);
+		e->runq_ns = delay > c->run_delay ? delay - c->run_delay : 0;
+		e->flags |= EACGM_SPAN_RUNQ;
+	}
 	e->ret = PT_REGS_RC(ctx);
 	e->py_stack = c->py_stack;
 	for (int i = 0; i < EACGM_MAX_ARGS; i++) {

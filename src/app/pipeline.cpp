@@ -282,6 +282,11 @@ void Pipeline::write_start_meta(StoreWriter &store)
 	(void)store.set_meta("hostname", host_name());
 	// detect: the agent's own CPU time is not a neighbour's contention.
 	(void)store.set_meta("agent_pid", std::to_string(getpid()));
+	// The span program measures each call's run-queue wait where the kernel
+	// keeps it (CONFIG_SCHED_INFO, which is also what makes
+	// /proc/PID/schedstat): a span without kRunqArg then waited 0.
+	if (access("/proc/self/schedstat", R_OK) == 0)
+		(void)store.set_meta("runq_measured", "1");
 	(void)store.set_meta("start_mono_ns", std::to_string(mono_ns()));
 	(void)store.set_wall_offset(int64_t(clock_ns(CLOCK_REALTIME)) - int64_t(mono_ns()));
 }

@@ -27,3 +27,13 @@ const std::string &PyStack::json() const
 void to_json(nlohmann::json &j, const PyStack &s) { j = s.frames(); }
 
 } // namespace eacgm
+
+namespace eacgm {
+
+uint64_t runq_of(const Span &s)
+{
+	auto it = s.args.find(kRunqArg);
+	return it != s.args.end() && it->is_number_unsigned() ? it->get<uint64_t>() : 0;
+}
+
+} // namespace eacgm

@@ -47,6 +47,13 @@ private:
 
 void to_json(nlohmann::json &j, const PyStack &s);
 
+// A span's argument that is no argument of the function: how long its
+// thread waited on a run queue during the call (ns), kept where it waited at
+// all, on kernels that measure it (meta "runq_measured" = "1": a span of such
+// a recording without it waited 0). It tells a call slowed because its
+// thread waited for a CPU from one that was itself slow.
+inline constexpr const char *kRunqArg = "runq_ns";
+
 struct Span {
 	uint64_t start_ns = 0;
 	uint64_t dur_ns = 0;
@@ -62,6 +69,10 @@ struct Span {
 	// The Python stack when the call began. Empty outside Python.
 	PyStack py_stack;
 };
+
+// How long a span's thread waited to run during the call: its kRunqArg, 0
+// where it has none.
+uint64_t runq_of(const Span &s);
 
 struct Process {
 	uint32_t pid = 0;

@@ -145,6 +145,10 @@ Span decode_span(const eacgm_span_event &e, const ProbeSpec &spec, const SpecSet
 		s.ret = (int32_t)e.ret;
 		s.ret_name = enum_name(enums, r, s.ret);
 	}
+	// Kept only where the thread waited (most calls never do), under a name
+	// no spec argument takes: kRunqArg (common/model.h).
+	if ((e.flags & EACGM_SPAN_RUNQ) && e.runq_ns > 0)
+		s.args[kRunqArg] = e.runq_ns;
 	return s;
 }
 

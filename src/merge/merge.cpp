@@ -253,12 +253,14 @@ json input_meta(const Input &in)
 }
 
 // The merge's meta: what was merged and how, where each process came
-// from, and what readers of any recording look up (the sampler's period).
+// from, and what readers of any recording look up (the sampler's period,
+// whether spans measure their wait to run).
 Result<void> write_meta(StoreWriter &w, const std::vector<Input> &ins)
 {
 	json from = json::array(), origins = json::object();
 	std::vector<std::string> files;
 	uint64_t period = 0;
+	bool runq = true; // every input's spans measure their wait to run
 	for (size_t k = 0; k < ins.size(); k++) {
 		const Input &in = ins[k];
 		from.push_back(input_meta(in));
@@ -268,6 +270,7 @@ Result<void> write_meta(StoreWriter &w, const std::vector<Input> &ins)
 				{"host", in.out.host}, {"pid", p.pid}, {"input", k}};
 		if (auto it = in.rec.meta.find("python_sample_period_ns"); it != in.rec.meta.end())
 			period = std::max<uint64_t>(period, std::strtoull(it->second.c_str(), nullptr, 10));
+		runq = runq && in.rec.meta.count("runq_measured");
 	}
 	std::map<std::string, std::string> meta = {
 		{"command", "eacgm merge " + join(files, " ")},
@@ -277,6 +280,9 @@ Result<void> write_meta(StoreWriter &w, const std::vector<Input> &ins)
 	};
 	if (period)
 		meta["python_sample_period_ns"] = std::to_string(period);
+	// A span without runq_ns waited 0 only where its input measured it.
+	if (runq)
+		meta["runq_measured"] = "1";
 	for (const auto &[k, v] : meta)
 		if (auto r = w.set_meta(k, v); !r)
 			return r;

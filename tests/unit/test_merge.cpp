@@ -99,8 +99,8 @@ TEST_F(MergeTest, TwoMachinesOnOneClock)
 {
 	const int64_t off_a = 1'700'000'000 * 1'000'000'000LL, off_b = off_a - 5'000 * kMs;
 	Recording a, b;
-	a.meta = {{"hostname", "node"}, {"python_sample_period_ns", "1000000"}};
-	b.meta = {{"hostname", "node"}};
+	a.meta = {{"hostname", "node"}, {"python_sample_period_ns", "1000000"}, {"runq_measured", "1"}};
+	b.meta = {{"hostname", "node"}, {"runq_measured", "1"}};
 	a.wall_offset_ns = off_a;
 	b.wall_offset_ns = off_b + 50 * kMs; // wrong by 50 ms
 	for (Recording *r : {&a, &b}) {
@@ -168,6 +168,7 @@ TEST_F(MergeTest, TwoMachinesOnOneClock)
 	EXPECT_NEAR(double(rec->metrics[1].ts_ns), 10'001e6, 1e5);
 	EXPECT_EQ(rec->drops.size(), 2u);
 	EXPECT_EQ(rec->meta.at("python_sample_period_ns"), "1000000");
+	EXPECT_EQ(rec->meta.at("runq_measured"), "1"); // both inputs measured each call's wait to run
 
 	json origins = json::parse(rec->meta.at(kProcessOriginsMeta));
 	EXPECT_EQ(origins, json::parse(R"({"42": {"host": "node/r0", "pid": 42, "input": 0},
@@ -189,6 +190,16 @@ TEST_F(MergeTest, TwoMachinesOnOneClock)
 	ASSERT_FALSE(again.ok());
 	EXPECT_NE(again.error().message.find("already a merge"), std::string::npos) << again.error().message;
 	EXPECT_FALSE(fs::exists(file("again.db")));
+
+	// One input that did not measure each call's wait to run: a span of
+	// the merge without runq_ns may not have waited 0.
+	b.meta.erase("runq_measured");
+	std::string pb2 = file("r1-old.db"), out2 = file("all2.db");
+	test::write_recording(b, pb2, {b.spans});
+	ASSERT_TRUE(merge_recordings({pa, pb2}, out2).ok());
+	auto rec2 = load_recording(out2);
+	ASSERT_TRUE(rec2.ok()) << rec2.error().message;
+	EXPECT_EQ(rec2->meta.count("runq_measured"), 0u);
 }
 
 TEST_F(MergeTest, CommandErrorsNameTheFixAndWriteNothing)

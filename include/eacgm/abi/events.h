@@ -81,7 +81,14 @@ struct eacgm_span_event {
 	__u64 ret; /* rax at return */
 	__u64 args[EACGM_MAX_ARGS];
 	__u64 py_stack; /* id of the Python stack record taken at entry, 0 if none */
+	/* How long the thread waited on a run queue during the call (runnable,
+	 * not running: the kernel's sched_info.run_delay, read at entry and
+	 * exit); meaningful only with EACGM_SPAN_RUNQ in flags. */
+	__u64 runq_ns;
 };
+
+/* eacgm_span_event.flags */
+#define EACGM_SPAN_RUNQ 1 /* runq_ns was measured (a kernel with CONFIG_SCHED_INFO) */
 
 /* A call entered and not yet returned, as the span program keeps it per
  * thread (task storage): the agent reads these to see calls in flight, which
@@ -94,6 +101,7 @@ struct eacgm_open_call {
 	__u32 spec_id;
 	__u32 pad;
 	__u64 args[EACGM_MAX_ARGS];
+	__u64 run_delay; /* the thread's sched_info.run_delay at entry */
 };
 
 struct eacgm_thread_calls {
@@ -133,11 +141,15 @@ struct eacgm_proc_event {
 #include <cstddef>
 static_assert(sizeof(struct eacgm_arg_spec) == 8, "eacgm_arg_spec: shared with BPF");
 static_assert(sizeof(struct eacgm_probe_spec) == 8 + 8 * EACGM_MAX_ARGS, "eacgm_probe_spec: shared with BPF");
-static_assert(sizeof(struct eacgm_span_event) == 48 + 8 * EACGM_MAX_ARGS, "eacgm_span_event: shared with BPF");
+static_assert(sizeof(struct eacgm_span_event) == 56 + 8 * EACGM_MAX_ARGS, "eacgm_span_event: shared with BPF");
 static_assert(offsetof(struct eacgm_span_event, ret) == 32 && offsetof(struct eacgm_span_event, args) == 40,
 	      "eacgm_span_event: shared with BPF");
-static_assert(sizeof(struct eacgm_open_call) == 32 + 8 * EACGM_MAX_ARGS, "eacgm_open_call: shared with BPF");
+static_assert(offsetof(struct eacgm_span_event, runq_ns) == 48 + 8 * EACGM_MAX_ARGS,
+	      "eacgm_span_event: shared with BPF");
+static_assert(sizeof(struct eacgm_open_call) == 40 + 8 * EACGM_MAX_ARGS, "eacgm_open_call: shared with BPF");
 static_assert(offsetof(struct eacgm_open_call, args) == 32, "eacgm_open_call: shared with BPF");
+static_assert(offsetof(struct eacgm_open_call, run_delay) == 32 + 8 * EACGM_MAX_ARGS,
+	      "eacgm_open_call: shared with BPF");
 static_assert(sizeof(struct eacgm_thread_calls) == 8 + EACGM_MAX_DEPTH * sizeof(struct eacgm_open_call),
 	      "eacgm_thread_calls: shared with BPF");
 static_assert(sizeof(struct eacgm_proc_event) == 40, "eacgm_proc_event: shared with BPF");
