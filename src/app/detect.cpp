@@ -161,6 +161,7 @@ int run_detect(const DetectArgs &args)
 			out["anomalies"].push_back(anomaly_json(a, rec->wall_offset_ns));
 		for (const auto &k : rep.keys)
 			out["keys"].push_back(key_json(k));
+		out["waited_behind_own"] = rep.waited_behind_own;
 		out["start_up"] = json::array();
 		for (const auto &su : rep.start_ups)
 			out["start_up"].push_back(
@@ -194,6 +195,10 @@ int run_detect(const DetectArgs &args)
 			  << su.of_calls << " calls (" << (100 * su.calls + su.of_calls / 2) / su.of_calls << "%), "
 			  << format_duration(static_cast<double>(su.end_ns - su.start_ns))
 			  << ", until every function it calls steadily had warmed up\n";
+	if (rep.waited_behind_own)
+		std::cout << rep.waited_behind_own
+			  << " slow calls not reported: they only waited to run (their run-queue wait), behind the"
+			     " recording agent, their process's own threads, or no other process for long\n";
 	char line[256];
 	std::snprintf(line, sizeof line, "\n%-36s %7s %7s %7s %5s  %s\n", "function", "calls", "scored", "flagged", "k",
 		      "features / note");

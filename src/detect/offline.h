@@ -78,7 +78,11 @@ struct OfflineReport {
 	std::vector<Anomaly> anomalies; // by time
 	std::vector<StartUp> start_ups; // by pid
 	std::vector<KeyStatus> keys;
-	size_t spans = 0;             // spans judged (after the layer filter)
+	size_t spans = 0; // spans judged (after the layer filter)
+	// Calls the model found slow that only waited to run (their own
+	// run-queue wait), behind the recording agent, their process's own
+	// threads or no other process for long: not reported.
+	size_t waited_behind_own = 0;
 	std::vector<FeatureRow> rows; // with keep_rows: every call, by key then start
 };
 

@@ -798,3 +798,92 @@ TEST(OfflineDetect, AVerdictIsOnItsCallNotOnAnotherLayersCallStartingWithIt)
 		}
 	}
 }
+
+// Each call's own run-queue wait (kRunqArg) tells a call that waited for a
+// CPU from one that was slow. Six bmm calls take 2.5x their median, 80% of
+// the excess waiting to run, in host intervals where their process waited
+// 20 ms of 100 (a fifth of what the intervals alone call contention). When
+// another process took most of that wait, the six are CPU contention, the
+// call's wait first in the cause; when the recording agent did, they are
+// not reported but counted; two more calls as slow that never waited are
+// the model's to report either way; and a recording without the measure
+// (no runq_measured in meta) leaves all eight to the model.
+TEST(OfflineDetect, ACallsOwnWaitToRunSaysWhetherItWaitedOrWasSlow)
+{
+	constexpr uint64_t kInterval = 100 * kUs * 1000, kStep = 5 * kUs * 1000, kT0 = 2'000'000'000;
+	const std::set<size_t> waited = {100, 180, 260, 340, 420, 500}, slow = {140, 300};
+	auto run = [&](const std::string &culprit, bool measured) {
+		std::mt19937_64 rng(5);
+		std::normal_distribution<double> jitter(0, 0.05);
+		Recording rec;
+		rec.meta["agent_pid"] = "77";
+		if (measured)
+			rec.meta["runq_measured"] = "1";
+		std::set<uint64_t> busy; // the intervals the six waited in, by end
+		for (size_t i = 0; i < 600; i++) {
+			const uint64_t t = kT0 + kUs * 1000 + i * kStep;
+			const double usual = 200 * kUs * std::exp(jitter(rng));
+			const bool w = waited.count(i) != 0, s = slow.count(i) != 0;
+			Span sp{.start_ns = t,
+				.dur_ns = static_cast<uint64_t>(usual * (w || s ? 2.5 : 1)),
+				.pid = 1,
+				.tid = 1,
+				.layer = "torch",
+				.name = "aten::bmm"};
+			if (w) {
+				sp.args[kRunqArg] = static_cast<uint64_t>(0.8 * 1.5 * usual);
+				busy.insert(kT0 + ((t - kT0) / kInterval + 1) * kInterval);
+			}
+			rec.spans.push_back(sp);
+		}
+		for (uint64_t k = 0; k <= 30; k++) {
+			const uint64_t ts = kT0 + (k + 1) * kInterval; // the interval (ts - 100 ms, ts]
+			const bool b = busy.count(ts) != 0;
+			rec.metrics.push_back(Metric{ts, "host", "sched_delay_ns", "", 1, b ? 20e6 : 5e6});
+			rec.metrics.push_back(Metric{ts, "host", "interference_ns", "eacgm:77", 1, 4e6});
+			if (b)
+				rec.metrics.push_back(Metric{ts, "host", "interference_ns", culprit, 1, 15e6});
+		}
+		return detect_recording(rec, options());
+	};
+	auto index_of = [&](const Anomaly &a) { return (a.ts_ns - kT0 - kUs * 1000) / kStep; };
+
+	auto rep = run("stress-ng-cpu:99", true);
+	std::set<size_t> contended, other;
+	for (const Anomaly &a : rep.anomalies) {
+		if (fault_class(a) == "cpu_contention") {
+			contended.insert(index_of(a));
+			EXPECT_TRUE(a.causes[0]["what"].get<std::string>().starts_with(
+				"CPU contention: the call waited to run "))
+				<< a.causes[0]["what"];
+			EXPECT_TRUE(a.causes[0]["what"].get<std::string>().ends_with(
+				"; process 1 waited to run 20.0 ms of each 100 ms around the call (usually 5.00 ms); "
+				"other "
+				"processes took 16.0 ms of it, stress-ng-cpu:99 the most (15.0 ms)"))
+				<< a.causes[0]["what"];
+		} else {
+			other.insert(index_of(a));
+		}
+	}
+	EXPECT_EQ(contended, waited);
+	EXPECT_EQ(other, slow);
+	EXPECT_EQ(rep.waited_behind_own, 0u);
+
+	rep = run("eacgm-agent:77", true); // the agent, renamed: its pid in meta
+	std::set<size_t> reported;
+	for (const Anomaly &a : rep.anomalies) {
+		reported.insert(index_of(a));
+		EXPECT_NE(fault_class(a), "cpu_contention");
+	}
+	EXPECT_EQ(reported, slow);
+	EXPECT_EQ(rep.waited_behind_own, waited.size());
+
+	rep = run("eacgm-agent:77", false);
+	reported.clear();
+	for (const Anomaly &a : rep.anomalies)
+		reported.insert(index_of(a));
+	std::set<size_t> all = waited;
+	all.insert(slow.begin(), slow.end());
+	EXPECT_EQ(reported, all);
+	EXPECT_EQ(rep.waited_behind_own, 0u);
+}
