@@ -30,7 +30,7 @@ bench: build
 	bench/run_all.sh $(BUILD)
 
 # Regenerates eval/RESULTS.md: detection against injected faults, beside
-# scikit-learn's baselines (about 9 minutes on the 2-core VM; needs root).
+# scikit-learn's baselines (9 to 17 minutes on the 2-core VMs; needs root).
 eval: build
 	/usr/bin/python3 eval/run_eval.py $(BUILD)
 
