@@ -125,10 +125,14 @@ def query(db, sql, params=()):
 
 
 def load_spans(db, where="1", params=()):
-    """Spans as dicts, args decoded from JSON, in (pid, tid, start_ns, id) order."""
+    """Spans as dicts, args decoded from JSON, in (pid, tid, start_ns, id) order.
+    A call's wait to run (args.runq_ns, kept only where the thread waited:
+    a preemption inside any call adds it) is moved out of args to
+    r["runq_ns"], so that args are the function's arguments."""
     rows = query(db, "SELECT * FROM spans WHERE %s ORDER BY pid, tid, start_ns, id" % where, params)
     for r in rows:
         r["args"] = json.loads(r["args"]) if r["args"] else {}
+        r["runq_ns"] = r["args"].pop("runq_ns", 0)
         r["py_stack"] = json.loads(r["py_stack"]) if r.get("py_stack") else []
     return rows
 
