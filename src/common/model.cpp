@@ -26,10 +26,6 @@ const std::string &PyStack::json() const
 
 void to_json(nlohmann::json &j, const PyStack &s) { j = s.frames(); }
 
-} // namespace eacgm
-
-namespace eacgm {
-
 uint64_t runq_of(const Span &s)
 {
 	auto it = s.args.find(kRunqArg);

@@ -913,14 +913,6 @@ struct Waits {
 	std::set<CallId> behind_own;
 };
 
-// Whether a call slowed by `excess` over its function's median waited to
-// run for half of that at least, by its own run-queue wait (kRunqArg).
-bool waited_out(const Span &s, double excess)
-{
-	const auto runq = static_cast<double>(runq_of(s));
-	return runq > 0 && 2 * runq >= excess;
-}
-
 Waits starved(const std::map<std::string, KeyCalls> &keys, const Context &ctx, const Recording &rec,
 	      const MedianDurations &medians, const Worth &worth)
 {
@@ -939,14 +931,10 @@ Waits starved(const std::map<std::string, KeyCalls> &keys, const Context &ctx, c
 				continue;
 			const auto &u = others.usual(s.pid);
 			const auto a = others.around(s.pid, s.start_ns, s.start_ns + s.dur_ns);
-			const Starved st{a.wait_ns,
-					 a.taken_ns,
-					 u.usual_ns,
-					 u.period_ns,
-					 a.most,
-					 a.most_ns,
-					 static_cast<double>(runq_of(s))};
-			const bool waited = runq_measured && waited_out(s, dur - median);
+			const auto runq = static_cast<double>(runq_of(s));
+			const Starved st{a.wait_ns, a.taken_ns, u.usual_ns, u.period_ns, a.most, a.most_ns, runq};
+			// Its own wait to run is half its excess over the median or more.
+			const bool waited = runq_measured && runq > 0 && 2 * runq >= dur - median;
 			if (u.contended_at == INFINITY) {
 				if (waited && a.taken_ns < a.wait_ns / 2)
 					out.behind_own.insert(id_of(s));
