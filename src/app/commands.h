@@ -15,6 +15,9 @@ namespace eacgm {
 
 // Prints "eacgm: message" on stderr and gives the exit code to stop with.
 int fail(const std::string &message, int code = 1);
+// The message of the last fail(): what a recording kept after a failure
+// says ended it (meta "incomplete").
+const std::string &last_failure();
 
 // Registers the subcommand on the app; the returned callback runs it.
 struct RecordArgs {

@@ -123,6 +123,9 @@ int run_detect(const DetectArgs &args)
 		std::cerr << "eacgm: " << rec.error().message << "\n";
 		return 1;
 	}
+	if (auto it = rec->meta.find("incomplete"); it != rec->meta.end())
+		std::cerr << "eacgm: warning: " << args.db << " is incomplete (" << it->second
+			  << "): calls after its end were not recorded\n";
 	detect::DetectOptions opt;
 	opt.model.fpr = args.fpr;
 	opt.model.rule = args.rule == "mixture" ? detect::ScoreRule::Mixture : detect::ScoreRule::Component;

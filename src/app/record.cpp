@@ -94,6 +94,7 @@ private:
 	Stop record_until_done();
 	Stop take_command_exit();
 	int finish();
+	int keep_recorded(int code);
 
 	const RecordArgs &a_;
 	Pipeline pipeline_;
@@ -416,8 +417,27 @@ int RecordSession::run()
 			return *stop;
 	begin();
 	if (auto stop = record_until_done())
-		return *stop;
-	return finish();
+		return keep_recorded(*stop);
+	return keep_recorded(finish());
+}
+
+// Once the command ran, what was recorded is the operator's: a run that
+// fails (its disk full at hour 5) keeps hours 1 to 4 under the output's
+// name, marked incomplete, rather than deleting them with the writer.
+int RecordSession::keep_recorded(int code)
+{
+	if (!store_ || !store_->is_open())
+		return code;
+	std::string why = "eacgm record stopped early: " + last_failure();
+	auto kept = store_->keep_incomplete(why);
+	for (auto &p : g_partial) // a second Ctrl-C now must not remove it
+		p[0] = 0;
+	if (!kept)
+		return fail(kept.error().message);
+	std::cerr << "eacgm: the recording so far is kept in " << *kept
+		  << " (every batch written before the failure; its meta 'incomplete' says why, and no trace was "
+		     "written)\n";
+	return code ? code : 1;
 }
 
 } // namespace

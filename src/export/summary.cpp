@@ -564,6 +564,8 @@ static std::string header_line(const Recording &rec, const SpanTally &tally)
 std::string format_summary(const Recording &rec, const SpanTally &tally, size_t max_rows_per_layer)
 {
 	std::string out = header_line(rec, tally);
+	if (auto it = rec.meta.find("incomplete"); it != rec.meta.end())
+		out += "incomplete recording: " + it->second + "\n";
 	auto stats = tally.stats();
 	size_t name_w = 8;
 	for (const FunctionStats &f : stats)

@@ -261,6 +261,7 @@ Result<void> write_meta(StoreWriter &w, const std::vector<Input> &ins)
 	std::vector<std::string> files;
 	uint64_t period = 0;
 	bool runq = true; // every input's spans measure their wait to run
+	std::vector<std::string> incomplete;
 	for (size_t k = 0; k < ins.size(); k++) {
 		const Input &in = ins[k];
 		from.push_back(input_meta(in));
@@ -271,6 +272,8 @@ Result<void> write_meta(StoreWriter &w, const std::vector<Input> &ins)
 		if (auto it = in.rec.meta.find("python_sample_period_ns"); it != in.rec.meta.end())
 			period = std::max<uint64_t>(period, std::strtoull(it->second.c_str(), nullptr, 10));
 		runq = runq && in.rec.meta.count("runq_measured");
+		if (auto it = in.rec.meta.find("incomplete"); it != in.rec.meta.end())
+			incomplete.push_back(in.out.path + ": " + it->second);
 	}
 	std::map<std::string, std::string> meta = {
 		{"command", "eacgm merge " + join(files, " ")},
@@ -283,6 +286,8 @@ Result<void> write_meta(StoreWriter &w, const std::vector<Input> &ins)
 	// A span without runq_ns waited 0 only where its input measured it.
 	if (runq)
 		meta["runq_measured"] = "1";
+	if (!incomplete.empty())
+		meta["incomplete"] = "an input is incomplete (" + join(incomplete, "; ") + ")";
 	for (const auto &[k, v] : meta)
 		if (auto r = w.set_meta(k, v); !r)
 			return r;

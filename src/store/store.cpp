@@ -130,6 +130,7 @@ CREATE TABLE anomalies(ts_ns INTEGER, dur_ns INTEGER, pid INTEGER, tid INTEGER, 
                        causes TEXT /* JSON array, ranked */,
                        detected_ns INTEGER /* the live detector's flag, CLOCK_MONOTONIC; 0: eacgm detect */);
 INSERT INTO meta VALUES('schema_version', '3');
+INSERT INTO meta VALUES('incomplete', 'being written: eacgm did not finish it (killed, or still writing)');
 COMMIT;
 )";
 
@@ -597,6 +598,10 @@ Result<void> StoreWriter::finish()
 		return r;
 	if (auto r = exec(kIndexes); !r)
 		return r;
+	// The writer's own mark goes; one a caller set (merge, of an incomplete
+	// input) stays.
+	if (auto r = exec("DELETE FROM meta WHERE key = 'incomplete' AND value LIKE 'being written:%'"); !r)
+		return r;
 	statements_.clear(); // a connection closes only without them
 	// Leaving WAL mode checkpoints and deletes the -wal file, so the result
 	// is one self-contained file that can be copied or mailed as is.
@@ -620,6 +625,30 @@ Result<void> StoreWriter::finish()
 	}
 	partial_.clear();
 	return {};
+}
+
+Result<std::string> StoreWriter::keep_incomplete(const std::string &why)
+{
+	if (auto r = ready(); !r)
+		return r.error();
+	// Each step may fail on a full disk; what was committed stays either way.
+	(void)commit();
+	(void)set_meta("incomplete", why);
+	statements_.clear();
+	(void)exec("PRAGMA wal_checkpoint(TRUNCATE)");
+	db_.reset(); // the last connection: SQLite folds the WAL in if it can
+	std::string kept = std::exchange(partial_, {});
+	if (in_place_)
+		return kept;
+	std::remove((kept + "-shm").c_str()); // rebuilt from the WAL by the next reader
+	if (std::rename(kept.c_str(), path_.c_str()) != 0)
+		return make_error("cannot rename " + kept + " to " + path_ + ": " + std::strerror(errno) +
+				  "; the recording so far is kept at " + kept);
+	// A WAL the checkpoint could not fold in holds committed batches: it
+	// must sit beside the file under its new name, or they are lost.
+	std::remove((path_ + "-wal").c_str());
+	std::rename((kept + "-wal").c_str(), (path_ + "-wal").c_str());
+	return path_;
 }
 
 // Opens a recording and checks that it is one this eacgm reads.

@@ -1,9 +1,12 @@
 // The recording file: one self-contained SQLite database.
 //
 // StoreWriter streams a recording into `path.partial` and renames it onto
-// `path` in finish(), so `path` only ever holds a complete recording: a
-// failed or interrupted run leaves nothing there (and the destructor removes
-// the partial file). load_recording() reads a finished file back whole.
+// `path` in finish(). Until then its meta holds the key "incomplete": a
+// recording that cannot go on (a full disk) is kept under `path` by
+// keep_incomplete() with that key saying why, and one killed outright is
+// left at `path.partial`, every committed batch in it. A writer destroyed
+// without either (a failure before recording began) removes the partial
+// file. load_recording() reads a finished file back whole.
 #pragma once
 #include <cstdint>
 #include <deque>
@@ -93,6 +96,13 @@ public:
 	// Checkpoints the WAL, switches back to a single-file journal and renames
 	// the partial file onto the final path. The writer is closed afterwards.
 	Result<void> finish();
+	// Ends a recording that cannot be finished (the disk filled, the
+	// pipeline failed): every committed batch is kept under the final path
+	// (with its WAL beside it when the disk has no room to fold it in),
+	// meta "incomplete" set to why where the disk still takes that row.
+	// Returns the path the recording is at; the writer is closed.
+	Result<std::string> keep_incomplete(const std::string &why);
+	bool is_open() const { return db_ != nullptr; }
 
 	const std::string &path() const { return path_; }
 

@@ -7,6 +7,8 @@
  *   escape N    N calls of tl_escape (longjmp out of tl_jump_deep)
  *   cet N       N calls of tl_cet(i), then N of tl_cet_loop(3)
  * With WAIT_FILE set, it first waits until that file exists (for -p tests).
+ * With PACE_US set (noop only), it sleeps that many microseconds after each
+ * call: a recording that goes on over several of eacgm's commits.
  * With DLOPEN set to a library path, it loads the library then, and calls
  * through dlsym, as a program that imports late would; with LOADED_WAIT_FILE
  * too, it first waits until that file exists (the test creates it once eacgm
@@ -50,9 +52,13 @@ int main(int argc, char **argv)
 			usleep(10000);
 	}
 	long acc = 0;
+	long pace_us = getenv("PACE_US") ? atol(getenv("PACE_US")) : 0;
 	if (!strcmp(p, "noop"))
-		for (long i = 0; i < n; i++)
+		for (long i = 0; i < n; i++) {
 			acc += noop(i);
+			if (pace_us)
+				usleep(pace_us);
+		}
 	else if (!strcmp(p, "nest"))
 		for (long i = 0; i < n; i++)
 			acc += tl_outer(i);

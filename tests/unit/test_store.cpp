@@ -275,6 +275,42 @@ TEST_F(StoreTest, PartialFileIsRemovedWithoutFinish)
 	EXPECT_TRUE(fs::is_empty(dir));
 }
 
+// A recording that cannot go on keeps what it committed under its name,
+// marked incomplete; the open transaction's batches go with the failure.
+TEST_F(StoreTest, KeptIncompleteRecordingHoldsItsCommittedBatches)
+{
+	std::string path = file("run.db");
+	auto w = StoreWriter::create(path);
+	ASSERT_TRUE(w.ok()) << w.error().message;
+	ASSERT_TRUE(w->add_spans(sample().spans).ok());
+	auto kept = w->keep_incomplete("the disk filled");
+	ASSERT_TRUE(kept.ok()) << kept.error().message;
+	EXPECT_EQ(*kept, path);
+	EXPECT_FALSE(w->is_open());
+	EXPECT_FALSE(fs::exists(path + ".partial"));
+	auto loaded = load_recording(path);
+	ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+	EXPECT_EQ(loaded->spans.size(), 4u);
+	EXPECT_EQ(loaded->meta, (std::map<std::string, std::string>{{"incomplete", "the disk filled"}}));
+}
+
+// Until finish() the file says it is not whole (a reader of a killed run's
+// partial file learns it); finish() takes the writer's own mark away.
+TEST_F(StoreTest, OnlyAFinishedRecordingIsComplete)
+{
+	std::string path = file("run.db");
+	auto w = StoreWriter::create(path);
+	ASSERT_TRUE(w.ok()) << w.error().message;
+	ASSERT_TRUE(w->commit().ok());
+	auto partial = load_recording(path + ".partial");
+	ASSERT_TRUE(partial.ok()) << partial.error().message;
+	EXPECT_EQ(partial->meta.count("incomplete"), 1u);
+	ASSERT_TRUE(w->finish().ok());
+	auto loaded = load_recording(path);
+	ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+	EXPECT_TRUE(loaded->meta.empty());
+}
+
 TEST_F(StoreTest, MovedWriterOwnsThePartialFile)
 {
 	std::string path = file("run.db");

@@ -1,0 +1,165 @@
+"""Faults around a recording: a disk that fills, eacgm killed outright. What
+was committed before the fault is kept, readable and marked incomplete, and
+the traced job runs to its own end with its own result."""
+import os
+import random
+import shutil
+import signal
+import sqlite3
+import subprocess
+import time
+import unittest
+
+import eacgm_e2e as E
+
+SPEC = {"layer": "testlib", "library": "libeacgm_testlib*.so",
+        "probes": [{"function": "tl_noop", "args": [{"name": "x", "slot": 0, "type": "i64"}]}]}
+
+
+def job_result(calls):
+    """What testlib_calls noop prints: tl_noop(i) returns i."""
+    return "done %d\n" % (calls * (calls - 1) // 2)
+
+
+def committed(db):
+    """Spans a reader sees in db now (0 where it has no spans table yet)."""
+    try:
+        con = sqlite3.connect("file:%s?mode=ro" % db, uri=True, timeout=5)
+        try:
+            return con.execute("SELECT count(*) FROM span_rows").fetchone()[0]
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return 0
+
+
+def check_store(test, db, at_least):
+    """db opens cleanly, passes integrity_check and holds the calls 0..n-1
+    (whole batches, in order) with n >= at_least; returns (n, meta)."""
+    con = sqlite3.connect(db)
+    try:
+        test.assertEqual(con.execute("PRAGMA integrity_check").fetchall(), [("ok",)], db)
+        xs = [r[0] for r in con.execute("SELECT json_extract(args, '$.x') FROM span_rows ORDER BY id")]
+        meta = dict(con.execute("SELECT key, value FROM meta"))
+    finally:
+        con.close()
+    test.assertEqual(xs, list(range(len(xs))), "%s: not the calls 0..%d in order" % (db, len(xs) - 1))
+    test.assertGreaterEqual(len(xs), at_least, "%s lost committed spans" % db)
+    return len(xs), meta
+
+
+class DiskFull(unittest.TestCase):
+    """A 300 KiB tmpfs as the output's file system, a recording needing more."""
+
+    CALLS = 5000
+
+    @classmethod
+    def setUpClass(cls):
+        E.require_root()
+        cls.tmp = E.make_tempdir(cls)
+        spec = E.write_json(os.path.join(cls.tmp, "spec.json"), SPEC)
+        cls.disk = os.path.join(cls.tmp, "disk")
+        os.mkdir(cls.disk)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=300k", "tmpfs", cls.disk], check=True)
+        cls.addClassCleanup(subprocess.run, ["umount", "-l", cls.disk])
+        # 2 ms between calls: the recording commits (once a second) before the disk fills.
+        cls.rec = E.record(cls.disk, [E.TESTLIB_CALLS, "noop", str(cls.CALLS)], "--layers", "cuda", "--spec",
+                           spec, env={"PACE_US": "2000"})
+        cls.files = sorted(os.listdir(cls.disk))
+        # Read where there is room: a reader of a WAL database makes its -shm file.
+        cls.copy = os.path.join(cls.tmp, "copy")
+        shutil.copytree(cls.disk, cls.copy)
+
+    def test_says_why_and_fails(self):
+        self.assertEqual(self.rec.rc, 1, self.rec.stderr)
+        self.assertIn("eacgm: cannot write %s.partial: database or disk is full" % self.rec.db, self.rec.stderr)
+        self.assertIn("eacgm: the recording so far is kept in %s" % self.rec.db, self.rec.stderr)
+
+    def test_recording_so_far_is_kept_under_its_name(self):
+        # No partial file and no trace: the recording, its WAL where the disk
+        # had no room to fold it in.
+        self.assertIn(self.files, (["r.db"], ["r.db", "r.db-wal"]))
+        n, meta = check_store(self, os.path.join(self.copy, "r.db"), 1)
+        self.assertLess(n, self.CALLS)
+        self.assertTrue(meta["incomplete"].startswith("eacgm record stopped early: cannot write"), meta)
+
+    def test_summary_says_incomplete(self):
+        r = E.eacgm("summary", os.path.join(self.copy, "r.db"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertRegex(r.stdout, r"(?m)^incomplete recording: eacgm record stopped early: .*disk is full")
+
+    def test_job_ran_to_its_end_unchanged(self):
+        # eacgm left; the command went on untraced and printed its own result.
+        self.assertEqual(self.rec.stdout, job_result(self.CALLS))
+
+
+class KilledAgent(unittest.TestCase):
+    """eacgm record killed with SIGKILL at 50 random moments, from start-up to
+    the end: each time the store opens cleanly and holds every span a reader
+    saw committed just before the kill."""
+
+    KILLS = 50
+    CALLS = 1500
+
+    def setUp(self):
+        E.require_root()
+        self.tmp = E.make_tempdir(self)
+        self.spec = E.write_json(os.path.join(self.tmp, "spec.json"), SPEC)
+
+    def kill_once(self, rng, n):
+        out = os.path.join(self.tmp, "k%d" % n)
+        os.mkdir(out)
+        db = os.path.join(out, "r.db")
+        p = subprocess.Popen([E.EACGM, "record", "-o", db, "--layers", "cuda", "--spec", self.spec, "--",
+                              E.TESTLIB_CALLS, "noop", str(self.CALLS)], stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, env=dict(os.environ, PACE_US="1000"),
+                             start_new_session=True)
+        try:
+            # Any moment of the run: what must hold does not depend on which.
+            time.sleep(rng.uniform(0, 3.0))
+            seen = committed(db + ".partial")
+            os.kill(p.pid, signal.SIGKILL)
+            p.wait(timeout=60)
+            out_text = p.stdout.read().decode()  # EOF once the command, untraced now, is done
+        finally:
+            E.kill_group(p.pid)
+            p.stdout.close()
+        # Killed before it let the command go, eacgm never ran it (the gate
+        # it waits at closes); otherwise the command ran to its own end.
+        ran = out_text != ""
+        if ran:
+            self.assertEqual(out_text, job_result(self.CALLS))
+        files = set(os.listdir(out))
+        if "r.db" in files:  # killed after it finished: complete
+            self.assertFalse({"r.db.partial", "r.db-wal"} & files, files)
+            n, meta = check_store(self, db, seen)
+            self.assertEqual(n, self.CALLS)
+            self.assertNotIn("incomplete", meta)
+            return "finished"
+        if "r.db.partial" not in files or not E.query(db + ".partial", "SELECT name FROM sqlite_master"):
+            # Killed before it created its store, or before the schema's one
+            # transaction committed: nothing, or an empty database.
+            self.assertEqual(seen, 0)
+            self.assertFalse(ran)
+            return "before the store"
+        n, meta = check_store(self, db + ".partial", seen)
+        self.assertIn("incomplete", meta)
+        if not ran:
+            self.assertEqual(n, 0)
+            return "before the command"
+        return "recording"
+
+    def test_store_survives_sigkill(self):
+        rng = random.Random(16)
+        when = {}
+        for n in range(self.KILLS):
+            with self.subTest(kill=n):
+                w = self.kill_once(rng, n)
+                when[w] = when.get(w, 0) + 1
+        # The moments drawn reached the recording itself, where it matters.
+        print("kills: %s" % when)
+        self.assertGreaterEqual(when.get("recording", 0), 10, when)
+
+
+if __name__ == "__main__":
+    unittest.main()
