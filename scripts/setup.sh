@@ -24,6 +24,7 @@ packages=(
   clang-format          # the house style: make format, and ctest format.check
   libcpp-httplib-dev    # eacgm serve's /metrics and /healthz
   libtomlplusplus-dev   # eacgm serve's configuration file (TOML)
+  libcap-dev            # eacgm drops the capabilities tracing does not need
   prometheus            # the node agent's e2e test scrapes it with a real Prometheus server
 )
 missing=()

@@ -2,11 +2,15 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <map>
 #include <regex>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <toml++/toml.h>
@@ -152,6 +156,7 @@ Result<ServeConfig> parse_serve_config(const std::string &text, const std::strin
 	};
 	std::map<std::string, Reader> top = {
 		{"listen", string_of(c.listen)},
+		{"token_file", string_of(c.token_file)},
 		{"layers", strings_of(c.layers)},
 		{"specs", strings_of(c.specs)},
 		{"store", string_of(c.store)},
@@ -191,6 +196,44 @@ Result<ServeConfig> load_serve_config(const std::string &path)
 		return make_error("cannot read the configuration " + p + ": " + std::strerror(errno) +
 				  (path.empty() ? "" : " (give another with --config)"));
 	return parse_serve_config(*text, p);
+}
+
+Result<std::string> read_token_file(const std::string &path)
+{
+	std::string w = "token_file " + path;
+	int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return make_error(w + ": " + std::strerror(errno) + "; write the token into it (chmod 600)");
+	struct stat sb;
+	std::string text(4098, '\0');
+	ssize_t n = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) ? read(fd, text.data(), text.size()) : -2;
+	close(fd);
+	if (n == -2)
+		return make_error(w + ": not a regular file; give the file holding the token");
+	if (n < 0)
+		return make_error(w + ": " + std::strerror(errno));
+	// A secret others can read is no secret; one others can write is theirs.
+	if (sb.st_mode & 077)
+		return make_error(w + ": group or others may read or write it (mode " +
+				  [&] {
+					  char m[8];
+					  snprintf(m, sizeof m, "%04o", unsigned(sb.st_mode & 07777));
+					  return std::string(m);
+				  }() +
+				  "); chmod 600 " + path);
+	text.resize(size_t(n));
+	while (!text.empty() && (text.back() == '\n' || text.back() == '\r'))
+		text.pop_back();
+	if (text.empty())
+		return make_error(w + ": it is empty; write the token into it");
+	if (text.size() > 4096)
+		return make_error(w + ": the token is longer than 4096 characters");
+	for (char ch : text)
+		if (!isalnum((unsigned char)ch) && !strchr("-._~+/=", ch))
+			return make_error(w +
+					  ": the token holds a character other than letters, digits and -._~+/= "
+					  "(one line, as an HTTP bearer token)");
+	return text;
 }
 
 } // namespace eacgm

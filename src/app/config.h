@@ -15,6 +15,9 @@ namespace eacgm {
 
 struct ServeConfig {
 	std::string listen = "127.0.0.1:9464";
+	// A file holding the bearer token every request must carry
+	// (Authorization: Bearer TOKEN); "": none. Owner-only, read at start.
+	std::string token_file;
 	std::vector<std::string> layers = kAllLayers;
 	std::vector<std::string> specs; // extra spec files
 	// The agent's SQLite store (spans, measures, anomalies), written in
@@ -47,5 +50,9 @@ struct ServeConfig {
 Result<ServeConfig> parse_serve_config(const std::string &text, const std::string &path);
 // path empty: the default path when it exists, else the defaults.
 Result<ServeConfig> load_serve_config(const std::string &path);
+
+// The token in token_file: a regular file no one but its owner may read or
+// write, one line of RFC 6750 token characters (at most 4096).
+Result<std::string> read_token_file(const std::string &path);
 
 } // namespace eacgm

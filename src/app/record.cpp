@@ -12,12 +12,14 @@
 #include <optional>
 #include <set>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
 #include "app/commands.h"
 #include "app/pipeline.h"
+#include "app/privileges.h"
 #include "app/target.h"
 #include "common/clock.h"
 #include "common/fs.h"
@@ -83,6 +85,7 @@ private:
 	static PipelineOptions pipeline_options(const RecordArgs &a);
 	Stop check_args();
 	Stop check_target();
+	Stop drop_privileges();
 	Stop open_outputs();
 	Stop open_probes();
 	Stop check_target_alive();
@@ -107,6 +110,7 @@ private:
 	std::optional<LaunchedCommand> launched_;
 	bool command_exited_ = false;
 	int exit_code_ = 0;
+	std::vector<std::string> capabilities_; // what eacgm kept of root
 };
 
 PipelineOptions RecordSession::pipeline_options(const RecordArgs &a)
@@ -143,6 +147,8 @@ RecordSession::Stop RecordSession::check_args()
 
 // Before anything is loaded: the command exists, or the process is alive.
 // The pidfd taken here is the process from now on, even if its pid is reused.
+// The command is forked here, to wait at its gate, so that it keeps the
+// privileges it was given when eacgm drops its own.
 RecordSession::Stop RecordSession::check_target()
 {
 	if (!a_.command.empty()) {
@@ -150,12 +156,38 @@ RecordSession::Stop RecordSession::check_target()
 		if (!r)
 			return fail(r.error().message, 127);
 		exe_ = r.value();
+		auto l = LaunchedCommand::start(a_.command, exe_);
+		if (!l)
+			return fail(l.error().message);
+		launched_.emplace(std::move(l.value()));
 	} else {
 		auto fd = open_live_process(a_.pid);
 		if (!fd)
 			return fail(fd.error().message);
 		root_fd_ = std::move(fd.value());
 	}
+	return {};
+}
+
+// Before any thread starts (each inherits its creator's capabilities):
+// what tracing needs, and what record does for the user besides: write its
+// outputs wherever root may (CAP_DAC_OVERRIDE), pass a signal on to a
+// command that changed its user (CAP_KILL), and with --bpf-stats turn on
+// the kernel's accounting (CAP_SYS_ADMIN).
+RecordSession::Stop RecordSession::drop_privileges()
+{
+	auto keep = tracing_capabilities();
+	keep.push_back({CAP_DAC_OVERRIDE, "CAP_DAC_OVERRIDE"});
+	keep.push_back({CAP_KILL, "CAP_KILL"});
+	if (a_.bpf_stats)
+		keep.push_back({CAP_SYS_ADMIN, "CAP_SYS_ADMIN"});
+	auto kept = drop_capabilities_except(keep);
+	if (!kept)
+		return fail(kept.error().message);
+	capabilities_ = std::move(kept.value());
+	// What it writes is the operator's alone: a recording holds command
+	// lines, arguments and stacks. After the fork: the command keeps its umask.
+	umask(077);
 	prefetch_.start(pipeline_.specs(), a_.command.empty() ? a_.pid : 0, exe_);
 	return {};
 }
@@ -214,10 +246,6 @@ RecordSession::Stop RecordSession::open_recorder() { return pipeline_.open_recor
 // does, and no process it starts, is missed.
 RecordSession::Stop RecordSession::launch_command()
 {
-	auto l = LaunchedCommand::start(a_.command, exe_);
-	if (!l)
-		return fail(l.error().message);
-	launched_.emplace(std::move(l.value()));
 	if (auto r = pipeline_.tracker().track(launched_->pid()); !r)
 		return fail(r.error().message);
 	pipeline_.recorder().add_root(launched_->pid(), getpid(), mono_ns());
@@ -309,6 +337,7 @@ void RecordSession::begin()
 	sigaction(SIGINT, &sa, nullptr);
 	sigaction(SIGTERM, &sa, nullptr);
 	(void)store_->set_meta("command", a_.command.empty() ? "pid " + std::to_string(a_.pid) : join(a_.command, " "));
+	(void)store_->set_meta("agent_capabilities", join(capabilities_, ","));
 	pipeline_.write_start_meta(*store_);
 	// Stopped after its exec, the command is read (one pass over the
 	// events: its exec is among them, written before the stop) and let go.
@@ -406,8 +435,8 @@ int RecordSession::finish()
 int RecordSession::run()
 {
 	raise_open_file_limit();
-	for (auto step : {&RecordSession::check_args, &RecordSession::check_target, &RecordSession::open_outputs,
-			  &RecordSession::open_probes})
+	for (auto step : {&RecordSession::check_args, &RecordSession::check_target, &RecordSession::drop_privileges,
+			  &RecordSession::open_outputs, &RecordSession::open_probes})
 		if (auto stop = (this->*step)())
 			return *stop;
 	auto start = a_.command.empty() ? &RecordSession::attach_tree : &RecordSession::launch_command;

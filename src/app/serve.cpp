@@ -26,6 +26,7 @@
 #include "export/metrics.h"
 #include "ingest/recorder.h"
 #include "store/store.h"
+#include "app/privileges.h"
 
 namespace eacgm {
 
@@ -115,6 +116,7 @@ public:
 private:
 	using Stop = std::optional<int>;
 	Stop load_config();
+	Stop drop_privileges();
 	Stop open_pipeline();
 	Stop open_outputs();
 	Stop start_serving();
@@ -134,6 +136,8 @@ private:
 	std::unique_ptr<MetricsServer> server_;
 	std::shared_ptr<ProcessFilter> filter_;
 	std::chrono::steady_clock::time_point last_health_;
+	std::vector<std::string> capabilities_; // what the agent kept of root
+	std::string token_;                     // from token_file; "": no token asked
 };
 
 ServeSession::Stop ServeSession::load_config()
@@ -152,6 +156,32 @@ ServeSession::Stop ServeSession::load_config()
 			return fail(r.error().message, 2);
 		unlink(a_.ready_file.c_str());
 	}
+	if (!config_.token_file.empty()) {
+		auto t = read_token_file(config_.token_file);
+		if (!t)
+			return fail(t.error().message, 2);
+		token_ = std::move(t.value());
+	}
+	std::string host = config_.listen.substr(0, config_.listen.rfind(':'));
+	if (token_.empty() && host != "localhost" && host.rfind("127.", 0) != 0)
+		std::cerr << "eacgm: warning: listening on " << config_.listen
+			  << " without a token: anyone who reaches the port reads the node's metrics; set token_file\n";
+	return {};
+}
+
+// Before any thread starts (each inherits its creator's capabilities): the
+// agent keeps what tracing needs, the set dist/systemd/eacgm.service bounds
+// it to, and CAP_SYS_ADMIN only for bpf_stats.
+ServeSession::Stop ServeSession::drop_privileges()
+{
+	auto keep = tracing_capabilities();
+	if (config_.bpf_stats)
+		keep.push_back({CAP_SYS_ADMIN, "CAP_SYS_ADMIN"});
+	auto kept = drop_capabilities_except(keep);
+	if (!kept)
+		return fail(kept.error().message);
+	capabilities_ = std::move(kept.value());
+	umask(077); // the store and files it writes are the operator's alone
 	return {};
 }
 
@@ -218,6 +248,7 @@ ServeSession::Stop ServeSession::start_serving()
 	MetricsServer::Handlers h;
 	h.metrics = [&reg] { return reg.render(); };
 	h.health = [] { return std::string(); };
+	h.token = token_;
 	auto s = MetricsServer::start(config_.listen, h);
 	if (!s)
 		return fail(s.error().message);
@@ -351,7 +382,8 @@ int ServeSession::finish()
 int ServeSession::run()
 {
 	raise_open_file_limit();
-	for (auto step : {&ServeSession::load_config, &ServeSession::open_pipeline, &ServeSession::open_outputs})
+	for (auto step : {&ServeSession::load_config, &ServeSession::drop_privileges, &ServeSession::open_pipeline,
+			  &ServeSession::open_outputs})
 		if (auto stop = (this->*step)())
 			return *stop;
 	// Without SA_RESTART: a signal ends the wait at once.
@@ -362,8 +394,10 @@ int ServeSession::run()
 	sigaction(SIGINT, &stop, nullptr);
 	sigaction(SIGHUP, &hup, nullptr);
 	pipeline_->begin();
-	if (store_)
+	if (store_) {
 		pipeline_->write_start_meta(*store_);
+		(void)store_->set_meta("agent_capabilities", join(capabilities_, ","));
+	}
 	if (auto stop = start_serving())
 		return *stop;
 	publish_health();

@@ -6,7 +6,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <ext/stdio_filebuf.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace eacgm {
@@ -59,9 +61,25 @@ Result<void> check_writable(const std::string &path)
 	if (access(dir.c_str(), W_OK) != 0)
 		return make_error("cannot write " + path + ": directory " + dir + ": " + std::strerror(errno) +
 				  "; choose another output path");
-	if (access(path.c_str(), F_OK) == 0 && access(path.c_str(), W_OK) != 0)
-		return make_error("cannot write " + path + ": " + std::strerror(errno) +
-				  "; choose another output path");
+	// An output is replaced by rename at the end: what the path names now
+	// must be a plain file, or that rename would silently take a FIFO, a
+	// device or a link's place (and a link may point anywhere, /proc too).
+	struct stat sb;
+	if (lstat(path.c_str(), &sb) == 0) {
+		const char *what = S_ISLNK(sb.st_mode) ? "a symbolic link"
+			: S_ISFIFO(sb.st_mode)         ? "a FIFO"
+			: S_ISCHR(sb.st_mode)          ? "a character device"
+			: S_ISBLK(sb.st_mode)          ? "a block device"
+			: S_ISSOCK(sb.st_mode)         ? "a socket"
+			: S_ISDIR(sb.st_mode)          ? "a directory"
+						       : nullptr;
+		if (what)
+			return make_error("cannot write " + path + ": it is " + what +
+					  ", not a regular file; give the path of a file to create or replace");
+		if (access(path.c_str(), W_OK) != 0)
+			return make_error("cannot write " + path + ": " + std::strerror(errno) +
+					  "; choose another output path");
+	}
 	return {};
 }
 
@@ -77,17 +95,22 @@ Result<void> write_file_atomic(const std::string &path, const std::function<Resu
 {
 	std::string tmp = path + ".tmp." + std::to_string(getpid());
 	{
-		std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-		if (!out)
-			return make_error("cannot write " + path + ": " + std::strerror(errno) +
+		// Created here or not at all, owner-only, never through a link: in a
+		// shared directory another user could have put one at this name.
+		int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+		if (fd < 0 && errno == EEXIST && unlink(tmp.c_str()) == 0) // a stale one of a crashed run
+			fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+		if (fd < 0)
+			return make_error("cannot write " + path + ": " + tmp + ": " + std::strerror(errno) +
 					  "; choose another output path");
+		__gnu_cxx::stdio_filebuf<char> buf(fd, std::ios::out | std::ios::binary); // closes fd
+		std::ostream out(&buf);
 		if (auto r = write(out); !r) {
-			out.close();
 			std::remove(tmp.c_str());
 			return r;
 		}
 		out.flush();
-		if (!out) {
+		if (!out || buf.close() == nullptr) {
 			std::remove(tmp.c_str());
 			return make_error("writing " + path + " failed: " + std::strerror(errno));
 		}

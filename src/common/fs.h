@@ -12,7 +12,8 @@
 namespace eacgm {
 
 // Checks early that `path` can be created (its directory exists and is
-// writable), so a recording does not run for an hour and then fail to save.
+// writable, and the path names nothing but a regular file), so a recording
+// does not run for an hour and then fail to save.
 Result<void> check_writable(const std::string &path);
 
 // The whole of a small file (a /proc or /sys file, read every interval:
@@ -26,7 +27,8 @@ std::string host_name();
 // The threads of a process now (/proc/PID/task); empty when it is gone.
 std::vector<uint32_t> list_threads(uint32_t pid);
 
-// Writes `content` to path.tmp.<pid> and renames it over `path`.
+// Writes `content` to path.tmp.<pid> (created owner-only, never through a
+// symbolic link) and renames it over `path`.
 Result<void> write_file_atomic(const std::string &path, const std::string &content);
 // The same for content written as it is made (never held whole). An error
 // from write (its source failed) leaves nothing at path and is returned.

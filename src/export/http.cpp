@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <strings.h>
 #include <httplib.h>
 
 namespace eacgm {
@@ -18,6 +19,18 @@ Result<std::pair<std::string, int>> parse_listen(const std::string &listen)
 	return std::make_pair(host, std::stoi(port));
 }
 
+bool bearer_matches(const std::string &header, const std::string &token)
+{
+	const std::string scheme = "Bearer ";
+	if (token.empty() || header.size() != scheme.size() + token.size() ||
+	    strncasecmp(header.c_str(), scheme.c_str(), scheme.size()) != 0)
+		return false;
+	unsigned char diff = 0;
+	for (size_t i = 0; i < token.size(); i++)
+		diff |= (unsigned char)(header[scheme.size() + i] ^ token[i]);
+	return diff == 0;
+}
+
 Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const std::string &listen, Handlers h)
 {
 	auto where = parse_listen(listen);
@@ -28,6 +41,17 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const std::string &l
 	// One worker: a scrape is a few milliseconds, and every thread of the
 	// agent is memory and CPU taken from the node.
 	s->server_->new_task_queue = [] { return new httplib::ThreadPool(1); };
+	if (!h.token.empty())
+		s->server_->set_pre_routing_handler([token = h.token](const httplib::Request &req,
+								      httplib::Response &res) {
+			if (bearer_matches(req.get_header_value("Authorization"), token))
+				return httplib::Server::HandlerResponse::Unhandled;
+			res.status = 401;
+			res.set_header("WWW-Authenticate", "Bearer realm=\"eacgm\"");
+			res.set_content("this agent needs the header Authorization: Bearer TOKEN (its token_file)\n",
+					"text/plain; charset=utf-8");
+			return httplib::Server::HandlerResponse::Handled;
+		});
 	s->server_->Get("/metrics", [m = h.metrics](const httplib::Request &, httplib::Response &res) {
 		res.set_content(m(), "text/plain; version=0.0.4; charset=utf-8");
 	});

@@ -20,9 +20,12 @@ class MetricsServer {
 public:
 	// What /metrics answers, rendered per scrape; what /healthz answers
 	// (empty: healthy, "ok"; else the reason, with status 503).
+	// token: when not empty, every request must carry `Authorization:
+	// Bearer TOKEN` (else 401, and nothing of the agent's is read).
 	struct Handlers {
 		std::function<std::string()> metrics;
 		std::function<std::string()> health;
+		std::string token;
 	};
 	// listen: "HOST:PORT" (an IPv4 address or "localhost"; port 0 picks a
 	// free one, see port()). Binds before returning: an address in use is
@@ -39,6 +42,10 @@ private:
 	std::thread thread_;
 	int port_ = 0;
 };
+
+// Whether an Authorization header value is "Bearer TOKEN" with this token,
+// in time that does not depend on where a wrong one first differs.
+bool bearer_matches(const std::string &header, const std::string &token);
 
 // "HOST:PORT" split and checked; the error names the value and the form.
 Result<std::pair<std::string, int>> parse_listen(const std::string &listen);

@@ -6,10 +6,51 @@
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 
 namespace eacgm {
+
+namespace {
+
+// "Key:" lines of a /proc/PID/status file, their values trimmed.
+std::string status_field(const std::string &path, const std::string &key)
+{
+	std::ifstream in(path);
+	for (std::string line; std::getline(in, line);)
+		if (line.compare(0, key.size() + 1, key + ":") == 0) {
+			size_t at = line.find_first_not_of(" \t", key.size() + 1);
+			return at == std::string::npos ? "" : line.substr(at);
+		}
+	return "";
+}
+
+uint64_t cap_mask(const std::string &hex) { return std::strtoull(hex.c_str(), nullptr, 16); }
+
+// Why the kernel refused a process's maps, from what can be checked: eacgm's
+// own CAP_SYS_PTRACE, the process's owner and capabilities. Past those, only
+// a security module or a container boundary is left, and the message says so
+// rather than advising root to a root that has it.
+std::string why_denied(uint32_t pid, const std::string &dir)
+{
+	constexpr int kSysPtrace = 19; // CAP_SYS_PTRACE
+	std::string who = "process " + std::to_string(pid) + " (" + status_field(dir + "/status", "Name") + ", uid " +
+		status_field(dir + "/status", "Uid")
+			.substr(0, status_field(dir + "/status", "Uid").find_first_of(" \t")) +
+		")";
+	uint64_t mine = cap_mask(status_field("/proc/self/status", "CapEff"));
+	if (!(mine & (1ull << kSysPtrace)))
+		return who +
+			" is another user's, or holds capabilities eacgm lacks, and eacgm has no CAP_SYS_PTRACE: run "
+			"it as root (sudo) or grant it CAP_SYS_PTRACE";
+	return "the kernel refused although eacgm holds CAP_SYS_PTRACE: " + who +
+		" is protected by a security module (Landlock, SELinux, AppArmor, Yama's ptrace_scope 3) or a "
+		"container "
+		"boundary; trace it from where it may be inspected (the host, or inside its container)";
+}
+
+} // namespace
 
 Result<std::vector<Mapping>> read_maps(uint32_t pid, const std::string &proc_root)
 {
@@ -21,8 +62,9 @@ Result<std::vector<Mapping>> read_maps(uint32_t pid, const std::string &proc_roo
 		if (::stat(dir.c_str(), &st) != 0)
 			return make_error("process " + std::to_string(pid) + " does not exist (no " + dir +
 					  "); it may have exited, check the pid");
-		return make_error("cannot read " + dir + "/maps (" + std::strerror(err) +
-				  "); run as root or with CAP_SYS_PTRACE to inspect another user's process");
+		if (err != EACCES && err != EPERM)
+			return make_error("cannot read " + dir + "/maps: " + std::strerror(err));
+		return make_error("cannot read " + dir + "/maps (" + std::strerror(err) + "): " + why_denied(pid, dir));
 	}
 	std::vector<Mapping> maps;
 	for (std::string line; std::getline(in, line);) {

@@ -166,7 +166,10 @@ Result<StoreWriter> StoreWriter::create(const std::string &path, bool in_place)
 	remove_db_files(s.partial_);
 
 	sqlite3 *raw = nullptr;
-	int rc = sqlite3_open_v2(s.partial_.c_str(), &raw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
+	// NOFOLLOW: a link put at this name in a shared directory must not
+	// point the writer at another file.
+	int rc = sqlite3_open_v2(s.partial_.c_str(), &raw,
+				 SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOFOLLOW, nullptr);
 	s.db_.reset(raw); // set even on failure, so the handle is closed
 	if (rc != SQLITE_OK)
 		return make_error("cannot create " + s.partial_ + ": " +

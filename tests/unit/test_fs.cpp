@@ -2,9 +2,11 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/fs.h"
+#include "export/http.h"
 
 namespace eacgm {
 namespace {
@@ -31,6 +33,59 @@ TEST(Fs, ReadSmallFileReadsItWhole)
 	auto stat = read_small_file("/proc/self/stat");
 	ASSERT_TRUE(stat.has_value());
 	EXPECT_EQ(stat->substr(0, std::to_string(getpid()).size() + 1), std::to_string(getpid()) + " ");
+}
+
+// An output's path must name a regular file or nothing: the rename at the
+// end would otherwise replace a FIFO, a device or a link.
+TEST(Fs, CheckWritableRefusesWhatIsNotARegularFile)
+{
+	std::string dir = "/tmp/eacgm-fs-w-" + std::to_string(getpid());
+	ASSERT_EQ(mkdir(dir.c_str(), 0700), 0);
+	ASSERT_EQ(mkfifo((dir + "/fifo").c_str(), 0600), 0);
+	ASSERT_EQ(symlink("/proc/self/mem", (dir + "/link").c_str()), 0);
+	std::ofstream(dir + "/plain") << "x";
+	EXPECT_TRUE(check_writable(dir + "/plain").ok());
+	EXPECT_TRUE(check_writable(dir + "/new").ok());
+	for (auto [name, what] : {std::pair{"fifo", "a FIFO"}, {"link", "a symbolic link"}, {"", "a directory"}}) {
+		auto r = check_writable(dir + "/" + name);
+		ASSERT_FALSE(r.ok()) << name;
+		EXPECT_NE(r.error().message.find(std::string("it is ") + what + ", not a regular file"),
+			  std::string::npos)
+			<< r.error().message;
+	}
+	EXPECT_FALSE(check_writable("/dev/null").ok());
+	for (auto n : {"fifo", "link", "plain"})
+		unlink((dir + "/" + n).c_str());
+	rmdir(dir.c_str());
+}
+
+// The temporary file is the writer's own: created owner-only, and a link
+// planted at its name is removed, not followed.
+TEST(Fs, WriteFileAtomicIsOwnerOnlyAndFollowsNoLink)
+{
+	std::string dir = "/tmp/eacgm-fs-a-" + std::to_string(getpid());
+	ASSERT_EQ(mkdir(dir.c_str(), 0700), 0);
+	std::string victim = dir + "/victim", out = dir + "/out.json";
+	std::ofstream(victim) << "precious";
+	ASSERT_EQ(symlink(victim.c_str(), (out + ".tmp." + std::to_string(getpid())).c_str()), 0);
+	ASSERT_TRUE(write_file_atomic(out, "{}\n").ok());
+	EXPECT_EQ(read_small_file(victim), "precious");
+	EXPECT_EQ(read_small_file(out), "{}\n");
+	struct stat sb;
+	ASSERT_EQ(stat(out.c_str(), &sb), 0);
+	EXPECT_EQ(sb.st_mode & 0777, 0600u);
+	unlink(out.c_str());
+	unlink(victim.c_str());
+	rmdir(dir.c_str());
+}
+
+TEST(Http, BearerMatchesOnlyTheWholeToken)
+{
+	EXPECT_TRUE(bearer_matches("Bearer abc", "abc"));
+	EXPECT_TRUE(bearer_matches("bearer abc", "abc")); // the scheme is case-insensitive (RFC 7235)
+	for (auto h : {"", "Bearer", "Bearer ", "Bearer ab", "Bearer abcd", "Bearer abC", "Basic abc", "Bearer  abc"})
+		EXPECT_FALSE(bearer_matches(h, "abc")) << h;
+	EXPECT_FALSE(bearer_matches("Bearer ", "")); // no token: nothing matches
 }
 
 } // namespace

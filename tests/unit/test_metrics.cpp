@@ -232,6 +232,7 @@ TEST(ServeConfig, DefaultsWithoutAFile)
 	auto c = parse_serve_config("", "c.toml");
 	ASSERT_TRUE(c) << c.error().message;
 	EXPECT_EQ(c->listen, "127.0.0.1:9464");
+	EXPECT_EQ(c->token_file, "");
 	EXPECT_EQ(c->layers.size(), 7u);
 	EXPECT_EQ(c->top_functions, 100u);
 	EXPECT_EQ(c->sample_hz, 100u);
@@ -260,6 +261,7 @@ overhead_budget_pct = 1.5
 hang_after_s = 42
 ring_buffer_kb = 1024
 bpf_stats = true
+token_file = "/etc/eacgm/token"
 [filter]
 comm = ["python.*", "trainer"]
 cgroup = ["/kubepods.slice"]
@@ -283,6 +285,7 @@ pid_namespace = [4026531836]
 	EXPECT_DOUBLE_EQ(c->hang_after_s, 42);
 	EXPECT_EQ(c->ring_buffer_kb, 1024u);
 	EXPECT_TRUE(c->bpf_stats);
+	EXPECT_EQ(c->token_file, "/etc/eacgm/token");
 	EXPECT_EQ(c->filter.comm, (std::vector<std::string>{"python.*", "trainer"}));
 	EXPECT_EQ(c->filter.cgroup, (std::vector<std::string>{"/kubepods.slice"}));
 	EXPECT_EQ(c->filter.pid_namespace, (std::vector<uint64_t>{4026531836ull}));
@@ -299,7 +302,7 @@ TEST(ServeConfig, ErrorsNameTheKeyAndLine)
 	       "c.toml:2: listen_on: unknown key; the keys here are bpf_stats, detect, detect_fpr, filter, gpu_hz, "
 	       "hang_after_s, host_interval_ms, layers, listen, overhead_budget_pct, ring_buffer_kb, sample_hz, specs, "
 	       "store, "
-	       "store_max_age_hours, store_max_mb, top_functions");
+	       "store_max_age_hours, store_max_mb, token_file, top_functions");
 	expect("top_functions = 1.5\n", "c.toml:1: top_functions must be a whole number");
 	expect("top_functions = 0\n", "c.toml:1: top_functions must be from 1 to 100000");
 	expect("detect = 1\n", "c.toml:1: detect must be true or false");

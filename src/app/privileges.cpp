@@ -1,0 +1,74 @@
+#include "app/privileges.h"
+
+#include <cerrno>
+#include <cstring>
+#include <linux/capability.h>
+#include <memory>
+#include <type_traits>
+#include <sys/capability.h>
+#include <sys/prctl.h>
+
+namespace eacgm {
+
+std::vector<Capability> tracing_capabilities()
+{
+	return {{CAP_BPF, "CAP_BPF"},
+		{CAP_PERFMON, "CAP_PERFMON"},
+		{CAP_SYS_PTRACE, "CAP_SYS_PTRACE"},
+		{CAP_DAC_READ_SEARCH, "CAP_DAC_READ_SEARCH"},
+		{CAP_SYS_RESOURCE, "CAP_SYS_RESOURCE"}};
+}
+
+namespace {
+
+struct CapFree {
+	void operator()(cap_t c) const { cap_free(c); }
+};
+using CapHandle = std::unique_ptr<std::remove_pointer_t<cap_t>, CapFree>;
+
+bool kept(const std::vector<Capability> &keep, int cap)
+{
+	for (const Capability &c : keep)
+		if (c.number == cap)
+			return true;
+	return false;
+}
+
+} // namespace
+
+Result<std::vector<std::string>> drop_capabilities_except(const std::vector<Capability> &keep)
+{
+	CapHandle now(cap_get_proc());
+	if (!now)
+		return make_error(std::string("cannot read eacgm's capabilities: ") + std::strerror(errno));
+	// The bounding set first, while CAP_SETPCAP is still held: nothing
+	// exec'd later (nothing is) could regain what goes.
+	cap_flag_value_t setpcap = CAP_CLEAR;
+	cap_get_flag(now.get(), CAP_SETPCAP, CAP_EFFECTIVE, &setpcap);
+	// Up to the kernel's last capability, not the header's: PR_CAPBSET_READ
+	// fails past it.
+	for (int cap = 0; setpcap == CAP_SET && prctl(PR_CAPBSET_READ, cap) >= 0; cap++)
+		if (!kept(keep, cap) && prctl(PR_CAPBSET_READ, cap) == 1 && prctl(PR_CAPBSET_DROP, cap) != 0)
+			return make_error("cannot drop capability " + std::to_string(cap) +
+					  " from the bounding set: " + std::strerror(errno));
+	prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+	CapHandle want(cap_init()); // every flag clear
+	if (!want)
+		return make_error(std::string("cap_init: ") + std::strerror(errno));
+	std::vector<std::string> names;
+	for (const Capability &c : keep) {
+		cap_flag_value_t held = CAP_CLEAR;
+		cap_get_flag(now.get(), c.number, CAP_PERMITTED, &held);
+		if (held != CAP_SET)
+			continue;
+		cap_value_t v = c.number;
+		cap_set_flag(want.get(), CAP_PERMITTED, 1, &v, CAP_SET);
+		cap_set_flag(want.get(), CAP_EFFECTIVE, 1, &v, CAP_SET);
+		names.push_back(c.name);
+	}
+	if (cap_set_proc(want.get()) != 0)
+		return make_error(std::string("cannot drop eacgm's capabilities: ") + std::strerror(errno));
+	return names;
+}
+
+} // namespace eacgm

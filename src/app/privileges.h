@@ -1,0 +1,35 @@
+// What eacgm keeps of root once its work no longer needs the rest. It runs
+// as root on production nodes next to jobs it must not harm: a bug in it,
+// or a hostile value read from a traced process, should find a process
+// that can trace and read, not one that can mount, load modules or
+// reconfigure the network.
+#pragma once
+#include <linux/capability.h> // the capabilities' numbers
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+
+namespace eacgm {
+
+// Capabilities by number (linux/capability.h), named as in capabilities(7).
+struct Capability {
+	int number;
+	const char *name;
+};
+
+// What tracing needs throughout: load and attach BPF programs and uprobes
+// (CAP_BPF, CAP_PERFMON), read traced processes' memory and /proc
+// (CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH), raise the locked-memory and
+// open-file limits (CAP_SYS_RESOURCE). dist/systemd/eacgm.service bounds
+// the agent to these.
+std::vector<Capability> tracing_capabilities();
+
+// Drops every capability but `keep` from the bounding, permitted, effective
+// and inheritable sets and the ambient set, in the calling thread: call it
+// before any other thread starts (threads inherit their creator's sets).
+// A capability in `keep` the process does not hold stays absent. Returns
+// the names kept, for the recording's meta.
+Result<std::vector<std::string>> drop_capabilities_except(const std::vector<Capability> &keep);
+
+} // namespace eacgm
