@@ -50,6 +50,12 @@ section "Host layer at a high switch rate" "$build/bench/bench_host_cost"
 section "Detector against scikit-learn" "$build/bench/bench_detect_cost"
 section "Python layer variants" /usr/bin/python3 "$here/python_cost.py" "$eacgm"
 section "Node agent (eacgm serve): idle and under ResNet-18" /usr/bin/python3 "$here/agent_cost.py" "$eacgm"
+# The soak (bench/soak.py, by hand: half an hour) is not rerun here; its
+# last result is carried over.
+if [[ -f $here/SOAK.md ]]; then
+	echo >>"$tmp"
+	cat "$here/SOAK.md" >>"$tmp"
+fi
 mv "$tmp" "$out"
 trap - EXIT
 echo "bench: wrote $out" >&2

@@ -321,12 +321,18 @@ int BPF_KPROBE(span_entry_multi) { return on_entry(ctx); }
 SEC("uretprobe")
 int BPF_KRETPROBE(span_exit_multi) { return on_exit(ctx); }
 
-/* A thread's open calls die with it (the storage goes with the task);
- * this keeps the count of threads holding state exact. */
+/* A thread's open calls die with it (the storage goes with the task):
+ * counted, so that a process killed mid-call loses its calls in flight
+ * visibly, and the count of threads holding state stays exact. */
 SEC("tp_btf/sched_process_exit")
 int BPF_PROG(span_thread_exit, struct task_struct *p)
 {
-	if (bpf_task_storage_get(&open_calls, p, 0, 0) && !bpf_task_storage_delete(&open_calls, p))
+	struct eacgm_thread_calls *tc = bpf_task_storage_get(&open_calls, p, 0, 0);
+	if (!tc)
+		return 0;
+	if (tc->depth)
+		count(EACGM_CNT_EXITED_IN_CALL, tc->depth);
+	if (!bpf_task_storage_delete(&open_calls, p))
 		__sync_fetch_and_add(&threads_with_state, -1);
 	return 0;
 }

@@ -54,9 +54,9 @@ Result<std::string> resolve_command(const std::string &name)
 
 Result<LaunchedCommand> LaunchedCommand::start(const std::vector<std::string> &argv, const std::string &exe)
 {
-	// eacgm has threads by now (samplers, detector): between fork and exec
-	// the child may only make async-signal-safe calls, so everything it
-	// needs (argv, the message it prints if exec fails) is made here.
+	// Between fork and exec the child makes only async-signal-safe calls (a
+	// lock some thread held at the fork would stay held in it), so everything
+	// it needs (argv, the message it prints if exec fails) is made here.
 	std::vector<char *> args;
 	for (auto &a : argv)
 		args.push_back(const_cast<char *>(a.c_str()));
@@ -66,35 +66,23 @@ Result<LaunchedCommand> LaunchedCommand::start(const std::vector<std::string> &a
 	// tracer may trace the new credentials): such a program is not stopped.
 	struct stat st;
 	const bool stop_after_exec = stat(exe.c_str(), &st) == 0 && !(st.st_mode & (S_ISUID | S_ISGID));
-	int fds[2], back[2];
+	int fds[2];
 	if (pipe2(fds, O_CLOEXEC) != 0)
 		return make_error(std::string("pipe: ") + std::strerror(errno));
-	if (pipe2(back, O_CLOEXEC) != 0) {
-		int err = errno;
-		close(fds[0]);
-		close(fds[1]);
-		return make_error(std::string("pipe: ") + std::strerror(err));
-	}
 	pid_t pid = fork();
 	if (pid < 0) {
 		int err = errno;
-		for (int fd : {fds[0], fds[1], back[0], back[1]})
-			close(fd);
+		close(fds[0]);
+		close(fds[1]);
 		return make_error(std::string("cannot start the command: fork: ") + std::strerror(err));
 	}
 	if (pid == 0) {
 		close(fds[1]);
-		close(back[0]);
 		char go = 0;
 		// Closed without a byte: eacgm failed to set up, do not run.
 		if (read(fds[0], &go, 1) != 1)
 			_exit(127);
 		close(fds[0]);
-		// Stopped by the kernel after the exec, for eacgm to read it; where
-		// tracing is refused (a tracer already, Yama level 3) it just runs.
-		char traced = stop_after_exec && ptrace(PTRACE_TRACEME, 0, nullptr, nullptr) == 0;
-		if (write(back[1], &traced, 1) != 1) { /* eacgm gone: nothing to tell */
-		}
 		execv(exe.c_str(), args.data());
 		const char *why = strerrordesc_np(errno); // a constant string: no locale, no allocation
 		if (write(2, cannot_run.data(), cannot_run.size()) > 0 && write(2, why, strlen(why)) > 0 &&
@@ -103,26 +91,22 @@ Result<LaunchedCommand> LaunchedCommand::start(const std::vector<std::string> &a
 		_exit(127);
 	}
 	close(fds[0]);
-	close(back[1]);
 	LaunchedCommand c;
 	c.pid_ = pid;
 	c.gate_ = fds[1];
-	c.traced_ = back[0];
+	c.stop_after_exec_ = stop_after_exec;
 	return c;
 }
 
 LaunchedCommand::LaunchedCommand(LaunchedCommand &&o) noexcept
-	: pid_(o.pid_), gate_(o.gate_), traced_(o.traced_), reaped_(o.reaped_), status_(o.status_)
+	: pid_(o.pid_), gate_(o.gate_), stop_after_exec_(o.stop_after_exec_), reaped_(o.reaped_), status_(o.status_)
 {
 	o.pid_ = -1;
 	o.gate_ = -1;
-	o.traced_ = -1;
 }
 
 LaunchedCommand::~LaunchedCommand()
 {
-	if (traced_ >= 0)
-		close(traced_);
 	if (gate_ >= 0)
 		close(gate_); // never released: the child exits 127 without running
 	if (pid_ > 0 && !reaped_) {
@@ -136,21 +120,21 @@ void LaunchedCommand::release(const std::function<void()> &at_exec)
 {
 	if (gate_ < 0)
 		return;
+	// Seized before it may exec, with the exec as an event stop: a stop
+	// that carries no signal. Were eacgm killed while the command is stopped
+	// there, the kernel detaches it and it runs on; an exec stop of
+	// PTRACE_TRACEME delivers SIGTRAP instead, and the command would die of it.
+	// Where tracing is refused (a tracer already, Yama level 3) it just runs.
+	bool traced = stop_after_exec_ && ptrace(PTRACE_SEIZE, pid_, nullptr, PTRACE_O_TRACEEXEC) == 0;
 	char go = 1;
 	if (write(gate_, &go, 1) != 1) { /* child gone: poll_exit reports it */
 	}
 	close(gate_);
 	gate_ = -1;
-	char traced = 0;
-	ssize_t n;
-	while ((n = read(traced_, &traced, 1)) < 0 && errno == EINTR) {
-	}
-	close(traced_);
-	traced_ = -1;
-	if (n != 1 || !traced)
+	if (!traced)
 		return; // not stopped after its exec: it simply runs
-	// Until the stop after the exec (SIGTRAP). A signal that comes first
-	// stops it too: passed on. An exit means the exec failed.
+	// Until the exec's event stop. A signal that comes first is passed on;
+	// an exit means the exec failed.
 	for (;;) {
 		int st;
 		if (waitpid(pid_, &st, 0) != pid_)
@@ -160,13 +144,16 @@ void LaunchedCommand::release(const std::function<void()> &at_exec)
 			status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 			return;
 		}
-		if (WIFSTOPPED(st) && WSTOPSIG(st) == SIGTRAP)
+		int event = st >> 16;
+		if (WIFSTOPPED(st) && event == PTRACE_EVENT_EXEC)
 			break;
-		ptrace(PTRACE_CONT, pid_, nullptr, reinterpret_cast<void *>(static_cast<intptr_t>(WSTOPSIG(st))));
+		// A group stop (PTRACE_EVENT_STOP) resumes; a signal is delivered.
+		intptr_t sig = WIFSTOPPED(st) && event == 0 ? WSTOPSIG(st) : 0;
+		ptrace(PTRACE_CONT, pid_, nullptr, reinterpret_cast<void *>(sig));
 	}
 	if (at_exec)
 		at_exec();
-	ptrace(PTRACE_DETACH, pid_, nullptr, nullptr); // the SIGTRAP is not delivered
+	ptrace(PTRACE_DETACH, pid_, nullptr, nullptr);
 }
 
 bool LaunchedCommand::poll_exit(int &status)

@@ -15,7 +15,7 @@ namespace eacgm {
 Result<std::string> resolve_command(const std::string &name);
 
 // A child forked and waiting at a gate; release() lets it exec the command.
-// The child asks to be traced (PTRACE_TRACEME) just before its exec, so the
+// release() seizes it first (PTRACE_SEIZE, PTRACE_O_TRACEEXEC), so the
 // kernel stops it right after the exec: release() runs `at_exec` while it
 // is stopped there (eacgm reads its name, command line and maps: a command
 // that ends within a millisecond is otherwise gone before it is read, with
@@ -36,8 +36,8 @@ public:
 private:
 	LaunchedCommand() = default;
 	pid_t pid_ = -1;
-	int gate_ = -1;   // write end: one byte releases, closing aborts
-	int traced_ = -1; // read end: the child's byte, 1 once it is traced
+	int gate_ = -1; // write end: one byte releases, closing aborts
+	bool stop_after_exec_ = false;
 	bool reaped_ = false;
 	int status_ = 0; // when reaped in release() (the exec failed)
 };

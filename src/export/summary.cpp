@@ -55,6 +55,7 @@ std::string reason_text(const std::string &reason)
 	// What a user can act on or dismiss: say what was lost and why.
 	static const std::map<std::string, std::string> known = {
 		{"depth_overflow", "calls nested deeper than 32 (Python imports nest so)"},
+		{"exited_in_call", "calls in flight when their thread exited (killed, or ended mid-call)"},
 		{"unresolved_entry", "Python calls whose code was freed (or process ended) before it was read"},
 		{"unresolved_stack", "Python stacks whose code was freed (or process ended) before it was read"},
 		{"contradicted_call", "Python calls whose return the kernel missed (a sample showed them gone)"},

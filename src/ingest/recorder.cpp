@@ -876,6 +876,7 @@ std::vector<Drop> Recorder::drops() const
 		{"uprobe", "depth_overflow", c[EACGM_CNT_DEPTH_OVERFLOW]},
 		{"uprobe", "unpaired_entry", c[EACGM_CNT_UNPAIRED]},
 		{"uprobe", "thread_table_full", c[EACGM_CNT_NO_STATE]},
+		{"uprobe", "exited_in_call", c[EACGM_CNT_EXITED_IN_CALL]},
 	};
 	if (python_) {
 		auto p = python_->counters();

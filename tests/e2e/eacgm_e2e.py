@@ -46,7 +46,7 @@ TESTLIB_SPEC = {
     ],
 }
 
-DROP_REASONS = ("ring_buffer_full", "depth_overflow", "unpaired_entry", "thread_table_full")
+DROP_REASONS = ("ring_buffer_full", "depth_overflow", "unpaired_entry", "thread_table_full", "exited_in_call")
 TOL_US = 0.001  # float rounding of ts/dur (microseconds with 3 decimals)
 
 

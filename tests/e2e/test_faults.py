@@ -161,5 +161,94 @@ class KilledAgent(unittest.TestCase):
         self.assertGreaterEqual(when.get("recording", 0), 10, when)
 
 
+LIBC_SPEC = {"layer": "libc", "library": "libc.so.6", "probes": [{"function": "clock_nanosleep"}]}
+CLOCK_NANOSLEEP = 230  # x86-64 syscall number, as /proc/PID/syscall shows it
+
+
+def in_syscall(pid, nr, timeout=60):
+    """Waits until pid is blocked in system call nr (/proc/PID/syscall): the
+    traced program's own state, not a guess at how long it takes."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with open("/proc/%d/syscall" % pid) as f:
+                if f.read().split()[0] == str(nr):
+                    return
+        except (OSError, IndexError):
+            pass
+        time.sleep(0.01)
+    raise AssertionError("process %d never blocked in system call %d" % (pid, nr))
+
+
+class KilledMidCall(unittest.TestCase):
+    """The traced process is killed inside a traced call: the recording ends
+    with it, its exit code is the command's, and the call that never returned
+    is counted (drops exited_in_call), not silently gone."""
+
+    @classmethod
+    def setUpClass(cls):
+        E.require_root()
+        tmp = E.make_tempdir(cls)
+        spec = E.write_json(os.path.join(tmp, "spec.json"), LIBC_SPEC)
+        started = E.start_record(tmp, "--layers", "cuda", "--spec", spec, "--", "sleep", "600")
+        sleeper = E.wait_child_exec(started.pid, "sleep")
+        in_syscall(sleeper, CLOCK_NANOSLEEP)
+        os.kill(sleeper, signal.SIGKILL)
+        cls.rec = started.wait(timeout=120)
+        cls.sleeper = sleeper
+
+    def test_ends_with_the_commands_exit_code(self):
+        self.assertEqual(self.rec.rc, 137, self.rec.stderr)
+        self.assertEqual(self.rec.query("SELECT pid, exit_code FROM processes"),
+                         [{"pid": self.sleeper, "exit_code": 137}])
+
+    def test_the_call_in_flight_is_counted(self):
+        self.assertEqual(self.rec.query("SELECT count(*) AS n FROM spans")[0]["n"], 0)
+        self.assertEqual(E.drops(self.rec.db), {r: int(r == "exited_in_call") for r in E.DROP_REASONS})
+        self.assertRegex(self.rec.stderr, r"(?m)^lost records: 1 \(calls in flight when their thread exited "
+                                          r"\(killed, or ended mid-call\): 1\)$")
+        self.assertEqual(E.query(self.rec.db, "PRAGMA integrity_check"), [{"integrity_check": "ok"}])
+
+
+class ExecsAnotherProgram(unittest.TestCase):
+    """A traced process that execs another program stays traced: the same
+    pid, the new program's calls recorded under it, every call once."""
+
+    def test_calls_before_and_after_the_exec(self):
+        E.require_root()
+        tmp = E.make_tempdir(self)
+        spec = E.write_json(os.path.join(tmp, "spec.json"), SPEC)
+        # testlib_calls links the library: its probes are in place before it runs.
+        rec = E.record(tmp, [E.TESTLIB_CALLS, "noop", "5"], "--layers", "cuda", "--spec", spec,
+                       env={"EXEC_AFTER": E.TESTLIB_CALLS + " noop 7"})
+        self.assertEqual(rec.rc, 0, rec.stderr)
+        self.assertEqual(rec.stdout, "done 10\ndone 21\n")
+        spans = rec.spans()
+        self.assertEqual([s["args"]["x"] for s in spans], list(range(5)) + list(range(7)))
+        self.assertEqual({s["pid"] for s in spans}, {rec.query("SELECT pid FROM processes")[0]["pid"]})
+        self.assertEqual(E.drops(rec.db), {r: 0 for r in E.DROP_REASONS})
+
+
+class ManyThreads(unittest.TestCase):
+    """256 threads of one process calling a traced function at once: every
+    call recorded, on its own thread, none lost."""
+
+    THREADS, CALLS = 256, 200
+
+    def test_every_thread_every_call(self):
+        E.require_root()
+        tmp = E.make_tempdir(self)
+        spec = E.write_json(os.path.join(tmp, "spec.json"), SPEC)
+        rec = E.record(tmp, [E.TESTLIB_CALLS, "threads", str(self.CALLS)], "--layers", "cuda", "--spec", spec,
+                       env={"THREADS": str(self.THREADS)})
+        self.assertEqual(rec.rc, 0, rec.stderr)
+        per = rec.query("SELECT tid, count(*) AS n, sum(json_extract(args, '$.x')) AS s FROM spans GROUP BY tid")
+        self.assertEqual(len(per), self.THREADS)
+        self.assertEqual({(r["n"], r["s"]) for r in per}, {(self.CALLS, self.CALLS * (self.CALLS - 1) // 2)})
+        self.assertEqual(E.drops(rec.db), {r: 0 for r in E.DROP_REASONS})
+        named = {r["tid"] for r in rec.query("SELECT tid FROM threads")}
+        self.assertLessEqual({r["tid"] for r in per}, named)  # each thread in the threads table too
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -117,7 +117,8 @@ enum eacgm_counter {
 	EACGM_CNT_DEPTH_OVERFLOW = 2, /* entries deeper than EACGM_MAX_DEPTH, not recorded */
 	EACGM_CNT_UNPAIRED = 3,       /* entries that never returned (longjmp, exceptions) */
 	EACGM_CNT_NO_STATE = 4,       /* per-thread state map full */
-	EACGM_CNT_COUNT = 5,
+	EACGM_CNT_EXITED_IN_CALL = 5, /* calls open when their thread exited (killed, or ended mid-call) */
+	EACGM_CNT_COUNT = 6,
 };
 
 /* Process-tree events from proc.bpf.c. */
