@@ -142,8 +142,11 @@ void add_record_cost(CLI::App *record, RecordArgs &rec)
 			 "bpf_runs:*, bpf_ns:*, and the host layer's share in host_layer_cpu_pct). Off by default: "
 			 "it adds two clock reads to every BPF program run on the machine, about 60 ns to each "
 			 "traced call");
+	// At most 1 GiB (as serve's ring_buffer_kb): the buffer is the kernel's
+	// memory, locked, and a few MiB already hold seconds of calls.
 	record->add_option("--ring-buffer-kb", rec.ring_buffer_kb,
 			   "Span ring buffer size in KiB, a power of two (records beyond it are counted as lost)")
+		->check(CLI::Range(4u, 1048576u))
 		->capture_default_str();
 	record->footer(
 		"Ends when every traced process has exited: the command and the processes it started "

@@ -16,6 +16,7 @@
 
 #include "common/clock.h"
 #include "common/fs.h"
+#include "common/text.h"
 
 namespace eacgm {
 
@@ -41,14 +42,18 @@ void bind_param(sqlite3_stmt *st, int i, const T &v)
 		sqlite3_bind_int64(st, i, static_cast<sqlite3_int64>(v));
 	else if constexpr (std::is_floating_point_v<T>)
 		sqlite3_bind_double(st, i, v);
-	else
+	else if (is_utf8(v))
 		sqlite3_bind_text(st, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+	else // TEXT is UTF-8 to every reader (Python's sqlite3 refuses a row otherwise)
+		bind_param(st, i, to_utf8(v));
 }
 
 // Text that outlives the statement (a row's own strings, while insert_all
 // runs over them): SQLite reads it in place rather than copying it first.
 void bind_row_text(sqlite3_stmt *st, int i, const std::string &v)
 {
+	if (!is_utf8(v))
+		return bind_param(st, i, v);
 	sqlite3_bind_text(st, i, v.data(), static_cast<int>(v.size()), SQLITE_STATIC);
 }
 

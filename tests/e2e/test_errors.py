@@ -124,6 +124,33 @@ class BadInput(unittest.TestCase):
                           run=as_nobody)
 
 
+class AbsurdValues(unittest.TestCase):
+    """Rates and sizes past what makes sense are refused by name, with the
+    range, before anything runs (a 4 GiB ring buffer once wrapped to 0 bytes,
+    and 2 GiB of the kernel's locked memory was taken)."""
+
+    CASES = [
+        (["--sample-hz", "1000000"], "--sample-hz: Value 1000000 not in range 0 to 10000"),
+        (["--sample-hz", "nan"], "--sample-hz: Value nan not in range 0 to 10000"),
+        (["--gpu-hz", "0"], "--gpu-hz: Value 0 not in range 0.100000 to 1000.000000"),
+        (["--host-interval-ms", "0"], "--host-interval-ms: Value 0 not in range 10 to 60000"),
+        (["--ring-buffer-kb", "4194304"], "--ring-buffer-kb: Value 4194304 not in range 4 to 1048576"),
+        (["--ring-buffer-kb", "2097152"], "--ring-buffer-kb: Value 2097152 not in range 4 to 1048576"),
+        (["--detect-fpr", "2"], "--detect-fpr: Value 2 not in range 0.000000 to 0.500000"),
+        (["--hang-after", "inf"], "--hang-after: Value inf not in range 0.000000 to 86400.000000"),
+    ]
+
+    def test_each_refused_by_name(self):
+        E.require_root()
+        tmp = E.make_tempdir(self)
+        for args, line in self.CASES:
+            with self.subTest(args=args):
+                r = E.eacgm("record", "-o", os.path.join(tmp, "r.db"), *args, "--", "true", cwd=tmp, timeout=60)
+                self.assertEqual(r.returncode, 2, r.stderr)
+                self.assertEqual(r.stderr.splitlines()[0], line)
+                self.assertEqual(os.listdir(tmp), [])
+
+
 class Interrupt(unittest.TestCase):
     """SIGINT sent to eacgm alone (os.kill, as `timeout` or a scheduler would), while it records.
     Each case waits on eacgm's own lines (ready, interrupted) before signalling, and is

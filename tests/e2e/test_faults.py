@@ -1,8 +1,10 @@
 """Faults around a recording: a disk that fills, eacgm killed outright. What
 was committed before the fault is kept, readable and marked incomplete, and
 the traced job runs to its own end with its own result."""
+import json
 import os
 import random
+import re
 import shutil
 import signal
 import sqlite3
@@ -248,6 +250,78 @@ class ManyThreads(unittest.TestCase):
         self.assertEqual(E.drops(rec.db), {r: 0 for r in E.DROP_REASONS})
         named = {r["tid"] for r in rec.query("SELECT tid FROM threads")}
         self.assertLessEqual({r["tid"] for r in per}, named)  # each thread in the threads table too
+
+
+class LibraryReplacedWhileMapped(unittest.TestCase):
+    """A traced library replaced on disk (a new file renamed over it, as a
+    package upgrade does) while a process has it mapped: the mapped copy's
+    calls are recorded, and a program that then maps the new file is
+    attached to it and recorded too."""
+
+    def test_old_mapping_and_new_file(self):
+        E.require_root()
+        tmp = E.make_tempdir(self)
+        spec = E.write_json(os.path.join(tmp, "spec.json"), SPEC)
+        lib = os.path.join(tmp, "libeacgm_testlib.so")
+        shutil.copy(E.TESTLIB, lib)
+        gate1, gate2 = os.path.join(tmp, "g1"), os.path.join(tmp, "g2")
+        env = {"DLOPEN": lib, "LOADED_WAIT_FILE": gate1,
+               "EXEC_AFTER": "/usr/bin/env LOADED_WAIT_FILE=%s %s noop 7" % (gate2, E.TESTLIB_CALLS)}
+        p = E.start_record(tmp, "--layers", "cuda", "--spec", spec, "--", E.TESTLIB_CALLS, "noop", "5", env=env)
+        attached = r"^eacgm: attached 1 probe to %s \(loaded by pid (\d+)\)$" % re.escape(lib)
+        m = p.wait_for_line(attached)
+        pid = int(m.group(1))
+        old = os.stat(lib).st_ino
+        shutil.copy(E.TESTLIB, lib + ".new")
+        os.rename(lib + ".new", lib)  # the mapped inode lives on; the name is a new file
+        self.assertNotEqual(os.stat(lib).st_ino, old)
+        open(gate1, "w").close()  # 5 calls through the old mapping, then the exec
+        # The exec'd program maps the new file: eacgm attaches to it anew.
+        # (wait_for_line searches from the last line read: past the first match.)
+        p._stderr = p._stderr[m.end():]
+        self.assertEqual(int(p.wait_for_line(attached).group(1)), pid)
+        open(gate2, "w").close()
+        r = p.wait()
+        self.assertEqual(r.rc, 0, r.stderr)
+        self.assertEqual(r.stdout, "done 10\ndone 21\n")
+        self.assertEqual([s["args"]["x"] for s in r.spans()], list(range(5)) + list(range(7)))
+        self.assertEqual(E.drops(r.db), {k: 0 for k in E.DROP_REASONS})
+
+
+class NamesThatAreNotUtf8(unittest.TestCase):
+    """A program, its directory, its arguments and the library it loads named
+    with bytes that are not UTF-8: traced all the same, and every output is
+    UTF-8 (each bad byte one U+FFFD), readable by Python's sqlite3 and json."""
+
+    def test_recorded_and_every_output_utf8(self):
+        E.require_root()
+        tmp = E.make_tempdir(self)
+        spec = E.write_json(os.path.join(tmp, "spec.json"), SPEC)
+        d = os.path.join(tmp.encode(), b"d\xff\xfe")
+        os.mkdir(d)
+        prog, lib = os.path.join(d, b"tl\xff"), os.path.join(d, b"libeacgm_testlib.so")
+        shutil.copy(E.TESTLIB_CALLS, prog)
+        shutil.copy(E.TESTLIB, lib)
+        gate = os.path.join(tmp, "go")
+        env = dict(os.environ, DLOPEN=lib.decode(errors="surrogateescape"), LOADED_WAIT_FILE=gate)
+        db = os.path.join(tmp, "r.db")
+        p = subprocess.Popen([E.EACGM.encode(), b"record", b"-o", db.encode(), b"--layers", b"cuda", b"--spec",
+                              spec.encode(), b"--", prog, b"noop", b"3", b"\xfe\xfdarg"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        started = E.Started(p, db, None)
+        started.wait_for_line(r"^eacgm: attached 1 probe to .*libeacgm_testlib\.so \(loaded by pid \d+\)$")
+        open(gate, "w").close()
+        out, err = p.communicate(timeout=120)
+        self.assertEqual(p.returncode, 0, err)
+        self.assertEqual(out, b"done 3\n")
+        r = "\ufffd"
+        self.assertEqual(E.query(db, "SELECT comm, cmdline FROM processes"),
+                         [{"comm": "tl" + r, "cmdline": "%s/d%s%s/tl%s noop 3 %s%sarg" % (tmp, r, r, r, r, r)}])
+        self.assertEqual([s["args"]["x"] for s in E.load_spans(db)], [0, 1, 2])
+        with open(os.path.join(tmp, "r.trace.json"), "rb") as f:
+            json.loads(f.read().decode("utf-8"))  # strict: fails on a byte that is not UTF-8
+        s = E.run([E.EACGM, "summary", db])
+        self.assertEqual(s.returncode, 0, s.stderr)
 
 
 if __name__ == "__main__":

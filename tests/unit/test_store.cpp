@@ -311,6 +311,29 @@ TEST_F(StoreTest, OnlyAFinishedRecordingIsComplete)
 	EXPECT_TRUE(loaded->meta.empty());
 }
 
+// A process may name itself with any bytes: the store's TEXT stays UTF-8
+// (each bad byte one U+FFFD), for every reader.
+TEST_F(StoreTest, TextThatIsNotUtf8IsStoredReplaced)
+{
+	std::string path = file("run.db");
+	auto w = StoreWriter::create(path);
+	ASSERT_TRUE(w.ok()) << w.error().message;
+	Process p;
+	p.pid = 7;
+	p.comm = "tl\xFF";
+	p.cmdline = "/tmp/d\xFF\xFE/tl\xFF noop 3";
+	ASSERT_TRUE(w->upsert_process(p).ok());
+	ASSERT_TRUE(w->set_meta("command", p.cmdline).ok());
+	ASSERT_TRUE(w->finish().ok());
+	auto loaded = load_recording(path);
+	ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+	ASSERT_EQ(loaded->processes.size(), 1u);
+	const std::string r = "\xEF\xBF\xBD";
+	EXPECT_EQ(loaded->processes[0].comm, "tl" + r);
+	EXPECT_EQ(loaded->processes[0].cmdline, "/tmp/d" + r + r + "/tl" + r + " noop 3");
+	EXPECT_EQ(loaded->meta.at("command"), loaded->processes[0].cmdline);
+}
+
 TEST_F(StoreTest, MovedWriterOwnsThePartialFile)
 {
 	std::string path = file("run.db");
