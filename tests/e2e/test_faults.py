@@ -324,5 +324,89 @@ class NamesThatAreNotUtf8(unittest.TestCase):
         self.assertEqual(s.returncode, 0, s.stderr)
 
 
+TRAIN = """
+import torch
+torch.manual_seed(0)
+torch.set_num_threads(1)
+m = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.LayerNorm(128), torch.nn.Linear(128, 10))
+opt = torch.optim.AdamW(m.parameters(), lr=0.01)
+x, y = torch.randn(32, 64), torch.randint(0, 10, (32,))
+for step in range(20):
+    opt.zero_grad()
+    loss = torch.nn.functional.cross_entropy(torch.softmax(m(x), -1).log(), y)
+    loss.backward()
+    opt.step()
+    print(step, loss.item().hex())
+print("params", sum(p.double().sum().item() for p in m.parameters()).hex())
+"""
+
+
+class JobUnchanged(unittest.TestCase):
+    """A training job traced by every layer computes exactly what it computes
+    untraced: its losses and parameters, bit for bit, and its exit code."""
+
+    def test_same_result_traced_and_untraced(self):
+        E.require_root()
+        tmp = E.make_tempdir(self)
+        script = os.path.join(tmp, "train.py")
+        with open(script, "w") as f:
+            f.write(TRAIN)
+        alone = E.run(["/usr/bin/python3", script], timeout=300)
+        self.assertEqual(alone.returncode, 0, alone.stderr)
+        rec = E.record(tmp, ["/usr/bin/python3", script])  # every layer (gpu says why it cannot)
+        self.assertEqual(rec.rc, 0, rec.stderr)
+        self.assertEqual(rec.stdout, alone.stdout)
+        self.assertEqual(len(rec.stdout.splitlines()), 21)
+        self.assertGreater(rec.query("SELECT count(*) AS n FROM spans WHERE layer = 'torch'")[0]["n"], 0)
+
+
+def spawn_with_pid(pid, argv, env):
+    """Starts argv as process `pid` (free now): the next pid the kernel gives
+    is set through ns_last_pid. Another process forking in between takes it
+    first; tried again then. Returns the Popen."""
+    for _ in range(50):
+        with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+            f.write(str(pid - 1))
+        p = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env)
+        if p.pid == pid:
+            return p
+        p.wait()
+    raise AssertionError("could not start a process as pid %d" % pid)
+
+
+class PidReused(unittest.TestCase):
+    """A traced process exits and an untraced one is then given its pid: the
+    newcomer is not traced (eacgm follows processes, not numbers)."""
+
+    def test_the_newcomer_is_not_traced(self):
+        E.require_root()
+        tmp = E.make_tempdir(self)
+        spec = E.write_json(os.path.join(tmp, "spec.json"), SPEC)
+        gate, loaded, pid_file = (os.path.join(tmp, n) for n in ("go", "loaded", "pid"))
+        # The child loads the library and waits until eacgm attached to it:
+        # then the newcomer, which uses the same file, runs under live probes.
+        script = ("DLOPEN=%s LOADED_WAIT_FILE=%s %s noop 3 & echo $! > %s.tmp; mv %s.tmp %s; wait; "
+                  "while [ ! -e %s ]; do sleep 0.01; done"
+                  % (E.TESTLIB, loaded, E.TESTLIB_CALLS, pid_file, pid_file, pid_file, gate))
+        p = E.start_record(tmp, "--layers", "cuda", "--spec", spec, "--", "sh", "-c", script)
+        p.wait_for_line(r"^eacgm: attached \d+ probes? to %s " % re.escape(E.TESTLIB))
+        open(loaded, "w").close()
+        while not os.path.exists(pid_file):  # the traced child's pid, once sh wrote it
+            time.sleep(0.01)
+        with open(pid_file) as f:
+            child = int(f.read())
+        while os.path.exists("/proc/%d" % child):  # exited and reaped by sh
+            time.sleep(0.01)
+        newcomer = spawn_with_pid(child, [E.TESTLIB_CALLS, "noop", "4"], os.environ)
+        self.assertEqual(newcomer.communicate(timeout=60)[0], "done 6\n")
+        open(gate, "w").close()
+        r = p.wait()
+        self.assertEqual(r.rc, 0, r.stderr)
+        spans = r.spans()
+        self.assertEqual([(s["pid"], s["args"]["x"]) for s in spans], [(child, 0), (child, 1), (child, 2)])
+        self.assertEqual([q["pid"] for q in r.query("SELECT pid FROM processes ORDER BY pid") if q["pid"] == child],
+                         [child])
+
+
 if __name__ == "__main__":
     unittest.main()
