@@ -143,5 +143,37 @@ class ProbesGenerate(unittest.TestCase):
         self.assertEqual(counts, {"tl_outer": 5, "tl_inner": 10})
 
 
+class OverLongSymbolName(unittest.TestCase):
+    """A function named with 20,000 characters (C++ templates come close):
+    listed whole, traced by a spec naming it, stored whole, and cut short with
+    an ellipsis where a table has a column for it."""
+
+    def test_listed_traced_and_shown(self):
+        E.require_root()
+        tmp = E.make_tempdir(self)
+        name = "f_" + "x" * 20000
+        src, main = os.path.join(tmp, "long.c"), os.path.join(tmp, "main.c")
+        with open(src, "w") as f:
+            f.write("long %s(long a) { return a + 1; }\nlong short_one(long a) { return %s(a); }\n" % (name, name))
+        with open(main, "w") as f:
+            f.write("long short_one(long);\nint main(void) { long s = 0; for (int i = 0; i < 3; i++) "
+                    "s += short_one(i); return s == 6 ? 0 : 1; }\n")
+        lib, prog = os.path.join(tmp, "liblong.so"), os.path.join(tmp, "main")
+        for cmd in (["cc", "-O0", "-shared", "-fPIC", "-o", lib, src],
+                    ["cc", "-o", prog, main, "-L" + tmp, "-llong", "-Wl,-rpath," + tmp]):
+            r = E.run(cmd)
+            self.assertEqual(r.returncode, 0, r.stderr)
+        listed = E.eacgm("probes", "list", "--lib", lib, "--match", "^f_x")
+        self.assertEqual(listed.returncode, 0, listed.stderr)
+        self.assertEqual([LINE.match(l).group(1) for l in listed.stdout.splitlines() if LINE.match(l)], [name])
+        spec = E.write_json(os.path.join(tmp, "spec.json"), {"layer": "long", "library": "liblong.so",
+                                                              "probes": [{"function": name}, {"function": "short_one"}]})
+        rec = E.record(tmp, [prog], "--layers", "cuda", "--spec", spec)
+        self.assertEqual(rec.rc, 0, rec.stderr)
+        self.assertEqual(rec.query("SELECT name, count(*) AS n FROM spans GROUP BY name ORDER BY length(name)"),
+                         [{"name": "short_one", "n": 3}, {"name": name, "n": 3}])
+        self.assertRegex(rec.stderr, r"(?m)^  f_x{30,}\u2026 +3 +0 ")
+
+
 if __name__ == "__main__":
     unittest.main()
