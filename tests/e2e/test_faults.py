@@ -323,6 +323,27 @@ class NamesThatAreNotUtf8(unittest.TestCase):
         s = E.run([E.EACGM, "summary", db])
         self.assertEqual(s.returncode, 0, s.stderr)
 
+    def test_python_file_names(self):
+        # CPython keeps such a path with surrogate escapes; the python layer
+        # reads the raw bytes behind them.
+        E.require_root()
+        tmp = E.make_tempdir(self)
+        d = os.path.join(tmp.encode(), b"d\xff")
+        os.mkdir(d)
+        script = os.path.join(d, b"m\xfe.py")
+        with open(script, "w") as f:
+            f.write("import time\ndef busy_work():\n    t = time.monotonic()\n"
+                    "    while time.monotonic() - t < 0.3:\n        pass\nbusy_work()\n")
+        db = os.path.join(tmp, "r.db")
+        r = subprocess.run([E.EACGM.encode(), b"record", b"-o", db.encode(), b"--layers", b"python", b"--",
+                            b"/usr/bin/python3", script], capture_output=True, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        spans = E.load_spans(db, "layer = 'python' AND name = 'busy_work'")
+        self.assertEqual(len(spans), 1)
+        self.assertEqual(spans[0]["args"]["file"], tmp + "/d\ufffd/m\ufffd.py")
+        with open(os.path.join(tmp, "r.trace.json"), "rb") as f:
+            json.loads(f.read().decode("utf-8"))
+
 
 TRAIN = """
 import torch
