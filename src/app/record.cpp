@@ -35,7 +35,7 @@ std::atomic<int> g_interrupts{0};
 // The launched command, to pass on a signal that only eacgm received.
 std::atomic<pid_t> g_child{0};
 // Files to remove if a second Ctrl-C abandons the recording (async-signal-safe unlink).
-char g_partial[4][PATH_MAX];
+char g_partial[5][PATH_MAX];
 
 void on_signal(int sig, siginfo_t *info, void *)
 {
@@ -216,6 +216,7 @@ RecordSession::Stop RecordSession::open_outputs()
 	snprintf(g_partial[0], PATH_MAX, "%s.partial", db_.c_str());
 	snprintf(g_partial[2], PATH_MAX, "%s.partial-wal", db_.c_str());
 	snprintf(g_partial[3], PATH_MAX, "%s.partial-shm", db_.c_str());
+	snprintf(g_partial[4], PATH_MAX, "%s.partial-reserve", db_.c_str()); // StoreWriter's room for a full disk
 	snprintf(g_partial[1], PATH_MAX, "%s.tmp.%d", trace_.c_str(), (int)getpid()); // write_file_atomic's
 	return {};
 }

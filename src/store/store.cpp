@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <unordered_map>
 #include <utility>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -97,9 +98,26 @@ Result<void> each_row(sqlite3 *db, const char *sql, F fn)
 }
 
 // The database file plus the side files SQLite may create next to it.
+// Room set aside beside the partial file while it is written: given back
+// when the disk fills, so that the recording can still say why it stopped
+// (its meta row, a WAL frame) on a disk with nothing else left.
+constexpr const char *kReserveSuffix = "-reserve";
+constexpr size_t kReserveBytes = 64 * 1024;
+
+void reserve_room(const std::string &path)
+{
+	int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return; // no reserve: the reason is then written only if there is room
+	static const char zeros[kReserveBytes] = {};
+	if (write(fd, zeros, sizeof zeros) != (ssize_t)sizeof zeros)
+		std::remove(path.c_str());
+	close(fd);
+}
+
 void remove_db_files(const std::string &file)
 {
-	for (const char *suffix : {"", "-wal", "-shm", "-journal"})
+	for (const char *suffix : {"", "-wal", "-shm", "-journal", kReserveSuffix})
 		std::remove((file + suffix).c_str());
 }
 
@@ -185,6 +203,8 @@ Result<StoreWriter> StoreWriter::create(const std::string &path, bool in_place)
 		return r.error();
 	if (auto r = s.exec(kSchema); !r)
 		return r.error();
+	if (!in_place)
+		reserve_room(s.partial_ + kReserveSuffix);
 	return s;
 }
 
@@ -625,6 +645,7 @@ Result<void> StoreWriter::finish()
 	if (rc != SQLITE_OK)
 		return make_error("cannot close " + partial_ + ": " + sqlite3_errstr(rc));
 	(void)db_.release(); // closed above
+	std::remove((partial_ + kReserveSuffix).c_str());
 	if (!in_place_ && std::rename(partial_.c_str(), path_.c_str()) != 0) {
 		// Keep the complete data rather than deleting it with the writer.
 		std::string kept = std::exchange(partial_, {});
@@ -640,6 +661,7 @@ Result<std::string> StoreWriter::keep_incomplete(const std::string &why)
 	if (auto r = ready(); !r)
 		return r.error();
 	// Each step may fail on a full disk; what was committed stays either way.
+	std::remove((partial_ + kReserveSuffix).c_str()); // the room for what follows
 	(void)commit();
 	(void)set_meta("incomplete", why);
 	statements_.clear();

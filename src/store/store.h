@@ -50,10 +50,10 @@ inline constexpr uint64_t kPipelineCommitNs = 1'000'000'000;
 class StoreWriter {
 public:
 	// Opens `path + ".partial"` (replacing a stale one from a crashed run)
-	// and creates the schema. Fails early if `path` cannot be written.
-	// in_place (the node agent's store, read while it is written): `path`
-	// itself, kept whatever happens; an existing file is moved to
-	// `path.1` first.
+	// and creates the schema, with 64 KiB set aside beside it
+	// (`.partial-reserve`) that keep_incomplete() gives back to a full disk. Fails early if `path` cannot be
+	// written. in_place (the node agent's store, read while it is written): `path` itself, kept whatever happens;
+	// an existing file is moved to `path.1` first.
 	static Result<StoreWriter> create(const std::string &path, bool in_place = false);
 
 	StoreWriter(StoreWriter &&other) noexcept;

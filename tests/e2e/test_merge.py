@@ -135,21 +135,20 @@ class MergeNamespacedRanks(unittest.TestCase):
 
     def test_each_all_reduce_ends_together_after_alignment(self):
         # The ranks' ends of an all-reduce are as close after the merge as
-        # they were on the one clock, and close: under a millisecond but for
-        # a rank descheduled at its end (three ranks and their eacgms share
-        # this machine's cores), which a merge cannot undo.
+        # they were on the one clock (within a millisecond). How close they
+        # were is the ranks' doing, not the merge's: on a loaded machine
+        # (three ranks and their eacgms share its cores, and whatever else
+        # runs) a rank descheduled at its end spreads them by milliseconds,
+        # so no bound is put on the spread itself.
         original = self.original()
         allreduces = [v for (seq, name), v in self.rounds().items() if name == "allreduce"]
         self.assertGreaterEqual(len(allreduces), 4 + STEPS)
-        spreads = []
         for spans in allreduces:
             ends = [s["start_ns"] + s["dur_ns"] for s in spans]
             true_ends = [o["start_ns"] + o["dur_ns"] for o in
                          (original[(s["args"]["rank"], s["args"]["seq"], s["name"])] for s in spans)]
             spread, true_spread = max(ends) - min(ends), max(true_ends) - min(true_ends)
             self.assertLess(abs(spread - true_spread), 1 * MS, spans)
-            spreads.append(spread)
-        self.assertLess(sorted(spreads)[len(spreads) // 2], 1 * MS, spreads)
 
     def test_processes_labelled_by_host_and_rank(self):
         meta = E.meta(self.all)
