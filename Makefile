@@ -3,7 +3,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all setup build test test-gpu demo bench eval format clean
+.PHONY: all setup build test test-gpu demo bench eval fuzz format clean
 all: build
 
 setup:
@@ -33,6 +33,13 @@ bench: build
 # scikit-learn's baselines (9 to 17 minutes on the 2-core VMs; needs root).
 eval: build
 	/usr/bin/python3 eval/run_eval.py $(BUILD)
+
+# libFuzzer over the parsers and readers of tests/fuzz (clang-14 with ASan and
+# UBSan, in build-fuzz): FUZZ_SECONDS each (10 minutes), two at a time;
+# FUZZERS="spec config" for some. `make test` replays their corpora.
+FUZZ_SECONDS ?= 600
+fuzz: setup
+	scripts/fuzz.sh $(FUZZ_SECONDS) $(FUZZERS)
 
 # Formats the sources with the root .clang-format (ctest format.check fails on
 # a file it would change).

@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config
   clang llvm            # clang -target bpf, llvm-strip
+  libclang-rt-14-dev    # make fuzz: libFuzzer and the sanitizers' runtimes for clang-14 (only recommended by clang)
   bpftool               # skeleton generation, vmlinux.h
   libbpf-dev libelf-dev zlib1g-dev
   nlohmann-json3-dev libcli11-dev libsqlite3-dev

@@ -30,7 +30,9 @@ static Result<PyOffsets> parse_version(const std::string &version, const json &j
 	o.minor = std::stoi(m[1].str());
 	for (auto &[k, v] : j.items()) {
 		auto f = std::find_if(std::begin(kPyOffsetFields), std::end(kPyOffsetFields),
-				      [&](auto &p) { return k == p.first; });
+				      // Through an init-capture: clang before 16 cannot capture a
+				      // structured binding (C++20 allows it).
+				      [&key = k](auto &p) { return key == p.first; });
 		if (f == std::end(kPyOffsetFields)) {
 			std::string list;
 			for (auto &p : kPyOffsetFields)

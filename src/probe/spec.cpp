@@ -87,6 +87,19 @@ static Result<void> known_keys(const json &j, std::initializer_list<const char *
 	return {};
 }
 
+// A key's text, `fallback` when it is absent. json::value() would throw
+// type_error on a value of another kind ({"layer": []}), and nothing above
+// the parser catches it.
+static Result<std::string> string_value(const json &j, const char *key, const std::string &fallback,
+					const std::string &where)
+{
+	if (!j.contains(key))
+		return fallback;
+	if (!j[key].is_string())
+		return make_error(where + ": \"" + key + "\" must be a string");
+	return j[key].get<std::string>();
+}
+
 // "offset": N reads 8 bytes at the pointer + N; [N, M] follows the pointer
 // found at + N and reads 8 bytes at that + M (a member of a struct that a
 // struct points to: gloo's options -> its context -> rank). Two levels are
@@ -150,11 +163,15 @@ static Result<ArgSpec> parse_arg(const json &j, const std::string &where, const 
 		return make_error(where + ": argument needs a \"name\" string");
 	a.name = j["name"];
 	std::string at = where + " argument '" + a.name + "'";
-	if (!j.contains("slot") || !j["slot"].is_number_unsigned() || j["slot"].get<unsigned>() > 31)
+	// The whole number: as unsigned, 4294967296 would pass as slot 0.
+	if (!j.contains("slot") || !j["slot"].is_number_unsigned() || j["slot"].get<uint64_t>() > 31)
 		return make_error(at +
 				  ": \"slot\" must be a number 0..31 (0-5 are rdi,rsi,rdx,rcx,r8,r9; 6+ stack words)");
 	a.slot = j["slot"].get<uint8_t>();
-	std::string type = j.value("type", "u64");
+	auto type_text = string_value(j, "type", "u64", at);
+	if (!type_text)
+		return type_text.error();
+	const std::string &type = *type_text;
 	auto t = kArgTypes.find(type);
 	if (t == kArgTypes.end())
 		return make_error(at + ": unknown type \"" + type +
@@ -162,11 +179,17 @@ static Result<ArgSpec> parse_arg(const json &j, const std::string &where, const 
 	a.type = t->second;
 	a.tensor_list = type == "tensor_list";
 	if (a.type == ArgType::Enum) {
-		a.enum_name = j.value("enum", "");
+		auto name = string_value(j, "enum", "", at);
+		if (!name)
+			return name.error();
+		a.enum_name = *name;
 		if (!enums.count(a.enum_name))
 			return make_error(at + ": enum \"" + a.enum_name + "\" is not defined in \"enums\"");
 	}
-	std::string deref = j.value("deref", "");
+	auto deref_text = string_value(j, "deref", "", at);
+	if (!deref_text)
+		return deref_text.error();
+	const std::string &deref = *deref_text;
 	if (deref.empty())
 		a.source = EACGM_ARG_ENTRY;
 	else if (deref == "entry")
@@ -213,6 +236,14 @@ static Result<json> parse_json(const std::string &text, const std::string &origi
 		auto colon = what.find(": ", col == std::string::npos ? 0 : col);
 		std::string detail = colon == std::string::npos ? what : what.substr(colon + 2);
 		return make_error(origin + ": JSON syntax error at " + line_col(text, e.byte) + ": " + detail);
+	} catch (const json::exception &e) {
+		// Valid syntax the parser still refuses: a number beyond a double
+		// ("1e400") is out_of_range.406, not a parse_error. what() is
+		// "[json.exception.out_of_range.406] number overflow parsing '1e400'".
+		std::string what = e.what();
+		auto bracket = what.find("] ");
+		return make_error(origin +
+				  ": JSON error: " + (bracket == std::string::npos ? what : what.substr(bracket + 2)));
 	}
 }
 
@@ -271,7 +302,8 @@ static Result<void> parse_tensor_layouts(const json &doc, const std::string &ori
 		return make_error(origin + ": \"tensor_layouts\" must map versions to {\"ndim\": OFFSET, ...}");
 	for (auto &[version, l] : doc.items()) {
 		if (!l.is_object() || !l.contains("ndim") || !l.contains("dtype") || !l["ndim"].is_number_unsigned() ||
-		    !l["dtype"].is_number_unsigned())
+		    !l["dtype"].is_number_unsigned() || l["ndim"].get<uint64_t>() > 0xffff ||
+		    l["dtype"].get<uint64_t>() > 0xffff)
 			return make_error(origin + ": tensor layout \"" + version +
 					  "\" must be {\"ndim\": OFFSET, \"dtype\": OFFSET}");
 		set.tensor_layouts[version] = {l["ndim"].get<uint16_t>(), l["dtype"].get<uint16_t>()};
@@ -314,8 +346,11 @@ static Result<void> parse_targets(const json &pj, const std::string &where, Prob
 	} else if (pj.contains("symbols")) {
 		if (!pj["symbols"].is_array())
 			return make_error(where + ": \"symbols\" must be an array of names");
-		for (auto &s : pj["symbols"])
+		for (auto &s : pj["symbols"]) {
+			if (!s.is_string())
+				return make_error(where + ": \"symbols\" must be an array of names");
 			p.symbols.push_back(s.get<std::string>());
+		}
 	} else {
 		p.symbols.push_back(p.function);
 	}
@@ -342,7 +377,8 @@ static Result<void> parse_args(const json &pj, const std::string &where, const S
 // the size itself (gloo's elementSize).
 static Result<void> parse_bytes_rule(const json &bj, const std::string &where, const SpecSet &set, ProbeSpec &p)
 {
-	if (!bj.is_object() || !bj.contains("count") || !bj.contains("element"))
+	if (!bj.is_object() || !bj.contains("count") || !bj.contains("element") || !bj["count"].is_string() ||
+	    !bj["element"].is_string())
 		return make_error(where + ": \"bytes\" must be {\"count\": ARG, \"element\": ARG}");
 	BytesRule b{bj["count"].get<std::string>(), bj["element"].get<std::string>()};
 	auto find = [&](const std::string &n) -> const ArgSpec * {
@@ -366,7 +402,10 @@ static Result<void> parse_bytes_rule(const json &bj, const std::string &where, c
 
 static Result<void> parse_returns(const json &pj, const std::string &where, const SpecSet &set, ProbeSpec &p)
 {
-	p.returns = pj.value("returns", "i64");
+	auto returns = string_value(pj, "returns", "i64", where);
+	if (!returns)
+		return returns.error();
+	p.returns = *returns;
 	static const std::vector<std::string> plain = {"void", "i32", "i64", "u64", "ptr"};
 	if (std::find(plain.begin(), plain.end(), p.returns) == plain.end() && !set.enums.count(p.returns))
 		return make_error(where + ": \"returns\" must be void, i32, i64, u64, ptr or a defined enum, not \"" +
@@ -440,7 +479,7 @@ static Result<void> parse_issue_rule(const json &ij, const std::string &where, P
 static Result<void> parse_flags(const json &pj, const std::string &where, ProbeSpec &p)
 {
 	if (pj.contains("tensor_args")) {
-		if (!pj["tensor_args"].is_number_unsigned() || pj["tensor_args"].get<int>() > 3 || p.match.empty())
+		if (!pj["tensor_args"].is_number_unsigned() || pj["tensor_args"].get<uint64_t>() > 3 || p.match.empty())
 			return make_error(where + ": \"tensor_args\" is 0..3, with \"match\"");
 		p.tensor_args = pj["tensor_args"];
 	}
@@ -472,7 +511,10 @@ static Result<ProbeSpec> parse_probe(const json &pj, const std::string &layer, c
 				where);
 	    !r)
 		return r.error();
-	p.library = pj.value("library", library);
+	auto lib = string_value(pj, "library", library, where);
+	if (!lib)
+		return lib.error();
+	p.library = *lib;
 	if (p.library.empty())
 		return make_error(where + ": no \"library\" (give one per file or per probe, e.g. \"libcudart.so*\")");
 	if (auto r = parse_targets(pj, where, p); !r)
@@ -527,10 +569,16 @@ Result<SpecSet> parse_spec(const std::string &text, const std::string &origin, b
 	if (doc->contains("layouts"))
 		if (auto r = parse_layouts((*doc)["layouts"], origin, set); !r)
 			return r.error();
-	std::string layer = doc->value("layer", user ? "user" : "");
+	auto layer_text = string_value(*doc, "layer", user ? "user" : "", origin);
+	if (!layer_text)
+		return layer_text.error();
+	const std::string &layer = *layer_text;
 	if (!valid_layer_name(layer))
 		return make_error(origin + ": \"layer\" must be a short lower-case name such as \"cuda\" or \"mylib\"");
-	std::string library = doc->value("library", "");
+	auto library_text = string_value(*doc, "library", "", origin);
+	if (!library_text)
+		return library_text.error();
+	const std::string &library = *library_text;
 	if (!doc->contains("probes") || !(*doc)["probes"].is_array() || (*doc)["probes"].empty())
 		return make_error(origin + ": \"probes\" must be a non-empty array");
 	for (auto &pj : (*doc)["probes"]) {

@@ -96,6 +96,29 @@ TEST(Spec, RejectsWhatCannotWork)
 		   {"name":"c","slot":4,"type":"dim3"},{"name":"d","slot":6,"type":"dim3"},
 		   {"name":"e","slot":8}]}]})",
 		 "more than 8 argument slots"},
+		// Numbers past 32 bits, values of the wrong kind, numbers past a
+		// double (each took the whole fuzz run down, or passed truncated).
+		{R"({"library":"l","probes":[{"function":"f","args":[{"name":"a","slot":4294967296}]}]})",
+		 "\"slot\" must be"},
+		{R"({"library":"l","probes":[{"function":"f","match":"^f","tensor_args":4294967296}]})",
+		 "\"tensor_args\" is 0..3"},
+		{R"({"library":"l","tensor_layouts":{"2.1":{"ndim":65536,"dtype":8}},"probes":[{"function":"f"}]})",
+		 "tensor layout \"2.1\" must be"},
+		{R"({"layer":[],"library":"l","probes":[{"function":"f"}]})", "\"layer\" must be a string"},
+		{R"({"library":7,"probes":[{"function":"f"}]})", "\"library\" must be a string"},
+		{R"({"library":"l","probes":[{"function":"f","library":{}}]})", "\"library\" must be a string"},
+		{R"({"library":"l","probes":[{"function":"f","returns":0}]})", "\"returns\" must be a string"},
+		{R"({"library":"l","probes":[{"function":"f","symbols":["f",{}]}]})", "\"symbols\" must be an array"},
+		{R"({"library":"l","probes":[{"function":"f","args":[{"name":"a","slot":1,"type":2}]}]})",
+		 "\"type\" must be a string"},
+		{R"({"library":"l","probes":[{"function":"f","args":[{"name":"a","slot":1,"deref":true}]}]})",
+		 "\"deref\" must be a string"},
+		{R"({"library":"l","probes":[{"function":"f","args":[{"name":"a","slot":1,"type":"enum","enum":[]}]}]})",
+		 "\"enum\" must be a string"},
+		{R"({"library":"l","probes":[{"function":"f","args":[{"name":"n","slot":1}],"bytes":{"count":1,"element":"n"}}]})",
+		 "\"bytes\" must be"},
+		{R"({"library":"l","probes":[{"function":"f","args":[{"name":"a","slot":1e400}]}]})",
+		 "JSON error: number overflow parsing '1e400'"},
 	};
 	for (auto &c : cases) {
 		auto s = parse_spec(c.json, "t.json", true);
