@@ -8,7 +8,6 @@ settles to once the overhead budget and the detector's first fits are
 behind it, show here, not in the few seconds train_cost.py times.
 Usage: bench/memory_long.py EACGM [SECONDS (120)]   (needs root)"""
 import os
-import re
 import signal
 import statistics
 import subprocess
@@ -21,7 +20,6 @@ import train_cost as T  # noqa: E402  (the workloads and machine line)
 
 eacgm = sys.argv[1]
 seconds = float(sys.argv[2]) if len(sys.argv) > 2 else 120
-READY = re.compile(r"eacgm: recording \(")
 
 
 def status_mb(pid):
@@ -62,17 +60,7 @@ def main():
         # workload, which eacgm passes it on to, would go on untraced.
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, text=True,
                                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-        # Timed from eacgm's ready line (it writes it to stderr).
-        t0 = None
-        while t0 is None and proc.poll() is None:
-            err.seek(0)
-            if READY.search(err.read()):
-                t0 = time.monotonic()
-            else:
-                time.sleep(0.05)
-        if t0 is None:
-            err.seek(0)
-            sys.exit("memory_long: eacgm exited before it was ready:\n" + err.read())
+        t0 = T.wait_ready(proc, err, "memory_long")  # timed from eacgm's ready line
         rows = []
         cpu0 = T.cpu_s(proc.pid)
         while time.monotonic() - t0 < seconds:

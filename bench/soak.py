@@ -28,9 +28,10 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+import train_cost as T  # noqa: E402  (cpu_s, wait_ready: shared with the benchmarks)
 BOUND_MB = 10  # RSS growth allowed after the first 2 minutes
 RATE_PACE_US = "20"  # about 8,000 calls a second on the 2-CPU VM
-READY = re.compile(r"eacgm: recording \(")
 SPEC = ('{"layer": "testlib", "library": "libeacgm_testlib*.so", "probes": '
         '[{"function": "tl_noop", "args": [{"name": "x", "slot": 0, "type": "i64"}]}]}')
 
@@ -39,15 +40,6 @@ def rss_mb(pid):
     try:
         with open("/proc/%d/status" % pid) as f:
             return next((int(l.split()[1]) / 1024 for l in f if l.startswith("VmRSS:")), None)  # None: a zombie
-    except OSError:
-        return None
-
-
-def cpu_s(pid):
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     except OSError:
         return None
 
@@ -72,22 +64,13 @@ def record(build, seconds, tmp):
                              spec, "--overhead-budget", "0", "--",
                              os.path.join(build, "tests", "testprogs", "testlib_calls"), "noop", str(10 ** 12)],
                             stdout=subprocess.PIPE, stderr=err, text=True, env=env)
-    t0 = None
-    while t0 is None and proc.poll() is None:  # timed from eacgm's ready line
-        err.seek(0)
-        if READY.search(err.read()):
-            t0 = time.monotonic()
-        else:
-            time.sleep(0.05)
-    if t0 is None:
-        err.seek(0)
-        sys.exit("soak: eacgm exited before it was ready:\n" + err.read())
-    samples, last = [], cpu_s(proc.pid)
+    t0 = T.wait_ready(proc, err, "soak")  # timed from eacgm's ready line
+    samples, last = [], T.cpu_s(proc.pid)
     # While the workload runs: what follows (indexes, trace, summary) is the
     # finish, reported apart.
     while proc.poll() is None and time.monotonic() - t0 + 60 <= seconds + 1:
         time.sleep(max(0.0, 60 - (time.monotonic() - t0) % 60))
-        rss, cpu = rss_mb(proc.pid), cpu_s(proc.pid)
+        rss, cpu = rss_mb(proc.pid), T.cpu_s(proc.pid)
         if rss is None or cpu is None:
             break
         samples.append((time.monotonic() - t0, rss, cpu - last))

@@ -118,6 +118,19 @@ def cpu_s(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def wait_ready(proc, err, who):
+    """Waits for eacgm's ready line in err (its stderr, a file) and returns
+    the time it was seen; exits with eacgm's stderr if eacgm ended first."""
+    ready = re.compile(r"eacgm: recording \(")
+    while proc.poll() is None:
+        err.seek(0)
+        if ready.search(err.read()):
+            return time.monotonic()
+        time.sleep(0.05)
+    err.seek(0)
+    sys.exit("%s: eacgm exited before it was ready:\n%s" % (who, err.read()))
+
+
 def peak_rss_kb(pid):
     """A process's peak RSS so far (VmHWM, kB), None once gone."""
     try:

@@ -429,5 +429,35 @@ class PidReused(unittest.TestCase):
                          [child])
 
 
+class ThousandsOfShortLivedProcesses(unittest.TestCase):
+    """A shell starting 2,000 processes one after another, each making one
+    traced call and exiting within a millisecond or two: every call recorded
+    on its own process, every process ended, nothing lost."""
+
+    N = 2000
+
+    def test_every_process_and_call(self):
+        E.require_root()
+        tmp = E.make_tempdir(self)
+        spec = E.write_json(os.path.join(tmp, "spec.json"), SPEC)
+        loaded = os.path.join(tmp, "loaded")
+        # The first loads the library and waits for eacgm's probes on it;
+        # the rest map the same file, probed from their first instruction.
+        script = ("DLOPEN=%s LOADED_WAIT_FILE=%s %s noop 1 >/dev/null; i=1; while [ $i -lt %d ]; do "
+                  "%s noop 1 >/dev/null; i=$((i+1)); done" % (E.TESTLIB, loaded, E.TESTLIB_CALLS, self.N,
+                                                             E.TESTLIB_CALLS))
+        p = E.start_record(tmp, "--layers", "cuda", "--spec", spec, "--", "sh", "-c", script)
+        p.wait_for_line(r"^eacgm: attached \d+ probes? to %s " % re.escape(E.TESTLIB))
+        open(loaded, "w").close()
+        r = p.wait(timeout=600)
+        self.assertEqual(r.rc, 0, r.stderr)
+        per = r.query("SELECT pid, count(*) AS n FROM spans GROUP BY pid")
+        self.assertEqual(len(per), self.N)
+        self.assertEqual({q["n"] for q in per}, {1})
+        ended = r.query("SELECT count(*) AS n FROM processes WHERE exit_code = 0 AND end_ns > 0")[0]["n"]
+        self.assertEqual(ended, self.N + 1)  # and the shell
+        self.assertEqual(E.drops(r.db), {k: 0 for k in E.DROP_REASONS})
+
+
 if __name__ == "__main__":
     unittest.main()
