@@ -94,7 +94,7 @@ def report(seconds, calls, samples, db, finish_s):
     con.close()
     size_mb = os.path.getsize(db) / 1e6
     settled = [s for s in samples if s[0] >= 120] or samples  # a short trial run: all of them
-    grow = settled[-1][1] - settled[0][1] if len(settled) > 1 else float("nan")
+    grow = settled[-1][1] - settled[0][1]
     cpu = sorted(100 * s[2] / 60 for s in settled)
     lines = ["## Soak: %.0f minutes at a high event rate" % (seconds / 60), "",
              "Written by `bench/soak.py` (by hand; not in `make bench`) on %s at commit %s." % (
