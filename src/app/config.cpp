@@ -201,26 +201,29 @@ Result<ServeConfig> load_serve_config(const std::string &path)
 Result<std::string> read_token_file(const std::string &path)
 {
 	std::string w = "token_file " + path;
+	// One descriptor for the checks and the read: the file checked is the
+	// file read, not one swapped in at its name meanwhile.
 	int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
 		return make_error(w + ": " + std::strerror(errno) + "; write the token into it (chmod 600)");
 	struct stat sb;
-	std::string text(4098, '\0');
-	ssize_t n = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) ? read(fd, text.data(), text.size()) : -2;
-	close(fd);
-	if (n == -2)
+	if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+		close(fd);
 		return make_error(w + ": not a regular file; give the file holding the token");
-	if (n < 0)
-		return make_error(w + ": " + std::strerror(errno));
+	}
 	// A secret others can read is no secret; one others can write is theirs.
-	if (sb.st_mode & 077)
-		return make_error(w + ": group or others may read or write it (mode " +
-				  [&] {
-					  char m[8];
-					  snprintf(m, sizeof m, "%04o", unsigned(sb.st_mode & 07777));
-					  return std::string(m);
-				  }() +
-				  "); chmod 600 " + path);
+	if (sb.st_mode & 077) {
+		close(fd);
+		char mode[8];
+		snprintf(mode, sizeof mode, "%04o", unsigned(sb.st_mode & 07777));
+		return make_error(w + ": group or others may read or write it (mode " + mode + "); chmod 600 " + path);
+	}
+	std::string text(4098, '\0'); // room to tell a token past 4096 characters
+	ssize_t n = read(fd, text.data(), text.size());
+	int err = errno;
+	close(fd);
+	if (n < 0)
+		return make_error(w + ": " + std::strerror(err));
 	text.resize(size_t(n));
 	while (!text.empty() && (text.back() == '\n' || text.back() == '\r'))
 		text.pop_back();

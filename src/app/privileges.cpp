@@ -7,6 +7,7 @@
 #include <type_traits>
 #include <sys/capability.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 
 namespace eacgm {
 
@@ -69,6 +70,18 @@ Result<std::vector<std::string>> drop_capabilities_except(const std::vector<Capa
 	if (cap_set_proc(want.get()) != 0)
 		return make_error(std::string("cannot drop eacgm's capabilities: ") + std::strerror(errno));
 	return names;
+}
+
+Result<std::vector<std::string>> keep_tracing_privileges(std::vector<Capability> extra, bool bpf_stats)
+{
+	auto keep = tracing_capabilities();
+	keep.insert(keep.end(), extra.begin(), extra.end());
+	if (bpf_stats)
+		keep.push_back({CAP_SYS_ADMIN, "CAP_SYS_ADMIN"});
+	auto kept = drop_capabilities_except(keep);
+	if (kept)
+		umask(077);
+	return kept;
 }
 
 } // namespace eacgm

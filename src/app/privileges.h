@@ -32,4 +32,11 @@ std::vector<Capability> tracing_capabilities();
 // the names kept, for the recording's meta.
 Result<std::vector<std::string>> drop_capabilities_except(const std::vector<Capability> &keep);
 
+// What record and serve keep, before their first thread: the tracing set,
+// `extra`, and CAP_SYS_ADMIN where bpf_stats turns on the kernel's
+// accounting of BPF programs. Files created from then on are owner-only
+// (umask 077): a recording holds command lines, arguments and stacks.
+// Returns the names kept.
+Result<std::vector<std::string>> keep_tracing_privileges(std::vector<Capability> extra, bool bpf_stats);
+
 } // namespace eacgm

@@ -12,7 +12,6 @@
 #include <optional>
 #include <set>
 #include <sys/resource.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -169,25 +168,18 @@ RecordSession::Stop RecordSession::check_target()
 	return {};
 }
 
-// Before any thread starts (each inherits its creator's capabilities):
-// what tracing needs, and what record does for the user besides: write its
-// outputs wherever root may (CAP_DAC_OVERRIDE), pass a signal on to a
-// command that changed its user (CAP_KILL), and with --bpf-stats turn on
-// the kernel's accounting (CAP_SYS_ADMIN).
+// Before any thread starts (each inherits its creator's capabilities), and
+// after the fork (the command keeps its own sets and umask): what tracing
+// needs, and what record does for the user besides: write its outputs
+// wherever root may (CAP_DAC_OVERRIDE) and pass a signal on to a command
+// that changed its user (CAP_KILL).
 RecordSession::Stop RecordSession::drop_privileges()
 {
-	auto keep = tracing_capabilities();
-	keep.push_back({CAP_DAC_OVERRIDE, "CAP_DAC_OVERRIDE"});
-	keep.push_back({CAP_KILL, "CAP_KILL"});
-	if (a_.bpf_stats)
-		keep.push_back({CAP_SYS_ADMIN, "CAP_SYS_ADMIN"});
-	auto kept = drop_capabilities_except(keep);
+	auto kept =
+		keep_tracing_privileges({{CAP_DAC_OVERRIDE, "CAP_DAC_OVERRIDE"}, {CAP_KILL, "CAP_KILL"}}, a_.bpf_stats);
 	if (!kept)
 		return fail(kept.error().message);
 	capabilities_ = std::move(kept.value());
-	// What it writes is the operator's alone: a recording holds command
-	// lines, arguments and stacks. After the fork: the command keeps its umask.
-	umask(077);
 	prefetch_.start(pipeline_.specs(), a_.command.empty() ? a_.pid : 0, exe_);
 	return {};
 }

@@ -17,6 +17,7 @@
 #include "app/commands.h"
 #include "app/config.h"
 #include "app/pipeline.h"
+#include "app/privileges.h"
 #include "app/target.h"
 #include "common/clock.h"
 #include "common/fs.h"
@@ -26,7 +27,6 @@
 #include "export/metrics.h"
 #include "ingest/recorder.h"
 #include "store/store.h"
-#include "app/privileges.h"
 
 namespace eacgm {
 
@@ -171,17 +171,13 @@ ServeSession::Stop ServeSession::load_config()
 
 // Before any thread starts (each inherits its creator's capabilities): the
 // agent keeps what tracing needs, the set dist/systemd/eacgm.service bounds
-// it to, and CAP_SYS_ADMIN only for bpf_stats.
+// it to (and CAP_SYS_ADMIN only for bpf_stats).
 ServeSession::Stop ServeSession::drop_privileges()
 {
-	auto keep = tracing_capabilities();
-	if (config_.bpf_stats)
-		keep.push_back({CAP_SYS_ADMIN, "CAP_SYS_ADMIN"});
-	auto kept = drop_capabilities_except(keep);
+	auto kept = keep_tracing_privileges({}, config_.bpf_stats);
 	if (!kept)
 		return fail(kept.error().message);
 	capabilities_ = std::move(kept.value());
-	umask(077); // the store and files it writes are the operator's alone
 	return {};
 }
 

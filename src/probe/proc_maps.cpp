@@ -34,11 +34,10 @@ uint64_t cap_mask(const std::string &hex) { return std::strtoull(hex.c_str(), nu
 // rather than advising root to a root that has it.
 std::string why_denied(uint32_t pid, const std::string &dir)
 {
-	constexpr int kSysPtrace = 19; // CAP_SYS_PTRACE
+	constexpr int kSysPtrace = 19;                           // CAP_SYS_PTRACE
+	std::string uids = status_field(dir + "/status", "Uid"); // real, effective, saved, fs
 	std::string who = "process " + std::to_string(pid) + " (" + status_field(dir + "/status", "Name") + ", uid " +
-		status_field(dir + "/status", "Uid")
-			.substr(0, status_field(dir + "/status", "Uid").find_first_of(" \t")) +
-		")";
+		uids.substr(0, uids.find_first_of(" \t")) + ")";
 	uint64_t mine = cap_mask(status_field("/proc/self/status", "CapEff"));
 	if (!(mine & (1ull << kSysPtrace)))
 		return who +
@@ -46,8 +45,7 @@ std::string why_denied(uint32_t pid, const std::string &dir)
 			"it as root (sudo) or grant it CAP_SYS_PTRACE";
 	return "the kernel refused although eacgm holds CAP_SYS_PTRACE: " + who +
 		" is protected by a security module (Landlock, SELinux, AppArmor, Yama's ptrace_scope 3) or a "
-		"container "
-		"boundary; trace it from where it may be inspected (the host, or inside its container)";
+		"container boundary; trace it from where it may be inspected (the host, or inside its container)";
 }
 
 } // namespace

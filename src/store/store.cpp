@@ -97,7 +97,6 @@ Result<void> each_row(sqlite3 *db, const char *sql, F fn)
 	return {};
 }
 
-// The database file plus the side files SQLite may create next to it.
 // Room set aside beside the partial file while it is written: given back
 // when the disk fills, so that the recording can still say why it stopped
 // (its meta row, a WAL frame) on a disk with nothing else left.
@@ -115,6 +114,8 @@ void reserve_room(const std::string &path)
 	close(fd);
 }
 
+// The database file plus the side files SQLite (and the reserve) may
+// create next to it.
 void remove_db_files(const std::string &file)
 {
 	for (const char *suffix : {"", "-wal", "-shm", "-journal", kReserveSuffix})
