@@ -81,7 +81,7 @@ std::string feature_csv(const std::vector<detect::FeatureRow> &rows)
 			q += c == '"' ? std::string("\"\"") : std::string(1, c);
 		return q + "\"";
 	};
-	std::string out = "key,pid,tid,start_ns,dur_ns,warmup,score,threshold,flagged,fault,site";
+	std::string out = "key,pid,tid,start_ns,dur_ns,warmup,score,threshold,flagged,fault,worth,site";
 	for (unsigned f = 0; f < detect::kFeatureCount; f++)
 		if (f != detect::kCallSite)
 			out += std::string(",") + detect::kFeatures[f].name;
@@ -90,7 +90,7 @@ std::string feature_csv(const std::vector<detect::FeatureRow> &rows)
 		out += quoted(r.key) + "," + std::to_string(r.pid) + "," + std::to_string(r.tid) + "," +
 			std::to_string(r.start_ns) + "," + std::to_string(r.dur_ns) + "," + (r.warmup ? "1" : "0") +
 			"," + num(r.score) + "," + num(r.threshold) + "," + (r.flagged ? "1" : "0") + "," + r.fault +
-			"," + quoted(r.site);
+			"," + (r.worth ? "1" : "0") + "," + quoted(r.site);
 		for (unsigned f = 0; f < detect::kFeatureCount; f++)
 			if (f != detect::kCallSite)
 				out += "," + num(r.x[f]);
@@ -140,7 +140,7 @@ int run_detect(const DetectArgs &args)
 	opt.window_ns = static_cast<uint64_t>(args.window_s * 1e9);
 	opt.cold_start = args.cold_start;
 	opt.refit_every = args.refit_every;
-	opt.worth = {args.min_slowdown, static_cast<uint64_t>(args.min_excess_us * 1e3)};
+	opt.worth = {args.min_slowdown, static_cast<uint64_t>(args.min_excess_us * 1e3), args.noise_alpha};
 
 	auto rep = detect::detect_recording(rec.value(), opt, args.layers, args.replay, !args.features.empty());
 	if (!args.features.empty())

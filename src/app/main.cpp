@@ -233,9 +233,15 @@ CLI::App *add_detect(CLI::App &app, DetectArgs &da)
 			"many times the typical one (1: any) ...")
 		->capture_default_str()
 		->check(CLI::Range(1.0, 1000.0));
-	det->add_option("--min-excess", da.min_excess_us, "... and at least this many microseconds longer (0: any)")
+	det->add_option("--min-excess", da.min_excess_us, "... and at least this many microseconds longer (0: any) ...")
 		->capture_default_str()
 		->check(CLI::Range(0.0, 1e9));
+	det->add_option("--noise-alpha", da.noise_alpha,
+			"... and more than the machine's own stalls explain: the chance that stalls of that size, as "
+			"often as the recording's other short functions show them, slowed as many of the function's "
+			"calls is below this (0: no such test)")
+		->capture_default_str()
+		->check(CLI::Range(0.0, 1.0));
 	det->add_option("--max-fit-rows", da.max_fit_rows,
 			"EM fits a function's mixture on at most this many of its calls, evenly spaced (0: all); "
 			"every call is still scored and sets the threshold")

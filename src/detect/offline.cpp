@@ -573,7 +573,7 @@ bool slow_enough(const Anomaly &a, const Worth &worth)
 	if (it == a.features.end())
 		return false;
 	double v = it->value("value", 0.0), t = it->value("typical", 0.0);
-	return v > t && worth.met(v, t);
+	return v > t && worth.told(a.layer + "/" + a.name, false, v, t);
 }
 
 // A call this many times its usual duration is slow for reasons of its own,
@@ -1020,7 +1020,7 @@ void score_all(KeyCalls &kc, const Context &ctx, const DetectOptions &opt, const
 		c.score = sc.score;
 		kc.st.scored++;
 		bool force = forced.count(id_of(*c.span)) != 0;
-		if (!force && (!kc.model->anomalous(sc) || !reportable(*kc.model, sc, opt.worth)))
+		if (!force && (!kc.model->anomalous(sc) || !reportable(*kc.model, sc, opt.worth, kc.st.key)))
 			continue;
 		out.push_back(anomaly_of(*c.span, c.o, *kc.model, sc, ctx, opt.context_margin_ns));
 	}
@@ -1091,8 +1091,51 @@ OfflineReport replay(const Recording &rec, DetectOptions opt, const std::vector<
 
 } // namespace
 
+// Whether a call's duration or gap is a slowdown worth telling over its
+// function's median.
+bool worth_telling(const std::string &key, const Observation &o, const Worth &worth)
+{
+	for (bool gap : {false, true}) {
+		const double v = feature_display_value(gap ? kLogGap : kLogDuration, o.x[gap ? kLogGap : kLogDuration]);
+		const double median = worth.noise ? worth.noise->median(key, gap) : NAN;
+		if (std::isfinite(v) && std::isfinite(median) && v > median && worth.told(key, gap, v, median))
+			return true;
+	}
+	return false;
+}
+
+// The functions (layer/name) most of whose calls hold another traced call
+// of their thread, whatever its layer (noise.h: no measure of the machine).
+std::set<std::string> callers(const Recording &rec)
+{
+	std::map<std::pair<uint32_t, uint32_t>, std::vector<const Span *>> threads;
+	for (const Span &s : rec.spans)
+		threads[{s.pid, s.tid}].push_back(&s);
+	std::map<std::string, std::pair<size_t, size_t>> held; // key -> (calls holding one, calls)
+	std::string key;
+	for (auto &[thread, v] : threads) {
+		// By start, the longer first: a Python function the python layer
+		// builds from a torch call's stack starts at the same nanosecond.
+		std::stable_sort(v.begin(), v.end(), [](const Span *a, const Span *b) {
+			return a->start_ns != b->start_ns ? a->start_ns < b->start_ns : a->dur_ns > b->dur_ns;
+		});
+		for (size_t i = 0; i < v.size(); i++) {
+			key_of(*v[i], key);
+			auto &[holding, calls] = held[key];
+			calls++;
+			holding += i + 1 < v.size() && v[i + 1]->start_ns < v[i]->start_ns + v[i]->dur_ns;
+		}
+	}
+	std::set<std::string> out;
+	for (const auto &[k, n] : held)
+		if (2 * n.first >= n.second)
+			out.insert(k);
+	return out;
+}
+
 // Every call's features, score and verdict, by key then start.
-std::vector<FeatureRow> feature_rows(const std::map<std::string, KeyCalls> &keys, const std::vector<Anomaly> &anomalies)
+std::vector<FeatureRow> feature_rows(const std::map<std::string, KeyCalls> &keys, const std::vector<Anomaly> &anomalies,
+				     const Worth &worth)
 {
 	// A flagged call -> the fault class its report names.
 	std::map<CallId, std::string> flagged;
@@ -1113,6 +1156,7 @@ std::vector<FeatureRow> feature_rows(const std::map<std::string, KeyCalls> &keys
 				     .threshold = kc.model && !c.warmup ? kc.model->threshold().value : NAN,
 				     .flagged = f != flagged.end(),
 				     .fault = f != flagged.end() ? f->second : std::string(),
+				     .worth = !c.warmup && worth_telling(key, c.o, worth),
 				     .site = c.o.site,
 				     .x = c.o.x};
 			rows.push_back(std::move(r));
@@ -1133,6 +1177,12 @@ OfflineReport detect_recording(const Recording &rec, DetectOptions opt, const st
 	OfflineReport rep;
 	auto keys = observe_all(rec, ctx, layers, rep.spans);
 	rep.start_ups = mark_start_up(keys);
+	// The machine's stalls, from every function's calls past warm-up.
+	Noise noise;
+	const std::set<std::string> calling = callers(rec);
+	for (const auto &[key, kc] : keys)
+		noise.set(key, scored_rows(kc), calling.count(key) != 0 || !measures_machine(kc.layer));
+	opt.worth.noise = &noise;
 	std::set<std::string> layer_names;
 	for (auto &[key, kc] : keys) {
 		layer_names.insert(kc.layer);
@@ -1162,7 +1212,7 @@ OfflineReport detect_recording(const Recording &rec, DetectOptions opt, const st
 	std::sort(rep.anomalies.begin(), rep.anomalies.end(),
 		  [](const Anomaly &a, const Anomaly &b) { return a.ts_ns < b.ts_ns; });
 	if (keep_rows)
-		rep.rows = feature_rows(keys, rep.anomalies);
+		rep.rows = feature_rows(keys, rep.anomalies, opt.worth);
 	std::map<std::string, size_t> flagged;
 	for (const Anomaly &a : rep.anomalies)
 		flagged[a.layer + "/" + a.name]++;

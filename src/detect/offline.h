@@ -56,11 +56,16 @@ struct FeatureRow {
 	std::string key; // layer/name
 	uint32_t pid = 0, tid = 0;
 	uint64_t start_ns = 0, dur_ns = 0;
-	bool warmup = false;                 // not scored (its function's first calls in the process)
-	double score = NAN;                  // NaN: not scored (warm-up, or no model)
-	double threshold = NAN;              // its model's
-	bool flagged = false;                // reported as an anomaly (after echoes were folded)
-	std::string fault;                   // flagged: the fault class its report names (rootcause.h)
+	bool warmup = false;    // not scored (its function's first calls in the process)
+	double score = NAN;     // NaN: not scored (warm-up, or no model)
+	double threshold = NAN; // its model's
+	bool flagged = false;   // reported as an anomaly (after echoes were folded)
+	std::string fault;      // flagged: the fault class its report names (rootcause.h)
+	// Its duration or its gap is a slowdown worth telling over its
+	// function's median (Worth::told: the ratio, the floor, beyond the
+	// machine's stalls), flagged or not: what the evaluation holds every
+	// detector's flags to.
+	bool worth = false;
 	std::string site;                    // the call site (the call_site feature's category)
 	std::array<double, kFeatureCount> x; // NaN: the call does not carry it
 };

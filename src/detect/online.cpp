@@ -13,6 +13,7 @@ namespace eacgm::detect {
 
 OnlineDetector::OnlineDetector(DetectOptions opt) : opt_(std::move(opt))
 {
+	opt_.worth.noise = &noise_; // the windows' stalls, as each key is fitted
 	if (opt_.background)
 		thread_ = std::thread([this] { worker(); });
 }
@@ -126,6 +127,9 @@ void OnlineDetector::run_job(Job job)
 	std::lock_guard lk(mu_);
 	KeyState &ks = keys_[job.key];
 	ks.pending = false;
+	// What the machine did to this key's window.
+	noise_.set(job.key, rows,
+		   2 * ks.holding >= ks.st.seen || !measures_machine(job.key.substr(0, job.key.find('/'))));
 	if (!m) {
 		ks.st.note = "not trained: " + m.error().message;
 		return;
@@ -143,6 +147,22 @@ void OnlineDetector::run_job(Job job)
 	if (ks.st.refits == 1)
 		ks.st.note = "cold start: the first " + std::to_string(ks.model->trained_on()) +
 			" events trained the first model and were not scored";
+}
+
+void OnlineDetector::note_holding(const Span &s, KeyState &ks)
+{
+	if (last_.size() > 4096) // threads come and go all day: forget them now and then
+		last_.clear();
+	Last &l = last_[(uint64_t(s.pid) << 32) | s.tid];
+	const uint64_t end = s.start_ns + s.dur_ns;
+	// Spans of the same start and end (a Python function built from a
+	// torch call's stack) hold each other: neither is counted.
+	const bool same = l.start_ns == s.start_ns && l.end_ns == end;
+	if (l.ks && !same && l.start_ns >= s.start_ns && l.end_ns <= end)
+		ks.holding++; // live: it ended after the call it holds
+	else if (l.ks && !same && s.start_ns >= l.start_ns && end <= l.end_ns)
+		l.ks->holding++; // by start: the last one holds it
+	l = {s.start_ns, end, &ks};
 }
 
 std::optional<Anomaly> OnlineDetector::observe(const Span &s)
@@ -163,12 +183,13 @@ std::optional<Anomaly> OnlineDetector::observe(const Span &s)
 		if (ks.st.key.empty())
 			ks.st.key = key;
 		ks.st.seen++;
+		note_holding(s, ks);
 		Observation o = ext_.observe(s, ctx_, key);
 		bool flagged = false;
 		if (ks.model) {
 			Scored sc = ks.model->score(o);
 			ks.st.scored++;
-			if (ks.model->anomalous(sc) && reportable(*ks.model, sc, opt_.worth)) {
+			if (ks.model->anomalous(sc) && reportable(*ks.model, sc, opt_.worth, key, 1)) {
 				flagged = true;
 				ks.st.flagged++;
 				out = anomaly_of(s, o, *ks.model, sc, ctx_, opt_.context_margin_ns);

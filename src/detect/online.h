@@ -62,7 +62,7 @@ struct DetectOptions {
 	uint64_t context_margin_ns = 100'000'000; // root cause looks this far around an event
 	// A call flagged for its duration or gap is reported only when it is
 	// that much slower than typical (rootcause.h; eacgm detect, record and
-	// serve: kWorthTelling).
+	// serve: kWorthTelling). Its noise is the detector's own: set by it.
 	Worth worth;
 	// Metrics and events are kept this far behind the newest span scored:
 	// a span's features and causes are read from them once, when it is
@@ -157,6 +157,7 @@ private:
 		uint64_t last_fit_ns = 0;
 		bool pending = false;
 		bool tried = false; // a first fit was attempted (and may have failed)
+		size_t holding = 0; // calls seen holding another traced call of their thread
 		KeyStatus st;
 	};
 	struct Job {
@@ -177,6 +178,16 @@ private:
 	Context ctx_;
 	Extractor ext_;
 	std::map<std::string, KeyState> keys_;
+	Noise noise_; // each key's last training window: the machine's stalls (noise.h)
+	// Per thread, its last span seen and its key: a span that holds the
+	// next (spans by start, as a file is replayed) or the one before (by
+	// end, as they arrive live) is a caller's (KeyState::holding).
+	struct Last {
+		uint64_t start_ns = 0, end_ns = 0;
+		KeyState *ks = nullptr;
+	};
+	std::unordered_map<uint64_t, Last> last_;
+	void note_holding(const Span &s, KeyState &ks);
 	std::string key_buf_; // observe()'s key, under mu_
 	std::deque<Job> jobs_;
 	bool busy_ = false, stop_ = false, unlimited_ = false;

@@ -183,15 +183,16 @@ std::vector<Attribution> attribute(const KeyModel &m, const Scored &s)
 
 // Whether the call's duration or gap is longer than its usual one by a
 // slowdown worth telling.
-static bool slower_worth_telling(const std::vector<Attribution> &why, const Worth &worth)
+static bool slower_worth_telling(const std::vector<Attribution> &why, const Worth &worth, const std::string &key,
+				 size_t extra)
 {
 	return std::any_of(why.begin(), why.end(), [&](const Attribution &x) {
 		return (x.feature == kLogDuration || x.feature == kLogGap) && x.value > x.usual &&
-			worth.met(x.value, x.usual);
+			worth.told(key, x.feature == kLogGap, x.value, x.usual, extra);
 	});
 }
 
-bool reportable(const KeyModel &m, const Scored &s, const Worth &worth)
+bool reportable(const KeyModel &m, const Scored &s, const Worth &worth, const std::string &key, size_t extra)
 {
 	auto why = attribute(m, s);
 	if (only_faster(why) || only_context(m, s, why))
@@ -202,14 +203,16 @@ bool reportable(const KeyModel &m, const Scored &s, const Worth &worth)
 	// warming up, calls whose durations drifted past 3 sd with the power
 	// were flagged by the thousand for gpu_power_w (1,678 in a 40-step
 	// ResNet-18 run).
-	if (!why.empty() && why[0].feature > kCallSite && !slower_worth_telling(why, worth))
+	if (!why.empty() && why[0].feature > kCallSite && !slower_worth_telling(why, worth, key, extra))
 		return false;
-	// Statistically clear is not always worth telling: a 2 µs call that
-	// took 5 µs, on a function that never varies, is 10 standard deviations
-	// out, and what a cache miss or an interrupt costs any call.
+	// Statistically clear is not always worth telling: a 2 us call that
+	// took 5 us, on a function that never varies, is 10 standard deviations
+	// out, and what a cache miss or an interrupt costs any call; a 6 us
+	// call that took 60 us once, where the machine stalls calls by that
+	// much now and then, is the machine's (noise.h).
 	if (!slower(why))
 		return true;
-	return worth.met(why[0].value, why[0].typical);
+	return worth.told(key, why[0].feature == kLogGap, why[0].value, why[0].typical, extra);
 }
 
 // The fault a feature's excess points to (rootcause.h's fault classes).

@@ -33,6 +33,7 @@
 #include "common/model.h"
 #include "detect/features.h"
 #include "detect/keymodel.h"
+#include "detect/noise.h"
 
 namespace eacgm::detect {
 
@@ -54,29 +55,49 @@ struct Attribution {
 std::vector<Attribution> attribute(const KeyModel &m, const Scored &s);
 
 // How much slower than typical a call flagged for its duration or its gap
-// must be to be worth reporting: min_slowdown times the typical value, and
-// min_excess_ns more (0 and 0: any).
+// must be to be worth reporting: min_slowdown times the typical value,
+// min_excess_ns more (0 and 0: any), and, where noise_alpha > 0, more than
+// the machine's own stalls explain (noise.h: the chance that they slowed
+// as many of the function's calls by as much is below noise_alpha).
 struct Worth {
 	double min_slowdown = 0;
 	uint64_t min_excess_ns = 0;
-	// A value this much above its typical one is worth telling.
+	double noise_alpha = 0;
+	// The stalls measured (the recording's, or the live windows'): set by
+	// the detector that judges; null: none measured, not asked.
+	const Noise *noise = nullptr;
+	// The slowdown and the floor alone: for calls whose cause is measured
+	// beside them (a straggler's arrival, others taking the CPU).
 	bool met(double value, double typical) const
 	{
 		return value >= min_slowdown * typical && value - typical >= static_cast<double>(min_excess_ns);
 	}
+	// met(), and beyond the machine's stalls: a call of `key` whose
+	// duration (gap: the gap before it) is `value` against `typical`;
+	// `extra` as in Noise::chance.
+	bool told(const std::string &key, bool gap, double value, double typical, size_t extra = 0) const
+	{
+		if (!met(value, typical))
+			return false;
+		return noise_alpha <= 0 || !noise || noise->chance(key, gap, value - typical, extra) < noise_alpha;
+	}
 };
 
-// The default: 2x and 100 µs. On this 2-core VM a preemption costs a call
-// 40 to 140 µs, and 70 such calls a GPT run were flagged under a 10 µs
-// floor; every slowdown make eval injects is 170 µs or more.
-inline constexpr Worth kWorthTelling{2.0, 100'000};
+// The default: 2x, and beyond the machine's stalls at 1%. No floor in
+// microseconds: the machine's stalls are measured instead (noise.h). A
+// fixed 100 us, this default until it was measured, hid a softmax slowed
+// from 6 to 63 us on the AMD VMs (10x) and would hide any slowed kernel
+// launch on a GPU node.
+inline constexpr Worth kWorthTelling{2.0, 0, 0.01};
 
 // Whether a call over its key's threshold is reported: not when it is
 // unusual mostly for being quicker than its kind (or sooner), nor only for
 // the context it ran in (GPU power, clocks, the host's scheduling delay)
 // while its own measures are typical (rootcause.cpp says why), nor when its
-// first cause is its duration or gap and that is not worth it.
-bool reportable(const KeyModel &m, const Scored &s, const Worth &worth = {});
+// first cause is its duration or gap and that is not worth it. key: the
+// call's function (layer/name), whose stalls Worth::told weighs; extra as
+// in Noise::chance (the live detector: 1, the call is not in its window).
+bool reportable(const KeyModel &m, const Scored &s, const Worth &worth, const std::string &key, size_t extra = 0);
 
 // Fills a.features and a.causes.
 void explain(Anomaly &a, const Span &span, const Observation &o, const KeyModel &m, const Scored &s, const Context &ctx,
