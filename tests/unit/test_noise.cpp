@@ -11,6 +11,7 @@
 
 #include "detect/noise.h"
 #include "detect/offline.h"
+#include "detect/online.h"
 #include "detect/rootcause.h"
 
 using namespace eacgm;
@@ -200,4 +201,63 @@ TEST(Noise, OfflineDefaultsFindAShortSlowdownNotTheMachinesStalls)
 	// Under the old fixed floor (2x and 100 us) the same five went unseen.
 	o.worth = {2, 100'000, 0};
 	EXPECT_TRUE(detect_recording(rec, o).anomalies.empty());
+}
+
+// The live detector reads the machine's stalls from its windows: once its
+// windows hold some of a short function's slowed calls, the next ones are
+// told; the machine's lone stalls of another function never are.
+TEST(Noise, TheLiveDetectorWeighsItsWindowsStalls)
+{
+	std::mt19937_64 rng(11);
+	std::normal_distribution<double> jitter(0, 0.05);
+	std::uniform_real_distribution<double> stall(30 * kUs, 80 * kUs);
+	std::bernoulli_distribution stalled(1.0 / 200);
+	DetectOptions o;
+	o.background = false;
+	o.refit_every = 200;
+	o.worth = kWorthTelling;
+	OnlineDetector det(o);
+	std::set<uint64_t> slowed, stalls;
+	size_t told_slowed = 0, told_stalls = 0, told_other = 0, late = 0;
+	uint64_t t = 1'000'000'000;
+	for (size_t i = 0; i < 3000; i++)
+		for (int f = 0; f < 2; f++) {
+			double d = (4 + 3 * f) * kUs * std::exp(jitter(rng));
+			if (f == 0 && i >= 500 && i % 100 == 0) {
+				d = 40 * kUs * std::exp(jitter(rng));
+				slowed.insert(t);
+			} else if (f == 1 && stalled(rng)) {
+				d += stall(rng);
+				stalls.insert(t);
+			}
+			Span s{.start_ns = t,
+			       .dur_ns = static_cast<uint64_t>(d),
+			       .pid = 1,
+			       .tid = 1,
+			       .layer = "torch",
+			       .name = f ? "aten::b" : "aten::a"};
+			t += s.dur_ns + 10'000;
+			auto a = det.observe(s);
+			if (!a)
+				continue;
+			const bool stall_here = stalls.count(s.start_ns) != 0;
+			if (slowed.count(s.start_ns))
+				told_slowed++;
+			else if (a->causes[0]["feature"] == "log_duration" && i >= 400)
+				told_stalls += stall_here, told_other += !stall_here;
+			else if (a->causes[0]["feature"] == "log_gap")
+				late++; // the next call of the other function, made late: live, echoes are told
+		}
+	std::printf("live: %zu of %zu slowed told, %zu calls late behind them or a stall\n", told_slowed, slowed.size(),
+		    late);
+	ASSERT_GE(stalls.size(), 10u);
+	// Past the first refits (the first window of 200 calls measures little),
+	// none of the machine's stalls, and nothing else slow.
+	EXPECT_EQ(told_stalls, 0u);
+	EXPECT_EQ(told_other, 0u);
+	// The first few slowed calls are too few to be more than noise; the
+	// window's refits then hold them, and most of the rest are told (13 of
+	// 25 here: a refit every 200 calls, the window of 200 to 1,000 calls
+	// holding a few of them against the machine's stalls).
+	EXPECT_GE(told_slowed, 10u);
 }
