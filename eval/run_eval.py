@@ -230,7 +230,7 @@ METHODS = ("eacgm",) + baselines.UNSUPERVISED + baselines.SUPERVISED
 
 # detect's reporting test until the machine's stalls were measured: 2x and a
 # fixed 100 us, no stall test.
-OLD_FLOOR = ("--min-excess", "100", "--noise-alpha", "0")
+OLD_FLOOR = ("--min-excess", "100", "--noise-alpha", "0", "--sure-excess", "0")
 
 
 def worth(rows, flags):

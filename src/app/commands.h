@@ -84,6 +84,7 @@ struct DetectArgs {
 	double min_slowdown = detect::kWorthTelling.min_slowdown;
 	double min_excess_us = static_cast<double>(detect::kWorthTelling.min_excess_ns) / 1e3;
 	double noise_alpha = detect::kWorthTelling.noise_alpha;
+	double sure_excess_us = static_cast<double>(detect::kWorthTelling.sure_ns) / 1e3;
 	size_t max_fit_rows = 10000; // EM on at most this many evenly spaced calls a function (0: all)
 	std::string features;        // CSV of every call's features, score and verdict
 };

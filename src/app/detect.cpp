@@ -140,7 +140,8 @@ int run_detect(const DetectArgs &args)
 	opt.window_ns = static_cast<uint64_t>(args.window_s * 1e9);
 	opt.cold_start = args.cold_start;
 	opt.refit_every = args.refit_every;
-	opt.worth = {args.min_slowdown, static_cast<uint64_t>(args.min_excess_us * 1e3), args.noise_alpha};
+	opt.worth = {args.min_slowdown, static_cast<uint64_t>(args.min_excess_us * 1e3), args.noise_alpha,
+		     static_cast<uint64_t>(args.sure_excess_us * 1e3)};
 
 	auto rep = detect::detect_recording(rec.value(), opt, args.layers, args.replay, !args.features.empty());
 	if (!args.features.empty())

@@ -242,6 +242,11 @@ CLI::App *add_detect(CLI::App &app, DetectArgs &da)
 			"calls is below this (0: no such test)")
 		->capture_default_str()
 		->check(CLI::Range(0.0, 1.0));
+	det->add_option("--sure-excess", da.sure_excess_us,
+			"... unless it is at least this many microseconds longer, which is told without that test "
+			"(0: every slowdown takes it)")
+		->capture_default_str()
+		->check(CLI::Range(0.0, 1e9));
 	det->add_option("--max-fit-rows", da.max_fit_rows,
 			"EM fits a function's mixture on at most this many of its calls, evenly spaced (0: all); "
 			"every call is still scored and sets the threshold")

@@ -63,6 +63,13 @@ struct Worth {
 	double min_slowdown = 0;
 	uint64_t min_excess_ns = 0;
 	double noise_alpha = 0;
+	// A slowdown this long or longer is told without the stall test (0:
+	// every slowdown takes it). make eval measured the stall test alone
+	// (noise.h) losing single slowed calls of functions called thousands
+	// of times (a ResNet convolution slowed once: 0 of 8 found, 8 of 8
+	// with this bar): one call can never be more than the machine's
+	// stalls of its size once those come a few times in the recording.
+	uint64_t sure_ns = 0;
 	// The stalls measured (the recording's, or the live windows'): set by
 	// the detector that judges; null: none measured, not asked.
 	const Noise *noise = nullptr;
@@ -72,23 +79,25 @@ struct Worth {
 	{
 		return value >= min_slowdown * typical && value - typical >= static_cast<double>(min_excess_ns);
 	}
-	// met(), and beyond the machine's stalls: a call of `key` whose
-	// duration (gap: the gap before it) is `value` against `typical`;
-	// `extra` as in Noise::chance.
+	// met(), and, under sure_ns, beyond the machine's stalls: a call of
+	// `key` whose duration (gap: the gap before it) is `value` against
+	// `typical`; `extra` as in Noise::chance.
 	bool told(const std::string &key, bool gap, double value, double typical, size_t extra = 0) const
 	{
 		if (!met(value, typical))
 			return false;
+		if (sure_ns > 0 && value - typical >= static_cast<double>(sure_ns))
+			return true;
 		return noise_alpha <= 0 || !noise || noise->chance(key, gap, value - typical, extra) < noise_alpha;
 	}
 };
 
-// The default: 2x, and beyond the machine's stalls at 1%. No floor in
-// microseconds: the machine's stalls are measured instead (noise.h). A
-// fixed 100 us, this default until it was measured, hid a softmax slowed
-// from 6 to 63 us on the AMD VMs (10x) and would hide any slowed kernel
-// launch on a GPU node.
-inline constexpr Worth kWorthTelling{2.0, 0, 0.01};
+// The default: 2x; under 100 us, beyond the machine's stalls at 1%. A
+// fixed 100 us floor, this default until the stalls were measured, hid a
+// softmax slowed from 6 to 63 us on the AMD VMs (10x) and would hide any
+// slowed kernel launch on a GPU node; slowdowns of 100 us and more are
+// told as they were (Worth::sure_ns says why).
+inline constexpr Worth kWorthTelling{2.0, 0, 0.01, 100'000};
 
 // Whether a call over its key's threshold is reported: not when it is
 // unusual mostly for being quicker than its kind (or sooner), nor only for
