@@ -1,10 +1,9 @@
 """eacgm detect on recorded PyTorch CPU training runs in which one operator is
 slowed on known steps: SlowLinear's forward aten::mm on 22 of 600 steps
 (tests/testprogs/torch_slow.py), softmax over 100x its rows on 4 of 60
-steps (tests/testprogs/torch_softmax.py: 10x, under 100 us longer), the
-short
-cases with too few calls for a cold start, judged from the first, with
-detect's defaults. The slowed calls are flagged, named with log_duration as
+steps (tests/testprogs/torch_softmax.py: 10x, under 100 us longer on the
+AMD VMs), the short case with too few calls for a cold start, judged from
+the first, with detect's defaults. The slowed calls are flagged, named with log_duration as
 the first cause, and the anomalies reach the store, the Perfetto trace and
 the summary. Plus the command's errors."""
 import collections
