@@ -18,17 +18,17 @@
 // functions no longer than E/2 that call no other traced function (for
 // which E/2 is a doubling at least, so that a long function's natural
 // spread is not taken for stalls; a caller's stalls are its callee's):
-// the share of their calls that E/2 or more was added to. Where ten or more such calls
-// exist it is their share as measured; beyond, the tail is extrapolated
-// from the ten largest (peaks over threshold, exponential excess, as the
-// score threshold is: threshold.h). Then f's n calls would be stalled by
-// E/2 or more lambda = n p(E/2) times by the machine alone, and the chance
-// of the k that were slowed by E/2 to 2E (or more) is Poisson's tail.
-// A slowdown is the
-// function's own when that chance is below the significance asked for
-// (Worth::noise_alpha): four softmax calls of 60 slowed by 57 us where the
-// machine stalls one call in a hundred by half that much are (chance
-// 0.003, lambda 0.6); one call of 60 stalled by 57 us is not (0.45).
+// the share of their calls that E/2 or more was added to. Where ten or
+// more such calls exist it is their share as measured; beyond, the tail is
+// extrapolated from the ten largest (peaks over threshold, exponential
+// excess, as the score threshold is: threshold.h). Then f's n calls would
+// be stalled by E/2 or more lambda = n p(E/2) times by the machine alone,
+// and the chance of the k that were slowed by E/2 to 2E (or more) is
+// Poisson's tail. A slowdown is the function's own when that chance is
+// below the significance asked for (Worth::noise_alpha): four softmax
+// calls of 60 slowed by 57 us where the machine stalls one call in a
+// hundred by half that much are (chance 0.003, lambda 0.6); one call of 60
+// stalled by 57 us is not (0.45).
 #pragma once
 #include <array>
 #include <cmath>
@@ -74,8 +74,6 @@ public:
 
 	// A function's median duration (gap), ns; NaN: unknown.
 	double median(const std::string &key, bool gap) const;
-
-	bool empty() const { return keys_.empty(); }
 
 private:
 	struct Calls {
