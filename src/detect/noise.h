@@ -18,7 +18,9 @@
 // functions no longer than E/2 that call no other traced function (for
 // which E/2 is a doubling at least, so that a long function's natural
 // spread is not taken for stalls; a caller's stalls are its callee's):
-// the share of their calls that E/2 or more was added to. Where ten or
+// the share of their calls that E/2 or more was added to (of their time,
+// counted in calls as long as f's, where f is the longer: a long call is
+// hit more often). Where ten or
 // more such calls exist it is their share as measured; beyond, the tail is
 // extrapolated from the ten largest (peaks over threshold, exponential
 // excess, as the score threshold is: threshold.h). Then f's n calls would
@@ -67,9 +69,10 @@ public:
 	// short) or the function is unknown: nothing says it is noise.
 	double chance(const std::string &key, bool gap, double excess_ns, size_t extra = 0) const;
 
-	// The machine's share of calls (of the functions other than `key` no
-	// longer than excess_ns) stalled by excess_ns or more; NaN: no such
-	// function. For the report and the tests.
+	// The share of `key`'s calls the machine stalls by excess_ns or more:
+	// measured on the functions other than `key` no longer than excess_ns,
+	// per call, or per ns of their time for a function longer than their
+	// calls on average (stall_rate in noise.cpp); NaN: no such function.
 	double stall_rate(const std::string &key, bool gap, double excess_ns) const;
 
 	// A function's median duration (gap), ns; NaN: unknown.

@@ -603,19 +603,40 @@ Weighed weigh(Anomaly &a, const ThreadLateness &threads, const Worth &worth)
 				before += l.excess_ns;                     // around it has not)
 		}
 	// Its duration counts as its own when the calls inside it do not account
-	// for it and it is the larger excess, or as large as half the other and
-	// worth telling alone, or ten times the usual whatever the gap: a call
-	// both slow and late (a slowed operator behind the slow hook that called
-	// it) is told for its duration; a call somewhat slower in a step made
-	// late by another is that one's echo.
-	w.own = own > 0 && 2 * inside < own &&
-		(own >= late || (2 * own >= late && slow_enough(a, worth)) || far_slower(a));
+	// for it and it is the larger excess, or worth telling alone (noise.h:
+	// the machine's stalls do not explain it), or ten times the usual
+	// whatever the gap: a call both slow and late (a slowed operator behind
+	// the slow hook that called it, or behind a stall of the machine: 7
+	// log_softmax calls slowed by 50 us, one of them in a step that came
+	// 180 us late, which made it the echo of its caller) is told for its
+	// duration; a call somewhat slower in a step made late by another is
+	// that one's echo.
+	w.own = own > 0 && 2 * inside < own && (own >= late || slow_enough(a, worth) || far_slower(a));
 	w.late = late > own && 2 * before < late;
 	w.inner = own > 0 && 2 * inside >= own;
 	// Neither: nothing of its own to tell (bytes, a call site): kept.
 	if (own <= 0 && late <= 0)
 		w.own = true;
 	return w;
+}
+
+// An anomaly told for its duration names it ahead of its gap, which may
+// have scored higher: the fault is the call's own slowness (the report and
+// its fault class follow the first cause), the late arrival its next cause.
+// Causes more specific than either (the network, contention) keep their
+// place ahead of both.
+void duration_before_gap(Anomaly &a)
+{
+	if (!a.causes.is_array())
+		return;
+	auto &v = a.causes.get_ref<nlohmann::json::array_t &>();
+	auto feature = [&](const char *f) {
+		return std::find_if(v.begin(), v.end(),
+				    [&](const nlohmann::json &c) { return c.value("feature", std::string()) == f; });
+	};
+	auto gap = feature("log_gap"), duration = feature("log_duration");
+	if (gap < duration && duration != v.end())
+		std::rotate(gap, duration, duration + 1);
 }
 
 // A call whose lateness is accounted for by other calls is their echo, not
@@ -658,6 +679,8 @@ void fold_echoes(std::vector<Anomaly> &anomalies, const ThreadLateness &threads,
 			keep = !inner_told;
 		if (keep)
 			kept.push_back(&w);
+		if (keep && w.own && excess(a, "log_duration") > 0)
+			duration_before_gap(*w.a);
 	}
 	std::vector<Anomaly> out;
 	for (const Weighed *k : kept)

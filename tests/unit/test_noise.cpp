@@ -75,6 +75,24 @@ TEST(Noise, StallRateIsMeasuredOnShortFunctions)
 	EXPECT_TRUE(std::isnan(n.stall_rate("torch/f", true, 50 * kUs))); // no gaps given
 }
 
+// A call that runs longer meets more of the machine's stalls: a function
+// 5 times as long as the reference's calls on average is stalled 5 times
+// as often; a shorter one as often as they are (each call has its traps).
+TEST(Noise, ALongerFunctionIsStalledMoreOften)
+{
+	Noise n = machine(0, 0);
+	n.set("torch/long", calls(200, 32.5 * kUs, 0, 0), {});
+	// The reference for 50 us: op0..op9 (2 to 11 us, 65 ms of calls in all)
+	// and f (60 calls of 6 us): 60 of their 10,060 calls stalled that much,
+	// 60 in their 65.36 ms, which hold 2,011 calls of 32.5 us.
+	const double exposure = 1000 * 65 * kUs + 60 * 6 * kUs;
+	EXPECT_DOUBLE_EQ(n.stall_rate("torch/long", false, 50 * kUs), 60.0 / (exposure / (32.5 * kUs)));
+	EXPECT_NEAR(n.stall_rate("torch/long", false, 50 * kUs), 0.0298, 1e-4); // 5x the 0.6% per call
+	// op0 (2 us) as the reference's calls are: 54 of the 9,260 of the
+	// others (long's 200 among them) per call.
+	EXPECT_DOUBLE_EQ(n.stall_rate("torch/op0", false, 50 * kUs), 54.0 / 9260);
+}
+
 TEST(Noise, StallRateExtrapolatesPastTheLargest)
 {
 	Noise n;
@@ -146,7 +164,9 @@ TEST(Noise, WorthToldNeedsTheRatioTheFloorAndMoreThanNoise)
 
 // A recording judged with the defaults: five short functions a step, the
 // machine stalling one call in 200 by 30 to 80 us, and one of them (4 us)
-// slowed to 40 us on 5 of 200 steps. The 5 are told; of the stalls, none.
+// slowed to 40 us on 5 of 200 steps, one of those (32 us) in a step that
+// came 400 us late. The 5 are told, as the operator's slowness (the late
+// one too: its slowdown is worth telling alone); of the stalls, none.
 TEST(Noise, OfflineDefaultsFindAShortSlowdownNotTheMachinesStalls)
 {
 	std::mt19937_64 rng(7);
@@ -162,7 +182,8 @@ TEST(Noise, OfflineDefaultsFindAShortSlowdownNotTheMachinesStalls)
 		for (int f = 0; f < 5; f++) {
 			double d = (4 + 3 * f) * kUs * std::exp(jitter(rng));
 			if (f == 0 && slow.count(step)) {
-				d = 40 * kUs * std::exp(jitter(rng));
+				d = (step == 120 ? 32 : 40) * kUs * std::exp(jitter(rng));
+				t += step == 120 ? 400'000 : 0;
 				slowed.push_back(t);
 			} else if (step > 5 && stalled(rng)) {
 				d += stall(rng);
@@ -192,15 +213,22 @@ TEST(Noise, OfflineDefaultsFindAShortSlowdownNotTheMachinesStalls)
 	for (const Anomaly &a : rep.anomalies) {
 		if (std::find(slowed.begin(), slowed.end(), a.ts_ns) == slowed.end()) {
 			EXPECT_EQ(a.name, "aten::op0");
+		} else {
+			EXPECT_EQ(fault_class(a), "operator_slow") << a.ts_ns;
+			EXPECT_EQ(a.causes[0]["feature"], "log_duration") << a.ts_ns;
 		}
 	}
 	EXPECT_LE(others.size(), 1u);
 	// With no stall test, the machine's stalls are told too.
 	o.worth = {2, 0, 0};
 	EXPECT_GE(detect_recording(rec, o).anomalies.size(), slowed.size() + 3);
-	// Under the old fixed floor (2x and 100 us) the same five went unseen.
+	// Under the old fixed floor (2x and 100 us) the same five went unseen
+	// for their duration: the late one is told for its 400 us gap alone.
 	o.worth = {2, 100'000, 0};
-	EXPECT_TRUE(detect_recording(rec, o).anomalies.empty());
+	auto old = detect_recording(rec, o).anomalies;
+	EXPECT_LE(old.size(), 1u);
+	for (const Anomaly &a : old)
+		EXPECT_EQ(a.causes[0]["feature"], "log_gap");
 }
 
 // The live detector reads the machine's stalls from its windows: once its
