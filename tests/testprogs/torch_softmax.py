@@ -1,8 +1,8 @@
 """A short CPU training run in which one short operator, softmax or
 log_softmax, is many times slower on known steps: the cases `eacgm detect`
 must judge from a function's first calls (tests/e2e/test_detect.py,
-DetectSlowSoftmax and DetectSlowLogSoftmax: 10x and 57 us longer on the AMD
-VMs, under the 100 us floor detect once had).
+DetectSlowSoftmax and DetectSlowLogSoftmax: 6 to 15x, and under the 100 us
+floor detect once had, on the AMD VMs).
 
 Usage: torch_softmax.py STEPS SLOW_STEPS [FACTOR [OP]]
   STEPS       training steps
@@ -12,21 +12,34 @@ Usage: torch_softmax.py STEPS SLOW_STEPS [FACTOR [OP]]
 
 Model: Linear(64, 64) - OP - Linear(64, 64), batch 16, MSE loss, SGD.
 The fault is injected through the workload's own code, as a fault injector
-hooks a model: on a slowed step OP is an autograd Function whose forward
-runs it over a buffer of FACTOR x 16 rows holding the batch in its first 16
-(the rows are independent: the batch's rows come out the same) and whose
-backward is the one OP has (its _backward_data on the batch). A slowed step
-makes the same traced calls as a normal one, plus one aten::copy_ into the
-buffer. OP runs once over the buffer before training (its memory touched,
-glibc giving the freed block back to the next call that size): the first
-slowed call paid 2 to 10 times what the others did without it.
+hooks a model: OP is an autograd Function, on every step, whose forward
+copies the batch into the first 16 rows of a buffer of FACTOR x 16 rows and
+runs OP over the buffer's first 16 rows, or on a slowed step over all of
+them (the rows are independent: the batch's rows come out the same), and
+whose backward is the one OP has (its _backward_data on the batch). A
+slowed step makes the same Python and traced calls as a normal one; only
+the rows differ. OP runs twice over the whole buffer before training (the
+function's warm-up calls for detect).
 
-Prints, on stdout, for every step "step N T0 T1" and for every slowed
-call "slow N T0 T1": CLOCK_MONOTONIC nanoseconds, eacgm's clock."""
+Prints, on stdout, for every step "step N T0 T1" and for its call of OP
+"slow N T0 T1" (a slowed step) or "op N T0 T1": CLOCK_MONOTONIC
+nanoseconds, eacgm's clock."""
+import ctypes
 import sys
 import time
 
 import torch
+
+# The heap paged in once, before anything is traced that matters: glibc
+# keeps what is freed (no trim, no mmap'd blocks) and 16 MiB are touched
+# and freed. Without it the first slowed call took 24 first-touch page
+# faults, 60 to 100 us on the AMD VMs, 2 to 3 times what the later ones
+# took: a slowdown of the VM's paging, not of the operator.
+LIBC = ctypes.CDLL("libc.so.6")
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+assert LIBC.mallopt(M_TRIM_THRESHOLD, 1 << 30) == 1 and LIBC.mallopt(M_MMAP_THRESHOLD, 1 << 30) == 1
+heap = torch.ones(1 << 22)  # 16 MiB, every page written
+del heap
 
 steps = int(sys.argv[1])
 slow = {int(s) for s in sys.argv[2].split(",") if s}
@@ -39,16 +52,23 @@ torch.manual_seed(0)
 torch.set_num_threads(1)
 BUFFER = torch.zeros(BATCH * factor, WIDTH)
 BUFFER.fill_(1)
-forward(BUFFER, dim=-1)  # one call before training, of the size the slowed ones have
+for _ in range(2):  # before training, of the size the slowed ones have (detect's warm-up)
+    forward(BUFFER, dim=-1)
 windows = []
 
 
-class SlowOp(torch.autograd.Function):
+class Op(torch.autograd.Function):
+    """OP, the same Python and traced calls on every step: the batch copied
+    into the buffer's first rows, OP over the buffer's first `rows` rows.
+    A slowed step differs only in how many rows that is (a step taking
+    another Python path came 250 us late on this VM, and detect rightly
+    took the slowed call that late for a stall)."""
+
     @staticmethod
-    def forward(ctx, h):
+    def forward(ctx, h, rows):
         BUFFER[:BATCH].copy_(h)
         t0 = time.monotonic_ns()
-        y = forward(BUFFER, dim=-1)[:BATCH]
+        y = forward(BUFFER[:rows], dim=-1)[:BATCH]
         windows.append((t0, time.monotonic_ns()))
         ctx.save_for_backward(y)
         return y
@@ -56,7 +76,7 @@ class SlowOp(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         y, = ctx.saved_tensors
-        return backward(grad, y, -1, y.dtype)
+        return backward(grad, y, -1, y.dtype), None
 
 
 class Model(torch.nn.Module):
@@ -67,8 +87,7 @@ class Model(torch.nn.Module):
 
     def forward(self, x, step):
         h = self.a(x)
-        p = SlowOp.apply(h) if step in slow else forward(h, dim=-1)
-        return self.b(p)
+        return self.b(Op.apply(h, BATCH * factor if step in slow else BATCH))
 
 
 model = Model()
@@ -80,5 +99,4 @@ for step in range(steps):
     torch.nn.functional.mse_loss(model(x, step), y).backward()
     opt.step()
     print("step", step, t0, time.monotonic_ns())
-    if step in slow:
-        print("slow", step, *windows[-1])
+    print("slow" if step in slow else "op", step, *windows[-1])
