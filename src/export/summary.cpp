@@ -336,13 +336,13 @@ void SpanTally::add(const Span &s)
 
 	Acc &a = acc_[{s.layer, s.name}];
 	if (auto n = s.args.find("samples"); n != s.args.end() && n->is_number_integer() && n->get<int64_t>() >= 0) {
-		auto k = n->get<uint64_t>();
-		a.st.runs++;
-		a.st.samples += k;
+		Run r{s.pid, s.tid, s.start_ns, s.start_ns + s.dur_ns, n->get<uint64_t>(), s.dur_ns};
 		if (auto t = s.args.find("sampled_ns"); t != s.args.end() && t->is_number_unsigned())
-			a.st.total_ns += t->get<uint64_t>();
-		else
-			a.st.total_ns += period_ ? k * period_ : s.dur_ns;
+			r.ns = t->get<uint64_t>();
+		else if (period_)
+			r.ns = r.samples * period_;
+		a.st.runs++;
+		a.runs.push_back(r);
 		return;
 	}
 	double w = 1;
@@ -358,6 +358,28 @@ void SpanTally::add(const Span &s)
 	a.durs.push_back(s.dur_ns);
 }
 
+// The samples and time of a function's runs, each sample once: the runs
+// not inside an earlier one of the same thread (a recursive call's run lies
+// inside its caller's, whose samples saw the function too).
+SpanTally::Outermost SpanTally::outermost(std::vector<Run> &runs)
+{
+	std::sort(runs.begin(), runs.end(), [](const Run &a, const Run &b) {
+		return std::tie(a.pid, a.tid, a.start_ns, b.end_ns) < std::tie(b.pid, b.tid, b.start_ns, a.end_ns);
+	});
+	Outermost sum;
+	const Run *outer = nullptr;
+	for (const Run &r : runs) {
+		if (outer && outer->pid == r.pid && outer->tid == r.tid && r.start_ns < outer->end_ns &&
+		    r.end_ns <= outer->end_ns)
+			continue;
+		outer = &r;
+		sum.runs++;
+		sum.samples += r.samples;
+		sum.ns += r.ns;
+	}
+	return sum;
+}
+
 std::vector<FunctionStats> SpanTally::stats() const
 {
 	std::vector<FunctionStats> out;
@@ -368,13 +390,16 @@ std::vector<FunctionStats> SpanTally::stats() const
 		st.errors = std::llround(a.sums[1]);
 		st.total_ns += std::llround(a.sums[2]);
 		st.bytes = std::llround(a.sums[3]);
+		const Outermost sampled = outermost(a.runs);
+		st.samples = sampled.samples;
+		st.total_ns += sampled.ns;
 		std::vector<uint64_t> &durs = a.durs;
 		std::sort(durs.begin(), durs.end());
 		st.layer = key.first;
 		st.name = key.second;
 		st.p50_ns = durs.empty() ? 0 : percentile(durs, 50);
 		st.p99_ns = durs.empty() ? 0 : percentile(durs, 99);
-		st.error_ns = 2.0 * static_cast<double>(period_) * std::sqrt(static_cast<double>(st.runs) / 6.0);
+		st.error_ns = 2.0 * static_cast<double>(period_) * std::sqrt(static_cast<double>(sampled.runs) / 6.0);
 		out.push_back(std::move(st));
 	}
 	std::sort(out.begin(), out.end(), [](const FunctionStats &a, const FunctionStats &b) {

@@ -27,7 +27,11 @@ struct FunctionStats {
 	// calls: they count here, not in calls, p50 or p99 (exact calls only).
 	// total_ns holds the sum of their samples' periods for them (args
 	// sampled_ns; samples x the period in older recordings): their
-	// unbiased time.
+	// unbiased time. A sample counts once per function however deep it
+	// recurses: a run inside another run of the same function on its
+	// thread (a recursive call; Module._call_impl around the modules it
+	// calls) adds its run, not its samples or time, which the outer
+	// run's samples hold already.
 	uint64_t runs = 0, samples = 0;
 	double error_ns = 0; // 2 sd of that estimate: each run's two edges are
 			     // off by up to a period (the longest used), sd
@@ -103,8 +107,22 @@ public:
 	StragglerTally stragglers() const;
 
 private:
+	// A sampled span, until stats() finds whether it is nested in another
+	// of its function (spans come in any order: a live inner run ends, and
+	// comes, before the run around it).
+	struct Run {
+		uint32_t pid = 0, tid = 0;
+		uint64_t start_ns = 0, end_ns = 0, samples = 0, ns = 0;
+	};
+	// What a function's runs not inside another of theirs hold: how many
+	// they are, their samples and time.
+	struct Outermost {
+		uint64_t runs = 0, samples = 0, ns = 0;
+	};
+	static Outermost outermost(std::vector<Run> &runs);
 	struct Acc {
 		FunctionStats st;
+		mutable std::vector<Run> runs; // stats() sorts them in place (outermost)
 		// Exact calls'; stats() sorts them in place (the same values):
 		// not copied, they are a summary's one cost per call.
 		mutable std::vector<uint64_t> durs;

@@ -3,7 +3,10 @@ reported as samples and an estimated time with its error, never as a call
 count, and the estimate is right. The workload (tests/testprogs/py_stdlib.py:
 difflib, json, textwrap and re passes, 25 calls each, taken in turn) measures
 the CPU time of each call itself; eacgm's estimate, samples x the sampler's
-period, must be within 5% of it for each pass (each is over 90 ms in all)."""
+period, must be within 5% of it for each pass (each is over 90 ms in all).
+A recursive function (tests/testprogs/py_recursive.py: 10 frames deep)
+counts each sample once: its time never exceeds its thread's, and each of
+its 220 ms passes is within 5% of what the program measured around it."""
 import json
 import os
 import re
@@ -12,6 +15,7 @@ import unittest
 import eacgm_e2e as E
 
 WORK = os.path.join(E.SOURCE_DIR, "tests", "testprogs", "py_stdlib.py")
+RECURSIVE = os.path.join(E.SOURCE_DIR, "tests", "testprogs", "py_recursive.py")
 PASSES = ("difflib_pass", "json_pass", "textwrap_pass", "regex_pass")
 
 
@@ -62,6 +66,56 @@ class SampledPythonEstimates(unittest.TestCase):
             self.assertEqual(calls, "-", name + ": a sampled function has no call count")
             self.assertEqual(int(samples), n, name)
             self.assertEqual(mean, "-", name + ": nor a mean per call")
+
+
+class RecursiveFunctionCountsEachSampleOnce(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        E.require_root()
+        cls.tmp = E.make_tempdir(cls)
+        truth_path = os.path.join(cls.tmp, "truth.json")
+        cls.rec = E.record(cls.tmp, ["/usr/bin/python3", RECURSIVE, truth_path], "--layers", "python")
+        cls.truth = {}
+        if os.path.exists(truth_path):
+            with open(truth_path) as f:
+                cls.truth = json.load(f)
+
+    def setUp(self):
+        self.assertEqual(self.rec.rc, 0, self.rec.stderr)
+        self.period = int(E.meta(self.rec.db)["python_sample_period_ns"])
+        self.walks = self.rec.spans("layer = 'python' AND name = 'walk'")
+
+    def outermost(self):
+        """The walk runs inside no other walk run: one per pass."""
+        return [s for s in self.walks if not any(
+            o is not s and o["start_ns"] <= s["start_ns"] and s["start_ns"] + s["dur_ns"] <= o["start_ns"] + o["dur_ns"]
+            for o in self.walks)]
+
+    def test_the_recursion_was_seen(self):
+        # Each pass nests walk 10 deep: the sampler saw most of the frames.
+        passes = len(self.truth["pass_cpu_ns"])
+        self.assertEqual(len(self.outermost()), passes)
+        self.assertGreaterEqual(len(self.walks), 5 * passes)
+
+    def test_each_pass_within_5_percent_of_the_programs_cpu_time(self):
+        runs = sorted(self.outermost(), key=lambda s: s["start_ns"])
+        for run, truth in zip(runs, self.truth["pass_cpu_ns"]):
+            est = run["args"]["samples"] * self.period
+            self.assertLessEqual(abs(est - truth), 0.05 * truth,
+                                 "%d samples = %.1f ms, the program measured %.1f ms" % (
+                                     run["args"]["samples"], est / 1e6, truth / 1e6))
+
+    def test_summary_counts_each_sample_once(self):
+        out = E.eacgm("summary", self.rec.db)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        row = re.search(r"\n  walk +(\S+) +(\d+) ", out.stdout)
+        self.assertIsNotNone(row, "walk row missing:\n" + out.stdout)
+        samples = int(row.group(2))
+        self.assertEqual(samples, sum(s["args"]["samples"] for s in self.outermost()))
+        est, truth = samples * self.period, sum(self.truth["pass_cpu_ns"])
+        # Never more than the thread's time; within 5% of the program's.
+        self.assertLessEqual(est, self.truth["thread_cpu_ns"])
+        self.assertLessEqual(abs(est - truth), 0.05 * truth, "%.1f ms against %.1f ms" % (est / 1e6, truth / 1e6))
 
 
 if __name__ == "__main__":

@@ -274,6 +274,37 @@ TEST(Summary, SampledFunctionsAreEstimates)
 		<< text;
 }
 
+// A recursive function's runs nest on its thread: each sample counts once,
+// in the outermost run, whatever order the runs come in (a live inner run
+// ends, and comes, first); its time never exceeds its thread's.
+TEST(Summary, ARecursiveFunctionsSamplesCountOnce)
+{
+	Recording r;
+	r.meta["python_sample_period_ns"] = "1000000";
+	auto run = [](uint32_t tid, uint64_t start_ms, uint64_t end_ms, uint64_t samples) {
+		return Span{.start_ns = start_ms * 1'000'000,
+			    .dur_ns = (end_ms - start_ms) * 1'000'000,
+			    .pid = 1,
+			    .tid = tid,
+			    .layer = "python",
+			    .name = "walk",
+			    .args = {{"samples", samples}}};
+	};
+	// Thread 1: walk 0-10 ms around walk 1-9 around walk 2-8, then 20-24;
+	// thread 2: walk 3-8, at the same time as thread 1's nested ones.
+	r.spans = {run(1, 2, 8, 6), run(1, 1, 9, 8), run(2, 3, 8, 5), run(1, 0, 10, 10), run(1, 20, 24, 4)};
+	auto stats = compute_stats(r);
+	ASSERT_EQ(stats.size(), 1u);
+	EXPECT_EQ(stats[0].runs, 5u);
+	EXPECT_EQ(stats[0].samples, 10u + 4 + 5);
+	EXPECT_EQ(stats[0].total_ns, 19'000'000u);
+	EXPECT_NEAR(stats[0].error_ns, 2e6 * std::sqrt(3.0 / 6.0), 1e-6); // three outermost runs
+	// With each run's own time (sampled_ns), the outer runs' times.
+	for (Span &s : r.spans)
+		s.args["sampled_ns"] = s.args["samples"].get<uint64_t>() * 999'000;
+	EXPECT_EQ(compute_stats(r)[0].total_ns, 19u * 999'000);
+}
+
 // Calls of a probe throttled by --overhead-budget carry args.weight: the
 // counts, errors, totals and bytes are weighted sums, marked "~"; p50/p99
 // are of the calls seen; the budget's section names the probe.
