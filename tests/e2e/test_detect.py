@@ -297,11 +297,13 @@ class ShortOperatorCase:
                    "/usr/bin/python3", SOFTMAX, str(cls.STEPS), ",".join(map(str, cls.SLOW)), *cls.ARGS],
                   timeout=300)
         cls.rc, cls.err = p.returncode, p.stderr
-        cls.steps, cls.slow, cls.ops = {}, {}, {}
+        cls.steps, cls.slow, cls.timed = {}, {}, {"op": [], "linear": []}
         for line in p.stdout.splitlines():
             f = line.split()
-            if f and f[0] in ("step", "slow", "op"):
-                {"step": cls.steps, "slow": cls.slow, "op": cls.ops}[f[0]][int(f[1])] = (int(f[2]), int(f[3]))
+            if f and f[0] in ("step", "slow"):
+                (cls.steps if f[0] == "step" else cls.slow)[int(f[1])] = (int(f[2]), int(f[3]))
+            elif f and f[0] in cls.timed:  # the calls the program timed on normal steps
+                cls.timed[f[0]].append((int(f[2]), int(f[3])))
         cls.csv = os.path.join(cls.tmp, "features.csv")
         cls.det = E.eacgm("detect", db, "--json", "--features", cls.csv)
         cls.out = json.loads(cls.det.stdout) if cls.det.returncode == 0 else {"anomalies": []}
@@ -362,29 +364,34 @@ class ShortOperatorCase:
 
     def stalls(self):
         """Where the run itself measured a stall: a step that began 50 us
-        later than the median step period after the one before it, and the
+        later than the median step period after the one before it, or took
+        50 us longer than the median step (the last has no period), and the
         slowed steps (their collateral)."""
         starts = [self.steps[s][0] for s in sorted(self.steps)]
         median = statistics.median(b - a for a, b in zip(starts, starts[1:]))
         out = [(a, b) for a, b in zip(starts, starts[1:]) if b - a > median + 50_000]
+        median = statistics.median(t1 - t0 for t0, t1 in self.steps.values())
+        out += [(t0, t1) for t0, t1 in self.steps.values() if t1 - t0 > median + 50_000]
         return out + [self.steps[s] for s in self.slow]
 
     def measured(self, a, stalls):
         """Whether the run measured the stall anomaly a was flagged for: in
         or over a stall (its gap too, when a was flagged for its gap), or
-        inside a call of the operator on a normal step that took at least
-        half a's excess longer than the median such call (what the program
-        timed around the same call)."""
+        inside a call the program timed (OP, a Linear layer) that took at
+        least half a's excess longer than the median such call."""
         t0, t1 = a["time_ns"], a["time_ns"] + a["dur_ns"]
         cause = a["causes"][0]["feature"]
         if cause == "log_gap":
             t0 -= int(a["features"]["log_gap"]["value"])
         if any(t0 <= u1 and t1 >= u0 for u0, u1 in stalls):
             return True
-        median_op = statistics.median(o1 - o0 for o0, o1 in self.ops.values())
         excess = a["features"][cause]["value"] - a["features"][cause]["typical"]
-        return any(o0 <= a["time_ns"] and a["time_ns"] + a["dur_ns"] <= o1 and 2 * (o1 - o0 - median_op) >= excess
-                   for o0, o1 in self.ops.values())
+        for calls in self.timed.values():
+            median = statistics.median(o1 - o0 for o0, o1 in calls)
+            if any(o0 <= a["time_ns"] and a["time_ns"] + a["dur_ns"] <= o1 and 2 * (o1 - o0 - median) >= excess
+                   for o0, o1 in calls):
+                return True
+        return False
 
     def test_at_most_two_others_where_the_run_was_steady(self):
         # An anomaly outside the slowed calls is a false alarm unless the run

@@ -21,9 +21,10 @@ slowed step makes the same Python and traced calls as a normal one; only
 the rows differ. OP runs twice over the whole buffer before training (the
 function's warm-up calls for detect).
 
-Prints, on stdout, for every step "step N T0 T1" and for its call of OP
-"slow N T0 T1" (a slowed step) or "op N T0 T1": CLOCK_MONOTONIC
-nanoseconds, eacgm's clock."""
+Prints, on stdout, for every step "step N T0 T1", for its call of OP
+"slow N T0 T1" (a slowed step) or "op N T0 T1", and for each of its two
+Linear layers' forward "linear N T0 T1": CLOCK_MONOTONIC nanoseconds,
+eacgm's clock (what the program measured around the traced calls)."""
 import ctypes
 import sys
 import time
@@ -54,7 +55,7 @@ BUFFER = torch.zeros(BATCH * factor, WIDTH)
 BUFFER.fill_(1)
 for _ in range(2):  # before training, of the size the slowed ones have (detect's warm-up)
     forward(BUFFER, dim=-1)
-windows = []
+windows, linears = [], []  # OP's calls, the Linear layers' (forward)
 
 
 class Op(torch.autograd.Function):
@@ -86,8 +87,14 @@ class Model(torch.nn.Module):
         self.b = torch.nn.Linear(WIDTH, WIDTH)
 
     def forward(self, x, step):
+        t0 = time.monotonic_ns()
         h = self.a(x)
-        return self.b(Op.apply(h, BATCH * factor if step in slow else BATCH))
+        linears.append((t0, time.monotonic_ns()))
+        p = Op.apply(h, BATCH * factor if step in slow else BATCH)
+        t0 = time.monotonic_ns()
+        y = self.b(p)
+        linears.append((t0, time.monotonic_ns()))
+        return y
 
 
 model = Model()
@@ -100,3 +107,5 @@ for step in range(steps):
     opt.step()
     print("step", step, t0, time.monotonic_ns())
     print("slow" if step in slow else "op", step, *windows[-1])
+    for t in linears[-2:]:
+        print("linear", step, *t)
