@@ -36,21 +36,63 @@ static int64_t enum_value(const ArgSpec &a, uint64_t v)
 	}
 }
 
-Span decode_span(const eacgm_span_event &e, const ProbeSpec &spec, const SpecSet &specs, Symbolizer *sym,
-		 TensorFormatter tensors)
+// The spec's rule for the bytes a call moved: count x the element's size
+// (an element type without a known size gives 0). `raw` holds each
+// argument's first slot, by its place in spec.args.
+static uint64_t bytes_by_rule(const ProbeSpec &spec, const SpecSet &specs,
+			      const std::array<uint64_t, EACGM_MAX_ARGS> &raw)
 {
-	const auto &enums = specs.enums;
+	// The last argument of that name, as a map by name would keep.
+	auto value_of = [&](const std::string &name, const ArgSpec **arg) -> uint64_t {
+		uint64_t v = 0;
+		for (size_t i = 0; i < spec.args.size(); i++)
+			if (spec.args[i].name == name) {
+				v = i < raw.size() ? raw[i] : 0;
+				if (arg)
+					*arg = &spec.args[i];
+			}
+		return v;
+	};
+	const ArgSpec *elem = nullptr;
+	uint64_t elem_value = value_of(spec.bytes->element, &elem);
+	uint64_t size = 0; // the element's
+	if (elem && elem->type == ArgType::Enum) {
+		auto table = specs.sizes.find(elem->enum_name);
+		if (table != specs.sizes.end()) {
+			auto it = table->second.find((int32_t)elem_value);
+			if (it != table->second.end())
+				size = it->second;
+		}
+	} else if (elem) {
+		// The size itself, at its type's width (a 32-bit field's
+		// neighbour shares the 8 bytes read); a negative size is none.
+		int64_t v = elem->type == ArgType::U32 ? int64_t(uint32_t(elem_value))
+			: elem->type == ArgType::I32   ? int64_t(int32_t(elem_value))
+						       : int64_t(elem_value);
+		size = v > 0 ? uint64_t(v) : 0;
+	}
+	return size ? value_of(spec.bytes->count, nullptr) * size : 0;
+}
+
+// Whether the spec's return type is an enum (its value has a name).
+static bool returns_enum(const std::string &r)
+{
+	return r != "void" && r != "i32" && r != "i64" && r != "u64" && r != "ptr";
+}
+
+TypedSpan decode_typed(const eacgm_span_event &e, const ProbeSpec &spec, const SpecSet &specs, Symbolizer *sym,
+		       Interner &names)
+{
+	TypedSpan t{.start_ns = e.start_ns,
+		    .dur_ns = e.dur_ns,
+		    .pid = e.tgid,
+		    .tid = e.tid,
+		    .depth = e.depth,
+		    .spec_id = e.spec_id};
+	std::copy(std::begin(e.args), std::end(e.args), t.args.begin());
 	// Each argument's raw value, by its place in spec.args (for the bytes
-	// rule): no map built per span.
+	// and alias rules): no map built per span.
 	std::array<uint64_t, EACGM_MAX_ARGS> raw{};
-	Span s;
-	s.start_ns = e.start_ns;
-	s.dur_ns = e.dur_ns;
-	s.pid = e.tgid;
-	s.tid = e.tid;
-	s.depth = e.depth;
-	s.layer = spec.layer;
-	s.name = spec.function;
 	bool have_bytes = false;
 	size_t slot = 0, index = 0;
 	for (auto &a : spec.args) {
@@ -58,38 +100,14 @@ Span decode_span(const eacgm_span_event &e, const ProbeSpec &spec, const SpecSet
 		if (index < raw.size())
 			raw[index] = v;
 		index++;
-		switch (a.type) {
-		case ArgType::U64: s.args[a.name] = v; break;
-		case ArgType::I64: s.args[a.name] = (int64_t)v; break;
-		case ArgType::U32: s.args[a.name] = (uint32_t)v; break;
-		case ArgType::I32: s.args[a.name] = (int32_t)v; break;
-		case ArgType::Ptr: s.args[a.name] = hex(v); break;
-		case ArgType::Bytes:
-			s.args[a.name] = v;
-			if (!have_bytes) { // the first bytes argument is what the call moved
-				s.bytes = v;
-				have_bytes = true;
-			}
-			break;
-		case ArgType::Dim3: {
-			// dim3 {x, y, z} by value: x and y share the first slot.
-			uint64_t zw = slot + 1 < EACGM_MAX_ARGS ? e.args[slot + 1] : 0;
-			s.args[a.name] = {(uint32_t)v, (uint32_t)(v >> 32), (uint32_t)zw};
-			break;
-		}
-		case ArgType::Enum: s.args[a.name] = enum_name(enums, a.enum_name, enum_value(a, v)); break;
-		case ArgType::Tensor: {
-			uint64_t b = slot + 1 < EACGM_MAX_ARGS ? e.args[slot + 1] : 0;
-			s.args[a.name] = tensors ? tensors(v, b) : nlohmann::json::array({hex(v), hex(b)});
-			break;
-		}
-		case ArgType::Symbol: {
+		if (a.type == ArgType::Bytes && !have_bytes) { // the first bytes argument is what the call moved
+			t.bytes = v;
+			have_bytes = true;
+		} else if (a.type == ArgType::Symbol && slot < EACGM_MAX_ARGS) {
 			std::optional<std::string> name;
 			if (sym)
 				name = sym->resolve(e.tgid, v);
-			s.args[a.name] = name ? *name : hex(v);
-			break;
-		}
+			t.args[slot] = names.id(name ? *name : hex(v));
 		}
 		slot += arg_width(a);
 	}
@@ -100,56 +118,66 @@ Span decode_span(const eacgm_span_event &e, const ProbeSpec &spec, const SpecSet
 		if (handle && handle != target)
 			sym->alias(e.tgid, handle, target);
 	}
-	if (spec.bytes) {
-		// count x element size; an element type without a known size gives 0
-		// (set last, replacing what a "bytes" argument gave).
-		// The last argument of that name, as a map by name would keep.
-		auto value_of = [&](const std::string &name, const ArgSpec **arg) -> uint64_t {
-			uint64_t v = 0;
-			for (size_t i = 0; i < spec.args.size(); i++)
-				if (spec.args[i].name == name) {
-					v = i < raw.size() ? raw[i] : 0;
-					if (arg)
-						*arg = &spec.args[i];
-				}
-			return v;
-		};
-		const ArgSpec *elem = nullptr;
-		uint64_t elem_value = value_of(spec.bytes->element, &elem);
-		uint64_t size = 0; // the element's
-		if (elem && elem->type == ArgType::Enum) {
-			auto table = specs.sizes.find(elem->enum_name);
-			if (table != specs.sizes.end()) {
-				auto it = table->second.find((int32_t)elem_value);
-				if (it != table->second.end())
-					size = it->second;
-			}
-		} else if (elem) {
-			// The size itself, at its type's width (a 32-bit field's
-			// neighbour shares the 8 bytes read); a negative size is none.
-			int64_t v = elem->type == ArgType::U32 ? int64_t(uint32_t(elem_value))
-				: elem->type == ArgType::I32   ? int64_t(int32_t(elem_value))
-							       : int64_t(elem_value);
-			size = v > 0 ? uint64_t(v) : 0;
-		}
-		s.bytes = size ? value_of(spec.bytes->count, nullptr) * size : 0;
-	}
+	if (spec.bytes) // set last, replacing what a "bytes" argument gave
+		t.bytes = bytes_by_rule(spec, specs, raw);
 	const std::string &r = spec.returns;
-	if (r == "void")
-		s.ret = 0;
-	else if (r == "i32")
-		s.ret = (int32_t)e.ret;
-	else if (r == "i64" || r == "u64" || r == "ptr")
-		s.ret = (int64_t)e.ret;
-	else { // an enum: C enums are ints, the upper half of rax is undefined
-		s.ret = (int32_t)e.ret;
-		s.ret_name = enum_name(enums, r, s.ret);
+	if (r == "i64" || r == "u64" || r == "ptr")
+		t.ret = (int64_t)e.ret;
+	else if (r != "void") // i32, or an enum: C enums are ints, the upper half of rax is undefined
+		t.ret = (int32_t)e.ret;
+	if (e.flags & EACGM_SPAN_RUNQ)
+		t.runq_ns = e.runq_ns;
+	return t;
+}
+
+Span render_span(const TypedSpan &t, const ProbeSpec &spec, const SpecSet &specs, const Interner &names,
+		 TensorFormatter tensors)
+{
+	const auto &enums = specs.enums;
+	Span s;
+	s.start_ns = t.start_ns;
+	s.dur_ns = t.dur_ns;
+	s.pid = t.pid;
+	s.tid = t.tid;
+	s.depth = t.depth;
+	s.layer = spec.layer;
+	s.name = spec.function;
+	s.bytes = t.bytes;
+	s.ret = t.ret;
+	size_t slot = 0;
+	for (auto &a : spec.args) {
+		uint64_t v = slot < EACGM_MAX_ARGS ? t.args[slot] : 0;
+		uint64_t next = slot + 1 < EACGM_MAX_ARGS ? t.args[slot + 1] : 0;
+		switch (a.type) {
+		case ArgType::U64: s.args[a.name] = v; break;
+		case ArgType::I64: s.args[a.name] = (int64_t)v; break;
+		case ArgType::U32: s.args[a.name] = (uint32_t)v; break;
+		case ArgType::I32: s.args[a.name] = (int32_t)v; break;
+		case ArgType::Ptr: s.args[a.name] = hex(v); break;
+		case ArgType::Bytes: s.args[a.name] = v; break;
+		// dim3 {x, y, z} by value: x and y share the first slot.
+		case ArgType::Dim3: s.args[a.name] = {(uint32_t)v, (uint32_t)(v >> 32), (uint32_t)next}; break;
+		case ArgType::Enum: s.args[a.name] = enum_name(enums, a.enum_name, enum_value(a, v)); break;
+		case ArgType::Tensor:
+			s.args[a.name] = tensors ? tensors(v, next) : nlohmann::json::array({hex(v), hex(next)});
+			break;
+		case ArgType::Symbol: s.args[a.name] = names.text(static_cast<StrId>(v)); break;
+		}
+		slot += arg_width(a);
 	}
+	if (returns_enum(spec.returns))
+		s.ret_name = enum_name(enums, spec.returns, s.ret);
 	// Kept only where the thread waited (most calls never do), under a name
 	// no spec argument takes: kRunqArg (common/model.h).
-	if ((e.flags & EACGM_SPAN_RUNQ) && e.runq_ns > 0)
-		s.args[kRunqArg] = e.runq_ns;
+	if (t.runq_ns > 0)
+		s.args[kRunqArg] = t.runq_ns;
 	return s;
+}
+
+Span decode_span(const eacgm_span_event &e, const ProbeSpec &spec, const SpecSet &specs, Symbolizer *sym,
+		 Interner &names, TensorFormatter tensors)
+{
+	return render_span(decode_typed(e, spec, specs, sym, names), spec, specs, names, tensors);
 }
 
 } // namespace eacgm

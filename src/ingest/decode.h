@@ -1,10 +1,13 @@
-// Turns a raw span record into a Span: the function's name, its arguments by
-// name and type, its return value decoded, the bytes it moved.
+// Turns a raw span record into a typed span (the return at its type, the
+// bytes it moved) and that into a Span: the function's name, its arguments
+// by name as text.
 #pragma once
 #include <map>
 
 #include "common/model.h"
 #include "eacgm/abi/events.h"
+#include "pipeline/intern.h"
+#include "pipeline/span.h"
 #include "probe/spec.h"
 
 namespace eacgm {
@@ -16,10 +19,22 @@ class Symbolizer;
 // 32]"), which knows its dtypes. Null: the two words in hex.
 using TensorFormatter = nlohmann::json (*)(uint64_t a, uint64_t b);
 
-// sym resolves "symbol" arguments (kernel host stubs); may be null.
-// `specs` supplies the enum names and element sizes.
-Span decode_span(const eacgm_span_event &e, const ProbeSpec &spec, const SpecSet &specs, Symbolizer *sym,
+// A raw span record as typed fields (pipeline/span.h): its return at its
+// type, the bytes it moved by the spec's rule, its "symbol" arguments
+// (kernel host stubs) resolved by sym (may be null: their address in hex)
+// and interned in names. `specs` supplies the element sizes. No text is
+// made but a symbol's name the first time it is seen.
+TypedSpan decode_typed(const eacgm_span_event &e, const ProbeSpec &spec, const SpecSet &specs, Symbolizer *sym,
+		       Interner &names);
+
+// A typed span as a Span: its function's layer and name, its arguments by
+// name as text and numbers, its return's name (enums of `specs`).
+Span render_span(const TypedSpan &t, const ProbeSpec &spec, const SpecSet &specs, const Interner &names,
 		 TensorFormatter tensors = nullptr);
+
+// Both: what the recorder stores today.
+Span decode_span(const eacgm_span_event &e, const ProbeSpec &spec, const SpecSet &specs, Symbolizer *sym,
+		 Interner &names, TensorFormatter tensors = nullptr);
 
 // "0x7f00dead" for pointers.
 std::string hex(uint64_t v);

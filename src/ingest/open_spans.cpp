@@ -46,7 +46,7 @@ Span Recorder::open_span(uint32_t pid, uint32_t tid, uint32_t depth, const eacgm
 	e.spec_id = c.spec_id;
 	e.depth = uint16_t(depth);
 	std::copy(std::begin(c.args), std::end(c.args), std::begin(e.args));
-	Span s = decode_span(e, spec, attacher_.specs(), &symbolizer_, tensors_);
+	Span s = decode_span(e, spec, attacher_.specs(), &symbolizer_, names_, tensors_);
 	// Not returned: no return value, and what is read at return is still
 	// a pointer.
 	s.ret = 0;

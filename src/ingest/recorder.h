@@ -201,6 +201,7 @@ private:
 	ProcTracker &tracker_;
 	Sink &out_;
 	Symbolizer symbolizer_;
+	Interner names_; // the recording's strings typed spans carry as ids (kernel names)
 	NcclCommunicators nccl_;
 	// Joins the work a call issued (torch's enqueue) to the call that ran it
 	// (gloo's collective on a worker thread); set by open().

@@ -10,6 +10,8 @@
 namespace eacgm {
 namespace {
 
+Interner test_names; // the strings decode_span interns (symbol names)
+
 const char *kSpec = R"({
   "layer": "mylib",
   "library": "libmy*.so*",
@@ -180,7 +182,7 @@ TEST(Decode, TypesEnumsDim3AndBytes)
 	e.args[2] = 1;                // grid.z
 	e.args[3] = 256;
 	e.args[4] = 2;
-	Span sp = decode_span(e, s->probes[0], s.value(), nullptr);
+	Span sp = decode_span(e, s->probes[0], s.value(), nullptr, test_names);
 	EXPECT_EQ(sp.name, "launch");
 	EXPECT_EQ(sp.layer, "mylib");
 	EXPECT_EQ(sp.pid, 42u);
@@ -199,7 +201,7 @@ TEST(Decode, TypesEnumsDim3AndBytes)
 	a.args[1] = 4096;
 	a.args[2] = (uint64_t)-5;
 	a.ret = (uint64_t)-1;
-	Span al = decode_span(a, s->probes[1], s.value(), nullptr);
+	Span al = decode_span(a, s->probes[1], s.value(), nullptr, test_names);
 	EXPECT_EQ(al.args["out"], "0x7f0000001000");
 	EXPECT_EQ(al.args["size"], 4096);
 	EXPECT_EQ(al.args["field"], -5);
@@ -209,7 +211,7 @@ TEST(Decode, TypesEnumsDim3AndBytes)
 
 	e.ret = 7; // not in the enum
 	e.args[4] = 9;
-	Span unk = decode_span(e, s->probes[0], s.value(), nullptr);
+	Span unk = decode_span(e, s->probes[0], s.value(), nullptr, test_names);
 	EXPECT_EQ(unk.ret_name, "err_t(7)");
 	EXPECT_EQ(unk.args["kind"], "kind_t(9)");
 }
@@ -280,14 +282,14 @@ TEST(Decode, BytesAreCountTimesElementSize)
 		e.args[2] = 1000 + t; // count
 		e.args[3] = t;        // datatype
 		e.args[4] = 2;        // op
-		Span sp = decode_span(e, *ar, s.value(), nullptr);
+		Span sp = decode_span(e, *ar, s.value(), nullptr, test_names);
 		EXPECT_EQ(sp.bytes, (1000 + t) * sizes[t]) << t;
 		EXPECT_EQ(sp.args["op"], "ncclMax");
 	}
 	eacgm_span_event unknown{};
 	unknown.args[2] = 10;
 	unknown.args[3] = 99; // a datatype this NCCL does not have
-	Span sp = decode_span(unknown, *ar, s.value(), nullptr);
+	Span sp = decode_span(unknown, *ar, s.value(), nullptr, test_names);
 	EXPECT_EQ(sp.bytes, 0u);
 	EXPECT_EQ(sp.args["datatype"], "ncclDataType_t(99)");
 }
@@ -318,7 +320,7 @@ TEST(Spec, TwoLevelOffsetsAndAnIntegerElementSize)
 	e.args[0] = 0xffffffff; // rank -1, read as an i32 from 8 bytes
 	e.args[1] = 1000;
 	e.args[2] = 4;
-	Span sp = decode_span(e, p, s.value(), nullptr);
+	Span sp = decode_span(e, p, s.value(), nullptr, test_names);
 	EXPECT_EQ(sp.bytes, 4000u);
 	EXPECT_EQ(sp.args["rank"], -1);
 
@@ -332,9 +334,9 @@ TEST(Spec, TwoLevelOffsetsAndAnIntegerElementSize)
 	eacgm_span_event e32{};
 	e32.args[0] = 10;
 	e32.args[1] = 0x1234567800000008ull;
-	EXPECT_EQ(decode_span(e32, s32->probes[0], s32.value(), nullptr).bytes, 80u);
+	EXPECT_EQ(decode_span(e32, s32->probes[0], s32.value(), nullptr, test_names).bytes, 80u);
 	e32.args[1] = 0xffffffffull; // -1
-	EXPECT_EQ(decode_span(e32, s32->probes[0], s32.value(), nullptr).bytes, 0u);
+	EXPECT_EQ(decode_span(e32, s32->probes[0], s32.value(), nullptr, test_names).bytes, 0u);
 
 	struct Case {
 		const char *offset, *deref, *expect;
@@ -386,7 +388,7 @@ TEST(Spec, BuiltinGlooSpecKeepsRankSizeCountAndSeq)
 	e.args[3] = 1000;
 	e.args[4] = 4;
 	e.args[5] = 7;
-	Span sp = decode_span(e, *by_name["allreduce"], s.value(), nullptr);
+	Span sp = decode_span(e, *by_name["allreduce"], s.value(), nullptr, test_names);
 	EXPECT_EQ(sp.bytes, 4000u);
 	EXPECT_EQ(sp.args["group"], "0x1234");
 	EXPECT_EQ(sp.args["rank"], 1);

@@ -89,6 +89,7 @@ TEST(Symbolizer, SnapshotInheritForget)
 	REQUIRE_OWN_SYMBOLS();
 	FakeProc p;
 	Symbolizer s(p.root.string());
+	Interner names; // the kernel names the spans carry
 	p.write_maps(100, own_maps());
 	s.snapshot(100);
 	p.exit(100); // gone from /proc, but the snapshot still resolves it
@@ -112,6 +113,7 @@ TEST(Symbolizer, AliasStandsForItsFunction)
 	REQUIRE_OWN_SYMBOLS();
 	FakeProc p;
 	Symbolizer s(p.root.string());
+	Interner names; // the kernel names the spans carry
 	p.write_maps(400, own_maps());
 	const uint64_t handle = 0x5a5a0000;
 	EXPECT_EQ(s.resolve(400, handle), std::nullopt); // no file there
@@ -141,30 +143,32 @@ TEST(Symbolizer, CudaLaunchByHandleIsNamedAfterItsStub)
 	};
 	FakeProc p;
 	Symbolizer s(p.root.string());
+	Interner names; // the kernel names the spans carry
 	p.write_maps(500, own_maps());
 	const uint64_t handle = 0x7e57000;
 	eacgm_span_event get{};
 	get.tgid = get.tid = 500;
 	get.args[0] = handle; // *kernelPtr, read at return
 	get.args[1] = target_addr();
-	Span g = decode_span(get, probe("cudaGetKernel"), spec.value(), &s);
+	Span g = decode_span(get, probe("cudaGetKernel"), spec.value(), &s, names);
 	EXPECT_EQ(g.args["kernel"], kTarget);
 	EXPECT_EQ(g.args["handle"], "0x7e57000");
 	eacgm_span_event launch{};
 	launch.tgid = launch.tid = 500;
 	launch.args[0] = handle;
-	EXPECT_EQ(decode_span(launch, probe("cudaLaunchKernel"), spec.value(), &s).args["kernel"], kTarget);
+	EXPECT_EQ(decode_span(launch, probe("cudaLaunchKernel"), spec.value(), &s, names).args["kernel"], kTarget);
 
 	get.tgid = get.tid = 501; // no driver: the handle is the stub
 	p.write_maps(501, own_maps());
 	get.args[0] = get.args[1];
 	get.ret = 35;
-	EXPECT_EQ(decode_span(get, probe("cudaGetKernel"), spec.value(), &s).ret_name, "cudaErrorInsufficientDriver");
+	EXPECT_EQ(decode_span(get, probe("cudaGetKernel"), spec.value(), &s, names).ret_name,
+		  "cudaErrorInsufficientDriver");
 	launch.tgid = launch.tid = 501;
 	launch.args[0] = target_addr();
-	EXPECT_EQ(decode_span(launch, probe("cudaLaunchKernel"), spec.value(), &s).args["kernel"], kTarget);
+	EXPECT_EQ(decode_span(launch, probe("cudaLaunchKernel"), spec.value(), &s, names).args["kernel"], kTarget);
 	launch.args[0] = handle; // not this process's
-	EXPECT_EQ(decode_span(launch, probe("cudaLaunchKernel"), spec.value(), &s).args["kernel"], "0x7e57000");
+	EXPECT_EQ(decode_span(launch, probe("cudaLaunchKernel"), spec.value(), &s, names).args["kernel"], "0x7e57000");
 }
 
 // A library loaded after the maps were read: the first miss re-reads them.
@@ -175,6 +179,7 @@ TEST(Symbolizer, RereadsMapsOnMiss)
 
 	FakeProc p;
 	Symbolizer s(p.root.string());
+	Interner names; // the kernel names the spans carry
 	p.write_maps(200, without_exe);
 	void *libc_fn = dlsym(RTLD_DEFAULT, "getpid");
 	ASSERT_NE(libc_fn, nullptr);
@@ -202,6 +207,7 @@ TEST(Symbolizer, ChildReadWhileExitingFallsBackToItsParent)
 	const std::string without_exe = own_maps_without_exe();
 	FakeProc p;
 	Symbolizer s(p.root.string());
+	Interner names; // the kernel names the spans carry
 	p.write_maps(300, own_maps());
 	p.write_maps(301, without_exe); // the child, half unmapped
 	s.snapshot(301);                // its first span came before its fork record
@@ -221,6 +227,7 @@ TEST(Symbolizer, ChildOfAnExecInheritsTheNewImage)
 	const std::string without_exe = own_maps_without_exe();
 	FakeProc p;
 	Symbolizer s(p.root.string());
+	Interner names;                 // the kernel names the spans carry
 	p.write_maps(400, without_exe); // before the exec
 	s.snapshot(400);
 	p.write_maps(400, own_maps()); // after it

@@ -110,8 +110,9 @@ TEST(TorchLayer, DecodedTensorsUseTheLayersFormatter)
 	eacgm_span_event e{};
 	e.args[0] = 2 | 6 << 8 | 8ull << 16; // float32, 2 dimensions: [8, 32]
 	e.args[1] = 32;
-	EXPECT_EQ(decode_span(e, p, specs, nullptr, format_tensor).args["in0"], "float32[8, 32]");
-	EXPECT_EQ(decode_span(e, p, specs, nullptr).args["in0"], nlohmann::json::array({"0x80602", "0x20"}));
+	Interner names;
+	EXPECT_EQ(decode_span(e, p, specs, nullptr, names, format_tensor).args["in0"], "float32[8, 32]");
+	EXPECT_EQ(decode_span(e, p, specs, nullptr, names).args["in0"], nlohmann::json::array({"0x80602", "0x20"}));
 }
 
 // ProcessGroupGloo's collectives (specs/torch.json) read the caller's tensor
@@ -164,13 +165,14 @@ TEST(TorchLayer, GlooCollectivesReadTheOffsetsOfTheFilesVersion)
 	EXPECT_EQ(c->args[3].source, EACGM_ARG_DEREF2_ENTRY);
 
 	// Decoded: the reduce op is one byte of the 8 read.
+	Interner names;
 	eacgm_span_event e{};
 	e.args[0] = 1 | 6 << 8 | 1000ull << 16; // float32[1000]
 	e.args[1] = 0;
 	e.args[2] = 0xdeadbeef00000004ull; // MAX, then padding
 	e.args[3] = 0x17e5620;
 	e.args[4] = 3;
-	Span s = decode_span(e, p, specs.value(), nullptr, format_tensor);
+	Span s = decode_span(e, p, specs.value(), nullptr, names, format_tensor);
 	EXPECT_EQ(s.args["tensor"], "float32[1000]");
 	EXPECT_EQ(s.args["reduce_op"], "max");
 	EXPECT_EQ(s.args["group"], "0x17e5620");
