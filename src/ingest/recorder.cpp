@@ -706,7 +706,8 @@ Result<void> Recorder::flush(bool force)
 				held_spans_.push_back(e);
 				continue;
 			}
-			decoded_.push_back(decode_span(e, specs.probes[e.spec_id], specs, &symbolizer_, names_, tensors_));
+			decoded_.push_back(
+				decode_span(e, specs.probes[e.spec_id], specs, &symbolizer_, names_, tensors_));
 			Span &s = decoded_.back();
 			// A call seen in a burst of a throttled probe stands for those
 			// its probe was detached for (--overhead-budget).
