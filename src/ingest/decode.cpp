@@ -74,12 +74,6 @@ static uint64_t bytes_by_rule(const ProbeSpec &spec, const SpecSet &specs,
 	return size ? value_of(spec.bytes->count, nullptr) * size : 0;
 }
 
-// Whether the spec's return type is an enum (its value has a name).
-static bool returns_enum(const std::string &r)
-{
-	return r != "void" && r != "i32" && r != "i64" && r != "u64" && r != "ptr";
-}
-
 TypedSpan decode_typed(const eacgm_span_event &e, const ProbeSpec &spec, const SpecSet &specs, Symbolizer *sym,
 		       Interner &names)
 {

@@ -23,7 +23,8 @@ using TensorFormatter = nlohmann::json (*)(uint64_t a, uint64_t b);
 // type, the bytes it moved by the spec's rule, its "symbol" arguments
 // (kernel host stubs) resolved by sym (may be null: their address in hex)
 // and interned in names. `specs` supplies the element sizes. No text is
-// made but a symbol's name the first time it is seen.
+// made but a symbol argument's name (or hex), looked up in names each call
+// and kept there once.
 TypedSpan decode_typed(const eacgm_span_event &e, const ProbeSpec &spec, const SpecSet &specs, Symbolizer *sym,
 		       Interner &names);
 

@@ -400,14 +400,19 @@ static Result<void> parse_bytes_rule(const json &bj, const std::string &where, c
 	return {};
 }
 
+bool returns_enum(const std::string &returns)
+{
+	static const std::vector<std::string> plain = {"void", "i32", "i64", "u64", "ptr"};
+	return std::find(plain.begin(), plain.end(), returns) == plain.end();
+}
+
 static Result<void> parse_returns(const json &pj, const std::string &where, const SpecSet &set, ProbeSpec &p)
 {
 	auto returns = string_value(pj, "returns", "i64", where);
 	if (!returns)
 		return returns.error();
 	p.returns = *returns;
-	static const std::vector<std::string> plain = {"void", "i32", "i64", "u64", "ptr"};
-	if (std::find(plain.begin(), plain.end(), p.returns) == plain.end() && !set.enums.count(p.returns))
+	if (returns_enum(p.returns) && !set.enums.count(p.returns))
 		return make_error(where + ": \"returns\" must be void, i32, i64, u64, ptr or a defined enum, not \"" +
 				  p.returns + "\"");
 	return {};

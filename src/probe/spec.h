@@ -113,6 +113,10 @@ Result<std::string> find_builtin_file(const std::string &name);
 // The built-in spec file for a layer ("cuda" -> specs/cuda.json).
 Result<SpecSet> load_builtin_spec(const std::string &layer);
 
+// Whether a spec's return type is an enum's name (its values have names),
+// not one of the plain types: void, i32, i64, u64, ptr.
+bool returns_enum(const std::string &returns);
+
 // The BPF side's number for a layer (enum eacgm_layer); a layer it does not
 // know is EACGM_LAYER_USER.
 uint32_t layer_id(const std::string &layer);
