@@ -26,6 +26,7 @@ packages=(
   libcpp-httplib-dev    # eacgm serve's /metrics and /healthz
   libtomlplusplus-dev   # eacgm serve's configuration file (TOML)
   libcap-dev            # eacgm drops the capabilities tracing does not need
+  libzstd-dev           # the columnar store compresses its blocks of spans with zstd
   prometheus            # the node agent's e2e test scrapes it with a real Prometheus server
 )
 missing=()
