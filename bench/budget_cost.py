@@ -43,6 +43,8 @@ def run(tmp, budget):
     if budget is None:
         return rate, None, None
     con = sqlite3.connect(db)
+    con.enable_load_extension(True)
+    con.load_extension(os.path.join(build, "eacgm_sql.so"))  # spans' module (docs/store.md)
     est = con.execute("SELECT sum(coalesce(json_extract(args, '$.weight'), 1)) FROM spans").fetchone()[0]
     meta = dict(con.execute("SELECT key, value FROM meta"))
     con.close()

@@ -34,20 +34,22 @@ span_cost=$(prog bench_span_cost bench)
 # The spans of a recording by layer and the busiest names, its GPU metrics
 # and its drops: enough to see whether each layer saw what ran.
 describe() {
-	"$py" - "$1" <<'EOF'
+	"$py" - "$1" "$bin/eacgm_sql.so" <<'EOF'
 import sqlite3, sys
 c = sqlite3.connect(sys.argv[1])
+c.enable_load_extension(True)
+c.load_extension(sys.argv[2])  # spans' module (docs/store.md)
 q = lambda sql: c.execute(sql).fetchall()
-print("spans by layer:", q("SELECT layer, count(*) FROM span_rows GROUP BY layer"))
+print("spans by layer:", q("SELECT layer, count(*) FROM spans GROUP BY layer"))
 for layer in ("cuda", "torch", "python", "nccl"):
-    top = q("SELECT name, count(*), sum(dur_ns)/1000, sum(bytes) FROM span_rows WHERE layer='%s' "
+    top = q("SELECT name, count(*), sum(dur_ns)/1000, sum(bytes) FROM spans WHERE layer='%s' "
             "GROUP BY name ORDER BY 2 DESC LIMIT 8" % layer)
     for name, n, us, b in top:
         print("  %-6s %-48s %7d calls %10d us %s" % (layer, name[:48], n, us, "" if b is None else "%d bytes" % b))
-kern = q("SELECT json_extract(args,'$.kernel'), count(*) FROM span_rows WHERE name LIKE 'cudaLaunchKernel%' "
+kern = q("SELECT json_extract(args,'$.kernel'), count(*) FROM spans WHERE name LIKE 'cudaLaunchKernel%' "
          "GROUP BY 1 ORDER BY 2 DESC LIMIT 5")
 print("kernels named:", kern)
-errs = q("SELECT name, ret_name, count(*) FROM span_rows WHERE layer='cuda' AND ret != 0 GROUP BY 1, 2 LIMIT 10")
+errs = q("SELECT name, ret_name, count(*) FROM spans WHERE layer='cuda' AND ret != 0 GROUP BY 1, 2 LIMIT 10")
 print("cuda calls that failed:", errs)
 print("gpu metrics:", q("SELECT name, count(*), min(value), max(value) FROM metrics WHERE layer='gpu' "
                        "GROUP BY name ORDER BY name"))

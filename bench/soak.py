@@ -87,9 +87,11 @@ def record(build, seconds, tmp):
     return calls, samples, db, finish_s
 
 
-def report(seconds, calls, samples, db, finish_s):
+def report(build, seconds, calls, samples, db, finish_s):
     con = sqlite3.connect(db)
-    spans = con.execute("SELECT count(*) FROM span_rows").fetchone()[0]
+    con.enable_load_extension(True)
+    con.load_extension(os.path.join(build, "eacgm_sql.so"))  # spans' module (docs/store.md)
+    spans = con.execute("SELECT count(*) FROM spans").fetchone()[0]
     drops = con.execute("SELECT layer, reason, count FROM drops WHERE count > 0").fetchall()
     con.close()
     size_mb = os.path.getsize(db) / 1e6
@@ -137,7 +139,7 @@ def main():
     seconds = float(sys.argv[2]) if len(sys.argv) > 2 else 1800
     with tempfile.TemporaryDirectory() as tmp:
         calls, samples, db, finish_s = record(build, seconds, tmp)
-        section, ok = report(seconds, calls, samples, db, finish_s)
+        section, ok = report(build, seconds, calls, samples, db, finish_s)
     with open(os.path.join(HERE, "SOAK.md"), "w") as f:
         f.write(section)
     splice(os.path.join(HERE, "RESULTS.md"), section)

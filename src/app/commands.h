@@ -49,6 +49,16 @@ int run_export(const std::string &db, const std::string &perfetto);
 // spans once, one at a time (record's end, export); spans: how many.
 Result<std::string> write_trace_and_summary(const std::string &db, const std::string &trace, uint64_t *spans = nullptr);
 int run_summary(const std::string &db);
+
+// eacgm sql (src/app/sql.cpp).
+struct SqlArgs {
+	std::string db, query;
+	std::string format = "list"; // list (a|b), csv, json (an object a line)
+	bool header = true;
+};
+int run_sql(const SqlArgs &args);
+// eacgm export --sqlite: a copy with a row per span (store.h, write_flat_copy).
+int run_export_sqlite(const std::string &db, const std::string &out);
 int run_doctor();
 
 // eacgm serve (src/app/serve.cpp): the node agent.

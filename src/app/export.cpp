@@ -77,6 +77,16 @@ int run_export(const std::string &db, const std::string &perfetto)
 	return 0;
 }
 
+int run_export_sqlite(const std::string &db, const std::string &out)
+{
+	if (auto w = check_writable(out); !w)
+		return fail(w.error().message);
+	if (auto r = write_flat_copy(db, out); !r)
+		return fail(r.error().message);
+	std::cout << "wrote " << out << " (a row per span: SELECT ... FROM spans with any SQLite)\n";
+	return 0;
+}
+
 int run_summary(const std::string &db)
 {
 	auto text = summary_of(db);

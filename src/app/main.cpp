@@ -39,10 +39,11 @@ struct Commands {
 	DetectArgs detect;
 	ProbesArgs probes;
 	MergeArgs merge;
-	std::string db, perfetto; // export, summary
+	SqlArgs sql;
+	std::string db, perfetto, flat; // export, summary
 	CLI::App *record_cmd = nullptr, *serve_cmd = nullptr, *export_cmd = nullptr, *summary_cmd = nullptr,
 		 *detect_cmd = nullptr, *doctor_cmd = nullptr, *probes_cmd = nullptr, *list_cmd = nullptr,
-		 *merge_cmd = nullptr;
+		 *merge_cmd = nullptr, *sql_cmd = nullptr;
 };
 
 // record: what it traces and where it writes.
@@ -169,9 +170,27 @@ CLI::App *add_record(CLI::App &app, RecordArgs &rec)
 // export and summary: a recording in, a trace or a table out.
 void add_readers(CLI::App &app, Commands &c)
 {
-	c.export_cmd = app.add_subcommand("export", "Write a recording as a Perfetto trace");
+	c.export_cmd = app.add_subcommand(
+		"export", "Write a recording as a Perfetto trace, or as a SQLite file with a row per span");
 	c.export_cmd->add_option("recording", c.db, "Recording (.db) written by 'eacgm record'")->required();
-	c.export_cmd->add_option("--perfetto", c.perfetto, "Trace JSON to write")->required();
+	auto *trace = c.export_cmd->add_option("--perfetto", c.perfetto, "Trace JSON to write");
+	auto *flat = c.export_cmd->add_option(
+		"--sqlite", c.flat,
+		"SQLite file to write with a row per span (the layout of recordings before version 4, with its "
+		"`spans` view): for tools that cannot load eacgm_sql.so; a new file");
+	trace->excludes(flat); // one of them: dispatch() says so when neither is given
+
+	c.sql_cmd =
+		app.add_subcommand("sql", "Run SQL on a recording (read-only), `spans` included, and print the rows");
+	c.sql_cmd->add_option("recording", c.sql.db, "Recording (.db) written by 'eacgm record'")->required();
+	c.sql_cmd->add_option("query", c.sql.query, "SQL: one statement or several, separated by ';'")->required();
+	c.sql_cmd->add_option("--format", c.sql.format, "list (columns separated by |), csv, or json (an object a row)")
+		->capture_default_str()
+		->check(CLI::IsMember({"list", "csv", "json"}));
+	c.sql_cmd->add_flag("!--no-header", c.sql.header, "Leave out the line of column names (list and csv)");
+	c.sql_cmd->footer("Tables: spans (a row per call), processes, threads, metrics, events, anomalies, drops, "
+			  "meta; see docs/store.md. The same `spans` in the sqlite3 shell or Python: load "
+			  "eacgm_sql.so (installed beside eacgm).");
 
 	c.summary_cmd = app.add_subcommand("summary", "Print per-layer, per-function statistics of a recording");
 	c.summary_cmd->add_option("recording", c.db, "Recording (.db) written by 'eacgm record'")->required();
@@ -295,8 +314,14 @@ int dispatch(Commands &c)
 		return run_record(c.rec);
 	if (c.serve_cmd->parsed())
 		return run_serve(c.serve);
-	if (c.export_cmd->parsed())
-		return run_export(c.db, c.perfetto);
+	if (c.export_cmd->parsed()) {
+		if (c.flat.empty() && c.perfetto.empty())
+			return fail("export: give --perfetto TRACE.json (a trace) or --sqlite FILE.db (a row per span)",
+				    2);
+		return c.flat.empty() ? run_export(c.db, c.perfetto) : run_export_sqlite(c.db, c.flat);
+	}
+	if (c.sql_cmd->parsed())
+		return run_sql(c.sql);
 	if (c.summary_cmd->parsed())
 		return run_summary(c.db);
 	if (c.detect_cmd->parsed())

@@ -28,11 +28,22 @@ uint64_t size_of(const std::string &path)
 
 uint64_t StoreWriter::file_bytes() const { return size_of(partial_) + size_of(partial_ + "-wal"); }
 
-Result<uint64_t> StoreWriter::delete_rows(const std::string &sql)
+Result<uint64_t> StoreWriter::delete_rows(const std::string &table, const std::string &where)
 {
-	if (auto r = exec(sql.c_str()); !r)
+	// A block's row holds n spans or metrics: those are the rows that go.
+	const bool blocks = table == "span_blocks" || table == "metric_blocks";
+	uint64_t spans = 0;
+	if (blocks) {
+		sqlite3_stmt *st = nullptr;
+		std::string sql = "SELECT total(n) FROM " + table + " WHERE " + where;
+		if (sqlite3_prepare_v2(db_.get(), sql.c_str(), -1, &st, nullptr) == SQLITE_OK &&
+		    sqlite3_step(st) == SQLITE_ROW)
+			spans = uint64_t(sqlite3_column_double(st, 0));
+		sqlite3_finalize(st);
+	}
+	if (auto r = exec(("DELETE FROM " + table + " WHERE " + where).c_str()); !r)
 		return r.error();
-	return uint64_t(sqlite3_changes64(db_.get()));
+	return blocks ? spans : uint64_t(sqlite3_changes64(db_.get()));
 }
 
 Result<uint64_t> StoreWriter::used_bytes()
@@ -55,8 +66,8 @@ Result<uint64_t> StoreWriter::used_bytes()
 // The table a writer's batch of `what` goes to.
 static const char *table_of(const std::string &what)
 {
-	return what == "spans"        ? "span_rows"
-		: what == "metrics"   ? "metrics"
+	return what == "spans"        ? "span_blocks"
+		: what == "metrics"   ? "metric_blocks"
 		: what == "events"    ? "events"
 		: what == "anomalies" ? "anomalies"
 				      : nullptr;
@@ -86,10 +97,7 @@ Result<uint64_t> StoreWriter::delete_oldest(double share)
 		if (starts.empty())
 			continue;
 		size_t k = std::max<size_t>(1, size_t(double(starts.size()) * share));
-		std::string sql = "DELETE FROM " + table;
-		if (k < starts.size())
-			sql += " WHERE rowid < " + std::to_string(starts[k]);
-		auto d = delete_rows(sql);
+		auto d = delete_rows(table, k < starts.size() ? "rowid < " + std::to_string(starts[k]) : "1");
 		if (!d)
 			return d;
 		n += *d;
@@ -107,11 +115,12 @@ Result<uint64_t> StoreWriter::enforce(const Retention &r, uint64_t now_ns)
 	uint64_t deleted = 0;
 	if (r.max_age_ns && now_ns > r.max_age_ns) {
 		std::string cutoff = std::to_string(now_ns - r.max_age_ns);
-		for (auto [table, time] : {std::pair{"span_rows", "start_ns"},
-					   {"metrics", "ts_ns"},
+		// A block goes once its newest span is past the age.
+		for (auto [table, time] : {std::pair{"span_blocks", "max_start"},
+					   {"metric_blocks", "max_ts"},
 					   {"events", "ts_ns"},
 					   {"anomalies", "ts_ns"}}) {
-			auto d = delete_rows(std::string("DELETE FROM ") + table + " WHERE " + time + " < " + cutoff);
+			auto d = delete_rows(table, std::string(time) + " < " + cutoff);
 			if (!d)
 				return d;
 			deleted += *d;
@@ -139,15 +148,17 @@ Result<uint64_t> StoreWriter::enforce(const Retention &r, uint64_t now_ns)
 		}
 	}
 	if (deleted) {
-		// Stacks no call refers to any more; the writer's ids go with them
-		// (a stack seen again gets a new row).
-		auto d = delete_rows(
-			"DELETE FROM stacks WHERE id NOT IN (SELECT stack FROM span_rows WHERE stack IS NOT NULL)");
-		if (!d)
-			return d;
-		stack_ids_.clear();
-		new_stacks_.clear();
-		txn_.stacks.clear();
+		// Stacks and strings no block refers to any more; the writer's ids
+		// go with them (a text seen again gets a new row).
+		for (const char *table : {"stacks", "strings"})
+			if (auto d = delete_rows(table,
+						 std::string("id NOT IN (SELECT j.value FROM span_blocks b, "
+							     "json_each(b.") +
+							 table + ") j)");
+			    !d)
+				return d;
+		stacks_.clear();
+		strings_.clear();
 		// The deletes wrote every page they freed to the WAL: folded in
 		// too, or the WAL alone can pass the bound.
 		if (r.max_bytes)

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cerrno>
 #include <charconv>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <type_traits>
@@ -18,6 +19,7 @@
 #include "common/clock.h"
 #include "common/fs.h"
 #include "common/text.h"
+#include "store/sqlmod.h"
 
 namespace eacgm {
 
@@ -130,43 +132,50 @@ CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE processes(pid INTEGER PRIMARY KEY, ppid INTEGER, comm TEXT, cmdline TEXT,
                        start_ns INTEGER, end_ns INTEGER, exit_code INTEGER);
 CREATE TABLE threads(pid INTEGER, tid INTEGER, name TEXT, PRIMARY KEY(pid, tid));
+-- Spans, in blocks (src/store/span_layout.h): a block per batch the recorder
+-- wrote, a compressed column per field. Ids, times and the stacks and
+-- strings each block refers to are kept beside it, so that a query by id
+-- or time reads only the blocks it needs and retention can drop whole ones.
+CREATE TABLE span_blocks(id INTEGER PRIMARY KEY, first_id INTEGER NOT NULL, n INTEGER NOT NULL,
+                         min_start INTEGER NOT NULL, max_start INTEGER NOT NULL,
+                         stacks TEXT NOT NULL /* JSON array of the stacks.id it uses */,
+                         strings TEXT NOT NULL /* JSON array of the strings.id it uses */,
+                         data BLOB NOT NULL);
+-- What a span's function is: its layer, name, and its arguments' keys and
+-- kinds ([["count","u"],["dst","x"]]); a function whose args change shape
+-- (an open span without its late arguments) has a row per shape.
+CREATE TABLE functions(id INTEGER PRIMARY KEY, layer TEXT NOT NULL, name TEXT NOT NULL, args TEXT NOT NULL);
+-- Text kept once: argument values that are no integer (as their JSON), return names.
+CREATE TABLE strings(id INTEGER PRIMARY KEY, text TEXT NOT NULL);
 -- What a call was: its Python stack by reference, each distinct stack once
 -- (a loop makes the same calls from the same lines: on a GPT step 200,000
--- calls shared 43 stacks, and their text was 80% of the file).
-CREATE TABLE span_rows(id INTEGER PRIMARY KEY, pid INTEGER, tid INTEGER, layer TEXT, name TEXT,
-                       start_ns INTEGER, dur_ns INTEGER, depth INTEGER, ret INTEGER,
-                       ret_name TEXT, bytes INTEGER, args TEXT /* JSON object */,
-                       stack INTEGER /* stacks.id; NULL outside Python */);
+-- calls shared 43 stacks).
 CREATE TABLE stacks(id INTEGER PRIMARY KEY,
                     frames TEXT NOT NULL /* JSON array of frames, innermost first */);
--- What readers query: the calls with their stacks, as one relation.
-CREATE VIEW spans AS
-  SELECT r.id AS id, r.pid AS pid, r.tid AS tid, r.layer AS layer, r.name AS name,
-         r.start_ns AS start_ns, r.dur_ns AS dur_ns, r.depth AS depth, r.ret AS ret,
-         r.ret_name AS ret_name, r.bytes AS bytes, r.args AS args, s.frames AS py_stack
-  FROM span_rows r LEFT JOIN stacks s ON s.id = r.stack;
+-- What readers query: one row per span with its stack, as version 3's view
+-- had them. Needs the module eacgm_spans: `eacgm sql`, or eacgm_sql.so
+-- loaded into sqlite3 (.load) or Python (load_extension).
+CREATE VIRTUAL TABLE spans USING eacgm_spans;
 CREATE TABLE drops(layer TEXT, reason TEXT, count INTEGER);
-CREATE TABLE metrics(ts_ns INTEGER, layer TEXT, name TEXT, key TEXT, pid INTEGER, value REAL);
+-- Metrics in blocks too (span_layout.h), a block per batch; each series
+-- (layer, name, key, pid) once.
+CREATE TABLE metric_blocks(id INTEGER PRIMARY KEY, first_id INTEGER NOT NULL, n INTEGER NOT NULL,
+                           min_ts INTEGER NOT NULL, max_ts INTEGER NOT NULL, data BLOB NOT NULL);
+CREATE TABLE series(id INTEGER PRIMARY KEY, layer TEXT NOT NULL, name TEXT NOT NULL, key TEXT NOT NULL,
+                    pid INTEGER NOT NULL);
+CREATE VIRTUAL TABLE metrics USING eacgm_metrics;
 CREATE TABLE events(ts_ns INTEGER, layer TEXT, name TEXT, key TEXT, pid INTEGER, tid INTEGER,
                     args TEXT /* JSON object */);
 CREATE TABLE anomalies(ts_ns INTEGER, dur_ns INTEGER, pid INTEGER, tid INTEGER, layer TEXT, name TEXT,
                        score REAL, threshold REAL, features TEXT /* JSON object */,
                        causes TEXT /* JSON array, ranked */,
                        detected_ns INTEGER /* the live detector's flag, CLOCK_MONOTONIC; 0: eacgm detect */);
-INSERT INTO meta VALUES('schema_version', '3');
+INSERT INTO meta VALUES('schema_version', '4');
 INSERT INTO meta VALUES('incomplete', 'being written: eacgm did not finish it (killed, or still writing)');
 COMMIT;
 )";
 
-// Built in finish(), not up front: filling an unindexed table keeps the
-// per-batch cost flat while the ring buffers are being drained.
-constexpr const char *kIndexes = R"(
-CREATE INDEX spans_by_function ON span_rows(layer, name);
-CREATE INDEX spans_by_thread ON span_rows(pid, tid, start_ns);
-CREATE INDEX metrics_by_name ON metrics(layer, name, key, ts_ns);
-)";
-
-static_assert(kSchemaVersion == 3, "update the schema_version row in kSchema");
+static_assert(kSchemaVersion == 4, "update the schema_version row in kSchema");
 
 } // namespace
 
@@ -202,6 +211,8 @@ Result<StoreWriter> StoreWriter::create(const std::string &path, bool in_place)
 	// enough because the file only becomes the real output in finish().
 	if (auto r = s.exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"); !r)
 		return r.error();
+	if (auto r = register_span_module(s.db_.get()); !r)
+		return r.error();
 	if (auto r = s.exec(kSchema); !r)
 		return r.error();
 	if (!in_place)
@@ -209,12 +220,7 @@ Result<StoreWriter> StoreWriter::create(const std::string &path, bool in_place)
 	return s;
 }
 
-StoreWriter::StoreWriter(StoreWriter &&o) noexcept
-	: path_(std::move(o.path_)), partial_(std::exchange(o.partial_, {})), db_(std::move(o.db_)),
-	  statements_(std::move(o.statements_)), stack_ids_(std::move(o.stack_ids_)),
-	  new_stacks_(std::move(o.new_stacks_)), txn_(std::exchange(o.txn_, {})), commit_every_ns_(o.commit_every_ns_),
-	  in_place_(o.in_place_)
-{}
+StoreWriter::StoreWriter(StoreWriter &&o) noexcept { *this = std::move(o); }
 
 StoreWriter &StoreWriter::operator=(StoreWriter &&o) noexcept
 {
@@ -224,8 +230,13 @@ StoreWriter &StoreWriter::operator=(StoreWriter &&o) noexcept
 		partial_ = std::exchange(o.partial_, {});
 		db_ = std::move(o.db_);
 		statements_ = std::move(o.statements_);
-		stack_ids_ = std::move(o.stack_ids_);
-		new_stacks_ = std::move(o.new_stacks_);
+		batch_starts_ = std::move(o.batch_starts_);
+		stacks_ = std::move(o.stacks_);
+		strings_ = std::move(o.strings_);
+		functions_ = std::move(o.functions_);
+		next_span_id_ = o.next_span_id_;
+		batch_first_span_ = o.batch_first_span_;
+		encoder_ = std::move(o.encoder_);
 		txn_ = std::exchange(o.txn_, {});
 		commit_every_ns_ = o.commit_every_ns_;
 		in_place_ = o.in_place_;
@@ -299,20 +310,35 @@ Result<void> StoreWriter::begin_batch()
 			return r;
 		txn_.open = true;
 		txn_.began_ns = mono_ns();
+		txn_.first_span = next_span_id_;
+		txn_.first_metric = next_metric_id_;
 	}
+	batch_first_span_ = next_span_id_;
+	batch_first_metric_ = next_metric_id_;
 	return step("SAVEPOINT batch");
+}
+
+// What a transaction wrote is gone: so are its dictionary rows and span ids.
+void StoreWriter::undo_transaction(const Open &lost)
+{
+	for (Dictionary *d : {&stacks_, &strings_, &functions_, &series_})
+		d->undo_transaction();
+	next_span_id_ = lost.first_span;
+	next_metric_id_ = lost.first_metric;
 }
 
 void StoreWriter::undo_batch()
 {
-	forget(new_stacks_);
 	if (sqlite3_get_autocommit(db_.get())) {
 		// SQLite rolled the whole transaction back itself (a full disk, an
 		// I/O error): the batches before this one went with it.
-		Open lost = std::exchange(txn_, {});
-		forget(lost.stacks);
+		undo_transaction(std::exchange(txn_, {}));
 		return;
 	}
+	for (Dictionary *d : {&stacks_, &strings_, &functions_, &series_})
+		d->undo_batch();
+	next_span_id_ = batch_first_span_;
+	next_metric_id_ = batch_first_metric_;
 	(void)step("ROLLBACK TO batch");
 	(void)step("RELEASE batch");
 }
@@ -323,8 +349,8 @@ Result<void> StoreWriter::end_batch(const char *what, int64_t first_rowid)
 		undo_batch();
 		return r;
 	}
-	txn_.stacks.insert(txn_.stacks.end(), new_stacks_.begin(), new_stacks_.end());
-	new_stacks_.clear();
+	for (Dictionary *d : {&stacks_, &strings_, &functions_, &series_})
+		d->batch_done();
 	txn_.batches.emplace_back(what, first_rowid);
 	if (mono_ns() - txn_.began_ns >= commit_every_ns_)
 		return commit();
@@ -338,9 +364,11 @@ Result<void> StoreWriter::commit()
 	Open done = std::exchange(txn_, {});
 	if (auto r = step("COMMIT"); !r) {
 		(void)exec("ROLLBACK");
-		forget(done.stacks);
+		undo_transaction(done);
 		return r;
 	}
+	for (Dictionary *d : {&stacks_, &strings_, &functions_, &series_})
+		d->committed();
 	for (auto [what, first] : done.batches)
 		note_batch(what, first);
 	return {};
@@ -382,83 +410,327 @@ Result<void> StoreWriter::insert_all(const char *sql, const std::vector<T> &rows
 	return end_batch(what, first);
 }
 
-// The row of a Python stack, written the first time it is seen (in the
-// transaction of the spans that use it). 0: the insert failed.
-int64_t StoreWriter::stack_id(const std::string &frames)
+int64_t StoreWriter::Dictionary::find(std::string_view text) const
 {
-	if (auto it = stack_ids_.find(std::string_view(frames)); it != stack_ids_.end())
-		return it->second;
-	auto st = statement("INSERT INTO stacks(frames) VALUES(?)");
+	auto it = ids_.find(text);
+	return it == ids_.end() ? 0 : it->second;
+}
+
+void StoreWriter::Dictionary::add(std::string text, int64_t id)
+{
+	// Bounded: past the cap a text seen again gets a second row, which
+	// readers cannot tell from the first.
+	if (ids_.size() >= kMaxDictionaryIds)
+		clear();
+	batch_.push_back(ids_.emplace(std::move(text), id).first->first);
+}
+
+void StoreWriter::Dictionary::batch_done() { txn_.insert(txn_.end(), batch_.begin(), batch_.end()), batch_.clear(); }
+void StoreWriter::Dictionary::undo_batch() { forget(batch_); }
+void StoreWriter::Dictionary::committed() { txn_.clear(); }
+void StoreWriter::Dictionary::undo_transaction()
+{
+	forget(batch_);
+	forget(txn_);
+}
+void StoreWriter::Dictionary::clear()
+{
+	ids_.clear();
+	batch_.clear(); // views of the keys just dropped
+	txn_.clear();
+}
+
+void StoreWriter::Dictionary::forget(std::vector<std::string_view> &keys)
+{
+	for (std::string_view k : std::exchange(keys, {}))
+		if (auto it = ids_.find(k); it != ids_.end())
+			ids_.erase(it);
+}
+
+int64_t StoreWriter::intern(Dictionary &d, const char *insert_sql, const std::string &text)
+{
+	if (int64_t id = d.find(text))
+		return id;
+	auto st = statement(insert_sql);
 	if (!st)
 		return 0;
-	bind_row_text(*st, 1, frames);
+	bind_row_text(*st, 1, text);
 	int rc = sqlite3_step(*st);
 	sqlite3_reset(*st);
 	if (rc != SQLITE_DONE)
 		return 0;
-	// Bounded: past the cap a stack seen again gets a second row, which
-	// readers cannot tell from the first.
-	if (stack_ids_.size() >= kMaxStackIds) {
-		stack_ids_.clear();
-		new_stacks_.clear(); // views of the keys just dropped
-		txn_.stacks.clear();
-	}
 	int64_t id = sqlite3_last_insert_rowid(db_.get());
-	new_stacks_.push_back(stack_ids_.emplace(frames, id).first->first);
+	d.add(text, id);
 	return id;
 }
 
-// A rolled-back batch or transaction takes the stacks it wrote with it.
-void StoreWriter::forget(std::vector<std::string_view> &stacks)
+namespace {
+
+// How one args value is kept (span_layout.h's kinds); its slots appended.
+// 's': the caller keeps its JSON text as a string.
+ArgDef classify(const std::string &key, const nlohmann::json &v, std::vector<uint64_t> &slots)
 {
-	for (std::string_view k : std::exchange(stacks, {}))
-		if (auto it = stack_ids_.find(k); it != stack_ids_.end())
-			stack_ids_.erase(it);
+	if (v.is_number_integer() && !v.is_number_unsigned()) {
+		slots.push_back(static_cast<uint64_t>(v.get<int64_t>()));
+		return {key, 'i', 1};
+	}
+	if (v.is_number_unsigned()) {
+		const uint64_t u = v.get<uint64_t>();
+		slots.push_back(u);
+		return {key, u > uint64_t(INT64_MAX) ? 'u' : 'i', 1};
+	}
+	if (v.is_boolean()) {
+		slots.push_back(v.get<bool>());
+		return {key, 'b', 1};
+	}
+	if (v.is_string()) {
+		const std::string &t = v.get_ref<const std::string &>();
+		if (t.size() > 2 && t.size() <= 18 && t[0] == '0' && t[1] == 'x') {
+			uint64_t x = std::strtoull(t.c_str() + 2, nullptr, 16);
+			if (hex_text(x) == t) { // exactly as it will be written back
+				slots.push_back(x);
+				return {key, 'x', 1};
+			}
+		}
+	}
+	if (v.is_array() && !v.empty() && v.size() <= 8 && std::all_of(v.begin(), v.end(), [](const nlohmann::json &e) {
+		    return e.is_number_integer() &&
+			    (!e.is_number_unsigned() || e.get<uint64_t>() <= uint64_t(INT64_MAX));
+	    })) {
+		for (const auto &e : v)
+			slots.push_back(static_cast<uint64_t>(e.get<int64_t>()));
+		return {key, 'a', static_cast<uint8_t>(v.size())};
+	}
+	return {key, 's', 1};
 }
 
+constexpr const char *kInsertString = "INSERT INTO strings(text) VALUES(?)";
+
+} // namespace
+
+// The functions row of a span (its layer, name and the keys and kinds of its
+// args), and the args' slot values; the strings rows it uses appended to
+// `strings`. 0 where a row could not be written.
+int64_t StoreWriter::function_id(const Span &s, std::vector<uint64_t> &slots, std::vector<int64_t> &strings)
+{
+	static thread_local std::string key;
+	static thread_local std::vector<ArgDef> defs;
+	key.assign(s.layer).append(1, '\0').append(s.name);
+	defs.clear();
+	slots.clear();
+	if (s.args.is_object())
+		for (const auto &[k, v] : s.args.items()) {
+			ArgDef d = classify(k, v, slots);
+			if (d.kind == 's') {
+				// replace: captured strings may hold bytes that are not
+				// UTF-8, and one odd argument must not cost the batch.
+				int64_t id = intern(strings_, kInsertString,
+						    v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+				if (!id)
+					return 0;
+				slots.push_back(static_cast<uint64_t>(id));
+				strings.push_back(id);
+			}
+			key.append(1, '\0').append(k).append(1, '\1').append(1, d.kind).append(1, char(d.n));
+			defs.push_back(std::move(d));
+		}
+	if (slots.size() > kMaxSlots)
+		return 0; // the caller says why
+	if (int64_t id = functions_.find(key))
+		return id;
+	auto st = statement("INSERT INTO functions(layer, name, args) VALUES(?,?,?)");
+	if (!st)
+		return 0;
+	bind_row_text(*st, 1, s.layer);
+	bind_row_text(*st, 2, s.name);
+	bind_param(*st, 3, args_schema_json(defs));
+	int rc = sqlite3_step(*st);
+	sqlite3_reset(*st);
+	if (rc != SQLITE_DONE)
+		return 0;
+	int64_t id = sqlite3_last_insert_rowid(db_.get());
+	functions_.add(key, id);
+	return id;
+}
+
+// A JSON array of distinct ids.
+static std::string id_list(std::vector<int64_t> &ids)
+{
+	std::sort(ids.begin(), ids.end());
+	ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+	std::string out = "[";
+	for (size_t i = 0; i < ids.size(); i++)
+		out += (i ? "," : "") + std::to_string(ids[i]);
+	return out + "]";
+}
+
+Result<int64_t> StoreWriter::write_block(const std::vector<Span> &spans, size_t from, size_t to)
+{
+	auto failed = [&] { return make_error(std::string(sqlite3_errmsg(db_.get())) + "; check free disk space"); };
+	const size_t rows = to - from;
+	Columns cols(kColSlot0);
+	for (auto &c : cols)
+		c.reserve(rows);
+	std::vector<uint64_t> slots, flat;    // every row's slots, one after another
+	std::vector<uint32_t> widths;         // how many each row has
+	std::vector<int64_t> stacks, strings; // what the block refers to
+	size_t width = 0;
+	for (size_t i = from; i < to; i++) {
+		const Span &s = spans[i];
+		int64_t fn = function_id(s, slots, strings);
+		if (slots.size() > kMaxSlots)
+			return make_error("a span of " + s.layer + "/" + s.name + " has " +
+					  std::to_string(slots.size()) + " argument values, more than the " +
+					  std::to_string(kMaxSlots) + " a block keeps");
+		int64_t ret_name = s.ret_name.empty() ? 0 : intern(strings_, kInsertString, s.ret_name);
+		int64_t stack = s.py_stack.empty()
+			? 0
+			: intern(stacks_, "INSERT INTO stacks(frames) VALUES(?)", s.py_stack.json());
+		if (!fn || (!s.ret_name.empty() && !ret_name) || (!s.py_stack.empty() && !stack))
+			return failed();
+		if (ret_name)
+			strings.push_back(ret_name);
+		if (stack)
+			stacks.push_back(stack);
+		const uint64_t row[kColSlot0] = {uint64_t(next_span_id_++),
+						 s.pid,
+						 s.tid,
+						 uint64_t(fn),
+						 s.start_ns,
+						 s.dur_ns,
+						 s.depth,
+						 uint64_t(s.ret),
+						 uint64_t(ret_name),
+						 s.bytes,
+						 uint64_t(stack)};
+		for (size_t c = 0; c < kColSlot0; c++)
+			cols[c].push_back(row[c]);
+		flat.insert(flat.end(), slots.begin(), slots.end());
+		widths.push_back(static_cast<uint32_t>(slots.size()));
+		width = std::max(width, slots.size());
+	}
+	cols.resize(kColSlot0 + width, std::vector<uint64_t>(rows, 0));
+	for (size_t r = 0, at = 0; r < rows; at += widths[r], r++)
+		for (size_t k = 0; k < widths[r]; k++)
+			cols[kColSlot0 + k][r] = flat[at + k];
+	auto blob = encoder_->encode(cols, span_codings(width));
+	if (!blob)
+		return blob.error();
+	auto [lo, hi] = std::minmax_element(cols[kColStart].begin(), cols[kColStart].end());
+	auto st = statement("INSERT INTO span_blocks(first_id, n, min_start, max_start, stacks, strings, data)"
+			    " VALUES(?,?,?,?,?,?,?)");
+	if (!st)
+		return st.error();
+	bind_param(*st, 1, cols[kColId][0]);
+	bind_param(*st, 2, rows);
+	bind_param(*st, 3, *lo);
+	bind_param(*st, 4, *hi);
+	bind_param(*st, 5, id_list(stacks));
+	bind_param(*st, 6, id_list(strings));
+	sqlite3_bind_blob(*st, 7, blob->data(), static_cast<int>(blob->size()), SQLITE_STATIC);
+	int rc = sqlite3_step(*st);
+	sqlite3_reset(*st);
+	if (rc != SQLITE_DONE)
+		return failed();
+	return sqlite3_last_insert_rowid(db_.get());
+}
+
+// A batch of spans is a block (or several, past kMaxBlockRows), with the
+// dictionary rows they need, in one savepoint.
 Result<void> StoreWriter::add_spans(const std::vector<Span> &spans)
 {
-	return insert_all("INSERT INTO span_rows(pid, tid, layer, name, start_ns, dur_ns, depth, ret,"
-			  " ret_name, bytes, args, stack) VALUES(?,?,?,?,?,?,?,?,?,?,?,?)",
-			  spans, "spans", [this](sqlite3_stmt *st, const Span &s) {
-				  // replace: captured strings may hold bytes that are not UTF-8,
-				  // and one odd argument must not cost the whole batch.
-				  std::string args = s.args.is_null()
-					  ? "{}"
-					  : s.args.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-				  bind_param(st, 1, s.pid);
-				  bind_param(st, 2, s.tid);
-				  bind_row_text(st, 3, s.layer);
-				  bind_row_text(st, 4, s.name);
-				  bind_param(st, 5, s.start_ns);
-				  bind_param(st, 6, s.dur_ns);
-				  bind_param(st, 7, s.depth);
-				  bind_param(st, 8, s.ret);
-				  bind_row_text(st, 9, s.ret_name);
-				  bind_param(st, 10, s.bytes);
-				  bind_param(st, 11, args);
-				  if (s.py_stack.empty()) {
-					  sqlite3_bind_null(st, 12);
-					  return true;
-				  }
-				  int64_t id = stack_id(s.py_stack.json());
-				  sqlite3_bind_int64(st, 12, id);
-				  return id != 0;
-			  });
+	if (auto r = ready(); !r)
+		return r;
+	if (spans.empty())
+		return {};
+	if (auto r = begin_batch(); !r)
+		return r;
+	int64_t first = 0;
+	for (size_t at = 0; at < spans.size(); at += kMaxBlockRows) {
+		auto block = write_block(spans, at, std::min(spans.size(), at + kMaxBlockRows));
+		if (!block) {
+			undo_batch();
+			return make_error("cannot write spans to " + partial_ + ": " + block.error().message);
+		}
+		first = first ? first : *block;
+	}
+	return end_batch("spans", first);
 }
 
+// The series row of a metric, written the first time it is seen; 0 where
+// the insert failed.
+int64_t StoreWriter::series_id(const Metric &m)
+{
+	static thread_local std::string key;
+	key.assign(m.layer).append(1, '\0').append(m.name).append(1, '\0').append(m.key).append(1, '\0');
+	key += std::to_string(m.pid);
+	if (int64_t id = series_.find(key))
+		return id;
+	auto st = statement("INSERT INTO series(layer, name, key, pid) VALUES(?,?,?,?)");
+	if (!st)
+		return 0;
+	bind_row_text(*st, 1, m.layer);
+	bind_row_text(*st, 2, m.name);
+	bind_row_text(*st, 3, m.key);
+	bind_param(*st, 4, m.pid);
+	int rc = sqlite3_step(*st);
+	sqlite3_reset(*st);
+	if (rc != SQLITE_DONE)
+		return 0;
+	int64_t id = sqlite3_last_insert_rowid(db_.get());
+	series_.add(key, id);
+	return id;
+}
+
+// A batch of metrics is a block (or several), with the series rows it
+// needs, in one savepoint.
 Result<void> StoreWriter::add_metrics(const std::vector<Metric> &metrics)
 {
-	return insert_all("INSERT INTO metrics VALUES(?,?,?,?,?,?)", metrics, "metrics",
-			  [](sqlite3_stmt *st, const Metric &m) {
-				  bind_param(st, 1, m.ts_ns);
-				  bind_param(st, 2, m.layer);
-				  bind_param(st, 3, m.name);
-				  bind_param(st, 4, m.key);
-				  bind_param(st, 5, m.pid);
-				  bind_param(st, 6, m.value);
-				  return true;
-			  });
+	if (auto r = ready(); !r)
+		return r;
+	if (metrics.empty())
+		return {};
+	if (auto r = begin_batch(); !r)
+		return r;
+	auto fail = [&](const std::string &m) -> Result<void> {
+		undo_batch();
+		return make_error("cannot write metrics to " + partial_ + ": " + m + "; check free disk space");
+	};
+	int64_t first = 0;
+	for (size_t at = 0; at < metrics.size(); at += kMaxBlockRows) {
+		const size_t to = std::min(metrics.size(), at + kMaxBlockRows);
+		Columns cols(kMetColumns);
+		for (size_t i = at; i < to; i++) {
+			const Metric &m = metrics[i];
+			int64_t series = series_id(m);
+			if (!series)
+				return fail(sqlite3_errmsg(db_.get()));
+			uint64_t bits;
+			std::memcpy(&bits, &m.value, sizeof bits);
+			cols[kMetId].push_back(uint64_t(next_metric_id_++));
+			cols[kMetSeries].push_back(uint64_t(series));
+			cols[kMetTs].push_back(m.ts_ns);
+			cols[kMetValue].push_back(bits);
+		}
+		auto blob = encoder_->encode(cols, metric_codings());
+		if (!blob)
+			return fail(blob.error().message);
+		auto [lo, hi] = std::minmax_element(cols[kMetTs].begin(), cols[kMetTs].end());
+		auto st = statement("INSERT INTO metric_blocks(first_id, n, min_ts, max_ts, data) VALUES(?,?,?,?,?)");
+		if (!st)
+			return fail(st.error().message);
+		bind_param(*st, 1, cols[kMetId][0]);
+		bind_param(*st, 2, to - at);
+		bind_param(*st, 3, *lo);
+		bind_param(*st, 4, *hi);
+		sqlite3_bind_blob(*st, 5, blob->data(), static_cast<int>(blob->size()), SQLITE_STATIC);
+		int rc = sqlite3_step(*st);
+		sqlite3_reset(*st);
+		if (rc != SQLITE_DONE)
+			return fail(sqlite3_errmsg(db_.get()));
+		first = first ? first : sqlite3_last_insert_rowid(db_.get());
+	}
+	return end_batch("metrics", first);
 }
 
 Result<void> StoreWriter::add_events(const std::vector<Event> &events)
@@ -625,8 +897,6 @@ Result<void> StoreWriter::finish()
 		return r;
 	if (auto r = commit(); !r)
 		return r;
-	if (auto r = exec(kIndexes); !r)
-		return r;
 	// The writer's own mark goes; one a caller set (merge, of an incomplete
 	// input) stays.
 	if (auto r = exec("DELETE FROM meta WHERE key = 'incomplete' AND value LIKE 'being written:%'"); !r)
@@ -683,6 +953,13 @@ Result<std::string> StoreWriter::keep_incomplete(const std::string &why)
 }
 
 // Opens a recording and checks that it is one this eacgm reads.
+static Result<DbHandle> open_recording(const std::string &path, int flags);
+
+Result<DbHandle> open_recording_read_only(const std::string &path)
+{
+	return open_recording(path, SQLITE_OPEN_READONLY);
+}
+
 static Result<DbHandle> open_recording(const std::string &path, int flags)
 {
 	struct stat sb;
@@ -718,10 +995,12 @@ static Result<DbHandle> open_recording(const std::string &path, int flags)
 				  " is a SQLite database but not an eacgm recording (no "
 				  "schema_version in its meta table)");
 	std::string version = col_text(ver->get(), 0);
-	if (version != std::to_string(kSchemaVersion))
+	if (version != std::to_string(kSchemaVersion) && version != std::to_string(kOldestSchemaVersion))
 		return make_error("recording " + path + " has schema version " + version +
-				  ", this eacgm reads version " + std::to_string(kSchemaVersion) +
-				  "; use the eacgm release that recorded it");
+				  ", this eacgm reads versions " + std::to_string(kOldestSchemaVersion) + " and " +
+				  std::to_string(kSchemaVersion) + "; use the eacgm release that recorded it");
+	if (auto r = register_span_module(db.get()); !r)
+		return r.error();
 
 	return db;
 }
@@ -734,6 +1013,9 @@ Result<RecordingReader> RecordingReader::open(const std::string &path)
 	RecordingReader reader;
 	reader.path_ = path;
 	reader.db_ = std::move(*db);
+	auto st = prepare(reader.db_.get(), "SELECT value FROM meta WHERE key = 'schema_version'");
+	if (st && sqlite3_step(st->get()) == SQLITE_ROW)
+		reader.version_ = std::atoi(col_text(st->get(), 0).c_str());
 	return reader;
 }
 

@@ -20,6 +20,7 @@
 #include "common/model.h"
 #include "common/result.h"
 #include "common/sink.h"
+#include "store/span_layout.h"
 
 struct sqlite3;
 struct sqlite3_stmt;
@@ -38,11 +39,14 @@ struct StmtFinalizer {
 using DbHandle = std::unique_ptr<sqlite3, detail::DbCloser>;
 using StmtHandle = std::unique_ptr<sqlite3_stmt, detail::StmtFinalizer>;
 
-// Version of what readers query (the tables and the spans view, their
-// columns); load_recording() refuses other versions. How spans are kept
-// underneath (span_rows and stacks since the stacks were written once each)
-// is not part of it: the spans view reads the same either way.
-inline constexpr int kSchemaVersion = 3;
+// Version of the file's layout; load_recording() reads this one and the one
+// before it. What readers query is the same in both: the tables and `spans`
+// with its columns. Version 3 kept a row per span (span_rows, under a view);
+// version 4 keeps spans in compressed blocks (span_blocks, span_layout.h)
+// under the virtual table `spans` (module eacgm_spans, store/sqlmod.h), about
+// 30 times smaller.
+inline constexpr int kSchemaVersion = 4;
+inline constexpr int kOldestSchemaVersion = 3;
 
 // How long the pipeline's batches share a transaction (StoreWriter::commit_every).
 inline constexpr uint64_t kPipelineCommitNs = 1'000'000'000;
@@ -112,8 +116,37 @@ private:
 	Result<sqlite3_stmt *> statement(const char *sql);
 	template <class T, class Bind>
 	Result<void> insert_all(const char *sql, const std::vector<T> &rows, const char *what, Bind bind);
-	int64_t stack_id(const std::string &frames);
-	void forget(std::vector<std::string_view> &stacks);
+	// Rows written once each and known by their text afterwards (stacks,
+	// strings, functions), with the ones the open batch and transaction
+	// added: forgotten if those roll back, as their rows are.
+	struct TextHash {
+		using is_transparent = void;
+		size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+	};
+	class Dictionary {
+	public:
+		int64_t find(std::string_view text) const; // 0: not written
+		void add(std::string text, int64_t id);    // written by the open batch
+		void batch_done();                         // the batch's entries join the transaction's
+		void undo_batch();
+		void committed();
+		void undo_transaction(); // the batch's and the transaction's
+		void clear();
+		size_t size() const { return ids_.size(); }
+
+	private:
+		std::unordered_map<std::string, int64_t, TextHash, std::equal_to<>> ids_;
+		std::vector<std::string_view> batch_, txn_;
+		void forget(std::vector<std::string_view> &keys);
+	};
+	static constexpr size_t kMaxDictionaryIds = 16384;
+	// The row of `text` in a dictionary table (one TEXT column besides id),
+	// written the first time it is seen. 0: the insert failed.
+	int64_t intern(Dictionary &d, const char *insert_sql, const std::string &text);
+	int64_t function_id(const Span &s, std::vector<uint64_t> &slots, std::vector<int64_t> &strings);
+	int64_t series_id(const Metric &m);
+	// Writes spans[from, to) as one block; its row id.
+	Result<int64_t> write_block(const std::vector<Span> &spans, size_t from, size_t to);
 	// A prepared statement without arguments (BEGIN, SAVEPOINT, ...).
 	Result<void> step(const char *sql);
 	Result<void> begin_batch();
@@ -121,7 +154,7 @@ private:
 	void undo_batch();
 	Result<void> ready() const;
 	void discard();
-	Result<uint64_t> delete_rows(const std::string &sql);
+	Result<uint64_t> delete_rows(const std::string &table, const std::string &where); // rows (spans) deleted
 	Result<uint64_t> delete_oldest(double share); // of each table's rows, by insertion order
 	Result<uint64_t> used_bytes();                // pages in use (the free ones are reused)
 	// Where each batch of a table begins (its first rowid), oldest first:
@@ -131,29 +164,27 @@ private:
 	static constexpr size_t kMaxBatchStarts = 8192;
 	std::map<std::string, std::deque<int64_t>> batch_starts_; // by table
 
-	struct TextHash {
-		using is_transparent = void;
-		size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-	};
-	static constexpr size_t kMaxStackIds = 16384;
-
 	std::string path_;
 	std::string partial_;
 	DbHandle db_;
 	// Prepared statements by their SQL text's address (each a literal),
 	// finalized before db_ is closed.
 	std::unordered_map<const char *, StmtHandle> statements_;
-	// Stacks written so far -> their row; those of the open transaction.
-	std::unordered_map<std::string, int64_t, TextHash, std::equal_to<>> stack_ids_;
-	std::vector<std::string_view> new_stacks_; // by the batch being written
+	Dictionary stacks_, strings_, functions_, series_;
+	// The id the next span (metric) gets; where the open batch's and
+	// transaction's began (a rollback gives their ids back).
+	int64_t next_span_id_ = 1, batch_first_span_ = 1;
+	int64_t next_metric_id_ = 1, batch_first_metric_ = 1;
+	std::unique_ptr<BlockEncoder> encoder_ = std::make_unique<BlockEncoder>();
 	// The transaction batches share (commit_every): when it began, the
-	// stacks and batches in it (forgotten, or noted for retention, with it).
+	// batches in it (noted for retention once it commits).
 	struct Open {
 		bool open = false;
 		uint64_t began_ns = 0;
-		std::vector<std::string_view> stacks;
+		int64_t first_span = 1, first_metric = 1;
 		std::vector<std::pair<const char *, int64_t>> batches; // what, first rowid
 	} txn_;
+	void undo_transaction(const Open &lost);
 	uint64_t commit_every_ns_ = 0;
 	bool in_place_ = false;
 };
@@ -203,6 +234,8 @@ public:
 	// so the others are never made (a trace's collectives, read before
 	// its spans, cost a scan, not a second reading of every span).
 	Result<void> each_span_with_int_args(const std::vector<std::string> &keys, const SpanVisit &visit) const;
+	// The file's layout version (kOldestSchemaVersion .. kSchemaVersion).
+	int schema_version() const { return version_; }
 
 private:
 	RecordingReader() = default;
@@ -217,10 +250,20 @@ private:
 
 	std::string path_;
 	DbHandle db_;
+	int version_ = kSchemaVersion;
 };
+
+// A read-only connection to a recording this eacgm reads, the spans module
+// registered on it (`eacgm sql`).
+Result<DbHandle> open_recording_read_only(const std::string &path);
 
 // The whole of a finished recording, spans included (RecordingReader::read).
 Result<Recording> load_recording(const std::string &path);
+
+// `eacgm export --sqlite`: a new file `out` holding the recording with a row
+// per span, in schema version 3's layout (indexed, with the `spans` view),
+// which any SQLite reader (and eacgm) reads without the spans module.
+Result<void> write_flat_copy(const std::string &recording, const std::string &out);
 
 // Replaces the anomalies of a finished recording (what `eacgm detect`
 // found), in one transaction: the rest of the file is left as it is.

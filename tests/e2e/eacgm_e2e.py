@@ -115,8 +115,23 @@ def record(tmp, command, *options, name="r", env=None, timeout=300):
     return Recording(p.pid, p.returncode, out, err, db, os.path.join(tmp, name + ".trace.json"))
 
 
+# The spans table's module (eacgm_sql.so, built beside the binary): a
+# recording keeps its spans in blocks, which `spans` reads through it.
+SQL_MODULE = os.path.join(os.path.dirname(EACGM), "eacgm_sql.so")
+
+
+def connect(db, read_only=True, timeout=5.0):
+    """A connection to a recording with the spans module loaded, as a user's
+    Python would have it (docs/store.md)."""
+    con = sqlite3.connect("file:%s?mode=ro" % db if read_only else db, uri=read_only, timeout=timeout)
+    con.enable_load_extension(True)
+    con.load_extension(SQL_MODULE)
+    con.enable_load_extension(False)
+    return con
+
+
 def query(db, sql, params=()):
-    con = sqlite3.connect("file:%s?mode=ro" % db, uri=True)
+    con = connect(db)
     try:
         con.row_factory = sqlite3.Row
         return [dict(r) for r in con.execute(sql, params)]

@@ -26,9 +26,9 @@ def job_result(calls):
 def committed(db):
     """Spans a reader sees in db now (0 where it has no spans table yet)."""
     try:
-        con = sqlite3.connect("file:%s?mode=ro" % db, uri=True, timeout=5)
+        con = E.connect(db)
         try:
-            return con.execute("SELECT count(*) FROM span_rows").fetchone()[0]
+            return con.execute("SELECT count(*) FROM spans").fetchone()[0]
         finally:
             con.close()
     except sqlite3.Error:
@@ -38,10 +38,10 @@ def committed(db):
 def check_store(test, db, at_least):
     """db opens cleanly, passes integrity_check and holds the calls 0..n-1
     (whole batches, in order) with n >= at_least; returns (n, meta)."""
-    con = sqlite3.connect(db)
+    con = E.connect(db, read_only=False)
     try:
         test.assertEqual(con.execute("PRAGMA integrity_check").fetchall(), [("ok",)], db)
-        xs = [r[0] for r in con.execute("SELECT json_extract(args, '$.x') FROM span_rows ORDER BY id")]
+        xs = [r[0] for r in con.execute("SELECT json_extract(args, '$.x') FROM spans ORDER BY id")]
         meta = dict(con.execute("SELECT key, value FROM meta"))
     finally:
         con.close()

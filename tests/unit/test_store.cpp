@@ -6,6 +6,7 @@
 #include <sqlite3.h>
 #include <tuple>
 
+#include "store/sqlmod.h"
 #include "store/store.h"
 #include "recording_writer.h"
 
@@ -447,10 +448,10 @@ TEST_F(StoreTest, LoadNewerSchema)
 	std::string path = file("future.db");
 	make_sqlite(path,
 		    "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT);"
-		    "INSERT INTO meta VALUES('schema_version', '4')");
+		    "INSERT INTO meta VALUES('schema_version', '5')");
 	std::string msg = load_error(path);
-	EXPECT_NE(msg.find("schema version 4"), std::string::npos) << msg;
-	EXPECT_NE(msg.find("reads version 3"), std::string::npos) << msg;
+	EXPECT_NE(msg.find("schema version 5"), std::string::npos) << msg;
+	EXPECT_NE(msg.find("reads versions 3 and 4"), std::string::npos) << msg;
 }
 
 TEST_F(StoreTest, ReplaceAnomaliesRewritesOnlyThem)
@@ -500,6 +501,7 @@ TEST_F(StoreTest, StacksAreWrittenOncePerDistinctStack)
 	}
 	sqlite3 *db = nullptr;
 	ASSERT_EQ(sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+	ASSERT_TRUE(register_span_module(db));
 	auto count = [&](const char *sql) {
 		sqlite3_stmt *st = nullptr;
 		EXPECT_EQ(sqlite3_prepare_v2(db, sql, -1, &st, nullptr), SQLITE_OK) << sql;
@@ -569,21 +571,25 @@ TEST(StoreRetention, StaysUnderItsBoundAndKeepsTheNewest)
 	std::string path = testing::TempDir() + "/retention.db";
 	auto w = StoreWriter::create(path, true);
 	ASSERT_TRUE(w) << w.error().message;
-	const uint64_t bound = 4 << 20;
+	const uint64_t bound = 512 << 10;   // a fraction of what 300 batches take (300,000 spans)
 	w->commit_every(kPipelineCommitNs); // as the agent writes it
 	StoreSink sink(*w, {bound, 0});
-	uint64_t batches = 300, per = 500, ns = 0, peak = 0;
+	uint64_t batches = 300, per = 1000, ns = 0, peak = 0, rand = 1;
 	for (uint64_t b = 0; b < batches; b++) {
 		SpanBatch batch;
 		for (uint64_t i = 0; i < per; i++) {
 			Span s;
 			s.start_ns = (ns += 10'000'000); // 100 spans a second of data
-			s.dur_ns = 1000;
+			// Durations and grids as random as a real run's, so that blocks
+			// compress as they would (a repeated value costs next to nothing).
+			rand = rand * 6364136223846793005ull + 1442695040888963407ull;
+			s.dur_ns = rand >> 44;
 			s.pid = 7;
 			s.tid = 7;
 			s.layer = "cuda";
 			s.name = "cudaLaunchKernel";
-			s.args = {{"kernel", "void k" + std::to_string(i % 50) + "(float*, int)"}, {"grid", {b, i, 1}}};
+			s.args = {{"kernel", "void k" + std::to_string(i % 50) + "(float*, int)"},
+				  {"grid", {b, rand >> 48, 1}}};
 			s.py_stack = PyStack({"train (t.py:" + std::to_string(i % 7) + ")", "<module> (t.py:1)"});
 			batch.spans.push_back(std::move(s));
 		}
@@ -596,6 +602,7 @@ TEST(StoreRetention, StaysUnderItsBoundAndKeepsTheNewest)
 	ASSERT_TRUE(w->finish());
 	sqlite3 *db = nullptr;
 	ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+	ASSERT_TRUE(register_span_module(db));
 	auto one = [&](const char *sql) {
 		sqlite3_stmt *st = nullptr;
 		EXPECT_EQ(sqlite3_prepare_v2(db, sql, -1, &st, nullptr), SQLITE_OK) << sql;
@@ -659,6 +666,7 @@ TEST_F(StoreTest, BatchesShareATransactionAndFailAlone)
 	w->commit_every(3'600'000'000'000ull);
 	sqlite3 *other = nullptr;
 	ASSERT_EQ(sqlite3_open_v2((path + ".partial").c_str(), &other, SQLITE_OPEN_READWRITE, nullptr), SQLITE_OK);
+	ASSERT_TRUE(register_span_module(other));
 	auto one = [&](const char *sql) {
 		sqlite3_stmt *st = nullptr;
 		EXPECT_EQ(sqlite3_prepare_v2(other, sql, -1, &st, nullptr), SQLITE_OK) << sqlite3_errmsg(other);
@@ -668,9 +676,9 @@ TEST_F(StoreTest, BatchesShareATransactionAndFailAlone)
 	};
 	// What the failing batches hit: rows SQLite refuses by name.
 	ASSERT_EQ(sqlite3_exec(other,
-			       "CREATE TRIGGER refuse_span BEFORE INSERT ON span_rows WHEN NEW.name = 'bad' "
+			       "CREATE TRIGGER refuse_span BEFORE INSERT ON functions WHEN NEW.name = 'bad' "
 			       "BEGIN SELECT RAISE(ABORT, 'refused'); END;"
-			       "CREATE TRIGGER refuse_metric BEFORE INSERT ON metrics WHEN NEW.name = 'bad' "
+			       "CREATE TRIGGER refuse_metric BEFORE INSERT ON series WHEN NEW.name = 'bad' "
 			       "BEGIN SELECT RAISE(ABORT, 'refused'); END;",
 			       nullptr, nullptr, nullptr),
 		  SQLITE_OK);
@@ -692,9 +700,12 @@ TEST_F(StoreTest, BatchesShareATransactionAndFailAlone)
 	EXPECT_FALSE(w->add_metrics({metric("sched_delay_ns"), metric("bad")}).ok());
 	ASSERT_TRUE(w->add_metrics({metric("offcpu_ns")}).ok());
 	ASSERT_TRUE(w->add_spans({span(5, "aten::bmm", c)}).ok());
-	EXPECT_EQ(one("SELECT count(*) FROM span_rows"), 0); // not committed yet
+	EXPECT_EQ(one("SELECT count(*) FROM spans"), 0); // not committed yet
 	ASSERT_TRUE(w->commit().ok());
-	EXPECT_EQ(one("SELECT count(*) FROM span_rows"), 3);
+	EXPECT_EQ(one("SELECT count(*) FROM spans"), 3);
+	// The failed batch gave its ids back: the calls kept are 1, 2 and 3.
+	EXPECT_EQ(one("SELECT max(id) FROM spans"), 3);
+	EXPECT_EQ(one("SELECT sum(id) FROM spans"), 6);
 	EXPECT_EQ(one("SELECT count(*) FROM metrics"), 1);
 	EXPECT_EQ(one("SELECT count(*) FROM metrics WHERE name = 'offcpu_ns'"), 1);
 	EXPECT_EQ(one("SELECT count(*) FROM stacks"), 2);

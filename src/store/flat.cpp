@@ -1,0 +1,109 @@
+// `eacgm export --sqlite`: a recording as a plain SQLite file with a row
+// per span (schema version 3's layout, which this eacgm and older ones
+// read), for tools that cannot load the spans module.
+#include <sqlite3.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "store/sqlmod.h"
+#include "store/store.h"
+
+namespace eacgm {
+
+namespace {
+
+// Version 3's layout, indexes included.
+constexpr const char *kFlatSchema = R"(
+CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE processes(pid INTEGER PRIMARY KEY, ppid INTEGER, comm TEXT, cmdline TEXT,
+                       start_ns INTEGER, end_ns INTEGER, exit_code INTEGER);
+CREATE TABLE threads(pid INTEGER, tid INTEGER, name TEXT, PRIMARY KEY(pid, tid));
+CREATE TABLE span_rows(id INTEGER PRIMARY KEY, pid INTEGER, tid INTEGER, layer TEXT, name TEXT,
+                       start_ns INTEGER, dur_ns INTEGER, depth INTEGER, ret INTEGER,
+                       ret_name TEXT, bytes INTEGER, args TEXT /* JSON object */,
+                       stack INTEGER /* stacks.id; NULL outside Python */);
+CREATE TABLE stacks(id INTEGER PRIMARY KEY,
+                    frames TEXT NOT NULL /* JSON array of frames, innermost first */);
+CREATE VIEW spans AS
+  SELECT r.id AS id, r.pid AS pid, r.tid AS tid, r.layer AS layer, r.name AS name,
+         r.start_ns AS start_ns, r.dur_ns AS dur_ns, r.depth AS depth, r.ret AS ret,
+         r.ret_name AS ret_name, r.bytes AS bytes, r.args AS args, s.frames AS py_stack
+  FROM span_rows r LEFT JOIN stacks s ON s.id = r.stack;
+CREATE TABLE drops(layer TEXT, reason TEXT, count INTEGER);
+CREATE TABLE metrics(ts_ns INTEGER, layer TEXT, name TEXT, key TEXT, pid INTEGER, value REAL);
+CREATE TABLE events(ts_ns INTEGER, layer TEXT, name TEXT, key TEXT, pid INTEGER, tid INTEGER,
+                    args TEXT /* JSON object */);
+CREATE TABLE anomalies(ts_ns INTEGER, dur_ns INTEGER, pid INTEGER, tid INTEGER, layer TEXT, name TEXT,
+                       score REAL, threshold REAL, features TEXT /* JSON object */,
+                       causes TEXT /* JSON array, ranked */,
+                       detected_ns INTEGER /* the live detector's flag, CLOCK_MONOTONIC; 0: eacgm detect */);
+)";
+
+constexpr const char *kFlatCopy = R"(
+INSERT INTO meta SELECT key, value FROM rec.meta WHERE key != 'schema_version';
+INSERT INTO meta VALUES('schema_version', '3');
+INSERT INTO processes SELECT * FROM rec.processes;
+INSERT INTO threads SELECT * FROM rec.threads;
+INSERT INTO stacks SELECT id, frames FROM rec.stacks;
+INSERT INTO span_rows SELECT id, pid, tid, layer, name, start_ns, dur_ns, depth, ret, ret_name, bytes, args,
+                             NULLIF(stack, 0) FROM rec.spans ORDER BY id;
+INSERT INTO drops SELECT * FROM rec.drops;
+INSERT INTO metrics SELECT * FROM rec.metrics ORDER BY rowid;
+INSERT INTO events SELECT * FROM rec.events;
+INSERT INTO anomalies SELECT ts_ns, dur_ns, pid, tid, layer, name, score, threshold, features, causes, detected_ns
+  FROM rec.anomalies;
+CREATE INDEX spans_by_function ON span_rows(layer, name);
+CREATE INDEX spans_by_thread ON span_rows(pid, tid, start_ns);
+CREATE INDEX metrics_by_name ON metrics(layer, name, key, ts_ns);
+)";
+
+} // namespace
+
+Result<void> write_flat_copy(const std::string &recording, const std::string &out)
+{
+	auto in = RecordingReader::open(recording);
+	if (!in)
+		return in.error();
+	if (in->schema_version() != kSchemaVersion)
+		return make_error(recording + " already keeps a row per span (schema version " +
+				  std::to_string(in->schema_version()) + "): copy the file as it is");
+	if (access(out.c_str(), F_OK) == 0)
+		return make_error(out + " exists; remove it or give another path to --sqlite");
+	sqlite3 *raw = nullptr;
+	int rc = sqlite3_open_v2(out.c_str(), &raw,
+				 SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOFOLLOW | SQLITE_OPEN_URI,
+				 nullptr);
+	DbHandle db(raw);
+	auto fail = [&](const std::string &why) {
+		std::string m = "cannot write " + out + ": " + why;
+		db.reset();
+		unlink(out.c_str());
+		return make_error(m + "; check the path and free disk space");
+	};
+	if (rc != SQLITE_OK)
+		return fail(raw ? sqlite3_errmsg(raw) : sqlite3_errstr(rc));
+	if (auto r = register_span_module(db.get()); !r)
+		return fail(r.error().message);
+	sqlite3_stmt *attach = nullptr;
+	if (sqlite3_prepare_v2(db.get(), "ATTACH ? AS rec", -1, &attach, nullptr) != SQLITE_OK)
+		return fail(sqlite3_errmsg(db.get()));
+	const std::string uri = "file:" + recording + "?mode=ro";
+	sqlite3_bind_text(attach, 1, uri.c_str(), -1, SQLITE_TRANSIENT);
+	rc = sqlite3_step(attach);
+	sqlite3_finalize(attach);
+	if (rc != SQLITE_DONE)
+		return fail(sqlite3_errmsg(db.get()));
+	char *msg = nullptr;
+	const std::string sql = std::string("BEGIN;") + kFlatSchema + kFlatCopy + "COMMIT;";
+	if (sqlite3_exec(db.get(), sql.c_str(), nullptr, nullptr, &msg) != SQLITE_OK) {
+		std::string m = msg ? msg : sqlite3_errmsg(db.get());
+		sqlite3_free(msg);
+		return fail(m);
+	}
+	(void)sqlite3_exec(db.get(), "DETACH rec", nullptr, nullptr, nullptr);
+	return {};
+}
+
+} // namespace eacgm

@@ -1,0 +1,234 @@
+// Spans kept in blocks (schema 4: store/span_layout.h, store/sqlmod.h),
+// read back through the `spans` virtual table: every kind of args value
+// comes back as the very text a row per span held, constraints on id and
+// start_ns pick exactly their rows, and a damaged file is an error, never a
+// wrong row.
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+
+#include <filesystem>
+
+#include "store/sqlmod.h"
+#include "store/store.h"
+
+using namespace eacgm;
+using nlohmann::json;
+
+namespace {
+
+class SpanBlocks : public testing::Test {
+protected:
+	void SetUp() override
+	{
+		dir_ = testing::TempDir() + "/span-blocks-" + std::to_string(getpid());
+		std::filesystem::create_directories(dir_);
+	}
+	void TearDown() override
+	{
+		if (db_)
+			sqlite3_close(db_);
+		std::filesystem::remove_all(dir_);
+	}
+	std::string path() const { return dir_ + "/run.db"; }
+
+	void write(const std::vector<std::vector<Span>> &batches)
+	{
+		auto w = StoreWriter::create(path());
+		ASSERT_TRUE(w) << w.error().message;
+		for (const auto &b : batches)
+			ASSERT_TRUE(w->add_spans(b)) << "batch of " << b.size();
+		ASSERT_TRUE(w->finish());
+		ASSERT_EQ(sqlite3_open(path().c_str(), &db_), SQLITE_OK);
+		ASSERT_TRUE(register_span_module(db_));
+	}
+
+	// The rows of a query, each as its columns' text joined by '|'; an
+	// error as "error: " and SQLite's message.
+	std::vector<std::string> rows(const std::string &sql)
+	{
+		sqlite3_stmt *st = nullptr;
+		if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &st, nullptr) != SQLITE_OK)
+			return {"error: " + std::string(sqlite3_errmsg(db_))};
+		std::vector<std::string> out;
+		int rc;
+		while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+			std::string r;
+			for (int i = 0; i < sqlite3_column_count(st); i++) {
+				const char *t = reinterpret_cast<const char *>(sqlite3_column_text(st, i));
+				r += (i ? "|" : "") + std::string(t ? t : "NULL");
+			}
+			out.push_back(r);
+		}
+		if (rc != SQLITE_DONE)
+			out.push_back("error: " + std::string(sqlite3_errmsg(db_)));
+		sqlite3_finalize(st);
+		return out;
+	}
+	std::string one(const std::string &sql)
+	{
+		auto r = rows(sql);
+		return r.size() == 1 ? r[0] : "(" + std::to_string(r.size()) + " rows)";
+	}
+
+	std::string dir_;
+	sqlite3 *db_ = nullptr;
+};
+
+Span span(uint64_t start, json args = json::object())
+{
+	return Span{.start_ns = start,
+		    .dur_ns = 10,
+		    .pid = 42,
+		    .tid = 43,
+		    .layer = "testlib",
+		    .name = "f",
+		    .args = std::move(args)};
+}
+
+std::string text(const json &args) { return args.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+} // namespace
+
+TEST_F(SpanBlocks, EveryKindOfArgsValueComesBackAsTheSameText)
+{
+	json many = json::object();
+	for (int i = 0; i < 53; i++)
+		many["k" + std::to_string(i)] = i * 1000003;
+	const std::vector<json> args = {
+		json::object(),
+		{{"x", -5}},
+		{{"x", INT64_MIN}, {"y", INT64_MAX}},
+		{{"u", UINT64_MAX}, {"v", uint64_t(INT64_MAX) + 1}},
+		{{"b", true}, {"c", false}},
+		{{"p", "0x7f00dead"}, {"q", "0x0"}},
+		{{"p", "0x0001"}}, // not as a pointer is written: kept as the string it is
+		{{"p", "0x"}},
+		{{"p", "0xFF"}},
+		{{"p", "0x10000000000000000"}}, // past 64 bits
+		{{"d", 0.5}, {"e", 1e308}, {"weight", 1.0}, {"z", -0.0}},
+		{{"s", "float32[8, 32]"}, {"t", ""}},
+		{{"s", "\xff\xfe not UTF-8"}},
+		{{"s", "quote\" backslash\\ newline\n tab\t \x01"}},
+		{{"key with \"quote\" and \xc3\xa9", 1}},
+		{{"grid", {1, 2, 3}}, {"block", {256, 1, 1}}},
+		{{"grid", {-1, INT64_MIN}}},
+		{{"a", json::array()}},
+		{{"a", {1, "x"}}},
+		{{"a", {UINT64_MAX}}},
+		{{"a", {1, 2, 3, 4, 5, 6, 7, 8, 9}}},
+		{{"o", {{"k", 1}, {"l", {1, 2}}}}},
+		{{"n", nullptr}},
+		many,
+	};
+	std::vector<Span> first, second;
+	for (size_t i = 0; i < args.size(); i++)
+		(i % 2 ? second : first).push_back(span(i, args[i]));
+	// The same shapes again, other values: a function's arguments are
+	// coded as differences from its previous call's.
+	second.push_back(span(100, {{"p", "0x7f00beef"}, {"q", "0x10"}}));
+	second.push_back(span(101, {{"grid", {7, 8, 9}}, {"block", {1, 1, 1}}}));
+	write({first, second});
+	std::vector<std::string> want;
+	for (const auto *batch : {&first, &second})
+		for (const Span &s : *batch)
+			want.push_back(text(s.args));
+	EXPECT_EQ(rows("SELECT args FROM spans ORDER BY id"), want);
+	// eacgm's own reading gives the same objects.
+	auto rec = load_recording(path());
+	ASSERT_TRUE(rec) << rec.error().message;
+	ASSERT_EQ(rec->spans.size(), want.size());
+	std::vector<std::string> read;
+	for (const Span &s : rec->spans)
+		read.push_back(text(s.args));
+	std::sort(read.begin(), read.end());
+	std::sort(want.begin(), want.end());
+	EXPECT_EQ(read, want);
+}
+
+TEST_F(SpanBlocks, TheOtherColumnsComeBackAsWritten)
+{
+	Span a = span(1'000'000'000'000, {{"x", 1}});
+	a.ret = -2;
+	a.ret_name = "cudaErrorMemoryAllocation";
+	a.bytes = UINT64_MAX;
+	a.depth = 3;
+	a.dur_ns = 0;
+	Span b = span(5, {{"x", 2}});
+	b.pid = UINT32_MAX;
+	b.tid = 0;
+	b.layer = "torch";
+	b.name = "aten::mm";
+	b.py_stack = PyStack{"f (a.py:1)", "<module> (a.py:9)"};
+	write({{a, b}});
+	EXPECT_EQ(rows("SELECT id, pid, tid, layer, name, start_ns, dur_ns, depth, ret, ret_name, bytes, py_stack "
+		       "FROM spans ORDER BY id"),
+		  (std::vector<std::string>{
+			  "1|42|43|testlib|f|1000000000000|0|3|-2|cudaErrorMemoryAllocation|-1|NULL",
+			  "2|4294967295|0|torch|aten::mm|5|10|0|0||0|[\"f (a.py:1)\",\"<module> (a.py:9)\"]"}));
+}
+
+TEST_F(SpanBlocks, ConstraintsOnIdAndStartPickExactlyTheirRows)
+{
+	// 5 batches (blocks) of 100 spans; span i (from 1) starts at 10 * i.
+	std::vector<std::vector<Span>> batches(5);
+	for (uint64_t i = 1; i <= 500; i++)
+		batches[(i - 1) / 100].push_back(span(10 * i, {{"i", i}}));
+	write(batches);
+	EXPECT_EQ(one("SELECT count(*) FROM span_blocks"), "5");
+	EXPECT_EQ(one("SELECT id, start_ns, args FROM spans WHERE id = 250"), "250|2500|{\"i\":250}");
+	EXPECT_EQ(one("SELECT count(*), min(id), max(id) FROM spans WHERE id BETWEEN 150 AND 349"), "200|150|349");
+	EXPECT_EQ(one("SELECT count(*), min(id) FROM spans WHERE id > 99.5"), "401|100");
+	EXPECT_EQ(one("SELECT count(*), min(id), max(id) FROM spans WHERE start_ns > 4000 AND start_ns <= 4100"),
+		  "10|401|410");
+	EXPECT_EQ(one("SELECT count(*) FROM spans WHERE start_ns < 10"), "0");
+	EXPECT_EQ(one("SELECT count(*) FROM spans WHERE id >= 501"), "0");
+	EXPECT_EQ(one("SELECT group_concat(id) FROM spans WHERE id IN (1, 100, 101, 500)"), "1,100,101,500");
+	EXPECT_EQ(one("SELECT group_concat(id) FROM (SELECT id FROM spans ORDER BY id DESC LIMIT 3)"), "500,499,498");
+	EXPECT_EQ(one("SELECT count(*) FROM spans a JOIN spans b ON b.id = a.id + 1 WHERE a.id % 50 = 0"), "9");
+	EXPECT_EQ(one("SELECT sum(id) FROM spans"), "125250");
+}
+
+TEST_F(SpanBlocks, ABatchWithMoreArgumentValuesThanABlockKeepsFailsAlone)
+{
+	json too_many = json::object();
+	for (int i = 0; i < 54; i++)
+		too_many["k" + std::to_string(i)] = i;
+	auto w = StoreWriter::create(path());
+	ASSERT_TRUE(w) << w.error().message;
+	ASSERT_TRUE(w->add_spans({span(1), span(2)}));
+	auto r = w->add_spans({span(3), span(4, too_many)});
+	ASSERT_FALSE(r);
+	EXPECT_NE(r.error().message.find("54 argument values, more than the 53"), std::string::npos)
+		<< r.error().message;
+	ASSERT_TRUE(w->add_spans({span(5)}));
+	ASSERT_TRUE(w->finish());
+	ASSERT_EQ(sqlite3_open(path().c_str(), &db_), SQLITE_OK);
+	ASSERT_TRUE(register_span_module(db_));
+	EXPECT_EQ(one("SELECT group_concat(id || ':' || start_ns) FROM spans"), "1:1,2:2,3:5");
+}
+
+TEST_F(SpanBlocks, ADamagedFileIsAnErrorNeverAWrongRow)
+{
+	write({{span(1, {{"s", "x"}}), span(2, {{"s", "y"}})}});
+	ASSERT_EQ(sqlite3_exec(db_, "UPDATE span_blocks SET data = substr(data, 1, length(data) - 1)", nullptr, nullptr,
+			       nullptr),
+		  SQLITE_OK);
+	EXPECT_EQ(one("SELECT count(*) FROM spans").rfind("error: not a valid span block: ", 0), 0u)
+		<< one("SELECT count(*) FROM spans");
+	auto rec = load_recording(path());
+	ASSERT_FALSE(rec);
+	EXPECT_NE(rec.error().message.find("is damaged: not a valid span block"), std::string::npos)
+		<< rec.error().message;
+}
+
+TEST_F(SpanBlocks, ASpanWhoseFunctionOrStringIsGoneIsAnError)
+{
+	write({{span(1, {{"s", "x"}})}});
+	ASSERT_EQ(sqlite3_exec(db_, "DELETE FROM strings", nullptr, nullptr, nullptr), SQLITE_OK);
+	EXPECT_EQ(one("SELECT args FROM spans"),
+		  "error: eacgm_spans: a span names a string the recording does not hold");
+	ASSERT_EQ(sqlite3_exec(db_, "DELETE FROM functions", nullptr, nullptr, nullptr), SQLITE_OK);
+	EXPECT_EQ(one("SELECT id, start_ns FROM spans"), "1|1"); // what needs no function still reads
+	EXPECT_EQ(one("SELECT name FROM spans"),
+		  "error: eacgm_spans: a span names a function the recording does not hold");
+}
