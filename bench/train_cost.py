@@ -204,7 +204,7 @@ def remove_recording(db):
     summary`): a long run would otherwise fill the temporary directory."""
     if db is None:
         return
-    for path in (db, os.path.splitext(db)[0] + ".trace.json"):
+    for path in (db, os.path.splitext(db)[0] + ".trace.json", os.path.splitext(db)[0] + ".pftrace"):
         if os.path.exists(path):
             os.remove(path)
 

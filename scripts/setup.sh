@@ -27,6 +27,7 @@ packages=(
   libtomlplusplus-dev   # eacgm serve's configuration file (TOML)
   libcap-dev            # eacgm drops the capabilities tracing does not need
   libzstd-dev           # the columnar store compresses its blocks of spans with zstd
+  protobuf-compiler     # test_perfetto decodes the native trace with protoc, a protobuf implementation not eacgm's
   prometheus            # the node agent's e2e test scrapes it with a real Prometheus server
 )
 missing=()

@@ -3,6 +3,7 @@
 #include "app/commands.h"
 #include "common/fs.h"
 #include "export/perfetto.h"
+#include "export/pftrace.h"
 #include "export/summary.h"
 #include "store/store.h"
 
@@ -47,6 +48,9 @@ Result<std::string> summary_of(const std::string &db)
 // rounds across ranks mark the trace's spans).
 Result<std::string> write_trace_and_summary(const std::string &db, const std::string &trace, uint64_t *spans)
 {
+	auto format = trace_format_of(trace);
+	if (!format)
+		return format.error();
 	auto s = open_streamed(db);
 	if (!s)
 		return s.error();
@@ -59,7 +63,9 @@ Result<std::string> write_trace_and_summary(const std::string &db, const std::st
 	auto collectives = [&](const SpanVisit &visit) {
 		return s->reader.each_span_with_int_args(kCollectiveArgs, visit);
 	};
-	if (auto r = write_perfetto(s->rec, trace, feed, collectives); !r)
+	if (auto r = *format == TraceFormat::Json ? write_perfetto(s->rec, trace, feed, collectives)
+						  : write_pftrace(s->rec, trace, feed, collectives);
+	    !r)
 		return r.error();
 	if (spans)
 		*spans = s->tally.spans();
@@ -68,6 +74,8 @@ Result<std::string> write_trace_and_summary(const std::string &db, const std::st
 
 int run_export(const std::string &db, const std::string &perfetto)
 {
+	if (auto f = trace_format_of(perfetto); !f)
+		return fail(f.error().message, 2);
 	if (auto w = check_writable(perfetto); !w)
 		return fail(w.error().message);
 	uint64_t spans = 0;

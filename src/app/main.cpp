@@ -56,8 +56,10 @@ void add_record_outputs(CLI::App *record, RecordArgs &rec)
 		->delimiter(',');
 	record->add_option("--spec", rec.specs, "Extra probe spec file (JSON); repeatable")->check(CLI::ExistingFile);
 	record->add_option("-o,--output", rec.output, "SQLite recording to write (default: eacgm-<time>.db)");
-	record->add_option("--perfetto", rec.perfetto,
-			   "Perfetto/Chrome trace JSON to write (default: the recording's name with .trace.json)");
+	record->add_option(
+		"--perfetto", rec.perfetto,
+		"Trace to write, in the format its name ends with: .pftrace (Perfetto's own, compact) or .json "
+		"(Chrome's trace-event JSON) (default: the recording's name with .pftrace)");
 	record->add_option("--flamegraph", rec.flamegraph,
 			   "Python layer: write the sampled stacks in the collapsed format of flame graph tools "
 			   "(flamegraph.pl, speedscope)");
@@ -173,7 +175,10 @@ void add_readers(CLI::App &app, Commands &c)
 	c.export_cmd = app.add_subcommand(
 		"export", "Write a recording as a Perfetto trace, or as a SQLite file with a row per span");
 	c.export_cmd->add_option("recording", c.db, "Recording (.db) written by 'eacgm record'")->required();
-	auto *trace = c.export_cmd->add_option("--perfetto", c.perfetto, "Trace JSON to write");
+	auto *trace = c.export_cmd->add_option(
+		"--perfetto", c.perfetto,
+		"Trace to write, in the format its name ends with: .pftrace (Perfetto's own, compact) or .json "
+		"(Chrome's trace-event JSON)");
 	auto *flat = c.export_cmd->add_option(
 		"--sqlite", c.flat,
 		"SQLite file to write with a row per span (the layout of recordings before version 4, with its "

@@ -7,6 +7,7 @@
 #include "app/commands.h"
 #include "common/fs.h"
 #include "common/text.h"
+#include "export/pftrace.h"
 #include "merge/merge.h"
 
 namespace eacgm {
@@ -22,7 +23,7 @@ CLI::App *add_merge(CLI::App &app, MergeArgs &ma)
 		->required();
 	merge->add_option("-o,--output", ma.output, "The merged recording to write")->required();
 	merge->add_option("--perfetto", ma.perfetto,
-			  "Also write the merged recording's trace (JSON), as 'export' does");
+			  "Also write the merged recording's trace (.pftrace or .json), as 'export' does");
 	merge->add_flag("--force", ma.force, "Replace the output if it exists");
 	merge->footer(
 		"Clocks: each recording's times move onto the first recording's clock by the difference of their "
@@ -65,9 +66,12 @@ Result<void> check_args(const MergeArgs &a)
 		return make_error(a.output + " exists; remove it, choose another -o, or pass --force to replace it");
 	if (auto w = check_writable(a.output); !w)
 		return w;
-	if (!a.perfetto.empty())
+	if (!a.perfetto.empty()) {
+		if (auto f = trace_format_of(a.perfetto); !f)
+			return f.error();
 		if (auto w = check_writable(a.perfetto); !w)
 			return w;
+	}
 	return {};
 }
 

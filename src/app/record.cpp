@@ -18,6 +18,7 @@
 
 #include "app/commands.h"
 #include "app/pipeline.h"
+#include "export/pftrace.h"
 #include "app/privileges.h"
 #include "app/target.h"
 #include "common/clock.h"
@@ -68,7 +69,7 @@ std::string trace_path_for(const std::string &db)
 	std::string stem = db;
 	if (stem.size() > 3 && stem.compare(stem.size() - 3, 3, ".db") == 0)
 		stem.resize(stem.size() - 3);
-	return stem + ".trace.json";
+	return stem + ".pftrace";
 }
 
 // One `record` run, as steps that each either go on or give the exit code
@@ -188,6 +189,8 @@ RecordSession::Stop RecordSession::open_outputs()
 {
 	db_ = a_.output.empty() ? default_output() : a_.output;
 	trace_ = a_.perfetto.empty() ? trace_path_for(db_) : a_.perfetto;
+	if (auto f = trace_format_of(trace_); !f)
+		return fail(f.error().message, 2);
 	std::vector<std::string> outputs = {db_, trace_};
 	for (auto *extra : {&a_.flamegraph, &a_.ready_file})
 		if (!extra->empty())

@@ -224,9 +224,7 @@ static Result<void> in_memory_by_thread(const Recording &rec, const SpanVisit &v
 	return {};
 }
 
-// "python3 (4242) node1 rank 1": the pid a merged process had on its host
-// (meta process_origins), then its host and its rank where known.
-static std::string process_title(const Process &p, const json &origins, const CollectiveMarks &marks)
+std::string process_title(const Process &p, const json &origins, const CollectiveMarks &marks)
 {
 	uint32_t pid = p.pid;
 	std::string host;

@@ -72,6 +72,10 @@ private:
 	std::map<uint32_t, std::pair<uint32_t, uint32_t>> ranks_;        // pid -> nranks, rank
 };
 
+// "python3 (4242) node1 rank 1": the pid a merged process had on its host
+// (meta process_origins, parsed), then its host and its rank where known.
+std::string process_title(const Process &p, const nlohmann::json &origins, const CollectiveMarks &marks);
+
 // A span's event with its collective mark (see above) where it has one.
 std::string span_event_text(const Span &s, const CollectiveMarks::Mark *mark);
 

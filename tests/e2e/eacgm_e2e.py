@@ -98,10 +98,22 @@ class Recording:
         return query(self.db, sql, params)
 
 
+def json_trace(options, db):
+    """The options with `--perfetto NAME.trace.json` added where they name no
+    trace: tests read the JSON trace (record's default is NAME.pftrace,
+    which test_perfetto reads with a decoder of its own)."""
+    options = list(options)
+    ours = options[:options.index("--")] if "--" in options else options  # not the traced command's
+    if "--perfetto" in ours:
+        return options
+    return ours + ["--perfetto", db[:-3] + ".trace.json"] + options[len(ours):]
+
+
 def record(tmp, command, *options, name="r", env=None, timeout=300):
-    """`eacgm record -o tmp/name.db OPTIONS -- COMMAND`; command may be [] with -p in options."""
+    """`eacgm record -o tmp/name.db OPTIONS -- COMMAND`; command may be [] with -p in options.
+    The trace is JSON (tmp/name.trace.json) unless options say --perfetto."""
     db = os.path.join(tmp, name + ".db")
-    args = ["record", "-o", db, *options]
+    args = ["record", "-o", db, *json_trace(options, db)]
     if command:
         args += ["--", *command]
     p = subprocess.Popen([EACGM, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -112,7 +124,8 @@ def record(tmp, command, *options, name="r", env=None, timeout=300):
         p.kill()
         p.communicate()
         raise
-    return Recording(p.pid, p.returncode, out, err, db, os.path.join(tmp, name + ".trace.json"))
+    trace = options[list(options).index("--perfetto") + 1] if "--perfetto" in options else db[:-3] + ".trace.json"
+    return Recording(p.pid, p.returncode, out, err, db, trace)
 
 
 # The spans table's module (eacgm_sql.so, built beside the binary): a
@@ -167,6 +180,96 @@ def meta(db):
 def load_trace(path):
     with open(path) as f:
         return json.load(f)
+
+
+def _pb_fields(buf):
+    """A protobuf message's fields: [(number, value)], value an int (varint,
+    fixed64) or bytes (length-delimited)."""
+    out, i = [], 0
+
+    def varint():
+        nonlocal i
+        v, shift = 0, 0
+        while True:
+            b = buf[i]
+            i += 1
+            v |= (b & 0x7F) << shift
+            shift += 7
+            if not b & 0x80:
+                return v
+
+    while i < len(buf):
+        key = varint()
+        num, wire = key >> 3, key & 7
+        if wire == 0:
+            out.append((num, varint()))
+        elif wire == 1:
+            out.append((num, int.from_bytes(buf[i:i + 8], "little")))
+            i += 8
+        elif wire == 2:
+            n = varint()
+            out.append((num, buf[i:i + n]))
+            i += n
+        else:
+            raise ValueError("wire type %d" % wire)
+    return out
+
+
+def load_pftrace(path):
+    """A native trace (record's default .pftrace; src/export/pftrace.h) read
+    with a decoder of the tests' own: {"slices": [(pid, tid, layer, name,
+    start_ns, end_ns)], "counters": [(name, ts_ns, value)], "instants":
+    [name], "tracks": {uuid: descriptor fields}}. Times are rebuilt from each
+    sequence's incremental clock; names from its interned data."""
+    import struct
+    with open(path, "rb") as f:
+        data = f.read()
+    tracks, seqs, out = {}, {}, {"slices": [], "counters": [], "instants": []}
+    for num, packet in _pb_fields(data):
+        assert num == 1
+        p = _pb_fields(packet)
+        get = lambda n, fs=p: next((v for k, v in fs if k == n), None)
+        seq = seqs.setdefault(get(10), {"clock": 0, "names": {}, "cats": {}, "open": {}})
+        if get(60) is not None:
+            td = _pb_fields(get(60))
+            t = {"name": (next((v for k, v in td if k == 2), b"") or b"").decode(), "parent": next((v for k, v in td if k == 5), 0)}
+            pd = next((v for k, v in td if k == 3), None)
+            if pd is not None:
+                t["pid"] = next(v for k, v in _pb_fields(pd) if k == 1)
+            th = next((v for k, v in td if k == 4), None)
+            if th is not None:
+                t["pid"], t["tid"] = [next(v for k, v in _pb_fields(th) if k == n) for n in (1, 2)]
+            tracks[next(v for k, v in td if k == 1)] = t
+            continue
+        if get(6) is not None:
+            for k, c in _pb_fields(get(6)):
+                cf = dict(_pb_fields(c))
+                if cf.get(1) == 64:
+                    seq["clock"] = cf[2]
+            continue
+        for k, entry in _pb_fields(get(12) or b""):
+            e = dict(_pb_fields(entry))
+            {2: seq["names"], 1: seq["cats"]}.get(k, {})[e[1]] = e[2].decode()
+        seq["clock"] += get(8)
+        ev = _pb_fields(get(11))
+        eget = lambda n: next((v for k, v in ev if k == n), None)
+        typ, track = eget(9), eget(11)
+        if typ == 1:
+            seq["open"].setdefault(track, []).append((seq["names"][eget(10)], seq["clock"]))
+        elif typ == 2:
+            name, start = seq["open"][track].pop()
+            layer = tracks[track]
+            thread = tracks[layer["parent"]]
+            out["slices"].append((thread["pid"], thread["tid"], layer["name"], name, start, seq["clock"]))
+        elif typ == 3:
+            out["instants"].append(seq["names"][eget(10)])
+        elif typ == 4:  # an integral value as int64 (30), any other as a double (44)
+            value = eget(30)
+            value = struct.unpack("<q", value.to_bytes(8, "little"))[0] if value is not None else \
+                struct.unpack("<d", eget(44).to_bytes(8, "little"))[0]
+            out["counters"].append((tracks[track]["name"], seq["clock"], value))
+    out["tracks"] = tracks
+    return out
 
 
 def x_events(trace):
@@ -254,11 +357,12 @@ class Started:
 
 def start_record(tmp, *options, name="r", env=None, timeout=60.0):
     """Starts `eacgm record -o tmp/name.db --ready-file tmp/name.ready OPTIONS` (-p PID, or
-    -- COMMAND) and returns a Started once eacgm has printed its ready line (every probe
+    -- COMMAND; the trace JSON, as record() has it) and returns a Started once eacgm has printed its ready line (every probe
     attached): a wait on eacgm's own signal, not a guess."""
     db = os.path.join(tmp, name + ".db")
     ready = os.path.join(tmp, name + ".ready")
-    p = subprocess.Popen([EACGM, "record", "-o", db, "--ready-file", ready, *options], stdout=subprocess.PIPE,
+    p = subprocess.Popen([EACGM, "record", "-o", db, "--ready-file", ready, *json_trace(options, db)],
+                         stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, env=dict(os.environ, **(env or {})))
     started = Started(p, db, ready)
     started.wait_for_line(READY_LINE.pattern, timeout)

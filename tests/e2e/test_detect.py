@@ -83,7 +83,8 @@ class DetectSlowOperator(unittest.TestCase):
         # a sample taken inside a call runs the stack walker there (some 20 to
         # 40 us), which a 2 us matmul shows as a 15x stall (README, Anomaly
         # detection), and detect rightly reports it.
-        p = E.run(["nice", "-n", "-20", E.EACGM, "record", "-o", db, "--layers", "torch,python", "--sample-hz", "0",
+        p = E.run(["nice", "-n", "-20", E.EACGM, "record", "-o", db, "--perfetto", os.path.join(cls.tmp, "r.trace.json"),
+                   "--layers", "torch,python", "--sample-hz", "0",
                    "--no-detect", "--", "/usr/bin/python3", PROG, str(STEPS), ",".join(map(str, SLOW)), str(FACTOR)],
                   timeout=300)
         cls.rec = E.Recording(None, p.returncode, p.stdout, p.stderr, db, os.path.join(cls.tmp, "r.trace.json"))

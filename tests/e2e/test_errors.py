@@ -199,7 +199,7 @@ class Interrupt(unittest.TestCase):
 
     def assert_complete_recording(self, r, command, exit_code):
         self.assertEqual(r["rc"], 130, r["err"])
-        self.assertEqual(r["files"], ["r.db", "r.trace.json"])
+        self.assertEqual(r["files"], ["r.db", "r.pftrace"])  # the trace in Perfetto's format by default
         db = os.path.join(r["out"], "r.db")
         self.assertIn("recording: " + db, r["err"])
         m = E.meta(db)
@@ -209,7 +209,8 @@ class Interrupt(unittest.TestCase):
         self.assertEqual(procs, [{"pid": r["sleeper"], "comm": "sleep", "exit_code": exit_code}])
         s = E.eacgm("summary", db)
         self.assertEqual(s.returncode, 0, s.stderr)
-        self.assertIn("traceEvents", E.load_trace(os.path.join(r["out"], "r.trace.json")))
+        trace = E.load_pftrace(os.path.join(r["out"], "r.pftrace"))
+        self.assertIn(r["sleeper"], [t.get("pid") for t in trace["tracks"].values()])
 
     def test_signal_is_passed_on_to_the_command(self):
         # sleep dies of the forwarded SIGINT (exit 130) and the recording ends

@@ -305,7 +305,8 @@ class NamesThatAreNotUtf8(unittest.TestCase):
         gate = os.path.join(tmp, "go")
         env = dict(os.environ, DLOPEN=lib.decode(errors="surrogateescape"), LOADED_WAIT_FILE=gate)
         db = os.path.join(tmp, "r.db")
-        p = subprocess.Popen([E.EACGM.encode(), b"record", b"-o", db.encode(), b"--layers", b"cuda", b"--spec",
+        p = subprocess.Popen([E.EACGM.encode(), b"record", b"-o", db.encode(), b"--perfetto",
+                              os.path.join(tmp, "r.trace.json").encode(), b"--layers", b"cuda", b"--spec",
                               spec.encode(), b"--", prog, b"noop", b"3", b"\xfe\xfdarg"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         started = E.Started(p, db, None)
@@ -335,7 +336,8 @@ class NamesThatAreNotUtf8(unittest.TestCase):
             f.write("import time\ndef busy_work():\n    t = time.monotonic()\n"
                     "    while time.monotonic() - t < 0.3:\n        pass\nbusy_work()\n")
         db = os.path.join(tmp, "r.db")
-        r = subprocess.run([E.EACGM.encode(), b"record", b"-o", db.encode(), b"--layers", b"python", b"--",
+        r = subprocess.run([E.EACGM.encode(), b"record", b"-o", db.encode(), b"--perfetto",
+                            os.path.join(tmp, "r.trace.json").encode(), b"--layers", b"python", b"--",
                             b"/usr/bin/python3", script], capture_output=True, timeout=300)
         self.assertEqual(r.returncode, 0, r.stderr)
         spans = E.load_spans(db, "layer = 'python' AND name = 'busy_work'")
