@@ -332,17 +332,24 @@ Result<void> write_perfetto(const Recording &rec, const std::string &path)
 	return write_perfetto(rec, path, all, all);
 }
 
-Result<void> write_perfetto(const Recording &rec, const std::string &path, const SpanFeed &spans,
-			    const SpanFeed &collectives)
+Result<CollectiveMarks> collective_marks(const SpanFeed &collectives)
 {
 	CollectiveMatcher matcher;
 	std::vector<Round> rounds;
 	if (collectives)
 		if (auto r = collectives([&](const Span &s) { matcher.add(s, rounds); }); !r)
-			return r;
+			return r.error();
 	matcher.finish(rounds);
-	CollectiveMarks marks(std::move(rounds));
-	return write_file_atomic(path, [&](std::ostream &out) { return write_trace(rec, spans, marks, out); });
+	return CollectiveMarks(std::move(rounds));
+}
+
+Result<void> write_perfetto(const Recording &rec, const std::string &path, const SpanFeed &spans,
+			    const SpanFeed &collectives)
+{
+	auto marks = collective_marks(collectives);
+	if (!marks)
+		return marks.error();
+	return write_file_atomic(path, [&](std::ostream &out) { return write_trace(rec, spans, *marks, out); });
 }
 
 } // namespace eacgm

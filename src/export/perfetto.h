@@ -91,4 +91,8 @@ using SpanFeed = std::function<Result<void>(const SpanVisit &)>;
 Result<void> write_perfetto(const Recording &rec, const std::string &path, const SpanFeed &spans,
 			    const SpanFeed &collectives = {});
 
+// The marks of the collective spans a feed hands over, in any order (their
+// rounds matched across ranks); none without a feed. Both trace formats'.
+Result<CollectiveMarks> collective_marks(const SpanFeed &collectives);
+
 } // namespace eacgm

@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "common/fs.h"
-#include "ingest/collectives.h"
 
 namespace eacgm {
 
@@ -516,14 +515,10 @@ Result<TraceFormat> trace_format_of(const std::string &path)
 Result<void> write_pftrace(const Recording &rec, const std::string &path, const SpanFeed &spans,
 			   const SpanFeed &collectives)
 {
-	CollectiveMatcher matcher;
-	std::vector<Round> rounds;
-	if (collectives)
-		if (auto r = collectives([&](const Span &s) { matcher.add(s, rounds); }); !r)
-			return r;
-	matcher.finish(rounds);
-	CollectiveMarks marks(std::move(rounds));
-	return write_file_atomic(path, [&](std::ostream &out) { return write_all(rec, spans, marks, out); });
+	auto marks = collective_marks(collectives);
+	if (!marks)
+		return marks.error();
+	return write_file_atomic(path, [&](std::ostream &out) { return write_all(rec, spans, *marks, out); });
 }
 
 } // namespace eacgm

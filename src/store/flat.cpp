@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "store/schema.h"
 #include "store/sqlmod.h"
 #include "store/store.h"
 
@@ -15,11 +16,7 @@ namespace eacgm {
 namespace {
 
 // Version 3's layout, indexes included.
-constexpr const char *kFlatSchema = R"(
-CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE processes(pid INTEGER PRIMARY KEY, ppid INTEGER, comm TEXT, cmdline TEXT,
-                       start_ns INTEGER, end_ns INTEGER, exit_code INTEGER);
-CREATE TABLE threads(pid INTEGER, tid INTEGER, name TEXT, PRIMARY KEY(pid, tid));
+constexpr const char *kFlatSchema = EACGM_SCHEMA_HEAD R"(
 CREATE TABLE span_rows(id INTEGER PRIMARY KEY, pid INTEGER, tid INTEGER, layer TEXT, name TEXT,
                        start_ns INTEGER, dur_ns INTEGER, depth INTEGER, ret INTEGER,
                        ret_name TEXT, bytes INTEGER, args TEXT /* JSON object */,
@@ -31,15 +28,8 @@ CREATE VIEW spans AS
          r.start_ns AS start_ns, r.dur_ns AS dur_ns, r.depth AS depth, r.ret AS ret,
          r.ret_name AS ret_name, r.bytes AS bytes, r.args AS args, s.frames AS py_stack
   FROM span_rows r LEFT JOIN stacks s ON s.id = r.stack;
-CREATE TABLE drops(layer TEXT, reason TEXT, count INTEGER);
 CREATE TABLE metrics(ts_ns INTEGER, layer TEXT, name TEXT, key TEXT, pid INTEGER, value REAL);
-CREATE TABLE events(ts_ns INTEGER, layer TEXT, name TEXT, key TEXT, pid INTEGER, tid INTEGER,
-                    args TEXT /* JSON object */);
-CREATE TABLE anomalies(ts_ns INTEGER, dur_ns INTEGER, pid INTEGER, tid INTEGER, layer TEXT, name TEXT,
-                       score REAL, threshold REAL, features TEXT /* JSON object */,
-                       causes TEXT /* JSON array, ranked */,
-                       detected_ns INTEGER /* the live detector's flag, CLOCK_MONOTONIC; 0: eacgm detect */);
-)";
+)" EACGM_SCHEMA_TAIL;
 
 constexpr const char *kFlatCopy = R"(
 INSERT INTO meta SELECT key, value FROM rec.meta WHERE key != 'schema_version';

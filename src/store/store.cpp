@@ -19,6 +19,7 @@
 #include "common/clock.h"
 #include "common/fs.h"
 #include "common/text.h"
+#include "store/schema.h"
 #include "store/sqlmod.h"
 
 namespace eacgm {
@@ -126,12 +127,7 @@ void remove_db_files(const std::string &file)
 
 bool is_reserved_meta(const std::string &key) { return key == "schema_version" || key == "wall_offset_ns"; }
 
-constexpr const char *kSchema = R"(
-BEGIN;
-CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE processes(pid INTEGER PRIMARY KEY, ppid INTEGER, comm TEXT, cmdline TEXT,
-                       start_ns INTEGER, end_ns INTEGER, exit_code INTEGER);
-CREATE TABLE threads(pid INTEGER, tid INTEGER, name TEXT, PRIMARY KEY(pid, tid));
+constexpr const char *kSchema = "BEGIN;\n" EACGM_SCHEMA_HEAD R"(
 -- Spans, in blocks (src/store/span_layout.h): a block per batch the recorder
 -- wrote, a compressed column per field. Ids, times and the stacks and
 -- strings each block refers to are kept beside it, so that a query by id
@@ -156,7 +152,6 @@ CREATE TABLE stacks(id INTEGER PRIMARY KEY,
 -- had them. Needs the module eacgm_spans: `eacgm sql`, or eacgm_sql.so
 -- loaded into sqlite3 (.load) or Python (load_extension).
 CREATE VIRTUAL TABLE spans USING eacgm_spans;
-CREATE TABLE drops(layer TEXT, reason TEXT, count INTEGER);
 -- Metrics in blocks too (span_layout.h), a block per batch; each series
 -- (layer, name, key, pid) once.
 CREATE TABLE metric_blocks(id INTEGER PRIMARY KEY, first_id INTEGER NOT NULL, n INTEGER NOT NULL,
@@ -164,13 +159,7 @@ CREATE TABLE metric_blocks(id INTEGER PRIMARY KEY, first_id INTEGER NOT NULL, n 
 CREATE TABLE series(id INTEGER PRIMARY KEY, layer TEXT NOT NULL, name TEXT NOT NULL, key TEXT NOT NULL,
                     pid INTEGER NOT NULL);
 CREATE VIRTUAL TABLE metrics USING eacgm_metrics;
-CREATE TABLE events(ts_ns INTEGER, layer TEXT, name TEXT, key TEXT, pid INTEGER, tid INTEGER,
-                    args TEXT /* JSON object */);
-CREATE TABLE anomalies(ts_ns INTEGER, dur_ns INTEGER, pid INTEGER, tid INTEGER, layer TEXT, name TEXT,
-                       score REAL, threshold REAL, features TEXT /* JSON object */,
-                       causes TEXT /* JSON array, ranked */,
-                       detected_ns INTEGER /* the live detector's flag, CLOCK_MONOTONIC; 0: eacgm detect */);
-INSERT INTO meta VALUES('schema_version', '4');
+)" EACGM_SCHEMA_TAIL R"(INSERT INTO meta VALUES('schema_version', '4');
 INSERT INTO meta VALUES('incomplete', 'being written: eacgm did not finish it (killed, or still writing)');
 COMMIT;
 )";
