@@ -19,6 +19,7 @@
 #include "common/clock.h"
 #include "common/fs.h"
 #include "common/text.h"
+#include "store/block_reader.h"
 #include "store/schema.h"
 #include "store/sqlmod.h"
 
@@ -1124,24 +1125,60 @@ Result<void> RecordingReader::spans(const char *sql, F take) const
 	});
 }
 
+// A schema 4 file's spans from its blocks (block_reader.h), in id order;
+// by start time, sorted in memory as SQLite would (ties by id).
+Result<void> RecordingReader::from_blocks(SpanOrder order, const std::function<bool(const SpanFunction &)> &keep,
+					  const SpanVisit &visit) const
+{
+	std::vector<Span> all;
+	auto r = read_span_blocks(db_.get(), keep, [&](Span &&s) {
+		if (order == SpanOrder::by_start)
+			all.push_back(std::move(s));
+		else
+			visit(s);
+	});
+	if (!r)
+		return make_error("recording " + path_ + " is damaged: " + r.error().message);
+	std::stable_sort(all.begin(), all.end(), [](const Span &a, const Span &b) { return a.start_ns < b.start_ns; });
+	for (const Span &s : all)
+		visit(s);
+	return {};
+}
+
 Result<void> RecordingReader::each_span(SpanOrder order, const SpanVisit &visit) const
 {
+	// A trace's order (per thread) is SQLite's sort of the spans table: it
+	// spills to disk where a long recording's spans would not fit in memory.
+	if (version_ >= 4 && order != SpanOrder::by_thread)
+		return from_blocks(order, nullptr, visit);
 	return spans(span_query(order), [&](Span &&s) { visit(s); });
 }
 
 Result<void> RecordingReader::each_span_with_int_args(const std::vector<std::string> &keys,
 						      const SpanVisit &visit) const
 {
-	// A damaged args text is not a match (the full reading reports it):
-	// SQLite's AND need not skip json_type on it, CASE does.
-	std::string sql = SPAN_COLUMNS " FROM spans WHERE 1";
-	for (const std::string &k : keys) {
-		// Spliced into the query's text: only a plain name may be.
+	// Spliced into a query's text below: only a plain name may be, in
+	// either layout.
+	for (const std::string &k : keys)
 		if (k.empty() ||
 		    !std::all_of(k.begin(), k.end(), [](unsigned char c) { return std::isalnum(c) || c == '_'; }))
 			return make_error("not an argument name: '" + k + "'");
+	if (version_ >= 4) // a function's argument list says which of its spans have them
+		return from_blocks(
+			SpanOrder::as_recorded,
+			[&](const SpanFunction &f) {
+				return std::all_of(keys.begin(), keys.end(), [&](const std::string &k) {
+					return std::any_of(f.args.begin(), f.args.end(), [&](const ArgDef &a) {
+						return a.key == k && (a.kind == 'i' || a.kind == 'u');
+					});
+				});
+			},
+			visit);
+	// A damaged args text is not a match (the full reading reports it):
+	// SQLite's AND need not skip json_type on it, CASE does.
+	std::string sql = SPAN_COLUMNS " FROM spans WHERE 1";
+	for (const std::string &k : keys)
 		sql += " AND CASE WHEN json_valid(args) THEN json_type(args, '$." + k + "') END = 'integer'";
-	}
 	return spans((sql + " ORDER BY id").c_str(), [&](Span &&s) { visit(s); });
 }
 #undef SPAN_COLUMNS
@@ -1236,9 +1273,7 @@ Result<Recording> RecordingReader::read(bool with_spans) const
 		if (auto r = (this->*part)(rec); !r)
 			return r.error();
 	if (with_spans)
-		if (auto r = spans(span_query(SpanOrder::by_start),
-				   [&](Span &&s) { rec.spans.push_back(std::move(s)); });
-		    !r)
+		if (auto r = each_span(SpanOrder::by_start, [&](const Span &s) { rec.spans.push_back(s); }); !r)
 			return r.error();
 	return rec;
 }

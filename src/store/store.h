@@ -10,6 +10,7 @@
 #pragma once
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -243,6 +244,8 @@ private:
 	Result<void> rows(const char *sql, F fn) const;
 	template <class F>
 	Result<void> spans(const char *sql, F take) const; // take(Span &&) for each row of a span query
+	Result<void> from_blocks(SpanOrder order, const std::function<bool(const SpanFunction &)> &keep,
+				 const SpanVisit &visit) const;
 	Result<void> read_meta(Recording &rec) const;
 	Result<void> read_tasks(Recording &rec) const;    // processes and threads
 	Result<void> read_measures(Recording &rec) const; // metrics, events and drops

@@ -232,3 +232,64 @@ TEST_F(SpanBlocks, ASpanWhoseFunctionOrStringIsGoneIsAnError)
 	EXPECT_EQ(one("SELECT name FROM spans"),
 		  "error: eacgm_spans: a span names a function the recording does not hold");
 }
+
+// eacgm's own readers take a schema 4 file's spans from its blocks
+// (block_reader.h), not through the virtual table: they give what the rows
+// of its version 3 copy (export --sqlite) give, value for value and type
+// for type, in every order and filter.
+TEST_F(SpanBlocks, ReadingTheBlocksGivesWhatTheRowsGive)
+{
+	std::vector<Span> spans;
+	for (int i = 0; i < 40; i++) {
+		json args = {{"x", i - 20},
+			     {"p", hex_text(0x7f0000000000ull + 64 * i)},
+			     {"shape", "float32[" + std::to_string(i % 3) + "]"},
+			     {"grid", {i, 1, 1}},
+			     {"w", 0.25 * i},
+			     {"big", UINT64_MAX - i}};
+		if (i % 4 == 0)
+			args.update({{"seq", i / 4}, {"rank", i % 2}, {"nranks", 2}});
+		if (i % 5 == 0)
+			args["odd"] = {{"nested", true}};
+		Span s = span(1000 - 10 * i, std::move(args)); // later spans start earlier: by_start reorders
+		s.tid = 43 + i % 3;
+		s.ret = i % 7 - 3;
+		s.ret_name = i % 2 ? "ok" : "";
+		if (i % 3 == 0)
+			s.py_stack = PyStack{"f (a.py:" + std::to_string(i % 2) + ")", "<module> (a.py:9)"};
+		spans.push_back(std::move(s));
+	}
+	write({std::vector<Span>(spans.begin(), spans.begin() + 25),
+	       std::vector<Span>(spans.begin() + 25, spans.end())});
+	const std::string flat = dir_ + "/flat.db";
+	ASSERT_TRUE(write_flat_copy(path(), flat));
+	auto v4 = RecordingReader::open(path()), v3 = RecordingReader::open(flat);
+	ASSERT_TRUE(v4 && v3);
+	EXPECT_EQ(v4->schema_version(), 4);
+	EXPECT_EQ(v3->schema_version(), 3);
+	auto same = [](const std::vector<Span> &a, const std::vector<Span> &b) {
+		ASSERT_EQ(a.size(), b.size());
+		for (size_t i = 0; i < a.size(); i++) {
+			EXPECT_EQ(std::tie(a[i].start_ns, a[i].dur_ns, a[i].pid, a[i].tid, a[i].depth, a[i].layer,
+					   a[i].name, a[i].ret, a[i].ret_name, a[i].bytes),
+				  std::tie(b[i].start_ns, b[i].dur_ns, b[i].pid, b[i].tid, b[i].depth, b[i].layer,
+					   b[i].name, b[i].ret, b[i].ret_name, b[i].bytes))
+				<< "span " << i;
+			EXPECT_EQ(a[i].args.dump(), b[i].args.dump()) << "span " << i;
+			for (auto it = a[i].args.begin(); it != a[i].args.end(); ++it)
+				EXPECT_EQ(it->type(), b[i].args.at(it.key()).type()) << it.key();
+			EXPECT_EQ(a[i].py_stack.frames(), b[i].py_stack.frames()) << "span " << i;
+		}
+	};
+	for (SpanOrder order : {SpanOrder::as_recorded, SpanOrder::by_start, SpanOrder::by_thread}) {
+		std::vector<Span> a, b;
+		ASSERT_TRUE(v4->each_span(order, [&](const Span &s) { a.push_back(s); }));
+		ASSERT_TRUE(v3->each_span(order, [&](const Span &s) { b.push_back(s); }));
+		same(a, b);
+	}
+	std::vector<Span> a, b;
+	ASSERT_TRUE(v4->each_span_with_int_args({"seq", "rank"}, [&](const Span &s) { a.push_back(s); }));
+	ASSERT_TRUE(v3->each_span_with_int_args({"seq", "rank"}, [&](const Span &s) { b.push_back(s); }));
+	EXPECT_EQ(a.size(), 10u);
+	same(a, b);
+}

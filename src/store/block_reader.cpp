@@ -1,0 +1,174 @@
+// read_span_blocks (block_reader.h).
+#include "store/block_reader.h"
+
+#include <sqlite3.h>
+
+#include <memory>
+#include <unordered_map>
+
+namespace eacgm {
+
+namespace {
+
+using nlohmann::json;
+
+// A statement that returns rows, finalized with it.
+struct Query {
+	sqlite3_stmt *st = nullptr;
+	Query(sqlite3 *db, const char *sql) { sqlite3_prepare_v2(db, sql, -1, &st, nullptr); }
+	~Query() { sqlite3_finalize(st); }
+	std::string text(int i) const
+	{
+		const char *p = reinterpret_cast<const char *>(sqlite3_column_text(st, i));
+		return p ? std::string(p, sqlite3_column_bytes(st, i)) : std::string();
+	}
+};
+
+// The dictionaries, read whole: a recording holds a few hundred functions,
+// strings and stacks however many spans stand on them.
+struct Dictionaries {
+	std::unordered_map<uint64_t, SpanFunction> functions;
+	std::unordered_map<uint64_t, std::string> strings; // as stored (a ret name, or a value's JSON)
+	std::unordered_map<uint64_t, json> values;         // strings parsed as JSON, when first needed
+	std::unordered_map<uint64_t, PyStack> stacks;
+
+	Result<void> load(sqlite3 *db)
+	{
+		Query f(db, "SELECT id, layer, name, args FROM functions");
+		while (sqlite3_step(f.st) == SQLITE_ROW) {
+			auto fn = parse_function(f.text(1), f.text(2), f.text(3));
+			if (!fn)
+				return fn.error();
+			functions.emplace(sqlite3_column_int64(f.st, 0), std::move(*fn));
+		}
+		Query s(db, "SELECT id, text FROM strings");
+		while (sqlite3_step(s.st) == SQLITE_ROW)
+			strings.emplace(sqlite3_column_int64(s.st, 0), s.text(1));
+		Query k(db, "SELECT id, frames FROM stacks");
+		while (sqlite3_step(k.st) == SQLITE_ROW) {
+			auto frames = json::parse(k.text(1), nullptr, false);
+			if (!frames.is_array() ||
+			    !std::all_of(frames.begin(), frames.end(), [](auto &x) { return x.is_string(); }))
+				return make_error("span py_stack is not a JSON array of strings: " + k.text(1));
+			stacks.emplace(sqlite3_column_int64(k.st, 0), PyStack(frames.get<std::vector<std::string>>()));
+		}
+		if (!f.st || !s.st || !k.st)
+			return make_error(std::string("cannot read the span dictionaries: ") + sqlite3_errmsg(db));
+		return {};
+	}
+	const json *value(uint64_t id)
+	{
+		if (auto it = values.find(id); it != values.end())
+			return &it->second;
+		auto s = strings.find(id);
+		if (s == strings.end())
+			return nullptr;
+		auto v = json::parse(s->second, nullptr, false);
+		return v.is_discarded() ? nullptr : &values.emplace(id, std::move(v)).first->second;
+	}
+};
+
+// An integer as parsing its text would make it: unsigned when not negative.
+json integer(int64_t v) { return v < 0 ? json(v) : json(static_cast<uint64_t>(v)); }
+
+Result<json> args_of(const SpanFunction &f, const Columns &cols, size_t row, Dictionaries &d)
+{
+	json args = json::object();
+	size_t slot = kColSlot0;
+	auto at = [&](size_t s) { return s < cols.size() ? cols[s][row] : 0; };
+	for (const ArgDef &a : f.args) {
+		const uint64_t v = at(slot);
+		switch (a.kind) {
+		case 'i': args[a.key] = integer(static_cast<int64_t>(v)); break;
+		case 'u': args[a.key] = v; break;
+		case 'b': args[a.key] = v != 0; break;
+		case 'x': args[a.key] = hex_text(v); break;
+		case 'a': {
+			json arr = json::array();
+			for (size_t k = 0; k < a.n; k++)
+				arr.push_back(integer(static_cast<int64_t>(at(slot + k))));
+			args[a.key] = std::move(arr);
+			break;
+		}
+		default: {
+			const json *j = d.value(v);
+			if (!j)
+				return make_error("a span names a string the recording does not hold");
+			args[a.key] = *j;
+		}
+		}
+		slot += a.n;
+	}
+	return args;
+}
+
+Result<Span> span_of(const Columns &cols, size_t row, const SpanFunction &f, Dictionaries &d)
+{
+	auto at = [&](SpanColumn c) { return cols[c][row]; };
+	auto args = args_of(f, cols, row, d);
+	if (!args)
+		return args.error();
+	Span s{.start_ns = at(kColStart),
+	       .dur_ns = at(kColDur),
+	       .pid = static_cast<uint32_t>(at(kColPid)),
+	       .tid = static_cast<uint32_t>(at(kColTid)),
+	       .depth = static_cast<uint32_t>(at(kColDepth)),
+	       .layer = f.layer,
+	       .name = f.name,
+	       .ret = static_cast<int64_t>(at(kColRet)),
+	       .bytes = at(kColBytes),
+	       .args = std::move(*args)};
+	if (uint64_t r = at(kColRetName)) {
+		auto it = d.strings.find(r);
+		if (it == d.strings.end())
+			return make_error("a span names a return name the recording does not hold");
+		s.ret_name = it->second;
+	}
+	if (uint64_t k = at(kColStack)) {
+		auto it = d.stacks.find(k);
+		if (it == d.stacks.end())
+			return make_error("a span names a stack the recording does not hold");
+		s.py_stack = it->second;
+	}
+	return s;
+}
+
+} // namespace
+
+Result<void> read_span_blocks(sqlite3 *db, const std::function<bool(const SpanFunction &)> &keep,
+			      const std::function<void(Span &&)> &take)
+{
+	Dictionaries d;
+	if (auto r = d.load(db); !r)
+		return r;
+	Query blocks(db, "SELECT data FROM span_blocks ORDER BY id");
+	if (!blocks.st)
+		return make_error(std::string("cannot read span_blocks: ") + sqlite3_errmsg(db));
+	BlockDecoder dec;
+	Columns cols;
+	int rc;
+	while ((rc = sqlite3_step(blocks.st)) == SQLITE_ROW) {
+		std::string_view blob(static_cast<const char *>(sqlite3_column_blob(blocks.st, 0)),
+				      sqlite3_column_bytes(blocks.st, 0));
+		if (auto r = dec.decode(blob, cols); !r)
+			return r;
+		if (cols.size() < kColSlot0)
+			return make_error("not a valid span block: " + std::to_string(cols.size()) + " columns");
+		for (size_t row = 0; row < cols[kColId].size(); row++) {
+			auto f = d.functions.find(cols[kColFn][row]);
+			if (f == d.functions.end())
+				return make_error("a span names a function the recording does not hold");
+			if (keep && !keep(f->second))
+				continue;
+			auto s = span_of(cols, row, f->second, d);
+			if (!s)
+				return s.error();
+			take(std::move(*s));
+		}
+	}
+	if (rc != SQLITE_DONE)
+		return make_error(std::string("cannot read span_blocks: ") + sqlite3_errmsg(db));
+	return {};
+}
+
+} // namespace eacgm
