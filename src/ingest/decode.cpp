@@ -4,15 +4,13 @@
 #include <cstdio>
 
 #include "probe/symbolizer.h"
+#include "store/span_layout.h"
 
 namespace eacgm {
 
-std::string hex(uint64_t v)
-{
-	char buf[24];
-	snprintf(buf, sizeof(buf), "0x%llx", (unsigned long long)v);
-	return buf;
-}
+// The store keeps a pointer argument as its value only where its text is
+// exactly hex_text's (store/span_layout.h): one definition of that text.
+std::string hex(uint64_t v) { return hex_text(v); }
 
 static std::string enum_name(const std::map<std::string, EnumTable> &enums, const std::string &name, int64_t v)
 {
