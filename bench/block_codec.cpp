@@ -170,7 +170,7 @@ size_t zlib_bytes(const Recorded &rec, size_t *raw, double *rate)
 	std::vector<std::string> payloads;
 	for (const auto &b : rec.blocks) {
 		(void)enc.encode(b, codings()).value();
-		payloads.push_back(enc.payload());
+		payloads.push_back(std::string(enc.payload()));
 	}
 	size_t total = 0;
 	*raw = 0;

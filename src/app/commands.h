@@ -41,6 +41,7 @@ struct RecordArgs {
 	double budget_after_s = 10;         // first budget decision after this long
 	double hang_after_s = 0;            // a waiting call in flight this long is a hang; 0: off
 	bool bpf_stats = false;             // the kernel's run-time accounting of our programs
+	std::string raw_dump;               // hidden: the span records decode saw (bench_pipeline_cost --replay)
 	std::vector<std::string> command;   // after "--"
 };
 int run_record(const RecordArgs &args);

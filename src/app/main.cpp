@@ -106,6 +106,10 @@ void add_record_layers(CLI::App *record, RecordArgs &rec)
 // record: detection, stopping, and what tracing may cost.
 void add_record_cost(CLI::App *record, RecordArgs &rec)
 {
+	// Hidden: a benchmark's input, not a user's (bench/README.md).
+	record->add_option("--raw-dump", rec.raw_dump,
+			   "Also write every span record decode sees, for bench_pipeline_cost --replay")
+		->group("");
 	record->add_flag("!--no-detect", rec.detect,
 			 "Do not score calls online for anomalies (eacgm detect can still do it on the recording)");
 	record->add_option("--detect-fpr", rec.detect_fpr,

@@ -176,6 +176,12 @@ Pipeline::Stop Pipeline::open_recorder(Sink &out)
 		collectors_.push_back(std::move(watch));
 	}
 	recorder_->set_tensor_formatter(format_tensor);
+	if (!o_.raw_dump.empty()) {
+		auto dump = RawDumpWriter::create(o_.raw_dump);
+		if (!dump)
+			return fail(dump.error().message);
+		recorder_->set_raw_dump(std::move(*dump));
+	}
 	if (o_.flamegraph)
 		recorder_->keep_folded_stacks();
 	if (python_ && python_->sample_period_ns())

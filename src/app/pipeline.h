@@ -56,6 +56,9 @@ struct PipelineOptions {
 	// Every process that calls a traced library is traced (serve), rather
 	// than the trees the front end tracks (record).
 	bool trace_all = false;
+	// Every span record decode sees, kept for bench_pipeline_cost --replay
+	// (record --raw-dump; pipeline/raw_dump.h). Empty: none.
+	std::string raw_dump;
 };
 
 class Pipeline {

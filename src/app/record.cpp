@@ -131,6 +131,7 @@ PipelineOptions RecordSession::pipeline_options(const RecordArgs &a)
 	o.hang_after_s = a.hang_after_s;
 	o.flamegraph = !a.flamegraph.empty();
 	o.bpf_stats = a.bpf_stats;
+	o.raw_dump = a.raw_dump;
 	return o;
 }
 

@@ -26,6 +26,20 @@ double feature_display_value(unsigned f, double x)
 	return kFeatures[f].log1p ? std::expm1(x) : std::exp(x);
 }
 
+TracedCall call_of(const Span &s)
+{
+	return {.layer = s.layer,
+		.name = s.name,
+		.pid = s.pid,
+		.tid = s.tid,
+		.start_ns = s.start_ns,
+		.dur_ns = s.dur_ns,
+		.bytes = s.bytes,
+		.stack = &s.py_stack,
+		.weighted = s.args.contains("weight")};
+}
+
+void key_of(const TracedCall &c, std::string &out) { out.assign(c.layer).append("/").append(c.name); }
 void key_of(const Span &s, std::string &out) { out.assign(s.layer).append("/").append(s.name); }
 
 std::string key_of(const Span &s)
@@ -175,15 +189,15 @@ void Context::fill(Observation &o) const
 	o.x[kHostRetransmits] = std::log1p(interval_mean("host", "tcp_retransmits", o.pid, t0, t1, true));
 }
 
-Observation Extractor::observe(const Span &s, const Context &ctx, const std::string &key)
+Observation Extractor::observe(const TracedCall &s, const Context &ctx, const std::string &key)
 {
 	Observation o;
 	o.start_ns = s.start_ns;
 	o.dur_ns = s.dur_ns;
 	o.pid = s.pid;
 	o.tid = s.tid;
-	if (!s.py_stack.empty())
-		o.site = s.py_stack[0];
+	if (s.stack && !s.stack->empty())
+		o.site = (*s.stack)[0];
 	// A zero-length span (clock granularity) is 1 ns: the log stays finite.
 	double dur = static_cast<double>(std::max<uint64_t>(s.dur_ns, 1));
 	o.x[kLogDuration] = std::log(dur);
@@ -193,7 +207,7 @@ Observation Extractor::observe(const Span &s, const Context &ctx, const std::str
 	uint64_t &last = last_end_[key][s.tid]; // the key is copied only the first time
 	// A call seen in a burst of a throttled probe (args.weight): the gap
 	// before it spans the time the probe was detached, not the program's.
-	if (last && !s.args.contains("weight"))
+	if (last && !s.weighted)
 		o.x[kLogGap] = std::log1p(static_cast<double>(s.start_ns > last ? s.start_ns - last : 0));
 	last = std::max(last, s.start_ns + s.dur_ns);
 	// kCallSite is encoded by the key's model (its counts), not here.

@@ -39,6 +39,7 @@
 #include <deque>
 #include <map>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <unordered_map>
 #include <vector>
@@ -87,9 +88,22 @@ struct Observation {
 	Observation() { x.fill(NAN); }
 };
 
+// A traced call as the detector reads it, from a Span or from a typed span
+// (pipeline/span.h, which it reads without making a Span): what its
+// features, its key and the holding count need.
+struct TracedCall {
+	std::string_view layer, name;
+	uint32_t pid = 0, tid = 0;
+	uint64_t start_ns = 0, dur_ns = 0, bytes = 0;
+	const PyStack *stack = nullptr; // null or empty: outside Python
+	bool weighted = false;          // seen in a throttled probe's burst (args.weight)
+};
+TracedCall call_of(const Span &s);
+
 // "layer/name": the key a model is kept for.
 std::string key_of(const Span &s);
 // The same, written into out (its buffer reused: no string made per call).
+void key_of(const TracedCall &c, std::string &out);
 void key_of(const Span &s, std::string &out);
 
 // Metrics and events seen so far, indexed for the joins "around a span".
@@ -140,9 +154,13 @@ private:
 // Per key: what features need from the previous spans (the gap).
 class Extractor {
 public:
-	Observation observe(const Span &s, const Context &ctx) { return observe(s, ctx, key_of(s)); }
-	// key: key_of(s), when the caller has it already (one string less a call).
-	Observation observe(const Span &s, const Context &ctx, const std::string &key);
+	Observation observe(const Span &s, const Context &ctx) { return observe(call_of(s), ctx, key_of(s)); }
+	// key: key_of(c), when the caller has it already (one string less a call).
+	Observation observe(const TracedCall &c, const Context &ctx, const std::string &key);
+	Observation observe(const Span &s, const Context &ctx, const std::string &key)
+	{
+		return observe(call_of(s), ctx, key);
+	}
 
 private:
 	// key -> tid -> end ns: found without making a key per call.

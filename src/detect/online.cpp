@@ -8,6 +8,7 @@
 #include <sched.h>
 
 #include "detect/rootcause.h"
+#include "probe/spec.h"
 
 namespace eacgm::detect {
 
@@ -149,7 +150,7 @@ void OnlineDetector::run_job(Job job)
 			" events trained the first model and were not scored";
 }
 
-void OnlineDetector::note_holding(const Span &s, KeyState &ks)
+void OnlineDetector::note_holding(const TracedCall &s, KeyState &ks)
 {
 	if (last_.size() > 4096) // threads come and go all day: forget them now and then
 		last_.clear();
@@ -166,6 +167,26 @@ void OnlineDetector::note_holding(const Span &s, KeyState &ks)
 }
 
 std::optional<Anomaly> OnlineDetector::observe(const Span &s)
+{
+	return observe(call_of(s), [&] { return s; });
+}
+
+std::optional<Anomaly> OnlineDetector::observe(const TypedSpans &batch, size_t i)
+{
+	const TypedSpan &t = batch.spans[i];
+	const ProbeSpec &spec = batch.specs->probes[t.spec_id];
+	const TracedCall c{.layer = spec.layer,
+			   .name = spec.function,
+			   .pid = t.pid,
+			   .tid = t.tid,
+			   .start_ns = t.start_ns,
+			   .dur_ns = t.dur_ns,
+			   .bytes = t.bytes,
+			   .stack = i < batch.stacks.size() ? &batch.stacks[i] : nullptr};
+	return observe(c, [&] { return span_at(batch, i); });
+}
+
+std::optional<Anomaly> OnlineDetector::observe(const TracedCall &s, const std::function<Span()> &span)
 {
 	std::optional<Anomaly> out;
 	std::optional<Job> job;
@@ -192,7 +213,7 @@ std::optional<Anomaly> OnlineDetector::observe(const Span &s)
 			if (ks.model->anomalous(sc) && reportable(*ks.model, sc, opt_.worth, key, 1)) {
 				flagged = true;
 				ks.st.flagged++;
-				out = anomaly_of(s, o, *ks.model, sc, ctx_, opt_.context_margin_ns);
+				out = anomaly_of(span(), o, *ks.model, sc, ctx_, opt_.context_margin_ns);
 			}
 		} else if (ks.st.note.empty() || ks.st.note.starts_with("cold start") ||
 			   ks.st.note.starts_with("too few")) {

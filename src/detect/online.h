@@ -20,6 +20,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -34,6 +35,7 @@
 #include "detect/features.h"
 #include "detect/keymodel.h"
 #include "detect/rootcause.h"
+#include "pipeline/span.h"
 
 namespace eacgm::detect {
 
@@ -122,6 +124,9 @@ public:
 	// Scores the span against its key's current model; an anomaly if the
 	// score falls below the key's threshold.
 	std::optional<Anomaly> observe(const Span &s);
+	// The same for a typed call (pipeline/span.h): read without a Span; one
+	// is made only for an anomaly's report.
+	std::optional<Anomaly> observe(const TypedSpans &batch, size_t i);
 
 	// Waits until the background refits asked for so far are done, running
 	// them at normal priority from then on (for the end of a recording).
@@ -187,7 +192,9 @@ private:
 		KeyState *ks = nullptr;
 	};
 	std::unordered_map<uint64_t, Last> last_;
-	void note_holding(const Span &s, KeyState &ks);
+	void note_holding(const TracedCall &s, KeyState &ks);
+	// span: the call as a Span, asked for only when it is reported.
+	std::optional<Anomaly> observe(const TracedCall &s, const std::function<Span()> &span);
 	std::string key_buf_; // observe()'s key, under mu_
 	std::deque<Job> jobs_;
 	bool busy_ = false, stop_ = false, unlimited_ = false;

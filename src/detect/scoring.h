@@ -18,11 +18,16 @@ public:
 	{
 		if (b.kind != SpanBatch::calls)
 			return {};
-		for (const Span &s : b.spans)
-			if (auto a = d_.observe(s)) {
+		auto keep = [&](std::optional<Anomaly> a) {
+			if (a) {
 				a->detected_ns = mono_ns();
 				b.anomalies.push_back(std::move(*a));
 			}
+		};
+		for (const Span &s : b.spans)
+			keep(d_.observe(s));
+		for (size_t i = 0; i < b.typed.size(); i++) // read typed: no Span made per call
+			keep(d_.observe(b.typed, i));
 		return {};
 	}
 	Result<void> measures(const std::vector<Metric> &metrics, const std::vector<Event> &events) override

@@ -221,7 +221,8 @@ const std::string &MetricsSink::function_label(const std::string &layer, const s
 Result<void> MetricsSink::write(SpanBatch &b)
 {
 	const auto &bounds = duration_buckets();
-	for (const Span &s : b.spans) {
+	const std::vector<Span> &spans = b.all();
+	for (const Span &s : spans) {
 		Acc &a = batch_[{s.layer, function_label(s.layer, s.name)}];
 		if (a.counts.empty())
 			a.counts.assign(bounds.size() + 1, 0);
@@ -246,8 +247,8 @@ Result<void> MetricsSink::write(SpanBatch &b)
 		a.calls = a.errors = a.bytes = a.sum = 0;
 		std::fill(a.counts.begin(), a.counts.end(), 0);
 	}
-	collectives(b.spans);
-	stragglers(b.spans);
+	collectives(spans);
+	stragglers(spans);
 	for (const Anomaly &a : b.anomalies) {
 		std::string cause = "unknown";
 		if (a.causes.is_array() && !a.causes.empty() && a.causes[0].contains("kind"))

@@ -72,6 +72,16 @@ static uint64_t bytes_by_rule(const ProbeSpec &spec, const SpecSet &specs,
 	return size ? value_of(spec.bytes->count, nullptr) * size : 0;
 }
 
+// How many bytes of rax a return type holds: 8 (i64, u64, ptr), 0 (void),
+// else 4 (i32, an enum). Read per call: no string compare.
+static int return_width(const std::string &r)
+{
+	auto is = [&](const char(&t)[4]) { return r[0] == t[0] && r[1] == t[1] && r[2] == t[2]; };
+	if (r.size() == 3 && (is("i64") || is("u64") || is("ptr")))
+		return 8;
+	return r.size() == 4 && r[0] == 'v' && r[1] == 'o' && r[2] == 'i' && r[3] == 'd' ? 0 : 4;
+}
+
 TypedSpan decode_typed(const eacgm_span_event &e, const ProbeSpec &spec, const SpecSet &specs, Symbolizer *sym,
 		       Interner &names)
 {
@@ -112,20 +122,43 @@ TypedSpan decode_typed(const eacgm_span_event &e, const ProbeSpec &spec, const S
 	}
 	if (spec.bytes) // set last, replacing what a "bytes" argument gave
 		t.bytes = bytes_by_rule(spec, specs, raw);
-	const std::string &r = spec.returns;
-	if (r == "i64" || r == "u64" || r == "ptr")
-		t.ret = (int64_t)e.ret;
-	else if (r != "void") // i32, or an enum: C enums are ints, the upper half of rax is undefined
-		t.ret = (int32_t)e.ret;
+	switch (return_width(spec.returns)) {
+	case 8: t.ret = (int64_t)e.ret; break;
+	case 4: t.ret = (int32_t)e.ret; break; // i32, or an enum: C enums are ints, the upper half of rax is undefined
+	default: break;                        // void
+	}
 	if (e.flags & EACGM_SPAN_RUNQ)
 		t.runq_ns = e.runq_ns;
 	return t;
 }
 
+nlohmann::json render_arg(const ArgSpec &a, uint64_t v, uint64_t next, const SpecSet &specs, const Interner &names,
+			  TensorFormatter tensors)
+{
+	switch (a.type) {
+	case ArgType::U64: return v;
+	case ArgType::I64: return (int64_t)v;
+	case ArgType::U32: return (uint32_t)v;
+	case ArgType::I32: return (int32_t)v;
+	case ArgType::Ptr: return hex(v);
+	case ArgType::Bytes: return v;
+	// dim3 {x, y, z} by value: x and y share the first slot.
+	case ArgType::Dim3: return {(uint32_t)v, (uint32_t)(v >> 32), (uint32_t)next};
+	case ArgType::Enum: return enum_name(specs.enums, a.enum_name, enum_value(a, v));
+	case ArgType::Tensor: return tensors ? tensors(v, next) : nlohmann::json::array({hex(v), hex(next)});
+	case ArgType::Symbol: return names.text(static_cast<StrId>(v));
+	}
+	return nullptr; // not reached: every type is a case above
+}
+
+std::string ret_text(const ProbeSpec &spec, const SpecSet &specs, int64_t ret)
+{
+	return returns_enum(spec.returns) ? enum_name(specs.enums, spec.returns, ret) : std::string();
+}
+
 Span render_span(const TypedSpan &t, const ProbeSpec &spec, const SpecSet &specs, const Interner &names,
 		 TensorFormatter tensors)
 {
-	const auto &enums = specs.enums;
 	Span s;
 	s.start_ns = t.start_ns;
 	s.dur_ns = t.dur_ns;
@@ -140,25 +173,10 @@ Span render_span(const TypedSpan &t, const ProbeSpec &spec, const SpecSet &specs
 	for (auto &a : spec.args) {
 		uint64_t v = slot < EACGM_MAX_ARGS ? t.args[slot] : 0;
 		uint64_t next = slot + 1 < EACGM_MAX_ARGS ? t.args[slot + 1] : 0;
-		switch (a.type) {
-		case ArgType::U64: s.args[a.name] = v; break;
-		case ArgType::I64: s.args[a.name] = (int64_t)v; break;
-		case ArgType::U32: s.args[a.name] = (uint32_t)v; break;
-		case ArgType::I32: s.args[a.name] = (int32_t)v; break;
-		case ArgType::Ptr: s.args[a.name] = hex(v); break;
-		case ArgType::Bytes: s.args[a.name] = v; break;
-		// dim3 {x, y, z} by value: x and y share the first slot.
-		case ArgType::Dim3: s.args[a.name] = {(uint32_t)v, (uint32_t)(v >> 32), (uint32_t)next}; break;
-		case ArgType::Enum: s.args[a.name] = enum_name(enums, a.enum_name, enum_value(a, v)); break;
-		case ArgType::Tensor:
-			s.args[a.name] = tensors ? tensors(v, next) : nlohmann::json::array({hex(v), hex(next)});
-			break;
-		case ArgType::Symbol: s.args[a.name] = names.text(static_cast<StrId>(v)); break;
-		}
+		s.args[a.name] = render_arg(a, v, next, specs, names, tensors);
 		slot += arg_width(a);
 	}
-	if (returns_enum(spec.returns))
-		s.ret_name = enum_name(enums, spec.returns, s.ret);
+	s.ret_name = ret_text(spec, specs, s.ret);
 	// Kept only where the thread waited (most calls never do), under a name
 	// no spec argument takes: kRunqArg (common/model.h).
 	if (t.runq_ns > 0)

@@ -14,11 +14,6 @@ namespace eacgm {
 
 class Symbolizer;
 
-// How a "tensor" argument's two words (EACGM_ARG_TENSOR_A/B, as span.bpf.c
-// packs them) read as text: the torch layer's format_tensor ("float32[8,
-// 32]"), which knows its dtypes. Null: the two words in hex.
-using TensorFormatter = nlohmann::json (*)(uint64_t a, uint64_t b);
-
 // A raw span record as typed fields (pipeline/span.h): its return at its
 // type, the bytes it moved by the spec's rule, its "symbol" arguments
 // (kernel host stubs) resolved by sym (may be null: their address in hex)
@@ -27,6 +22,14 @@ using TensorFormatter = nlohmann::json (*)(uint64_t a, uint64_t b);
 // and kept there once.
 TypedSpan decode_typed(const eacgm_span_event &e, const ProbeSpec &spec, const SpecSet &specs, Symbolizer *sym,
 		       Interner &names);
+
+// One argument as a Span's args hold it: `v` its first slot, `next` the
+// one after (a dim3's z, a tensor's second word).
+nlohmann::json render_arg(const ArgSpec &a, uint64_t v, uint64_t next, const SpecSet &specs, const Interner &names,
+			  TensorFormatter tensors);
+
+// A return's name where the spec's return type is an enum; "" otherwise.
+std::string ret_text(const ProbeSpec &spec, const SpecSet &specs, int64_t ret);
 
 // A typed span as a Span: its function's layer and name, its arguments by
 // name as text and numbers, its return's name (enums of `specs`).

@@ -10,7 +10,7 @@ namespace eacgm {
 
 Result<void> HangWatch::write(SpanBatch &b)
 {
-	for (const Span &s : b.spans) {
+	for (const Span &s : b.all()) {
 		auto c = collective_of(s);
 		if (!c)
 			continue;

@@ -691,9 +691,88 @@ bool Recorder::awaits_verdict(const eacgm_span_event &e, bool force, uint64_t no
 	return !force && !processes_.count(e.tgid) && now_ns < e.start_ns + e.dur_ns + kForkWaitNs;
 }
 
-Result<void> Recorder::flush(bool force)
+// Whether a probe's calls may stay typed to the sinks: no joiner changes
+// or holds them (the NCCL layer's communicators, the issue linker, the
+// Python layer's entries), so that their Spans are made only where a sink
+// reads Spans, and the store keeps them without one. Worked out once per
+// probe; probes are added as libraries load.
+bool Recorder::stays_typed(uint32_t spec_id)
 {
 	const auto &specs = attacher_.specs();
+	if (typed_ok_.size() != specs.probes.size()) {
+		typed_ok_.resize(specs.probes.size());
+		for (size_t i = 0; i < specs.probes.size(); i++) {
+			const ProbeSpec &p = specs.probes[i];
+			typed_ok_[i] = p.layer != "nccl" && p.layer != "python" && !(issues_ && issues_->involves(p));
+		}
+	}
+	return typed_ok_[spec_id];
+}
+
+// The Python stack a call was made under (its record's py_stack), shown
+// with it; the functions of that stack join the samples at its start and
+// end. Empty: none, or a thread without Python frames.
+PyStack Recorder::take_stack(const eacgm_span_event &e)
+{
+	auto stack = e.py_stack ? span_stacks_.find(e.py_stack) : span_stacks_.end();
+	if (stack == span_stacks_.end())
+		return {};
+	PyStack shown;
+	auto &[flags, rs] = stack->second;
+	// A thread started from C (a torch autograd or CUDA worker,
+	// _thread.start_new_thread of a C function) has a thread state but no
+	// Python frames: its call has no stack.
+	if (rs.frames && !(*rs.frames)->empty()) {
+		const SharedFrames &frames = *rs.frames;
+		shown = rs.shown;
+		// The functions that made the call contain it: they join the
+		// samples at its start and end (a cut or truncated stack would
+		// mislead them: it stays out).
+		if (frames->back().qualname != "..." && !(flags & EACGM_PY_TRUNCATED)) {
+			add_sample(e.tgid, e.tid, {e.start_ns, frames, false, false});
+			add_sample(e.tgid, e.tid, {e.start_ns + e.dur_ns, frames, false, false});
+		}
+	}
+	span_stacks_.erase(stack);
+	return shown;
+}
+
+// One span record: typed to the batch where no joiner needs it (most
+// calls), else as a Span through the joiners.
+void Recorder::decode(const eacgm_span_event &e)
+{
+	const auto &specs = attacher_.specs();
+	const ProbeSpec &spec = specs.probes[e.spec_id];
+	if (raw_dump_)
+		raw_dump_->span(e);
+	TypedSpan t = decode_typed(e, spec, specs, &symbolizer_, names_);
+	// A call seen in a burst of a throttled probe stands for those its
+	// probe was detached for (--overhead-budget): a Span, with its weight.
+	const double w = weight(e.spec_id, e.start_ns);
+	if (w == 1.0 && stays_typed(e.spec_id)) {
+		typed_.specs = &specs, typed_.names = &names_, typed_.tensors = tensors_;
+		typed_.push_back(t, take_stack(e));
+		return;
+	}
+	decoded_.push_back(render_span(t, spec, specs, names_, tensors_));
+	Span &s = decoded_.back();
+	if (w != 1.0)
+		s.args["weight"] = w;
+	nccl_.observe(s);
+	if (python_ && s.layer == "python" && s.name == kEvalEntryFunction) {
+		if (!add_eval_entry(s, e))
+			py_entries_lost_++;
+		decoded_.pop_back(); // it lives on as a Python function span
+		return;
+	}
+	s.py_stack = take_stack(e);
+	// Held by the linker until the call that issued its work is read.
+	if (issues_ && !issues_->see(s, spec.issues))
+		decoded_.pop_back();
+}
+
+Result<void> Recorder::flush(bool force)
+{
 	const uint64_t now_ns = discover_ && !pending_.empty() ? mono_ns() : 0;
 	{
 		for (size_t k = 0; k < pending_.size(); k++) {
@@ -706,42 +785,7 @@ Result<void> Recorder::flush(bool force)
 				held_spans_.push_back(e);
 				continue;
 			}
-			decoded_.push_back(
-				decode_span(e, specs.probes[e.spec_id], specs, &symbolizer_, names_, tensors_));
-			Span &s = decoded_.back();
-			// A call seen in a burst of a throttled probe stands for those
-			// its probe was detached for (--overhead-budget).
-			if (double w = weight(e.spec_id, e.start_ns); w != 1.0)
-				s.args["weight"] = w;
-			nccl_.observe(s);
-			auto stack = e.py_stack ? span_stacks_.find(e.py_stack) : span_stacks_.end();
-			if (python_ && s.layer == "python" && s.name == kEvalEntryFunction) {
-				if (!add_eval_entry(s, e))
-					py_entries_lost_++;
-				decoded_.pop_back(); // it lives on as a Python function span
-				continue;
-			}
-			if (stack != span_stacks_.end()) {
-				auto &[flags, rs] = stack->second;
-				// A thread started from C (a torch autograd or CUDA worker,
-				// _thread.start_new_thread of a C function) has a thread
-				// state but no Python frames: its call has no stack.
-				if (rs.frames && !(*rs.frames)->empty()) {
-					const SharedFrames &frames = *rs.frames;
-					s.py_stack = rs.shown;
-					// The functions that made the call contain it: they join
-					// the samples at its start and end (a cut or truncated
-					// stack would mislead them: it stays out).
-					if (frames->back().qualname != "..." && !(flags & EACGM_PY_TRUNCATED)) {
-						add_sample(s.pid, s.tid, {s.start_ns, frames, false, false});
-						add_sample(s.pid, s.tid, {s.start_ns + s.dur_ns, frames, false, false});
-					}
-				}
-				span_stacks_.erase(stack);
-			}
-			// Held by the linker until the call that issued its work is read.
-			if (issues_ && !issues_->see(s, specs.probes[e.spec_id].issues))
-				decoded_.pop_back();
+			decode(e);
 		}
 	}
 	pending_.swap(held_spans_); // next round's, first
@@ -749,14 +793,16 @@ Result<void> Recorder::flush(bool force)
 	// Decoding and Python names cannot wait (the process may exit); the
 	// store can: a transaction per wakeup would cost more than the tracing.
 	auto now = std::chrono::steady_clock::now();
-	if (force || decoded_.size() >= kBatch || now - last_store_ > std::chrono::milliseconds(200)) {
+	if (force || decoded_.size() + typed_.size() >= kBatch || now - last_store_ > std::chrono::milliseconds(200)) {
 		last_store_ = now;
 		if (issues_)
 			issues_->release(decoded_, mono_ns(), force);
-		SpanBatch batch{SpanBatch::calls, std::move(decoded_), {}};
+		SpanBatch batch{SpanBatch::calls, std::move(decoded_), {}, std::move(typed_)};
 		auto r = out_.write(batch);
 		decoded_ = std::move(batch.spans); // its capacity, for the next batch
 		decoded_.clear();
+		typed_ = std::move(batch.typed);
+		typed_.clear();
 		if (!r)
 			return r;
 	}
@@ -866,6 +912,9 @@ Result<void> Recorder::finish()
 	}
 	if (auto r = finish_python(); !r)
 		return r;
+	if (raw_dump_)
+		if (auto r = raw_dump_->close(attacher_.specs()); !r)
+			return r;
 	return out_.drops(drops());
 }
 

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "pipeline/raw_dump.h"
 #include "common/model.h"
 #include "common/result.h"
 #include "common/sink.h"
@@ -93,6 +94,9 @@ public:
 	void set_sample_period(uint64_t from_ns, uint64_t period_ns) { periods_.push_back({from_ns, period_ns}); }
 	// How tensor arguments read (the torch layer's format_tensor).
 	void set_tensor_formatter(TensorFormatter f) { tensors_ = f; }
+	// Every span record decode sees is also written to `dump`, closed with
+	// the probes by finish() (record --raw-dump, pipeline/raw_dump.h).
+	void set_raw_dump(RawDumpWriter dump) { raw_dump_.emplace(std::move(dump)); }
 	// Keep every Python sample and measured call to the end and make the
 	// function spans from them all there (--python-entries: a measured call
 	// can reshape spans far before it ends). Otherwise each thread's spans
@@ -215,6 +219,8 @@ private:
 	std::map<std::pair<uint32_t, uint32_t>, std::string> threads_;
 	std::vector<eacgm_span_event> pending_; // read, not yet decoded
 	std::vector<Span> decoded_;             // decoded, not yet stored
+	TypedSpans typed_;                      // decoded, kept typed, not yet stored
+	std::vector<bool> typed_ok_;            // stays_typed's, by spec id
 	std::chrono::steady_clock::time_point last_store_ = std::chrono::steady_clock::now();
 	PythonTracer *python_;
 	PythonResolver resolver_;
@@ -257,6 +263,9 @@ private:
 	// Hands each thread's samples older than kPyReorderNs (all: at the end)
 	// to its spans, and stores the spans that closed.
 	Result<void> fold_python(bool all);
+	bool stays_typed(uint32_t spec_id);
+	PyStack take_stack(const eacgm_span_event &e);
+	void decode(const eacgm_span_event &e);
 	Result<void> finish_python();
 	uint64_t py_unresolved_ = 0;
 	uint64_t py_entries_lost_ = 0;     // eval-loop entries whose code object did not resolve
@@ -290,6 +299,7 @@ private:
 	std::vector<std::pair<uint64_t, uint64_t>> periods_;            // (from_ns, period), ascending
 	uint64_t period_at(uint64_t ts_ns) const;
 	TensorFormatter tensors_ = nullptr;
+	std::optional<RawDumpWriter> raw_dump_;
 };
 
 // Reads a file under /proc into a string without the trailing newline;

@@ -7,7 +7,9 @@
 #include <array>
 #include <cstdint>
 #include <type_traits>
+#include <vector>
 
+#include "common/model.h"
 #include "eacgm/abi/events.h"
 
 namespace eacgm {
@@ -32,5 +34,38 @@ struct TypedSpan {
 // fields' (no padding to carry stale bytes into a store).
 static_assert(std::is_trivially_copyable_v<TypedSpan>);
 static_assert(sizeof(TypedSpan) == 5 * 8 + 4 * 4 + 8 * EACGM_MAX_ARGS);
+
+struct SpecSet;
+class Interner;
+
+// How a "tensor" argument's two words (EACGM_ARG_TENSOR_A/B, as span.bpf.c
+// packs them) read as text: the torch layer's format_tensor ("float32[8,
+// 32]"), which knows its dtypes. Null: the two words in hex.
+using TensorFormatter = nlohmann::json (*)(uint64_t a, uint64_t b);
+
+// Typed spans on their way to the sinks, with what giving them names and
+// text needs: the probes their spec_id counts in, the names their symbol
+// slots hold, how a tensor reads. The store keeps them without a Span or a
+// JSON object per span (StoreWriter::add_spans).
+struct TypedSpans {
+	const SpecSet *specs = nullptr;
+	const Interner *names = nullptr;
+	TensorFormatter tensors = nullptr;
+	std::vector<TypedSpan> spans;
+	std::vector<PyStack> stacks; // spans[i]'s Python stack when it began (empty: outside Python)
+
+	size_t size() const { return spans.size(); }
+	bool empty() const { return spans.empty(); }
+	void push_back(const TypedSpan &t, PyStack stack = {})
+	{
+		spans.push_back(t);
+		stacks.push_back(std::move(stack));
+	}
+	void clear() { spans.clear(), stacks.clear(); }
+};
+
+// spans[i] as a Span (render_span, with its stack): for the edges that show
+// a call, and the sinks that read Spans (src/pipeline/batch.cpp).
+Span span_at(const TypedSpans &t, size_t i);
 
 } // namespace eacgm

@@ -153,8 +153,11 @@ Result<std::string> BlockEncoder::encode(const Columns &cols, const std::vector<
 	// Key groups are made once per key column, however many columns use it.
 	std::vector<std::vector<uint32_t>> groups(cols.size());
 	std::vector<size_t> n_groups(cols.size(), 0);
-	payload_.resize(rows * cols.size() * 10);
-	auto *p = reinterpret_cast<uint8_t *>(payload_.data());
+	// Grown, never shrunk: resizing a string up again zeroes what it grows.
+	if (payload_.size() < rows * cols.size() * 10)
+		payload_.resize(rows * cols.size() * 10);
+	auto *const begin = reinterpret_cast<uint8_t *>(payload_.data());
+	auto *p = begin;
 	for (size_t c = 0; c < cols.size(); c++) {
 		auto [coding, key] = codings[c];
 		if (cols[c].size() != rows || coding == Coding::Const || !valid_coding(static_cast<uint64_t>(coding)) ||
@@ -170,15 +173,15 @@ Result<std::string> BlockEncoder::encode(const Columns &cols, const std::vector<
 			groups[key] = key_groups(cols[key], n_groups[key]);
 		p = put_column(p, cols[c], coding, groups[key], n_groups[key]);
 	}
-	payload_.resize(p - reinterpret_cast<uint8_t *>(payload_.data()));
-	put_varint(head, payload_.size());
+	const size_t payload = payload_len_ = size_t(p - begin);
+	put_varint(head, payload);
 	const uint32_t crc = header_crc(head);
 	for (int i = 0; i < 4; i++)
 		head.push_back(static_cast<char>(crc >> (8 * i)));
 	std::string blob = std::move(head);
 	const size_t at = blob.size();
-	blob.resize(at + ZSTD_compressBound(payload_.size()));
-	size_t z = ZSTD_compress2(cctx_, blob.data() + at, blob.size() - at, payload_.data(), payload_.size());
+	blob.resize(at + ZSTD_compressBound(payload));
+	size_t z = ZSTD_compress2(cctx_, blob.data() + at, blob.size() - at, payload_.data(), payload);
 	if (ZSTD_isError(z))
 		return make_error(std::string("cannot compress a block: ") + ZSTD_getErrorName(z));
 	blob.resize(at + z);

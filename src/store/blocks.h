@@ -70,11 +70,12 @@ public:
 
 	// The payload of the last encode() before compression (the varints):
 	// what bench_block_codec gives other compressors to compare.
-	const std::string &payload() const { return payload_; }
+	std::string_view payload() const { return {payload_.data(), payload_len_}; }
 
 private:
 	ZSTD_CCtx_s *cctx_;
-	std::string payload_;
+	std::string payload_; // its first payload_len_ bytes
+	size_t payload_len_ = 0;
 };
 
 class BlockDecoder {

@@ -1,7 +1,9 @@
 // Span blocks' columns, and args taken apart and put back (span_layout.h).
 #include "store/span_layout.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 
 namespace eacgm {
@@ -112,6 +114,42 @@ void render_args(const SpanFunction &f, const Columns &cols, size_t row, StringS
 		slot += d.n;
 	}
 	out += '}';
+}
+
+ArgDef classify_arg(const std::string &key, const nlohmann::json &v, std::vector<uint64_t> &slots)
+{
+	if (v.is_number_integer() && !v.is_number_unsigned()) {
+		slots.push_back(static_cast<uint64_t>(v.get<int64_t>()));
+		return {key, 'i', 1};
+	}
+	if (v.is_number_unsigned()) {
+		const uint64_t u = v.get<uint64_t>();
+		slots.push_back(u);
+		return {key, u > uint64_t(INT64_MAX) ? 'u' : 'i', 1};
+	}
+	if (v.is_boolean()) {
+		slots.push_back(v.get<bool>());
+		return {key, 'b', 1};
+	}
+	if (v.is_string()) {
+		const std::string &t = v.get_ref<const std::string &>();
+		if (t.size() > 2 && t.size() <= 18 && t[0] == '0' && t[1] == 'x') {
+			uint64_t x = std::strtoull(t.c_str() + 2, nullptr, 16);
+			if (hex_text(x) == t) { // exactly as it will be written back
+				slots.push_back(x);
+				return {key, 'x', 1};
+			}
+		}
+	}
+	if (v.is_array() && !v.empty() && v.size() <= 8 && std::all_of(v.begin(), v.end(), [](const nlohmann::json &e) {
+		    return e.is_number_integer() &&
+			    (!e.is_number_unsigned() || e.get<uint64_t>() <= uint64_t(INT64_MAX));
+	    })) {
+		for (const auto &e : v)
+			slots.push_back(static_cast<uint64_t>(e.get<int64_t>()));
+		return {key, 'a', static_cast<uint8_t>(v.size())};
+	}
+	return {key, 's', 1};
 }
 
 } // namespace eacgm

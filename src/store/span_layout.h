@@ -18,6 +18,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "common/result.h"
 #include "store/blocks.h"
 
@@ -87,6 +89,10 @@ public:
 // Appends the args text of row `row` of a block, a span of function f, to
 // out: "{}" for none, else {"key":value,...} as nlohmann's dump() wrote it.
 void render_args(const SpanFunction &f, const Columns &cols, size_t row, StringSource &strings, std::string &out);
+
+// How one args value is kept: its kind, and its slots appended. 's': the
+// caller keeps its JSON text as a string (and appends that row's id).
+ArgDef classify_arg(const std::string &key, const nlohmann::json &v, std::vector<uint64_t> &slots);
 
 // "0x..." as pointers are written in args (and as decode writes them).
 std::string hex_text(uint64_t v);

@@ -224,8 +224,13 @@ StoreWriter &StoreWriter::operator=(StoreWriter &&o) noexcept
 		stacks_ = std::move(o.stacks_);
 		strings_ = std::move(o.strings_);
 		functions_ = std::move(o.functions_);
+		series_ = std::move(o.series_);
+		typed_ = std::move(o.typed_);
 		next_span_id_ = o.next_span_id_;
 		batch_first_span_ = o.batch_first_span_;
+		blocks_made_ = o.blocks_made_;
+		next_metric_id_ = o.next_metric_id_;
+		batch_first_metric_ = o.batch_first_metric_;
 		encoder_ = std::move(o.encoder_);
 		txn_ = std::exchange(o.txn_, {});
 		commit_every_ns_ = o.commit_every_ns_;
@@ -428,10 +433,13 @@ void StoreWriter::Dictionary::clear()
 	ids_.clear();
 	batch_.clear(); // views of the keys just dropped
 	txn_.clear();
+	epoch_++;
 }
 
 void StoreWriter::Dictionary::forget(std::vector<std::string_view> &keys)
 {
+	if (!keys.empty())
+		epoch_++;
 	for (std::string_view k : std::exchange(keys, {}))
 		if (auto it = ids_.find(k); it != ids_.end())
 			ids_.erase(it);
@@ -456,44 +464,6 @@ int64_t StoreWriter::intern(Dictionary &d, const char *insert_sql, const std::st
 
 namespace {
 
-// How one args value is kept (span_layout.h's kinds); its slots appended.
-// 's': the caller keeps its JSON text as a string.
-ArgDef classify(const std::string &key, const nlohmann::json &v, std::vector<uint64_t> &slots)
-{
-	if (v.is_number_integer() && !v.is_number_unsigned()) {
-		slots.push_back(static_cast<uint64_t>(v.get<int64_t>()));
-		return {key, 'i', 1};
-	}
-	if (v.is_number_unsigned()) {
-		const uint64_t u = v.get<uint64_t>();
-		slots.push_back(u);
-		return {key, u > uint64_t(INT64_MAX) ? 'u' : 'i', 1};
-	}
-	if (v.is_boolean()) {
-		slots.push_back(v.get<bool>());
-		return {key, 'b', 1};
-	}
-	if (v.is_string()) {
-		const std::string &t = v.get_ref<const std::string &>();
-		if (t.size() > 2 && t.size() <= 18 && t[0] == '0' && t[1] == 'x') {
-			uint64_t x = std::strtoull(t.c_str() + 2, nullptr, 16);
-			if (hex_text(x) == t) { // exactly as it will be written back
-				slots.push_back(x);
-				return {key, 'x', 1};
-			}
-		}
-	}
-	if (v.is_array() && !v.empty() && v.size() <= 8 && std::all_of(v.begin(), v.end(), [](const nlohmann::json &e) {
-		    return e.is_number_integer() &&
-			    (!e.is_number_unsigned() || e.get<uint64_t>() <= uint64_t(INT64_MAX));
-	    })) {
-		for (const auto &e : v)
-			slots.push_back(static_cast<uint64_t>(e.get<int64_t>()));
-		return {key, 'a', static_cast<uint8_t>(v.size())};
-	}
-	return {key, 's', 1};
-}
-
 constexpr const char *kInsertString = "INSERT INTO strings(text) VALUES(?)";
 
 } // namespace
@@ -510,7 +480,7 @@ int64_t StoreWriter::function_id(const Span &s, std::vector<uint64_t> &slots, st
 	slots.clear();
 	if (s.args.is_object())
 		for (const auto &[k, v] : s.args.items()) {
-			ArgDef d = classify(k, v, slots);
+			ArgDef d = classify_arg(k, v, slots);
 			if (d.kind == 's') {
 				// replace: captured strings may hold bytes that are not
 				// UTF-8, and one odd argument must not cost the batch.
@@ -526,13 +496,19 @@ int64_t StoreWriter::function_id(const Span &s, std::vector<uint64_t> &slots, st
 		}
 	if (slots.size() > kMaxSlots)
 		return 0; // the caller says why
+	return function_row(key, s.layer, s.name, defs);
+}
+
+int64_t StoreWriter::function_row(const std::string &key, const std::string &layer, const std::string &name,
+				  const std::vector<ArgDef> &defs)
+{
 	if (int64_t id = functions_.find(key))
 		return id;
 	auto st = statement("INSERT INTO functions(layer, name, args) VALUES(?,?,?)");
 	if (!st)
 		return 0;
-	bind_row_text(*st, 1, s.layer);
-	bind_row_text(*st, 2, s.name);
+	bind_row_text(*st, 1, layer);
+	bind_row_text(*st, 2, name);
 	bind_param(*st, 3, args_schema_json(defs));
 	int rc = sqlite3_step(*st);
 	sqlite3_reset(*st);
@@ -554,55 +530,65 @@ static std::string id_list(std::vector<int64_t> &ids)
 	return out + "]";
 }
 
-Result<int64_t> StoreWriter::write_block(const std::vector<Span> &spans, size_t from, size_t to)
+void StoreWriter::BlockRows::add(const uint64_t (&fixed)[kColSlot0], const uint64_t *slots, size_t n)
 {
-	auto failed = [&] { return make_error(std::string(sqlite3_errmsg(db_.get())) + "; check free disk space"); };
+	for (size_t c = 0; c < kColSlot0; c++)
+		cols[c][rows] = fixed[c];
+	if (cols.size() < kColSlot0 + n)
+		cols.resize(kColSlot0 + n, std::vector<uint64_t>(cols[0].size(), 0));
+	for (size_t k = 0; k < n; k++)
+		cols[kColSlot0 + k][rows] = slots[k];
+	rows++;
+}
+
+int64_t StoreWriter::stack_id(const PyStack &stack)
+{
+	return stack.empty() ? 0 : intern(stacks_, "INSERT INTO stacks(frames) VALUES(?)", stack.json());
+}
+
+Result<void> StoreWriter::span_row(const Span &s, BlockRows &b)
+{
+	static thread_local std::vector<uint64_t> slots;
+	int64_t fn = function_id(s, slots, b.strings);
+	if (slots.size() > kMaxSlots)
+		return make_error("a span of " + s.layer + "/" + s.name + " has " + std::to_string(slots.size()) +
+				  " argument values, more than the " + std::to_string(kMaxSlots) + " a block keeps");
+	int64_t ret_name = s.ret_name.empty() ? 0 : intern(strings_, kInsertString, s.ret_name);
+	int64_t stack = stack_id(s.py_stack);
+	if (!fn || (!s.ret_name.empty() && !ret_name) || (!s.py_stack.empty() && !stack))
+		return make_error(sqlite3_errmsg(db_.get()));
+	if (ret_name)
+		b.strings.push_back(ret_name);
+	if (stack)
+		b.stacks.push_back(stack);
+	const uint64_t row[kColSlot0] = {0,
+					 s.pid,
+					 s.tid,
+					 uint64_t(fn),
+					 s.start_ns,
+					 s.dur_ns,
+					 s.depth,
+					 uint64_t(s.ret),
+					 uint64_t(ret_name),
+					 s.bytes,
+					 uint64_t(stack)};
+	b.add(row, slots.data(), slots.size());
+	return {};
+}
+
+Result<int64_t> StoreWriter::write_block(const std::vector<Span> &spans, const TypedSpans &typed, size_t from,
+					 size_t to)
+{
 	const size_t rows = to - from;
-	Columns cols(kColSlot0);
-	for (auto &c : cols)
-		c.reserve(rows);
-	std::vector<uint64_t> slots, flat;    // every row's slots, one after another
-	std::vector<uint32_t> widths;         // how many each row has
-	std::vector<int64_t> stacks, strings; // what the block refers to
-	size_t width = 0;
+	BlockRows b(++blocks_made_, rows);
+	Columns &cols = b.cols;
 	for (size_t i = from; i < to; i++) {
-		const Span &s = spans[i];
-		int64_t fn = function_id(s, slots, strings);
-		if (slots.size() > kMaxSlots)
-			return make_error("a span of " + s.layer + "/" + s.name + " has " +
-					  std::to_string(slots.size()) + " argument values, more than the " +
-					  std::to_string(kMaxSlots) + " a block keeps");
-		int64_t ret_name = s.ret_name.empty() ? 0 : intern(strings_, kInsertString, s.ret_name);
-		int64_t stack = s.py_stack.empty()
-			? 0
-			: intern(stacks_, "INSERT INTO stacks(frames) VALUES(?)", s.py_stack.json());
-		if (!fn || (!s.ret_name.empty() && !ret_name) || (!s.py_stack.empty() && !stack))
-			return failed();
-		if (ret_name)
-			strings.push_back(ret_name);
-		if (stack)
-			stacks.push_back(stack);
-		const uint64_t row[kColSlot0] = {uint64_t(next_span_id_++),
-						 s.pid,
-						 s.tid,
-						 uint64_t(fn),
-						 s.start_ns,
-						 s.dur_ns,
-						 s.depth,
-						 uint64_t(s.ret),
-						 uint64_t(ret_name),
-						 s.bytes,
-						 uint64_t(stack)};
-		for (size_t c = 0; c < kColSlot0; c++)
-			cols[c].push_back(row[c]);
-		flat.insert(flat.end(), slots.begin(), slots.end());
-		widths.push_back(static_cast<uint32_t>(slots.size()));
-		width = std::max(width, slots.size());
+		auto r = i < spans.size() ? span_row(spans[i], b) : typed_row(typed, i - spans.size(), b);
+		if (!r)
+			return make_error(r.error().message + "; check free disk space");
+		cols[kColId][b.rows - 1] = uint64_t(next_span_id_++);
 	}
-	cols.resize(kColSlot0 + width, std::vector<uint64_t>(rows, 0));
-	for (size_t r = 0, at = 0; r < rows; at += widths[r], r++)
-		for (size_t k = 0; k < widths[r]; k++)
-			cols[kColSlot0 + k][r] = flat[at + k];
+	const size_t width = cols.size() - kColSlot0;
 	auto blob = encoder_->encode(cols, span_codings(width));
 	if (!blob)
 		return blob.error();
@@ -615,29 +601,32 @@ Result<int64_t> StoreWriter::write_block(const std::vector<Span> &spans, size_t 
 	bind_param(*st, 2, rows);
 	bind_param(*st, 3, *lo);
 	bind_param(*st, 4, *hi);
-	bind_param(*st, 5, id_list(stacks));
-	bind_param(*st, 6, id_list(strings));
+	bind_param(*st, 5, id_list(b.stacks));
+	bind_param(*st, 6, id_list(b.strings));
 	sqlite3_bind_blob(*st, 7, blob->data(), static_cast<int>(blob->size()), SQLITE_STATIC);
 	int rc = sqlite3_step(*st);
 	sqlite3_reset(*st);
 	if (rc != SQLITE_DONE)
-		return failed();
+		return make_error(std::string(sqlite3_errmsg(db_.get())) + "; check free disk space");
 	return sqlite3_last_insert_rowid(db_.get());
 }
 
 // A batch of spans is a block (or several, past kMaxBlockRows), with the
 // dictionary rows they need, in one savepoint.
-Result<void> StoreWriter::add_spans(const std::vector<Span> &spans)
+Result<void> StoreWriter::add_spans(const std::vector<Span> &spans) { return add_spans(spans, TypedSpans{}); }
+
+Result<void> StoreWriter::add_spans(const std::vector<Span> &spans, const TypedSpans &typed)
 {
 	if (auto r = ready(); !r)
 		return r;
-	if (spans.empty())
+	const size_t total = spans.size() + typed.size();
+	if (!total)
 		return {};
 	if (auto r = begin_batch(); !r)
 		return r;
 	int64_t first = 0;
-	for (size_t at = 0; at < spans.size(); at += kMaxBlockRows) {
-		auto block = write_block(spans, at, std::min(spans.size(), at + kMaxBlockRows));
+	for (size_t at = 0; at < total; at += kMaxBlockRows) {
+		auto block = write_block(spans, typed, at, std::min(total, at + kMaxBlockRows));
 		if (!block) {
 			undo_batch();
 			return make_error("cannot write spans to " + partial_ + ": " + block.error().message);
@@ -763,12 +752,15 @@ Result<void> StoreWriter::add_anomalies(const std::vector<Anomaly> &anomalies)
 
 Result<void> StoreSink::write(SpanBatch &b)
 {
-	if (auto r = w_.add_spans(b.spans); !r)
+	if (auto r = w_.add_spans(b.spans, b.typed); !r)
 		return r;
 	if (!b.anomalies.empty())
 		if (auto r = w_.add_anomalies(b.anomalies); !r)
 			return r;
-	return keep_bounds(b.spans.empty() ? 0 : b.spans.back().start_ns);
+	uint64_t now = b.spans.empty() ? 0 : b.spans.back().start_ns;
+	if (!b.typed.empty())
+		now = std::max(now, b.typed.spans.back().start_ns);
+	return keep_bounds(now);
 }
 
 Result<void> StoreSink::measures(const std::vector<Metric> &m, const std::vector<Event> &e)

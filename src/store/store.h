@@ -21,6 +21,7 @@
 #include "common/model.h"
 #include "common/result.h"
 #include "common/sink.h"
+#include "pipeline/span.h"
 #include "store/span_layout.h"
 
 struct sqlite3;
@@ -69,6 +70,12 @@ public:
 
 	// Each batch is written whole or not at all (a savepoint of its own).
 	Result<void> add_spans(const std::vector<Span> &spans);
+	// Spans and typed spans as one batch, the Spans first. A typed span is
+	// kept as its Span would be (the same functions row, slots and text)
+	// without making one: its function's shape and the text of its enums,
+	// tensors and symbols are looked up once per recording, by probe and
+	// value (store/typed.cpp).
+	Result<void> add_spans(const std::vector<Span> &spans, const TypedSpans &typed);
 	Result<void> add_metrics(const std::vector<Metric> &metrics);
 	Result<void> add_events(const std::vector<Event> &events);
 	Result<void> add_anomalies(const std::vector<Anomaly> &anomalies);
@@ -134,8 +141,12 @@ private:
 		void undo_transaction(); // the batch's and the transaction's
 		void clear();
 		size_t size() const { return ids_.size(); }
+		// Counts up whenever ids were forgotten (undone, collected, or the
+		// cap cleared): what remembers ids of its own starts over then.
+		uint64_t epoch() const { return epoch_; }
 
 	private:
+		uint64_t epoch_ = 0;
 		std::unordered_map<std::string, int64_t, TextHash, std::equal_to<>> ids_;
 		std::vector<std::string_view> batch_, txn_;
 		void forget(std::vector<std::string_view> &keys);
@@ -145,9 +156,38 @@ private:
 	// written the first time it is seen. 0: the insert failed.
 	int64_t intern(Dictionary &d, const char *insert_sql, const std::string &text);
 	int64_t function_id(const Span &s, std::vector<uint64_t> &slots, std::vector<int64_t> &strings);
+	// The functions row of a shape: `key` names it in functions_ (layer,
+	// name, each argument's key, kind and width), written the first time.
+	int64_t function_row(const std::string &key, const std::string &layer, const std::string &name,
+			     const std::vector<ArgDef> &defs);
 	int64_t series_id(const Metric &m);
-	// Writes spans[from, to) as one block; its row id.
-	Result<int64_t> write_block(const std::vector<Span> &spans, size_t from, size_t to);
+	// A span block being filled, row by row: a row's slots go straight into
+	// their columns (made, zeroed, as the widest row needs them).
+	struct BlockRows {
+		Columns cols = Columns(kColSlot0);
+		std::vector<int64_t> stacks, strings; // the dictionary rows the block refers to
+		uint64_t serial;                      // counts the writer's blocks, from 1
+		size_t rows = 0;                      // added so far, of the columns' size
+		BlockRows(uint64_t n, size_t capacity) : serial(n)
+		{
+			for (auto &c : cols)
+				c.resize(capacity);
+		}
+		void add(const uint64_t (&fixed)[kColSlot0], const uint64_t *slots, size_t n);
+	};
+	// One row of a Span, one of a typed span (store/typed.cpp); false: a
+	// dictionary row could not be written (SQLite's message says why).
+	Result<void> span_row(const Span &s, BlockRows &b);
+	Result<void> typed_row(const TypedSpans &t, size_t i, BlockRows &b);
+	// Writes rows [from, to) of spans then typed, as one block; its row id.
+	Result<int64_t> write_block(const std::vector<Span> &spans, const TypedSpans &typed, size_t from, size_t to);
+	int64_t stack_id(const PyStack &stack); // 0: none, or the insert failed
+	// What the typed rows remember per recording (store/typed.cpp).
+	struct TypedCache;
+	struct TypedCacheDeleter {
+		void operator()(TypedCache *c) const;
+	};
+	std::unique_ptr<TypedCache, TypedCacheDeleter> typed_;
 	// A prepared statement without arguments (BEGIN, SAVEPOINT, ...).
 	Result<void> step(const char *sql);
 	Result<void> begin_batch();
@@ -175,6 +215,7 @@ private:
 	// The id the next span (metric) gets; where the open batch's and
 	// transaction's began (a rollback gives their ids back).
 	int64_t next_span_id_ = 1, batch_first_span_ = 1;
+	uint64_t blocks_made_ = 0;
 	int64_t next_metric_id_ = 1, batch_first_metric_ = 1;
 	std::unique_ptr<BlockEncoder> encoder_ = std::make_unique<BlockEncoder>();
 	// The transaction batches share (commit_every): when it began, the

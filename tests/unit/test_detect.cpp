@@ -15,6 +15,7 @@
 #include "detect/rootcause.h"
 #include "export/perfetto.h"
 #include "export/summary.h"
+#include "ingest/decode.h"
 
 using namespace eacgm;
 using namespace eacgm::detect;
@@ -249,6 +250,48 @@ TEST(OnlineDetector, ColdStartRefitsAndThePlantedSlowCall)
 	// fit, on a window of at most 2800 events.
 	EXPECT_LE(st[0].trained_on, 2800u - 1);
 	EXPECT_GE(st[0].trained_on, 2700u - flagged.size());
+}
+
+// A typed call (pipeline/span.h) is scored as its Span is: the same flags,
+// the same report of the planted call (made from the call only then), the
+// same model state. cudaMemcpy calls from two sites, as op_stream's.
+TEST(OnlineDetector, TypedCallsScoreAsTheirSpans)
+{
+	auto specs = load_builtin_spec("cuda");
+	ASSERT_TRUE(specs);
+	uint32_t id = 0;
+	while (specs->probes[id].function != "cudaMemcpy")
+		id++;
+	Interner names;
+	TypedSpans typed{&*specs, &names, nullptr, {}, {}};
+	const size_t n = 3000, planted = 1500;
+	for (const Span &s : op_stream(n, planted, 5)) {
+		eacgm_span_event e{.start_ns = s.start_ns, .dur_ns = s.dur_ns, .tgid = s.pid, .tid = s.tid};
+		e.spec_id = id;
+		e.args[2] = 4096, e.args[3] = 1;
+		typed.push_back(decode_typed(e, specs->probes[id], *specs, nullptr, names), s.py_stack);
+	}
+	OnlineDetector as_spans(inline_options()), as_typed(inline_options());
+	std::vector<std::string> a, b;
+	for (size_t i = 0; i < n; i++) {
+		if (auto x = as_spans.observe(span_at(typed, i)))
+			a.push_back(std::to_string(i) + " " + x->name + " " + std::to_string(x->score) + " " +
+				    x->causes.dump() + " " + x->features.dump());
+		if (auto y = as_typed.observe(typed, i))
+			b.push_back(std::to_string(i) + " " + y->name + " " + std::to_string(y->score) + " " +
+				    y->causes.dump() + " " + y->features.dump());
+	}
+	EXPECT_EQ(b, a);
+	ASSERT_FALSE(a.empty());
+	EXPECT_TRUE(std::any_of(a.begin(), a.end(), [&](const std::string &x) {
+		return x.starts_with(std::to_string(planted) + " cudaMemcpy ");
+	})) << "the planted call was not flagged";
+	auto sa = as_spans.status(), sb = as_typed.status();
+	ASSERT_EQ(sa.size(), 1u);
+	ASSERT_EQ(sb.size(), 1u);
+	EXPECT_EQ(sb[0].key, "cuda/cudaMemcpy");
+	EXPECT_EQ(std::tie(sb[0].seen, sb[0].scored, sb[0].flagged, sb[0].refits),
+		  std::tie(sa[0].seen, sa[0].scored, sa[0].flagged, sa[0].refits));
 }
 
 // A call unusual only for being quick is not reported, and the quicker

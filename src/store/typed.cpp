@@ -1,0 +1,339 @@
+// The store's typed rows: a TypedSpan (pipeline/span.h) kept exactly as the
+// Span render_span makes of it would be (store.cpp's span_row: the same
+// functions row, slots and strings), without making that Span. A Span's args
+// are a JSON object walked key by key per span; a typed span's shape is its
+// probe's, worked out once: its arguments in key order, each kept by its
+// type. What varies with the value is looked up once per value: whether a
+// u64 passes int64's range ('u' or 'i'), and the kind and text of an enum, a
+// tensor or a symbol (render_arg's JSON, taken apart by classify_arg, the
+// very function span_row uses). The unit test test_typed_store holds both
+// paths to the same rows over every argument type.
+#include <algorithm>
+#include <array>
+#include <map>
+#include <unordered_map>
+
+#include <sqlite3.h>
+
+#include "ingest/decode.h"
+#include "probe/spec.h"
+#include "store/store.h"
+
+namespace eacgm {
+
+namespace {
+
+// A kept value's kind and width, 7 bits of a shape's signature; 0: a key
+// the span does not have (runq_ns where the thread never waited).
+uint64_t code_of(char kind, uint8_t n)
+{
+	uint64_t k = 0;
+	switch (kind) {
+	case 'i': k = 1; break;
+	case 'u': k = 2; break;
+	case 'b': k = 3; break;
+	case 'x': k = 4; break;
+	case 's': k = 5; break;
+	case 'a': k = 6; break;
+	}
+	return k | uint64_t(n) << 3;
+}
+
+// An args key of a probe, in the order of the keys in the args text.
+struct Entry {
+	std::string key;
+	int arg = -1;    // its index in the spec's args; -1: kRunqArg
+	size_t slot = 0; // its first slot in the typed span
+};
+
+// A value of an argument whose kept form the store looks up (an enum, a
+// tensor, a symbol): by probe, argument and its slot words.
+struct ValueKey {
+	uint32_t spec;
+	uint32_t arg;
+	uint64_t a, b;
+	bool operator==(const ValueKey &) const = default;
+};
+struct ValueHash {
+	size_t operator()(const ValueKey &k) const
+	{
+		uint64_t h = (uint64_t(k.spec) << 32 | k.arg) * 0x9e3779b97f4a7c15ull;
+		h ^= k.a + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+		h ^= k.b + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+		return h;
+	}
+};
+struct Kept {
+	char kind = 's';
+	uint8_t n = 1;
+	std::array<uint64_t, 8> slots{}; // a string's: its strings.id
+	uint64_t block = 0;              // the last block that referred to it
+};
+
+} // namespace
+
+struct StoreWriter::TypedCache {
+	// What it was filled under: other probes or names, or ids forgotten by
+	// the dictionaries, and it starts over.
+	const SpecSet *specs = nullptr;
+	const Interner *names = nullptr;
+	TensorFormatter tensors = nullptr;
+	uint64_t epochs[3] = {};
+
+	struct Plan {
+		bool built = false;
+		bool typed = false;    // false: its rows go through render_span (an args key twice, or kRunqArg's)
+		bool enum_ret = false; // its return has a name (returns_enum)
+		std::vector<Entry> entries;
+		std::string key;                                  // functions_'s key up to the arguments: layer \0 name
+		std::vector<std::pair<uint64_t, int64_t>> shapes; // signature -> functions.id
+		struct RetName {
+			int64_t id = 0; // strings.id (0: none)
+			uint64_t block = 0;
+		};
+		std::unordered_map<int64_t, RetName> ret_names; // by return
+	};
+	std::vector<Plan> plans; // by spec_id
+	std::unordered_map<ValueKey, Kept, ValueHash> values;
+	static constexpr size_t kMaxValues = 1 << 16;
+	// In front of `values`, by hash: a tensor's shape or a kernel's name
+	// repeats call after call. Its pointers are to `values`' nodes, which
+	// stay put until cleared.
+	struct Front {
+		ValueKey key{};
+		Kept *kept = nullptr;
+	};
+	std::array<Front, 1024> front{};
+	Kept *find(const ValueKey &k, size_t h)
+	{
+		Front &f = front[h % front.size()];
+		if (f.kept && f.key == k)
+			return f.kept;
+		auto it = values.find(k);
+		if (it == values.end())
+			return nullptr;
+		f = {k, &it->second};
+		return &it->second;
+	}
+	void clear_values()
+	{
+		values.clear();
+		front.fill({});
+	}
+	// Stacks by their body (PyStack shares one among its copies): the copy
+	// kept here holds it, so that no other stack can take its address.
+	struct Stack {
+		PyStack stack;
+		int64_t id = 0;
+		uint64_t block = 0;
+	};
+	std::unordered_map<const void *, Stack> stacks;
+	Stack *last = nullptr; // the last one used: calls from one line follow each other
+	// Which block the rows are for: a dictionary row goes into a block's
+	// list of rows it refers to once, not once per span.
+	uint64_t block = 0;
+
+	void reset()
+	{
+		plans.clear();
+		clear_values();
+		stacks.clear();
+		last = nullptr;
+	}
+	Plan &plan(uint32_t spec_id)
+	{
+		return spec_id < plans.size() && plans[spec_id].built ? plans[spec_id] : build(spec_id);
+	}
+	Plan &build(uint32_t spec_id);
+};
+
+void StoreWriter::TypedCacheDeleter::operator()(TypedCache *c) const { delete c; }
+
+StoreWriter::TypedCache::Plan &StoreWriter::TypedCache::build(uint32_t spec_id)
+{
+	if (plans.size() <= spec_id)
+		plans.resize(spec_id + 1);
+	Plan &p = plans[spec_id];
+	p.built = true;
+	const ProbeSpec &spec = specs->probes[spec_id];
+	p.key.assign(spec.layer).append(1, '\0').append(spec.function);
+	// The args object keeps the last argument of a name, in key order.
+	std::map<std::string, Entry> by_key;
+	size_t slot = 0;
+	bool twice = false;
+	for (size_t i = 0; i < spec.args.size(); i++) {
+		const ArgSpec &a = spec.args[i];
+		twice |= by_key.count(a.name) > 0 || a.name == kRunqArg;
+		by_key[a.name] = {a.name, int(i), slot};
+		slot += arg_width(a);
+	}
+	by_key[kRunqArg] = {kRunqArg, -1, 0};
+	p.typed = !twice;
+	p.enum_ret = returns_enum(spec.returns);
+	for (auto &[k, e] : by_key)
+		p.entries.push_back(std::move(e));
+	return p;
+}
+
+Result<void> StoreWriter::typed_row(const TypedSpans &ts, size_t i, BlockRows &b)
+{
+	if (!typed_)
+		typed_.reset(new TypedCache);
+	TypedCache &c = *typed_;
+	const uint64_t epochs[3] = {strings_.epoch(), functions_.epoch(), stacks_.epoch()};
+	if (c.specs != ts.specs || c.names != ts.names || c.tensors != ts.tensors ||
+	    !std::equal(epochs, epochs + 3, c.epochs)) {
+		c.reset();
+		c.specs = ts.specs, c.names = ts.names, c.tensors = ts.tensors;
+		std::copy(epochs, epochs + 3, c.epochs);
+	}
+	if (c.stacks.size() >= TypedCache::kMaxValues)
+		c.stacks.clear(), c.last = nullptr;
+	c.block = b.serial;
+	const TypedSpan &t = ts.spans[i];
+	static const PyStack kNone;
+	const PyStack &stack = i < ts.stacks.size() ? ts.stacks[i] : kNone;
+	if (!ts.specs || !ts.names || t.spec_id >= ts.specs->probes.size())
+		return make_error("a typed span of probe " + std::to_string(t.spec_id) + " outside its probe set");
+	const ProbeSpec &spec = ts.specs->probes[t.spec_id];
+	TypedCache::Plan &p = c.plan(t.spec_id);
+	if (!p.typed) {
+		Span s = render_span(t, spec, *ts.specs, *ts.names, ts.tensors);
+		s.py_stack = stack;
+		return span_row(s, b);
+	}
+	uint64_t slots[kMaxSlots];
+	size_t n = 0;
+	uint64_t sig = 0;
+	struct Shape {
+		char kind;
+		uint8_t n;
+	} shape[EACGM_MAX_ARGS + 1];
+	size_t k = 0;
+	auto keep = [&](char kind, uint64_t v) {
+		slots[n++] = v;
+		shape[k] = {kind, 1};
+	};
+	for (const Entry &e : p.entries) {
+		shape[k] = {0, 0};
+		if (e.arg < 0) { // kRunqArg, where the thread waited
+			if (t.runq_ns)
+				keep(t.runq_ns > uint64_t(INT64_MAX) ? 'u' : 'i', t.runq_ns);
+		} else {
+			const ArgSpec &a = spec.args[e.arg];
+			const uint64_t v = e.slot < EACGM_MAX_ARGS ? t.args[e.slot] : 0;
+			const uint64_t next = e.slot + 1 < EACGM_MAX_ARGS ? t.args[e.slot + 1] : 0;
+			switch (a.type) {
+			case ArgType::U64:
+			case ArgType::Bytes: keep(v > uint64_t(INT64_MAX) ? 'u' : 'i', v); break;
+			case ArgType::I64: keep('i', v); break;
+			case ArgType::U32: keep('i', uint32_t(v)); break;
+			case ArgType::I32: keep('i', uint64_t(int64_t(int32_t(v)))); break;
+			case ArgType::Ptr: keep('x', v); break;
+			case ArgType::Dim3:
+				slots[n++] = uint32_t(v), slots[n++] = v >> 32, slots[n++] = uint32_t(next);
+				shape[k] = {'a', 3};
+				break;
+			case ArgType::Enum:
+			case ArgType::Tensor:
+			case ArgType::Symbol: {
+				const ValueKey vk{t.spec_id, uint32_t(e.arg), v, a.type == ArgType::Tensor ? next : 0};
+				const size_t h = ValueHash{}(vk);
+				Kept *kv = c.find(vk, h);
+				if (!kv) {
+					static thread_local std::vector<uint64_t> got;
+					got.clear();
+					const nlohmann::json j =
+						render_arg(a, v, next, *ts.specs, *ts.names, ts.tensors);
+					ArgDef d = classify_arg(e.key, j, got);
+					Kept kept{d.kind, d.n, {}};
+					if (d.kind == 's') {
+						int64_t id = intern(strings_, "INSERT INTO strings(text) VALUES(?)",
+								    j.dump(-1, ' ', false,
+									   nlohmann::json::error_handler_t::replace));
+						if (!id)
+							return make_error(sqlite3_errmsg(db_.get()));
+						got.assign(1, uint64_t(id));
+					}
+					std::copy(got.begin(), got.end(), kept.slots.begin());
+					if (c.values.size() >= TypedCache::kMaxValues)
+						c.clear_values();
+					kv = &c.values.emplace(vk, kept).first->second;
+				}
+				std::copy_n(kv->slots.begin(), kv->n, slots + n);
+				n += kv->n;
+				shape[k] = {kv->kind, kv->n};
+				if (kv->kind == 's' && std::exchange(kv->block, c.block) != c.block)
+					b.strings.push_back(int64_t(kv->slots[0]));
+				break;
+			}
+			}
+		}
+		sig = sig << 7 | (shape[k].n ? code_of(shape[k].kind, shape[k].n) : 0);
+		k++;
+	}
+	// The function's row for this shape: found among the probe's few.
+	int64_t fn = 0;
+	for (auto &[s, id] : p.shapes)
+		if (s == sig)
+			fn = id;
+	if (!fn) {
+		std::string key = p.key;
+		std::vector<ArgDef> defs;
+		for (size_t e = 0; e < p.entries.size(); e++)
+			if (shape[e].n) {
+				key.append(1, '\0').append(p.entries[e].key).append(1, '\1');
+				key.append(1, shape[e].kind).append(1, char(shape[e].n));
+				defs.push_back({p.entries[e].key, shape[e].kind, shape[e].n});
+			}
+		if (!(fn = function_row(key, spec.layer, spec.function, defs)))
+			return make_error(sqlite3_errmsg(db_.get()));
+		p.shapes.emplace_back(sig, fn);
+	}
+	int64_t ret_name = 0;
+	if (p.enum_ret) {
+		auto it = p.ret_names.find(t.ret);
+		if (it == p.ret_names.end()) {
+			const std::string text = ret_text(spec, *ts.specs, t.ret);
+			int64_t id = text.empty() ? 0 : intern(strings_, "INSERT INTO strings(text) VALUES(?)", text);
+			if (!text.empty() && !id)
+				return make_error(sqlite3_errmsg(db_.get()));
+			it = p.ret_names.emplace(t.ret, TypedCache::Plan::RetName{id, 0}).first;
+		}
+		if ((ret_name = it->second.id) && std::exchange(it->second.block, c.block) != c.block)
+			b.strings.push_back(ret_name);
+	}
+	int64_t stack_row = 0;
+	if (!stack.empty()) {
+		const void *body = stack.json().data();
+		if (!c.last || c.last->stack.json().data() != body) {
+			auto [it, fresh] = c.stacks.try_emplace(body);
+			if (fresh) {
+				if (!(it->second.id = stack_id(stack))) {
+					c.stacks.erase(it);
+					return make_error(sqlite3_errmsg(db_.get()));
+				}
+				it->second.stack = stack;
+			}
+			c.last = &it->second;
+		}
+		stack_row = c.last->id;
+		if (std::exchange(c.last->block, c.block) != c.block)
+			b.stacks.push_back(stack_row);
+	}
+	const uint64_t row[kColSlot0] = {0,
+					 t.pid,
+					 t.tid,
+					 uint64_t(fn),
+					 t.start_ns,
+					 t.dur_ns,
+					 t.depth,
+					 uint64_t(t.ret),
+					 uint64_t(ret_name),
+					 t.bytes,
+					 uint64_t(stack_row)};
+	b.add(row, slots, n);
+	return {};
+}
+
+} // namespace eacgm
