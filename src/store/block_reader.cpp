@@ -3,7 +3,10 @@
 
 #include <sqlite3.h>
 
+#include <algorithm>
+#include <map>
 #include <memory>
+#include <tuple>
 #include <unordered_map>
 
 namespace eacgm {
@@ -136,7 +139,7 @@ Result<Span> span_of(const Columns &cols, size_t row, const SpanFunction &f, Dic
 } // namespace
 
 Result<void> read_span_blocks(sqlite3 *db, const std::function<bool(const SpanFunction &)> &keep,
-			      const std::function<void(Span &&)> &take)
+			      const std::function<void(Span &&)> &take, const RowKeep &rows)
 {
 	Dictionaries d;
 	if (auto r = d.load(db); !r)
@@ -155,6 +158,10 @@ Result<void> read_span_blocks(sqlite3 *db, const std::function<bool(const SpanFu
 		if (cols.size() < kColSlot0)
 			return make_error("not a valid span block: " + std::to_string(cols.size()) + " columns");
 		for (size_t row = 0; row < cols[kColId].size(); row++) {
+			if (rows &&
+			    !rows(static_cast<uint32_t>(cols[kColPid][row]), static_cast<uint32_t>(cols[kColTid][row]),
+				  cols[kColStart][row]))
+				continue;
 			auto f = d.functions.find(cols[kColFn][row]);
 			if (f == d.functions.end())
 				return make_error("a span names a function the recording does not hold");
@@ -168,6 +175,110 @@ Result<void> read_span_blocks(sqlite3 *db, const std::function<bool(const SpanFu
 	}
 	if (rc != SQLITE_DONE)
 		return make_error(std::string("cannot read span_blocks: ") + sqlite3_errmsg(db));
+	return {};
+}
+
+namespace {
+
+// A part of one thread's spans: those starting in [from, to].
+struct Slice {
+	uint32_t pid, tid;
+	uint64_t from, to;
+	uint64_t n; // about how many
+};
+
+// Each thread's spans cut into slices of at most about `limit`, by start
+// time (cut where a sample of every kSample-th start falls), in the order of
+// the trace. Reads the blocks once, making no span.
+Result<std::vector<Slice>> slices_of(sqlite3 *db, size_t limit)
+{
+	constexpr uint64_t kSample = 64;
+	struct Seen {
+		uint64_t n = 0;
+		std::vector<uint64_t> starts; // every kSample-th
+	};
+	std::map<std::pair<uint32_t, uint32_t>, Seen> threads;
+	auto r = read_span_blocks(
+		db, nullptr, [](Span &&) {},
+		[&](uint32_t pid, uint32_t tid, uint64_t start) {
+			Seen &t = threads[{pid, tid}];
+			if (t.n++ % kSample == 0)
+				t.starts.push_back(start);
+			return false;
+		});
+	if (!r)
+		return r.error();
+	std::vector<Slice> out;
+	const size_t per_slice = std::max<size_t>(1, limit / kSample); // samples a slice holds
+	for (auto &[key, t] : threads) {
+		std::sort(t.starts.begin(), t.starts.end());
+		uint64_t from = 0;
+		size_t begin = 0; // the sample the slice begins at
+		for (size_t at = per_slice; at < t.starts.size(); at += per_slice) {
+			// A cut between two starts; equal starts stay on one side.
+			if (t.starts[at] == from)
+				continue;
+			out.push_back({key.first, key.second, from, t.starts[at] - 1, (at - begin) * kSample});
+			from = t.starts[at], begin = at;
+		}
+		out.push_back(
+			{key.first, key.second, from, UINT64_MAX, t.n - std::min<uint64_t>(t.n, begin * kSample)});
+	}
+	return out;
+}
+
+bool trace_order(const Span &x, const Span &y)
+{
+	return std::tie(x.pid, x.tid, x.start_ns, y.dur_ns, x.depth) <
+		std::tie(y.pid, y.tid, y.start_ns, x.dur_ns, y.depth);
+}
+
+} // namespace
+
+Result<void> read_spans_by_thread(sqlite3 *db, const std::function<void(Span &&)> &take, size_t limit)
+{
+	std::vector<Span> spans;
+	auto visit_sorted = [&] {
+		std::stable_sort(spans.begin(), spans.end(), trace_order); // read in id order: ties by id
+		for (Span &s : spans)
+			take(std::move(s));
+		spans.clear();
+	};
+	Query total(db, "SELECT coalesce(sum(n), 0) FROM span_blocks");
+	if (!total.st || sqlite3_step(total.st) != SQLITE_ROW)
+		return make_error(std::string("cannot read span_blocks: ") + sqlite3_errmsg(db));
+	if (uint64_t(sqlite3_column_int64(total.st, 0)) <= limit) { // most recordings: one pass
+		if (auto r = read_span_blocks(db, nullptr, [&](Span &&s) { spans.push_back(std::move(s)); }); !r)
+			return r;
+		visit_sorted();
+		return {};
+	}
+	auto slices = slices_of(db, limit);
+	if (!slices)
+		return slices.error();
+	// Passes over the blocks, each taking consecutive slices of about
+	// `limit` spans in all.
+	for (size_t at = 0; at < slices->size();) {
+		std::map<std::pair<uint32_t, uint32_t>, std::vector<std::pair<uint64_t, uint64_t>>> wanted;
+		uint64_t n = 0;
+		for (; at < slices->size() && (wanted.empty() || n + (*slices)[at].n <= limit); at++) {
+			const Slice &s = (*slices)[at];
+			wanted[{s.pid, s.tid}].push_back({s.from, s.to});
+			n += s.n;
+		}
+		auto r = read_span_blocks(
+			db, nullptr, [&](Span &&s) { spans.push_back(std::move(s)); },
+			[&](uint32_t pid, uint32_t tid, uint64_t start) {
+				auto it = wanted.find({pid, tid});
+				return it != wanted.end() &&
+					std::any_of(it->second.begin(), it->second.end(), [&](const auto &range) {
+						return range.first <= start && start <= range.second;
+					});
+			});
+		if (!r)
+			return r;
+		visit_sorted();
+	}
 	return {};
 }
 

@@ -14,9 +14,21 @@ struct sqlite3;
 
 namespace eacgm {
 
-// take(span) for each span in id order whose function keep accepts (all,
-// without keep). An error names what in the file is damaged.
+// Whether a span of this thread, starting then, is wanted: asked before
+// anything else of it is read.
+using RowKeep = std::function<bool(uint32_t pid, uint32_t tid, uint64_t start_ns)>;
+
+// take(span) for each span in id order whose row (rows) and function (keep)
+// are wanted (all, where they are null). An error names what in the file is
+// damaged.
 Result<void> read_span_blocks(sqlite3 *db, const std::function<bool(const SpanFunction &)> &keep,
-			      const std::function<void(Span &&)> &take);
+			      const std::function<void(Span &&)> &take, const RowKeep &rows = nullptr);
+
+// take(span) for each span by thread (pid, tid), then start, longer first,
+// shallower first, then id: the order a trace nests spans in
+// (SpanOrder::by_thread), in memory bounded by about `limit` spans at a
+// time: where more are recorded, each pass over the blocks takes the spans
+// of some threads, or of a thread's start times, at a time.
+Result<void> read_spans_by_thread(sqlite3 *db, const std::function<void(Span &&)> &take, size_t limit = 500'000);
 
 } // namespace eacgm

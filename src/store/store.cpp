@@ -1074,7 +1074,8 @@ static Result<PyStack> row_stack(std::unordered_map<std::string, PyStack> &stack
 #define SPAN_COLUMNS "SELECT pid, tid, layer, name, start_ns, dur_ns, depth, ret, ret_name, bytes, args, py_stack"
 
 // by_thread is how a trace nests spans (see perfetto.h): the
-// spans_by_thread index gives that order but for ties.
+// spans_by_thread index of version 3 gives that order but for ties; version
+// 4's blocks are read in that order by read_spans_by_thread.
 static const char *span_query(SpanOrder order)
 {
 	switch (order) {
@@ -1139,9 +1140,12 @@ Result<void> RecordingReader::from_blocks(SpanOrder order, const std::function<b
 
 Result<void> RecordingReader::each_span(SpanOrder order, const SpanVisit &visit) const
 {
-	// A trace's order (per thread) is SQLite's sort of the spans table: it
-	// spills to disk where a long recording's spans would not fit in memory.
-	if (version_ >= 4 && order != SpanOrder::by_thread)
+	if (version_ >= 4 && order == SpanOrder::by_thread) {
+		if (auto r = read_spans_by_thread(db_.get(), [&](Span &&s) { visit(s); }); !r)
+			return make_error("recording " + path_ + " is damaged: " + r.error().message);
+		return {};
+	}
+	if (version_ >= 4)
 		return from_blocks(order, nullptr, visit);
 	return spans(span_query(order), [&](Span &&s) { visit(s); });
 }

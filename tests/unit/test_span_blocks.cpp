@@ -8,6 +8,7 @@
 
 #include <filesystem>
 
+#include "store/block_reader.h"
 #include "store/sqlmod.h"
 #include "store/store.h"
 
@@ -292,4 +293,33 @@ TEST_F(SpanBlocks, ReadingTheBlocksGivesWhatTheRowsGive)
 	ASSERT_TRUE(v3->each_span_with_int_args({"seq", "rank"}, [&](const Span &s) { b.push_back(s); }));
 	EXPECT_EQ(a.size(), 10u);
 	same(a, b);
+}
+
+// A trace's order read from the blocks in passes of a few threads, or a
+// part of one thread's start times, at a time (read_spans_by_thread's
+// bound on memory): the same order as one pass, and as SQLite's sort of the
+// `spans` table, whatever the bound, with ties in start, duration and depth.
+TEST_F(SpanBlocks, ATracesOrderReadInBoundedPassesIsSQLitesOrder)
+{
+	std::vector<std::vector<Span>> batches(7);
+	for (int i = 0; i < 2000; i++) {
+		Span s = span(1000 + (i / 7) * 10 + (i % 5 == 0 ? 0 : i % 3), {{"i", i}});
+		s.tid = 43 + i % 3;
+		s.dur_ns = (i * 37) % 100;
+		s.depth = i % 4;
+		batches[i % 7].push_back(std::move(s));
+	}
+	write(batches);
+	std::vector<std::string> want;
+	for (const std::string &r : rows("SELECT json_extract(args, '$.i') FROM spans"
+					 " ORDER BY pid, tid, start_ns, dur_ns DESC, depth, id"))
+		want.push_back(r);
+	ASSERT_EQ(want.size(), 2000u);
+	for (size_t limit : {size_t(1'000'000), size_t(500), size_t(64), size_t(1)}) {
+		std::vector<std::string> got;
+		auto r = read_spans_by_thread(
+			db_, [&](Span &&s) { got.push_back(s.args["i"].dump()); }, limit);
+		ASSERT_TRUE(r) << r.error().message;
+		EXPECT_EQ(got, want) << "limit " << limit;
+	}
 }
