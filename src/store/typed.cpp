@@ -42,8 +42,9 @@ uint64_t code_of(char kind, uint8_t n)
 // An args key of a probe, in the order of the keys in the args text.
 struct Entry {
 	std::string key;
-	int arg = -1;    // its index in the spec's args; -1: kRunqArg
-	size_t slot = 0; // its first slot in the typed span
+	int arg = -1;                // its index in the spec's args; -1: kRunqArg
+	size_t slot = 0;             // its first slot in the typed span
+	ArgType type = ArgType::U64; // the argument's, here: no ArgSpec is read per call
 };
 
 // A value of an argument whose kept form the store looks up (an enum, a
@@ -164,7 +165,7 @@ StoreWriter::TypedCache::Plan &StoreWriter::TypedCache::build(uint32_t spec_id)
 	for (size_t i = 0; i < spec.args.size(); i++) {
 		const ArgSpec &a = spec.args[i];
 		twice |= by_key.count(a.name) > 0 || a.name == kRunqArg;
-		by_key[a.name] = {a.name, int(i), slot};
+		by_key[a.name] = {a.name, int(i), slot, a.type};
 		slot += arg_width(a);
 	}
 	by_key[kRunqArg] = {kRunqArg, -1, 0};
@@ -220,10 +221,9 @@ Result<void> StoreWriter::typed_row(const TypedSpans &ts, size_t i, BlockRows &b
 			if (t.runq_ns)
 				keep(t.runq_ns > uint64_t(INT64_MAX) ? 'u' : 'i', t.runq_ns);
 		} else {
-			const ArgSpec &a = spec.args[e.arg];
 			const uint64_t v = e.slot < EACGM_MAX_ARGS ? t.args[e.slot] : 0;
 			const uint64_t next = e.slot + 1 < EACGM_MAX_ARGS ? t.args[e.slot + 1] : 0;
-			switch (a.type) {
+			switch (e.type) {
 			case ArgType::U64:
 			case ArgType::Bytes: keep(v > uint64_t(INT64_MAX) ? 'u' : 'i', v); break;
 			case ArgType::I64: keep('i', v); break;
@@ -237,14 +237,14 @@ Result<void> StoreWriter::typed_row(const TypedSpans &ts, size_t i, BlockRows &b
 			case ArgType::Enum:
 			case ArgType::Tensor:
 			case ArgType::Symbol: {
-				const ValueKey vk{t.spec_id, uint32_t(e.arg), v, a.type == ArgType::Tensor ? next : 0};
+				const ValueKey vk{t.spec_id, uint32_t(e.arg), v, e.type == ArgType::Tensor ? next : 0};
 				const size_t h = ValueHash{}(vk);
 				Kept *kv = c.find(vk, h);
 				if (!kv) {
 					static thread_local std::vector<uint64_t> got;
 					got.clear();
 					const nlohmann::json j =
-						render_arg(a, v, next, *ts.specs, *ts.names, ts.tensors);
+						render_arg(spec.args[e.arg], v, next, *ts.specs, *ts.names, ts.tensors);
 					ArgDef d = classify_arg(e.key, j, got);
 					Kept kept{d.kind, d.n, {}};
 					if (d.kind == 's') {
