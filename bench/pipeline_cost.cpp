@@ -299,9 +299,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "bench_pipeline_cost: %s\n", specs.error().message.c_str());
 		return 1;
 	}
-	uint32_t id = 0;
-	while (id < specs->probes.size() && specs->probes[id].function != "cudaMemcpy")
-		id++;
+	const uint32_t id = probe_index(*specs, "cudaMemcpy");
 	if (id == specs->probes.size()) {
 		fprintf(stderr, "bench_pipeline_cost: no cudaMemcpy in the CUDA spec\n");
 		return 1;

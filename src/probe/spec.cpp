@@ -400,6 +400,14 @@ static Result<void> parse_bytes_rule(const json &bj, const std::string &where, c
 	return {};
 }
 
+size_t probe_index(const SpecSet &s, std::string_view function)
+{
+	size_t i = 0;
+	while (i < s.probes.size() && s.probes[i].function != function)
+		i++;
+	return i;
+}
+
 bool returns_enum(const std::string &returns)
 {
 	static const std::vector<std::string> plain = {"void", "i32", "i64", "u64", "ptr"};

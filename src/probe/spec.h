@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/result.h"
@@ -104,6 +105,10 @@ struct SpecSet {
 
 // Parses a spec document (JSON). `origin` names it in messages. Syntax errors
 // report line and column.
+// The index of the first probe of `function` in s.probes; s.probes.size()
+// where none is.
+size_t probe_index(const SpecSet &s, std::string_view function);
+
 Result<SpecSet> parse_spec(const std::string &text, const std::string &origin, bool user);
 Result<SpecSet> load_spec_file(const std::string &path, bool user);
 

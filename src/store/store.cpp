@@ -530,8 +530,11 @@ static std::string id_list(std::vector<int64_t> &ids)
 	return out + "]";
 }
 
-void StoreWriter::BlockRows::add(const uint64_t (&fixed)[kColSlot0], const uint64_t *slots, size_t n)
+void StoreWriter::BlockRows::add(const Head &h, const uint64_t *slots, size_t n)
 {
+	static_assert(kColSlot0 == 11 && kColStack == 10, "a Head field per fixed column but the id");
+	const uint64_t fixed[kColSlot0] = {0,       h.pid, h.tid,      h.fn,    h.start_ns, h.dur_ns,
+					   h.depth, h.ret, h.ret_name, h.bytes, h.stack};
 	for (size_t c = 0; c < kColSlot0; c++)
 		cols[c][rows] = fixed[c];
 	if (cols.size() < kColSlot0 + n)
@@ -561,18 +564,9 @@ Result<void> StoreWriter::span_row(const Span &s, BlockRows &b)
 		b.strings.push_back(ret_name);
 	if (stack)
 		b.stacks.push_back(stack);
-	const uint64_t row[kColSlot0] = {0,
-					 s.pid,
-					 s.tid,
-					 uint64_t(fn),
-					 s.start_ns,
-					 s.dur_ns,
-					 s.depth,
-					 uint64_t(s.ret),
-					 uint64_t(ret_name),
-					 s.bytes,
-					 uint64_t(stack)};
-	b.add(row, slots.data(), slots.size());
+	b.add({s.pid, s.tid, uint64_t(fn), s.start_ns, s.dur_ns, s.depth, uint64_t(s.ret), uint64_t(ret_name), s.bytes,
+	       uint64_t(stack)},
+	      slots.data(), slots.size());
 	return {};
 }
 

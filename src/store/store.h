@@ -173,7 +173,11 @@ private:
 			for (auto &c : cols)
 				c.resize(capacity);
 		}
-		void add(const uint64_t (&fixed)[kColSlot0], const uint64_t *slots, size_t n);
+		// A row's fixed columns but its id (write_block numbers the rows).
+		struct Head {
+			uint64_t pid, tid, fn, start_ns, dur_ns, depth, ret, ret_name, bytes, stack;
+		};
+		void add(const Head &h, const uint64_t *slots, size_t n);
 	};
 	// One row of a Span, one of a typed span (store/typed.cpp); false: a
 	// dictionary row could not be written (SQLite's message says why).

@@ -321,18 +321,9 @@ Result<void> StoreWriter::typed_row(const TypedSpans &ts, size_t i, BlockRows &b
 		if (std::exchange(c.last->block, c.block) != c.block)
 			b.stacks.push_back(stack_row);
 	}
-	const uint64_t row[kColSlot0] = {0,
-					 t.pid,
-					 t.tid,
-					 uint64_t(fn),
-					 t.start_ns,
-					 t.dur_ns,
-					 t.depth,
-					 uint64_t(t.ret),
-					 uint64_t(ret_name),
-					 t.bytes,
-					 uint64_t(stack_row)};
-	b.add(row, slots, n);
+	b.add({t.pid, t.tid, uint64_t(fn), t.start_ns, t.dur_ns, t.depth, uint64_t(t.ret), uint64_t(ret_name), t.bytes,
+	       uint64_t(stack_row)},
+	      slots, n);
 	return {};
 }
 

@@ -259,9 +259,8 @@ TEST(OnlineDetector, TypedCallsScoreAsTheirSpans)
 {
 	auto specs = load_builtin_spec("cuda");
 	ASSERT_TRUE(specs);
-	uint32_t id = 0;
-	while (specs->probes[id].function != "cudaMemcpy")
-		id++;
+	const uint32_t id = probe_index(*specs, "cudaMemcpy");
+	ASSERT_LT(id, specs->probes.size());
 	Interner names;
 	TypedSpans typed{&*specs, &names, nullptr, {}, {}};
 	const size_t n = 3000, planted = 1500;

@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "store/block_reader.h"
+#include "sql_rows.h"
 #include "store/sqlmod.h"
 #include "store/store.h"
 
@@ -43,28 +44,7 @@ protected:
 		ASSERT_TRUE(register_span_module(db_));
 	}
 
-	// The rows of a query, each as its columns' text joined by '|'; an
-	// error as "error: " and SQLite's message.
-	std::vector<std::string> rows(const std::string &sql)
-	{
-		sqlite3_stmt *st = nullptr;
-		if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &st, nullptr) != SQLITE_OK)
-			return {"error: " + std::string(sqlite3_errmsg(db_))};
-		std::vector<std::string> out;
-		int rc;
-		while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-			std::string r;
-			for (int i = 0; i < sqlite3_column_count(st); i++) {
-				const char *t = reinterpret_cast<const char *>(sqlite3_column_text(st, i));
-				r += (i ? "|" : "") + std::string(t ? t : "NULL");
-			}
-			out.push_back(r);
-		}
-		if (rc != SQLITE_DONE)
-			out.push_back("error: " + std::string(sqlite3_errmsg(db_)));
-		sqlite3_finalize(st);
-		return out;
-	}
+	std::vector<std::string> rows(const std::string &sql) { return sql_rows(db_, sql); }
 	std::string one(const std::string &sql)
 	{
 		auto r = rows(sql);

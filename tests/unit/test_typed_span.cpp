@@ -39,9 +39,7 @@ TEST(TypedSpan, HoldsTheCallsFieldsAsNumbers)
 {
 	auto specs = load_builtin_spec("cuda");
 	ASSERT_TRUE(specs) << specs.error().message;
-	uint32_t id = 0;
-	while (id < specs->probes.size() && specs->probes[id].function != "cudaMemcpy")
-		id++;
+	const uint32_t id = probe_index(*specs, "cudaMemcpy");
 	ASSERT_LT(id, specs->probes.size());
 	eacgm_span_event e{.start_ns = 5'000, .dur_ns = 700, .tgid = 42, .tid = 43, .spec_id = id};
 	e.ret = 0xffffffff00000001ull; // cudaErrorInvalidValue, garbage above the int

@@ -14,6 +14,7 @@
 
 #include "ingest/decode.h"
 #include "layers/torch.h"
+#include "sql_rows.h"
 #include "store/sqlmod.h"
 #include "store/store.h"
 
@@ -30,31 +31,13 @@ protected:
 	}
 	void TearDown() override { std::filesystem::remove_all(dir_); }
 
-	// The rows of a query over a finished recording, each as its columns'
-	// text joined by '|'; an error as "error: " and SQLite's message.
+	// The rows of a query over a finished recording (sql_rows.h).
 	std::vector<std::string> rows(const std::string &path, const std::string &sql)
 	{
 		sqlite3 *db = nullptr;
-		std::vector<std::string> out;
-		sqlite3_stmt *st = nullptr;
-		if (sqlite3_open(path.c_str(), &db) != SQLITE_OK || !register_span_module(db) ||
-		    sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr) != SQLITE_OK) {
-			out.push_back("error: " + std::string(sqlite3_errmsg(db)));
-			sqlite3_close(db);
-			return out;
-		}
-		int rc;
-		while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-			std::string r;
-			for (int i = 0; i < sqlite3_column_count(st); i++) {
-				const char *t = reinterpret_cast<const char *>(sqlite3_column_text(st, i));
-				r += (i ? "|" : "") + std::string(t ? t : "NULL");
-			}
-			out.push_back(r);
-		}
-		if (rc != SQLITE_DONE)
-			out.push_back("error: " + std::string(sqlite3_errmsg(db)));
-		sqlite3_finalize(st);
+		std::vector<std::string> out = sqlite3_open(path.c_str(), &db) == SQLITE_OK && register_span_module(db)
+			? sql_rows(db, sql)
+			: std::vector<std::string>{"error: " + std::string(sqlite3_errmsg(db))};
 		sqlite3_close(db);
 		return out;
 	}
@@ -161,9 +144,8 @@ TEST_F(TypedStore, SpansAndTypedSpansShareABatch)
 {
 	auto specs = load_builtin_spec("cuda");
 	ASSERT_TRUE(specs);
-	uint32_t memcpy_id = 0;
-	while (specs->probes[memcpy_id].function != "cudaMemcpy")
-		memcpy_id++;
+	const uint32_t memcpy_id = probe_index(*specs, "cudaMemcpy");
+	ASSERT_LT(memcpy_id, specs->probes.size());
 	Interner names;
 	TypedSpans typed{&*specs, &names, nullptr, {}, {}};
 	std::vector<Span> spans;
@@ -200,9 +182,8 @@ TEST_F(TypedStore, LookupsDoNotOutliveTheRowsRetentionCollects)
 {
 	auto specs = load_builtin_spec("cuda");
 	ASSERT_TRUE(specs);
-	uint32_t memcpy_id = 0;
-	while (specs->probes[memcpy_id].function != "cudaMemcpy")
-		memcpy_id++;
+	const uint32_t memcpy_id = probe_index(*specs, "cudaMemcpy");
+	ASSERT_LT(memcpy_id, specs->probes.size());
 	Interner names;
 	auto batch = [&](uint64_t start, int64_t kind) {
 		TypedSpans typed{&*specs, &names, nullptr, {}, {}};
