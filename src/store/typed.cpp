@@ -203,6 +203,10 @@ Result<void> StoreWriter::typed_row(const TypedSpans &ts, size_t i, BlockRows &b
 		s.py_stack = stack;
 		return span_row(s, b);
 	}
+	// The most slots a row can take: a tensor takes two of the probe's
+	// slots and at most 8 here (classify_arg's longest array), a dim3 two
+	// and 3, any other argument one and one; and runq_ns.
+	static_assert(EACGM_MAX_ARGS / 2 * 8 + 1 <= kMaxSlots, "a typed row's slots overflow a block's");
 	uint64_t slots[kMaxSlots];
 	size_t n = 0;
 	uint64_t sig = 0;
