@@ -1,5 +1,7 @@
 #include "common/model.h"
 
+#include <tuple>
+
 namespace eacgm {
 
 PyStack::PyStack(std::vector<std::string> frames)
@@ -25,6 +27,12 @@ const std::string &PyStack::json() const
 }
 
 void to_json(nlohmann::json &j, const PyStack &s) { j = s.frames(); }
+
+bool nests_before(const Span &x, const Span &y)
+{
+	return std::tie(x.pid, x.tid, x.start_ns, y.dur_ns, x.depth) <
+		std::tie(y.pid, y.tid, y.start_ns, x.dur_ns, y.depth);
+}
 
 uint64_t runq_of(const Span &s)
 {

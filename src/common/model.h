@@ -74,6 +74,12 @@ struct Span {
 // where it has none.
 uint64_t runq_of(const Span &s);
 
+// The order a trace nests spans in (SpanOrder::by_thread): by thread, then
+// start; a parent before a child that starts at the same time, hence longer
+// first, then shallower first for spans identical in time. A stable sort by
+// it keeps ties in their order (by id, read in id order).
+bool nests_before(const Span &a, const Span &b);
+
 struct Process {
 	uint32_t pid = 0;
 	uint32_t ppid = 0;

@@ -206,19 +206,14 @@ json anomaly_event(const Anomaly &a)
 
 } // namespace
 
-// Viewers nest complete events on a thread by order of appearance: a
-// parent must come before a child that starts at the same time, hence
-// longer first, then shallower first for spans identical in time
-// (SpanOrder::by_thread).
+// Viewers nest complete events on a thread by order of appearance
+// (nests_before, common/model.h).
 static Result<void> in_memory_by_thread(const Recording &rec, const SpanVisit &visit)
 {
 	std::vector<size_t> order(rec.spans.size());
 	std::iota(order.begin(), order.end(), 0);
-	std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-		const Span &x = rec.spans[a], &y = rec.spans[b];
-		return std::tie(x.pid, x.tid, x.start_ns, y.dur_ns, x.depth) <
-			std::tie(y.pid, y.tid, y.start_ns, x.dur_ns, y.depth);
-	});
+	std::stable_sort(order.begin(), order.end(),
+			 [&](size_t a, size_t b) { return nests_before(rec.spans[a], rec.spans[b]); });
 	for (size_t i : order)
 		visit(rec.spans[i]);
 	return {};

@@ -72,16 +72,6 @@ static uint64_t bytes_by_rule(const ProbeSpec &spec, const SpecSet &specs,
 	return size ? value_of(spec.bytes->count, nullptr) * size : 0;
 }
 
-// How many bytes of rax a return type holds: 8 (i64, u64, ptr), 0 (void),
-// else 4 (i32, an enum). Read per call: no string compare.
-static int return_width(const std::string &r)
-{
-	auto is = [&](const char(&t)[4]) { return r[0] == t[0] && r[1] == t[1] && r[2] == t[2]; };
-	if (r.size() == 3 && (is("i64") || is("u64") || is("ptr")))
-		return 8;
-	return r.size() == 4 && r[0] == 'v' && r[1] == 'o' && r[2] == 'i' && r[3] == 'd' ? 0 : 4;
-}
-
 TypedSpan decode_typed(const eacgm_span_event &e, const ProbeSpec &spec, const SpecSet &specs, Symbolizer *sym,
 		       Interner &names)
 {

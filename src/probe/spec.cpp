@@ -408,11 +408,24 @@ size_t probe_index(const SpecSet &s, std::string_view function)
 	return i;
 }
 
-bool returns_enum(const std::string &returns)
+// The plain return types and how many bytes of rax each holds; none: an
+// enum. Compared a character at a time: decode asks for every call.
+static std::optional<int> plain_return_width(const std::string &r)
 {
-	static const std::vector<std::string> plain = {"void", "i32", "i64", "u64", "ptr"};
-	return std::find(plain.begin(), plain.end(), returns) == plain.end();
+	auto is = [&](const char(&t)[4]) { return r[0] == t[0] && r[1] == t[1] && r[2] == t[2]; };
+	if (r.size() == 3 && (is("i64") || is("u64") || is("ptr")))
+		return 8;
+	if (r.size() == 3 && is("i32"))
+		return 4;
+	if (r.size() == 4 && is("voi") && r[3] == 'd')
+		return 0;
+	return std::nullopt;
 }
+
+bool returns_enum(const std::string &returns) { return !plain_return_width(returns); }
+
+// A C enum is an int.
+int return_width(const std::string &returns) { return plain_return_width(returns).value_or(4); }
 
 static Result<void> parse_returns(const json &pj, const std::string &where, const SpecSet &set, ProbeSpec &p)
 {

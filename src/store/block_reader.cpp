@@ -227,19 +227,13 @@ Result<std::vector<Slice>> slices_of(sqlite3 *db, size_t limit)
 	return out;
 }
 
-bool trace_order(const Span &x, const Span &y)
-{
-	return std::tie(x.pid, x.tid, x.start_ns, y.dur_ns, x.depth) <
-		std::tie(y.pid, y.tid, y.start_ns, x.dur_ns, y.depth);
-}
-
 } // namespace
 
 Result<void> read_spans_by_thread(sqlite3 *db, const std::function<void(Span &&)> &take, size_t limit)
 {
 	std::vector<Span> spans;
 	auto visit_sorted = [&] {
-		std::stable_sort(spans.begin(), spans.end(), trace_order); // read in id order: ties by id
+		std::stable_sort(spans.begin(), spans.end(), nests_before); // read in id order: ties by id
 		for (Span &s : spans)
 			take(std::move(s));
 		spans.clear();

@@ -462,46 +462,46 @@ int64_t StoreWriter::intern(Dictionary &d, const char *insert_sql, const std::st
 	return id;
 }
 
-namespace {
-
-constexpr const char *kInsertString = "INSERT INTO strings(text) VALUES(?)";
-
-} // namespace
-
 // The functions row of a span (its layer, name and the keys and kinds of its
 // args), and the args' slot values; the strings rows it uses appended to
 // `strings`. 0 where a row could not be written.
 int64_t StoreWriter::function_id(const Span &s, std::vector<uint64_t> &slots, std::vector<int64_t> &strings)
 {
-	static thread_local std::string key;
 	static thread_local std::vector<ArgDef> defs;
-	key.assign(s.layer).append(1, '\0').append(s.name);
 	defs.clear();
 	slots.clear();
 	if (s.args.is_object())
 		for (const auto &[k, v] : s.args.items()) {
 			ArgDef d = classify_arg(k, v, slots);
 			if (d.kind == 's') {
-				// replace: captured strings may hold bytes that are not
-				// UTF-8, and one odd argument must not cost the batch.
-				int64_t id = intern(strings_, kInsertString,
-						    v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+				int64_t id = value_string(v);
 				if (!id)
 					return 0;
 				slots.push_back(static_cast<uint64_t>(id));
 				strings.push_back(id);
 			}
-			key.append(1, '\0').append(k).append(1, '\1').append(1, d.kind).append(1, char(d.n));
 			defs.push_back(std::move(d));
 		}
 	if (slots.size() > kMaxSlots)
 		return 0; // the caller says why
-	return function_row(key, s.layer, s.name, defs);
+	return function_row(s.layer, s.name, defs);
 }
 
-int64_t StoreWriter::function_row(const std::string &key, const std::string &layer, const std::string &name,
-				  const std::vector<ArgDef> &defs)
+int64_t StoreWriter::value_string(const nlohmann::json &v)
 {
+	// replace: captured strings may hold bytes that are not UTF-8, and one
+	// odd argument must not cost the batch.
+	return intern(strings_, kInsertString, v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+}
+
+int64_t StoreWriter::function_row(const std::string &layer, const std::string &name, const std::vector<ArgDef> &defs)
+{
+	// Its key in functions_: the layer, the name, each argument's key, kind
+	// and width.
+	static thread_local std::string key;
+	key.assign(layer).append(1, '\0').append(name);
+	for (const ArgDef &d : defs)
+		key.append(1, '\0').append(d.key).append(1, '\1').append(1, d.kind).append(1, char(d.n));
 	if (int64_t id = functions_.find(key))
 		return id;
 	auto st = statement("INSERT INTO functions(layer, name, args) VALUES(?,?,?)");
@@ -544,6 +544,11 @@ void StoreWriter::BlockRows::add(const Head &h, const uint64_t *slots, size_t n)
 	rows++;
 }
 
+std::string StoreWriter::db_failure() const
+{
+	return std::string(sqlite3_errmsg(db_.get())) + "; check free disk space";
+}
+
 int64_t StoreWriter::stack_id(const PyStack &stack)
 {
 	return stack.empty() ? 0 : intern(stacks_, "INSERT INTO stacks(frames) VALUES(?)", stack.json());
@@ -559,7 +564,7 @@ Result<void> StoreWriter::span_row(const Span &s, BlockRows &b)
 	int64_t ret_name = s.ret_name.empty() ? 0 : intern(strings_, kInsertString, s.ret_name);
 	int64_t stack = stack_id(s.py_stack);
 	if (!fn || (!s.ret_name.empty() && !ret_name) || (!s.py_stack.empty() && !stack))
-		return make_error(sqlite3_errmsg(db_.get()));
+		return make_error(db_failure());
 	if (ret_name)
 		b.strings.push_back(ret_name);
 	if (stack)
@@ -579,7 +584,7 @@ Result<int64_t> StoreWriter::write_block(const std::vector<Span> &spans, const T
 	for (size_t i = from; i < to; i++) {
 		auto r = i < spans.size() ? span_row(spans[i], b) : typed_row(typed, i - spans.size(), b);
 		if (!r)
-			return make_error(r.error().message + "; check free disk space");
+			return r.error();
 		cols[kColId][b.rows - 1] = uint64_t(next_span_id_++);
 	}
 	const size_t width = cols.size() - kColSlot0;
@@ -601,7 +606,7 @@ Result<int64_t> StoreWriter::write_block(const std::vector<Span> &spans, const T
 	int rc = sqlite3_step(*st);
 	sqlite3_reset(*st);
 	if (rc != SQLITE_DONE)
-		return make_error(std::string(sqlite3_errmsg(db_.get())) + "; check free disk space");
+		return make_error(db_failure());
 	return sqlite3_last_insert_rowid(db_.get());
 }
 
@@ -1112,36 +1117,39 @@ Result<void> RecordingReader::spans(const char *sql, F take) const
 	});
 }
 
-// A schema 4 file's spans from its blocks (block_reader.h), in id order;
-// by start time, sorted in memory as SQLite would (ties by id).
+// A schema 4 file's spans from its blocks (block_reader.h): in id order, of
+// the functions keep accepts; by start time, sorted in memory as SQLite
+// would (ties by id); by thread, in parts of bounded size
+// (read_spans_by_thread). keep: in id order only (null otherwise).
 Result<void> RecordingReader::from_blocks(SpanOrder order, const std::function<bool(const SpanFunction &)> &keep,
-					  const SpanVisit &visit) const
+					  const SpanTake &take) const
 {
 	std::vector<Span> all;
-	auto r = read_span_blocks(db_.get(), keep, [&](Span &&s) {
-		if (order == SpanOrder::by_start)
-			all.push_back(std::move(s));
-		else
-			visit(s);
-	});
+	auto r = order == SpanOrder::by_thread ? read_spans_by_thread(db_.get(), take)
+					       : read_span_blocks(db_.get(), keep, [&](Span &&s) {
+							 if (order == SpanOrder::by_start)
+								 all.push_back(std::move(s));
+							 else
+								 take(std::move(s));
+						 });
 	if (!r)
 		return make_error("recording " + path_ + " is damaged: " + r.error().message);
 	std::stable_sort(all.begin(), all.end(), [](const Span &a, const Span &b) { return a.start_ns < b.start_ns; });
-	for (const Span &s : all)
-		visit(s);
+	for (Span &s : all)
+		take(std::move(s));
 	return {};
+}
+
+Result<void> RecordingReader::take_spans(SpanOrder order, const SpanTake &take) const
+{
+	if (version_ >= 4)
+		return from_blocks(order, nullptr, take);
+	return spans(span_query(order), take);
 }
 
 Result<void> RecordingReader::each_span(SpanOrder order, const SpanVisit &visit) const
 {
-	if (version_ >= 4 && order == SpanOrder::by_thread) {
-		if (auto r = read_spans_by_thread(db_.get(), [&](Span &&s) { visit(s); }); !r)
-			return make_error("recording " + path_ + " is damaged: " + r.error().message);
-		return {};
-	}
-	if (version_ >= 4)
-		return from_blocks(order, nullptr, visit);
-	return spans(span_query(order), [&](Span &&s) { visit(s); });
+	return take_spans(order, [&](Span &&s) { visit(s); });
 }
 
 Result<void> RecordingReader::each_span_with_int_args(const std::vector<std::string> &keys,
@@ -1163,7 +1171,7 @@ Result<void> RecordingReader::each_span_with_int_args(const std::vector<std::str
 					});
 				});
 			},
-			visit);
+			[&](Span &&s) { visit(s); });
 	// A damaged args text is not a match (the full reading reports it):
 	// SQLite's AND need not skip json_type on it, CASE does.
 	std::string sql = SPAN_COLUMNS " FROM spans WHERE 1";
@@ -1263,7 +1271,7 @@ Result<Recording> RecordingReader::read(bool with_spans) const
 		if (auto r = (this->*part)(rec); !r)
 			return r.error();
 	if (with_spans)
-		if (auto r = each_span(SpanOrder::by_start, [&](const Span &s) { rec.spans.push_back(s); }); !r)
+		if (auto r = take_spans(SpanOrder::by_start, [&](Span &&s) { rec.spans.push_back(std::move(s)); }); !r)
 			return r.error();
 	return rec;
 }

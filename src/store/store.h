@@ -156,10 +156,13 @@ private:
 	// written the first time it is seen. 0: the insert failed.
 	int64_t intern(Dictionary &d, const char *insert_sql, const std::string &text);
 	int64_t function_id(const Span &s, std::vector<uint64_t> &slots, std::vector<int64_t> &strings);
-	// The functions row of a shape: `key` names it in functions_ (layer,
-	// name, each argument's key, kind and width), written the first time.
-	int64_t function_row(const std::string &key, const std::string &layer, const std::string &name,
-			     const std::vector<ArgDef> &defs);
+	// The functions row of a shape (layer, name, each argument's key, kind
+	// and width), written the first time.
+	int64_t function_row(const std::string &layer, const std::string &name, const std::vector<ArgDef> &defs);
+	// The strings row of an args value kept as text (its JSON). 0: the
+	// insert failed.
+	int64_t value_string(const nlohmann::json &v);
+	static constexpr const char *kInsertString = "INSERT INTO strings(text) VALUES(?)";
 	int64_t series_id(const Metric &m);
 	// A span block being filled, row by row: a row's slots go straight into
 	// their columns (made, zeroed, as the widest row needs them).
@@ -179,13 +182,16 @@ private:
 		};
 		void add(const Head &h, const uint64_t *slots, size_t n);
 	};
-	// One row of a Span, one of a typed span (store/typed.cpp); false: a
-	// dictionary row could not be written (SQLite's message says why).
+	// One row of a Span, one of a typed span (store/typed.cpp); an error: a
+	// dictionary row could not be written (db_failure), or the span cannot
+	// be kept (too many argument values).
 	Result<void> span_row(const Span &s, BlockRows &b);
 	Result<void> typed_row(const TypedSpans &t, size_t i, BlockRows &b);
 	// Writes rows [from, to) of spans then typed, as one block; its row id.
 	Result<int64_t> write_block(const std::vector<Span> &spans, const TypedSpans &typed, size_t from, size_t to);
 	int64_t stack_id(const PyStack &stack); // 0: none, or the insert failed
+	// What a failed write says: SQLite's message, and the likeliest cause.
+	std::string db_failure() const;
 	// What the typed rows remember per recording (store/typed.cpp).
 	struct TypedCache;
 	struct TypedCacheDeleter {
@@ -289,8 +295,11 @@ private:
 	Result<void> rows(const char *sql, F fn) const;
 	template <class F>
 	Result<void> spans(const char *sql, F take) const; // take(Span &&) for each row of a span query
+	using SpanTake = std::function<void(Span &&)>;
 	Result<void> from_blocks(SpanOrder order, const std::function<bool(const SpanFunction &)> &keep,
-				 const SpanVisit &visit) const;
+				 const SpanTake &take) const;
+	// each_span, handing each span over (read() keeps them without a copy).
+	Result<void> take_spans(SpanOrder order, const SpanTake &take) const;
 	Result<void> read_meta(Recording &rec) const;
 	Result<void> read_tasks(Recording &rec) const;    // processes and threads
 	Result<void> read_measures(Recording &rec) const; // metrics, events and drops

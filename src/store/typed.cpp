@@ -86,7 +86,6 @@ struct StoreWriter::TypedCache {
 		bool typed = false;    // false: its rows go through render_span (an args key twice, or kRunqArg's)
 		bool enum_ret = false; // its return has a name (returns_enum)
 		std::vector<Entry> entries;
-		std::string key;                                  // functions_'s key up to the arguments: layer \0 name
 		std::vector<std::pair<uint64_t, int64_t>> shapes; // signature -> functions.id
 		struct RetName {
 			int64_t id = 0; // strings.id (0: none)
@@ -157,7 +156,6 @@ StoreWriter::TypedCache::Plan &StoreWriter::TypedCache::build(uint32_t spec_id)
 	Plan &p = plans[spec_id];
 	p.built = true;
 	const ProbeSpec &spec = specs->probes[spec_id];
-	p.key.assign(spec.layer).append(1, '\0').append(spec.function);
 	// The args object keeps the last argument of a name, in key order.
 	std::map<std::string, Entry> by_key;
 	size_t slot = 0;
@@ -252,11 +250,9 @@ Result<void> StoreWriter::typed_row(const TypedSpans &ts, size_t i, BlockRows &b
 					ArgDef d = classify_arg(e.key, j, got);
 					Kept kept{d.kind, d.n, {}};
 					if (d.kind == 's') {
-						int64_t id = intern(strings_, "INSERT INTO strings(text) VALUES(?)",
-								    j.dump(-1, ' ', false,
-									   nlohmann::json::error_handler_t::replace));
+						int64_t id = value_string(j);
 						if (!id)
-							return make_error(sqlite3_errmsg(db_.get()));
+							return make_error(db_failure());
 						got.assign(1, uint64_t(id));
 					}
 					std::copy(got.begin(), got.end(), kept.slots.begin());
@@ -282,16 +278,12 @@ Result<void> StoreWriter::typed_row(const TypedSpans &ts, size_t i, BlockRows &b
 		if (s == sig)
 			fn = id;
 	if (!fn) {
-		std::string key = p.key;
 		std::vector<ArgDef> defs;
 		for (size_t e = 0; e < p.entries.size(); e++)
-			if (shape[e].n) {
-				key.append(1, '\0').append(p.entries[e].key).append(1, '\1');
-				key.append(1, shape[e].kind).append(1, char(shape[e].n));
+			if (shape[e].n)
 				defs.push_back({p.entries[e].key, shape[e].kind, shape[e].n});
-			}
-		if (!(fn = function_row(key, spec.layer, spec.function, defs)))
-			return make_error(sqlite3_errmsg(db_.get()));
+		if (!(fn = function_row(spec.layer, spec.function, defs)))
+			return make_error(db_failure());
 		p.shapes.emplace_back(sig, fn);
 	}
 	int64_t ret_name = 0;
@@ -299,9 +291,9 @@ Result<void> StoreWriter::typed_row(const TypedSpans &ts, size_t i, BlockRows &b
 		auto it = p.ret_names.find(t.ret);
 		if (it == p.ret_names.end()) {
 			const std::string text = ret_text(spec, *ts.specs, t.ret);
-			int64_t id = text.empty() ? 0 : intern(strings_, "INSERT INTO strings(text) VALUES(?)", text);
+			int64_t id = text.empty() ? 0 : intern(strings_, kInsertString, text);
 			if (!text.empty() && !id)
-				return make_error(sqlite3_errmsg(db_.get()));
+				return make_error(db_failure());
 			it = p.ret_names.emplace(t.ret, TypedCache::Plan::RetName{id, 0}).first;
 		}
 		if ((ret_name = it->second.id) && std::exchange(it->second.block, c.block) != c.block)
@@ -315,7 +307,7 @@ Result<void> StoreWriter::typed_row(const TypedSpans &ts, size_t i, BlockRows &b
 			if (fresh) {
 				if (!(it->second.id = stack_id(stack))) {
 					c.stacks.erase(it);
-					return make_error(sqlite3_errmsg(db_.get()));
+					return make_error(db_failure());
 				}
 				it->second.stack = stack;
 			}
