@@ -87,7 +87,9 @@ check() {
 	fi
 
 	section "ResNet-18 trained on the GPU, every layer"
-	"$bin/eacgm" record -o "$out/resnet_gpu.db" -- "$py" "$root/bench/workloads/resnet18_train.py" 40 \
+	# --raw-dump keeps what decode saw: bench_pipeline_cost --replay
+	# "$out/resnet_gpu.raw" times the span path on real GPU calls anywhere.
+	"$bin/eacgm" record -o "$out/resnet_gpu.db" --raw-dump "$out/resnet_gpu.raw" -- "$py" "$root/bench/workloads/resnet18_train.py" 40 \
 		--device cuda --batch 64 --size 128 >"$out/resnet_gpu.txt" 2>&1
 	echo "exit $?"
 	tail -40 "$out/resnet_gpu.txt"
