@@ -54,6 +54,12 @@ void to_json(nlohmann::json &j, const PyStack &s);
 // thread waited for a CPU from one that was itself slow.
 inline constexpr const char *kRunqArg = "runq_ns";
 
+// A span's argument that is no argument of the function: the calls it
+// stands for, where that is not 1 (a call seen in a burst of a probe the
+// overhead budget throttles: those its probe was detached for). A spec
+// argument of that name gives way to it.
+inline constexpr const char *kWeightArg = "weight";
+
 struct Span {
 	uint64_t start_ns = 0;
 	uint64_t dur_ns = 0;

@@ -36,7 +36,7 @@ TracedCall call_of(const Span &s)
 		.dur_ns = s.dur_ns,
 		.bytes = s.bytes,
 		.stack = &s.py_stack,
-		.weighted = s.args.contains("weight")};
+		.weighted = s.args.contains(kWeightArg)};
 }
 
 void key_of(const TracedCall &c, std::string &out) { out.assign(c.layer).append("/").append(c.name); }

@@ -227,7 +227,7 @@ Result<void> MetricsSink::write(SpanBatch &b)
 		if (a.counts.empty())
 			a.counts.assign(bounds.size() + 1, 0);
 		double w = 1;
-		if (auto it = s.args.find("weight"); it != s.args.end() && it->is_number())
+		if (auto it = s.args.find(kWeightArg); it != s.args.end() && it->is_number())
 			w = it->get<double>();
 		double secs = s.dur_ns / 1e9;
 		a.calls += w;

@@ -346,7 +346,7 @@ void SpanTally::add(const Span &s)
 		return;
 	}
 	double w = 1;
-	if (auto n = s.args.find("weight"); n != s.args.end() && n->is_number() && n->get<double>() >= 1) {
+	if (auto n = s.args.find(kWeightArg); n != s.args.end() && n->is_number() && n->get<double>() >= 1) {
 		w = n->get<double>();
 		a.st.estimated = true;
 	}

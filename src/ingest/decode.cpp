@@ -171,6 +171,8 @@ Span render_span(const TypedSpan &t, const ProbeSpec &spec, const SpecSet &specs
 	// no spec argument takes: kRunqArg (common/model.h).
 	if (t.runq_ns > 0)
 		s.args[kRunqArg] = t.runq_ns;
+	if (t.weight != 1.0)
+		s.args[kWeightArg] = t.weight;
 	return s;
 }
 

@@ -747,17 +747,15 @@ void Recorder::decode(const eacgm_span_event &e)
 		raw_dump_->span(e);
 	TypedSpan t = decode_typed(e, spec, specs, &symbolizer_, names_);
 	// A call seen in a burst of a throttled probe stands for those its
-	// probe was detached for (--overhead-budget): a Span, with its weight.
-	const double w = weight(e.spec_id, e.start_ns);
-	if (w == 1.0 && stays_typed(e.spec_id)) {
+	// probe was detached for (--overhead-budget).
+	t.weight = weight(e.spec_id, e.start_ns);
+	if (stays_typed(e.spec_id)) {
 		typed_.specs = &specs, typed_.names = &names_, typed_.tensors = tensors_;
 		typed_.push_back(t, take_stack(e));
 		return;
 	}
 	decoded_.push_back(render_span(t, spec, specs, names_, tensors_));
 	Span &s = decoded_.back();
-	if (w != 1.0)
-		s.args["weight"] = w;
 	nccl_.observe(s);
 	if (python_ && s.layer == "python" && s.name == kEvalEntryFunction) {
 		if (!add_eval_entry(s, e))

@@ -20,6 +20,7 @@ struct TypedSpan {
 	int64_t ret = 0;      // as the spec's return type reads it (an i32 or enum sign-extended; void: 0)
 	uint64_t bytes = 0;   // what the call moved or allocated, by the spec's rule
 	uint64_t runq_ns = 0; // how long the thread waited to run during the call; 0: it did not
+	double weight = 1.0;  // the calls it stands for (kWeightArg; --overhead-budget), 1: itself
 	uint32_t pid = 0;
 	uint32_t tid = 0;
 	uint32_t depth = 0;   // open spans below it on its thread when it began
@@ -33,7 +34,7 @@ struct TypedSpan {
 // Copied by value through batches and rings of its own; its layout is its
 // fields' (no padding to carry stale bytes into a store).
 static_assert(std::is_trivially_copyable_v<TypedSpan>);
-static_assert(sizeof(TypedSpan) == 5 * 8 + 4 * 4 + 8 * EACGM_MAX_ARGS);
+static_assert(sizeof(TypedSpan) == 6 * 8 + 4 * 4 + 8 * EACGM_MAX_ARGS);
 
 struct SpecSet;
 class Interner;

@@ -10,6 +10,7 @@
 // paths to the same rows over every argument type.
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <map>
 #include <unordered_map>
 
@@ -23,11 +24,16 @@ namespace eacgm {
 
 namespace {
 
+// A row's shape: 7 bits per args key of its probe (code_of), up to
+// EACGM_MAX_ARGS arguments and the two keys no argument gives.
+using Signature = unsigned __int128;
+static_assert((EACGM_MAX_ARGS + 2) * 7 <= sizeof(Signature) * 8, "a shape's signature loses keys");
+
 // A kept value's kind and width, 7 bits of a shape's signature; 0: a key
 // the span does not have (runq_ns where the thread never waited).
-uint64_t code_of(char kind, uint8_t n)
+Signature code_of(char kind, uint8_t n)
 {
-	uint64_t k = 0;
+	Signature k = 0;
 	switch (kind) {
 	case 'i': k = 1; break;
 	case 'u': k = 2; break;
@@ -36,13 +42,16 @@ uint64_t code_of(char kind, uint8_t n)
 	case 's': k = 5; break;
 	case 'a': k = 6; break;
 	}
-	return k | uint64_t(n) << 3;
+	return k | Signature(n) << 3;
 }
+
+// The keys no spec argument gives (common/model.h), as an Entry's arg.
+constexpr int kRunqEntry = -1, kWeightEntry = -2;
 
 // An args key of a probe, in the order of the keys in the args text.
 struct Entry {
 	std::string key;
-	int arg = -1;                // its index in the spec's args; -1: kRunqArg
+	int arg = kRunqEntry;        // its index in the spec's args, or kRunqEntry, kWeightEntry
 	size_t slot = 0;             // its first slot in the typed span
 	ArgType type = ArgType::U64; // the argument's, here: no ArgSpec is read per call
 };
@@ -83,10 +92,10 @@ struct StoreWriter::TypedCache {
 
 	struct Plan {
 		bool built = false;
-		bool typed = false;    // false: its rows go through render_span (an args key twice, or kRunqArg's)
+		bool typed = false;    // false: its rows go through render_span (an args key twice, or one eacgm adds)
 		bool enum_ret = false; // its return has a name (returns_enum)
 		std::vector<Entry> entries;
-		std::vector<std::pair<uint64_t, int64_t>> shapes; // signature -> functions.id
+		std::vector<std::pair<Signature, int64_t>> shapes; // -> functions.id
 		struct RetName {
 			int64_t id = 0; // strings.id (0: none)
 			uint64_t block = 0;
@@ -95,6 +104,9 @@ struct StoreWriter::TypedCache {
 	};
 	std::vector<Plan> plans; // by spec_id
 	std::unordered_map<ValueKey, Kept, ValueHash> values;
+	// Weights' texts (strings.id) by their bits: a throttled probe's calls
+	// share one until the budget moves.
+	std::unordered_map<uint64_t, Kept> weights;
 	static constexpr size_t kMaxValues = 1 << 16;
 	// In front of `values`, by hash: a tensor's shape or a kernel's name
 	// repeats call after call. Its pointers are to `values`' nodes, which
@@ -119,6 +131,7 @@ struct StoreWriter::TypedCache {
 	{
 		values.clear();
 		front.fill({});
+		weights.clear();
 	}
 	// Stacks by their body (PyStack shares one among its copies): the copy
 	// kept here holds it, so that no other stack can take its address.
@@ -162,11 +175,12 @@ StoreWriter::TypedCache::Plan &StoreWriter::TypedCache::build(uint32_t spec_id)
 	bool twice = false;
 	for (size_t i = 0; i < spec.args.size(); i++) {
 		const ArgSpec &a = spec.args[i];
-		twice |= by_key.count(a.name) > 0 || a.name == kRunqArg;
+		twice |= by_key.count(a.name) > 0 || a.name == kRunqArg || a.name == kWeightArg;
 		by_key[a.name] = {a.name, int(i), slot, a.type};
 		slot += arg_width(a);
 	}
-	by_key[kRunqArg] = {kRunqArg, -1, 0};
+	by_key[kRunqArg] = {kRunqArg, kRunqEntry, 0};
+	by_key[kWeightArg] = {kWeightArg, kWeightEntry, 0};
 	p.typed = !twice;
 	p.enum_ret = returns_enum(spec.returns);
 	for (auto &[k, e] : by_key)
@@ -203,15 +217,15 @@ Result<void> StoreWriter::typed_row(const TypedSpans &ts, size_t i, BlockRows &b
 	}
 	// The most slots a row can take: a tensor takes two of the probe's
 	// slots and at most 8 here (classify_arg's longest array), a dim3 two
-	// and 3, any other argument one and one; and runq_ns.
-	static_assert(EACGM_MAX_ARGS / 2 * 8 + 1 <= kMaxSlots, "a typed row's slots overflow a block's");
+	// and 3, any other argument one and one; and runq_ns and the weight.
+	static_assert(EACGM_MAX_ARGS / 2 * 8 + 2 <= kMaxSlots, "a typed row's slots overflow a block's");
 	uint64_t slots[kMaxSlots];
 	size_t n = 0;
-	uint64_t sig = 0;
+	Signature sig = 0;
 	struct Shape {
 		char kind;
 		uint8_t n;
-	} shape[EACGM_MAX_ARGS + 1];
+	} shape[EACGM_MAX_ARGS + 2];
 	size_t k = 0;
 	auto keep = [&](char kind, uint64_t v) {
 		slots[n++] = v;
@@ -219,9 +233,23 @@ Result<void> StoreWriter::typed_row(const TypedSpans &ts, size_t i, BlockRows &b
 	};
 	for (const Entry &e : p.entries) {
 		shape[k] = {0, 0};
-		if (e.arg < 0) { // kRunqArg, where the thread waited
+		if (e.arg == kRunqEntry) { // where the thread waited
 			if (t.runq_ns)
 				keep(t.runq_ns > uint64_t(INT64_MAX) ? 'u' : 'i', t.runq_ns);
+		} else if (e.arg == kWeightEntry) { // where it stands for others
+			if (t.weight != 1.0) {
+				if (c.weights.size() >= TypedCache::kMaxValues)
+					c.weights.clear();
+				auto [it, fresh] = c.weights.try_emplace(std::bit_cast<uint64_t>(t.weight));
+				if (fresh &&
+				    !(it->second.slots[0] = uint64_t(value_string(nlohmann::json(t.weight))))) {
+					c.weights.erase(it);
+					return make_error(db_failure());
+				}
+				keep('s', it->second.slots[0]);
+				if (std::exchange(it->second.block, c.block) != c.block)
+					b.strings.push_back(int64_t(it->second.slots[0]));
+			}
 		} else {
 			const uint64_t v = e.slot < EACGM_MAX_ARGS ? t.args[e.slot] : 0;
 			const uint64_t next = e.slot + 1 < EACGM_MAX_ARGS ? t.args[e.slot + 1] : 0;

@@ -100,6 +100,12 @@ TEST_F(TypedStore, ATypedSpanIsKeptAsItsSpanForEveryBuiltInProbe)
 							t.args[slot] = symbol_of(names, e.args[slot]);
 						slot += arg_width(a);
 					}
+					// Calls a throttled probe's burst saw (their weights'
+					// texts, shared and not) and those it did not.
+					t.weight = round % 6 == 1 ? 4.0
+						: round % 6 == 4  ? 1 / 0.03
+						: round % 12 == 5 ? 2.5
+								  : 1.0;
 					const PyStack &stack = stacks[(round / 2) % 3];
 					typed.push_back(t, stack);
 					rendered.push_back(render_span(t, spec, *specs, names, tensors));
@@ -173,6 +179,40 @@ TEST_F(TypedStore, SpansAndTypedSpansShareABatch)
 			R"(3|102|256|cudaSuccess|{"count":256,"dst":"0x1000","kind":"cudaMemcpyHostToDevice","src":"0x2000"})"}));
 	EXPECT_EQ(rows(path, "SELECT count(*) FROM functions"), std::vector<std::string>{"1"});
 	EXPECT_EQ(rows(path, "SELECT count(*) FROM span_blocks"), std::vector<std::string>{"1"});
+}
+
+// A user's probe whose argument is named as a key eacgm adds (weight,
+// runq_ns): the key eacgm adds wins, on both paths alike, and a weighted
+// call's row reads as its Span's.
+TEST_F(TypedStore, AnArgumentNamedAsAnAddedKeyGivesWay)
+{
+	auto specs = parse_spec(R"({"layer": "x", "library": "libx.so*", "probes": [{"function": "f", "args": [
+		{"name": "weight", "slot": 0, "type": "u64"}, {"name": "n", "slot": 1, "type": "i32"}]}]})",
+				"test", true);
+	ASSERT_TRUE(specs) << specs.error().message;
+	Interner names;
+	TypedSpans typed{&*specs, &names, nullptr, {}, {}};
+	std::vector<Span> spans;
+	for (uint64_t i = 0; i < 3; i++) {
+		eacgm_span_event e{.start_ns = 100 + i, .dur_ns = 5, .tgid = 1, .tid = 1, .spec_id = 0};
+		e.args[0] = 7, e.args[1] = uint64_t(-2);
+		TypedSpan t = decode_typed(e, specs->probes[0], *specs, nullptr, names);
+		t.weight = i == 1 ? 8.0 : 1.0;
+		typed.push_back(t);
+		spans.push_back(render_span(t, specs->probes[0], *specs, names));
+	}
+	const std::string a = dir_ + "/named-spans.db", b = dir_ + "/named-typed.db";
+	for (const std::string &path : {a, b}) {
+		auto w = StoreWriter::create(path);
+		ASSERT_TRUE(w);
+		ASSERT_TRUE(path == a ? w->add_spans(spans) : w->add_spans({}, typed));
+		ASSERT_TRUE(w->finish());
+	}
+	const char *sql = "SELECT id, args FROM spans ORDER BY id";
+	EXPECT_EQ(rows(b, sql),
+		  (std::vector<std::string>{R"(1|{"n":-2,"weight":7})", R"(2|{"n":-2,"weight":8.0})",
+					    R"(3|{"n":-2,"weight":7})"}));
+	EXPECT_EQ(rows(a, sql), rows(b, sql));
 }
 
 // Retention collects the strings no block uses any more; the enum texts and
