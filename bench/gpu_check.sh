@@ -7,7 +7,8 @@
 #
 # Usage: bench/gpu_check.sh BIN OUT [check|cost]
 #   BIN  the build folder (make build), or a folder with eacgm, gpu_tests and
-#        bench_span_cost side by side (carried to a GPU machine)
+#        bench_span_cost side by side, and their libraries under lib/ (what
+#        bench/gpu_pack.sh packs, to carry to a GPU machine)
 #   OUT  where the recordings and logs go
 #   check (default): machine, gpu tests, the CUDA program and a GPU ResNet-18
 #        recorded, bench_span_cost on this CPU
@@ -21,6 +22,9 @@ what=${3:-check}
 py=${PYTHON:-python3}
 root=$(dirname "$(dirname "$(realpath "$0")")")
 mkdir -p "$out"
+# A carried pack's libraries (gpu_pack.sh); the traced programs inherit the
+# path too, harmlessly: the pack holds no library of CUDA or PyTorch.
+[ -d "$bin/lib" ] && export LD_LIBRARY_PATH="$bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 section() { printf '\n== %s\n' "$*"; }
 

@@ -51,6 +51,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <dirent.h>
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <fstream>
 #include <functional>
@@ -83,7 +84,18 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-const std::string kLib = std::string(TESTPROGS_DIR) + "/libeacgm_testlib.so";
+// The test library as the loader mapped it into this process: the file the
+// probes must go on, wherever it was found (a build's, or one carried to
+// another machine with LD_LIBRARY_PATH: probes on another copy of it never
+// fire). Where the build put it if dladdr cannot tell.
+std::string testlib_path()
+{
+	Dl_info info{};
+	if (dladdr(reinterpret_cast<void *>(&tl_noop), &info) && info.dli_fname && info.dli_fname[0] == '/')
+		return info.dli_fname;
+	return std::string(TESTPROGS_DIR) + "/libeacgm_testlib.so";
+}
+const std::string kLib = testlib_path();
 
 // Thrown, so that the destructors below detach the probes and stop bpftrace.
 [[noreturn]] void die(const std::string &m) { throw std::runtime_error(m); }
