@@ -80,6 +80,37 @@ struct Kept {
 	uint64_t block = 0;              // the last block that referred to it
 };
 
+// A typed row as it is made: its slots, and the kind and width of each
+// args key of its probe's plan (n 0: a key the span does not have).
+struct Row {
+	// The most slots a row can take: a tensor takes two of the probe's
+	// slots and at most 8 here (classify_arg's longest array), a dim3 two
+	// and 3, any other argument one and one; and runq_ns and the weight.
+	static_assert(EACGM_MAX_ARGS / 2 * 8 + 2 <= kMaxSlots, "a typed row's slots overflow a block's");
+	uint64_t slots[kMaxSlots];
+	size_t n = 0;
+	struct Key {
+		char kind;
+		uint8_t n;
+	} keys[EACGM_MAX_ARGS + 2];
+	size_t k = 0;
+	Signature sig = 0;
+
+	void put(char kind, uint64_t v) { slots[n++] = v, keys[k] = {kind, 1}; }
+	void put(const Kept &kept)
+	{
+		std::copy_n(kept.slots.begin(), kept.n, slots + n);
+		n += kept.n;
+		keys[k] = {kept.kind, kept.n};
+	}
+	// The key done: its code in the signature.
+	void next()
+	{
+		sig = sig << 7 | (keys[k].n ? code_of(keys[k].kind, keys[k].n) : 0);
+		k++;
+	}
+};
+
 } // namespace
 
 struct StoreWriter::TypedCache {
@@ -146,6 +177,21 @@ struct StoreWriter::TypedCache {
 	// list of rows it refers to once, not once per span.
 	uint64_t block = 0;
 
+	// A string row named in the block being filled: listed in it once.
+	void refer(uint64_t &last_block, int64_t id, BlockRows &b)
+	{
+		if (std::exchange(last_block, block) != block)
+			b.strings.push_back(id);
+	}
+	// Each returns null or 0 where a dictionary row could not be written.
+	Kept *value(StoreWriter &w, const TypedSpans &ts, uint32_t spec_id, const Entry &e, uint64_t v, uint64_t next);
+	Kept *weight(StoreWriter &w, double weight);
+	Result<void> fill(StoreWriter &w, const TypedSpans &ts, const TypedSpan &t, const Plan &p, Row &r,
+			  BlockRows &b);
+	int64_t function_of(StoreWriter &w, const ProbeSpec &spec, Plan &p, const Row &r);
+	bool ret_name(StoreWriter &w, const ProbeSpec &spec, Plan &p, int64_t ret, BlockRows &b, int64_t &id);
+	int64_t stack_row(StoreWriter &w, const PyStack &stack, BlockRows &b);
+
 	void reset()
 	{
 		plans.clear();
@@ -188,6 +234,156 @@ StoreWriter::TypedCache::Plan &StoreWriter::TypedCache::build(uint32_t spec_id)
 	return p;
 }
 
+// An enum's, a tensor's or a symbol's kept form, made the first time by
+// render_arg and classify_arg as span_row would.
+Kept *StoreWriter::TypedCache::value(StoreWriter &w, const TypedSpans &ts, uint32_t spec_id, const Entry &e, uint64_t v,
+				     uint64_t next)
+{
+	const ValueKey vk{spec_id, uint32_t(e.arg), v, e.type == ArgType::Tensor ? next : 0};
+	const size_t h = ValueHash{}(vk);
+	if (Kept *kv = find(vk, h))
+		return kv;
+	static thread_local std::vector<uint64_t> got;
+	got.clear();
+	const ArgSpec &a = specs->probes[spec_id].args[e.arg];
+	const nlohmann::json j = render_arg(a, v, next, *ts.specs, *ts.names, ts.tensors);
+	ArgDef d = classify_arg(e.key, j, got);
+	Kept kept{d.kind, d.n, {}};
+	if (d.kind == 's') {
+		int64_t id = w.value_string(j);
+		if (!id)
+			return nullptr;
+		got.assign(1, uint64_t(id));
+	}
+	std::copy(got.begin(), got.end(), kept.slots.begin());
+	if (values.size() >= kMaxValues)
+		clear_values();
+	return &values.emplace(vk, kept).first->second;
+}
+
+// A weight's text: a throttled probe's calls share one until the budget
+// moves.
+Kept *StoreWriter::TypedCache::weight(StoreWriter &w, double weight)
+{
+	if (weights.size() >= kMaxValues)
+		weights.clear();
+	auto [it, fresh] = weights.try_emplace(std::bit_cast<uint64_t>(weight));
+	if (fresh && !(it->second.slots[0] = uint64_t(w.value_string(nlohmann::json(weight))))) {
+		weights.erase(it);
+		return nullptr;
+	}
+	return &it->second;
+}
+
+// The row's slots, key by key of the plan.
+Result<void> StoreWriter::TypedCache::fill(StoreWriter &w, const TypedSpans &ts, const TypedSpan &t, const Plan &p,
+					   Row &r, BlockRows &b)
+{
+	for (const Entry &e : p.entries) {
+		r.keys[r.k] = {0, 0};
+		if (e.arg == kRunqEntry) { // where the thread waited
+			if (t.runq_ns)
+				r.put(t.runq_ns > uint64_t(INT64_MAX) ? 'u' : 'i', t.runq_ns);
+		} else if (e.arg == kWeightEntry) { // where it stands for others
+			if (t.weight != 1.0) {
+				Kept *kv = weight(w, t.weight);
+				if (!kv)
+					return make_error(w.db_failure());
+				r.put(*kv);
+				refer(kv->block, int64_t(kv->slots[0]), b);
+			}
+		} else {
+			const uint64_t v = e.slot < EACGM_MAX_ARGS ? t.args[e.slot] : 0;
+			const uint64_t next = e.slot + 1 < EACGM_MAX_ARGS ? t.args[e.slot + 1] : 0;
+			switch (e.type) {
+			case ArgType::U64:
+			case ArgType::Bytes: r.put(v > uint64_t(INT64_MAX) ? 'u' : 'i', v); break;
+			case ArgType::I64: r.put('i', v); break;
+			case ArgType::U32: r.put('i', uint32_t(v)); break;
+			case ArgType::I32: r.put('i', uint64_t(int64_t(int32_t(v)))); break;
+			case ArgType::Ptr: r.put('x', v); break;
+			case ArgType::Dim3:
+				r.slots[r.n++] = uint32_t(v), r.slots[r.n++] = v >> 32, r.slots[r.n++] = uint32_t(next);
+				r.keys[r.k] = {'a', 3};
+				break;
+			case ArgType::Enum:
+			case ArgType::Tensor:
+			case ArgType::Symbol: {
+				Kept *kv = value(w, ts, t.spec_id, e, v, next);
+				if (!kv)
+					return make_error(w.db_failure());
+				r.put(*kv);
+				if (kv->kind == 's')
+					refer(kv->block, int64_t(kv->slots[0]), b);
+				break;
+			}
+			}
+		}
+		r.next();
+	}
+	return {};
+}
+
+// The function's row for this shape: found among the probe's few.
+int64_t StoreWriter::TypedCache::function_of(StoreWriter &w, const ProbeSpec &spec, Plan &p, const Row &r)
+{
+	for (auto &[sig, id] : p.shapes)
+		if (sig == r.sig)
+			return id;
+	std::vector<ArgDef> defs;
+	for (size_t e = 0; e < p.entries.size(); e++)
+		if (r.keys[e].n)
+			defs.push_back({p.entries[e].key, r.keys[e].kind, r.keys[e].n});
+	int64_t fn = w.function_row(spec.layer, spec.function, defs);
+	if (fn)
+		p.shapes.emplace_back(r.sig, fn);
+	return fn;
+}
+
+// The strings row of a return's name (0: it has none); false: it could
+// not be written.
+bool StoreWriter::TypedCache::ret_name(StoreWriter &w, const ProbeSpec &spec, Plan &p, int64_t ret, BlockRows &b,
+				       int64_t &id)
+{
+	id = 0;
+	if (!p.enum_ret)
+		return true;
+	auto it = p.ret_names.find(ret);
+	if (it == p.ret_names.end()) {
+		const std::string text = ret_text(spec, *specs, ret);
+		int64_t made = text.empty() ? 0 : w.intern(w.strings_, kInsertString, text);
+		if (!text.empty() && !made)
+			return false;
+		it = p.ret_names.emplace(ret, Plan::RetName{made, 0}).first;
+	}
+	if ((id = it->second.id))
+		refer(it->second.block, id, b);
+	return true;
+}
+
+// The stacks row of a span's stack (stacks are looked up by their shared
+// body: the calls of one line follow each other).
+int64_t StoreWriter::TypedCache::stack_row(StoreWriter &w, const PyStack &stack, BlockRows &b)
+{
+	if (stacks.size() >= kMaxValues)
+		stacks.clear(), last = nullptr;
+	const void *body = stack.json().data();
+	if (!last || last->stack.json().data() != body) {
+		auto [it, fresh] = stacks.try_emplace(body);
+		if (fresh) {
+			if (!(it->second.id = w.stack_id(stack))) {
+				stacks.erase(it);
+				return 0;
+			}
+			it->second.stack = stack;
+		}
+		last = &it->second;
+	}
+	if (std::exchange(last->block, block) != block)
+		b.stacks.push_back(last->id);
+	return last->id;
+}
+
 Result<void> StoreWriter::typed_row(const TypedSpans &ts, size_t i, BlockRows &b)
 {
 	if (!typed_)
@@ -200,8 +396,6 @@ Result<void> StoreWriter::typed_row(const TypedSpans &ts, size_t i, BlockRows &b
 		c.specs = ts.specs, c.names = ts.names, c.tensors = ts.tensors;
 		std::copy(epochs, epochs + 3, c.epochs);
 	}
-	if (c.stacks.size() >= TypedCache::kMaxValues)
-		c.stacks.clear(), c.last = nullptr;
 	c.block = b.serial;
 	const TypedSpan &t = ts.spans[i];
 	static const PyStack kNone;
@@ -215,139 +409,17 @@ Result<void> StoreWriter::typed_row(const TypedSpans &ts, size_t i, BlockRows &b
 		s.py_stack = stack;
 		return span_row(s, b);
 	}
-	// The most slots a row can take: a tensor takes two of the probe's
-	// slots and at most 8 here (classify_arg's longest array), a dim3 two
-	// and 3, any other argument one and one; and runq_ns and the weight.
-	static_assert(EACGM_MAX_ARGS / 2 * 8 + 2 <= kMaxSlots, "a typed row's slots overflow a block's");
-	uint64_t slots[kMaxSlots];
-	size_t n = 0;
-	Signature sig = 0;
-	struct Shape {
-		char kind;
-		uint8_t n;
-	} shape[EACGM_MAX_ARGS + 2];
-	size_t k = 0;
-	auto keep = [&](char kind, uint64_t v) {
-		slots[n++] = v;
-		shape[k] = {kind, 1};
-	};
-	for (const Entry &e : p.entries) {
-		shape[k] = {0, 0};
-		if (e.arg == kRunqEntry) { // where the thread waited
-			if (t.runq_ns)
-				keep(t.runq_ns > uint64_t(INT64_MAX) ? 'u' : 'i', t.runq_ns);
-		} else if (e.arg == kWeightEntry) { // where it stands for others
-			if (t.weight != 1.0) {
-				if (c.weights.size() >= TypedCache::kMaxValues)
-					c.weights.clear();
-				auto [it, fresh] = c.weights.try_emplace(std::bit_cast<uint64_t>(t.weight));
-				if (fresh &&
-				    !(it->second.slots[0] = uint64_t(value_string(nlohmann::json(t.weight))))) {
-					c.weights.erase(it);
-					return make_error(db_failure());
-				}
-				keep('s', it->second.slots[0]);
-				if (std::exchange(it->second.block, c.block) != c.block)
-					b.strings.push_back(int64_t(it->second.slots[0]));
-			}
-		} else {
-			const uint64_t v = e.slot < EACGM_MAX_ARGS ? t.args[e.slot] : 0;
-			const uint64_t next = e.slot + 1 < EACGM_MAX_ARGS ? t.args[e.slot + 1] : 0;
-			switch (e.type) {
-			case ArgType::U64:
-			case ArgType::Bytes: keep(v > uint64_t(INT64_MAX) ? 'u' : 'i', v); break;
-			case ArgType::I64: keep('i', v); break;
-			case ArgType::U32: keep('i', uint32_t(v)); break;
-			case ArgType::I32: keep('i', uint64_t(int64_t(int32_t(v)))); break;
-			case ArgType::Ptr: keep('x', v); break;
-			case ArgType::Dim3:
-				slots[n++] = uint32_t(v), slots[n++] = v >> 32, slots[n++] = uint32_t(next);
-				shape[k] = {'a', 3};
-				break;
-			case ArgType::Enum:
-			case ArgType::Tensor:
-			case ArgType::Symbol: {
-				const ValueKey vk{t.spec_id, uint32_t(e.arg), v, e.type == ArgType::Tensor ? next : 0};
-				const size_t h = ValueHash{}(vk);
-				Kept *kv = c.find(vk, h);
-				if (!kv) {
-					static thread_local std::vector<uint64_t> got;
-					got.clear();
-					const nlohmann::json j =
-						render_arg(spec.args[e.arg], v, next, *ts.specs, *ts.names, ts.tensors);
-					ArgDef d = classify_arg(e.key, j, got);
-					Kept kept{d.kind, d.n, {}};
-					if (d.kind == 's') {
-						int64_t id = value_string(j);
-						if (!id)
-							return make_error(db_failure());
-						got.assign(1, uint64_t(id));
-					}
-					std::copy(got.begin(), got.end(), kept.slots.begin());
-					if (c.values.size() >= TypedCache::kMaxValues)
-						c.clear_values();
-					kv = &c.values.emplace(vk, kept).first->second;
-				}
-				std::copy_n(kv->slots.begin(), kv->n, slots + n);
-				n += kv->n;
-				shape[k] = {kv->kind, kv->n};
-				if (kv->kind == 's' && std::exchange(kv->block, c.block) != c.block)
-					b.strings.push_back(int64_t(kv->slots[0]));
-				break;
-			}
-			}
-		}
-		sig = sig << 7 | (shape[k].n ? code_of(shape[k].kind, shape[k].n) : 0);
-		k++;
-	}
-	// The function's row for this shape: found among the probe's few.
-	int64_t fn = 0;
-	for (auto &[s, id] : p.shapes)
-		if (s == sig)
-			fn = id;
-	if (!fn) {
-		std::vector<ArgDef> defs;
-		for (size_t e = 0; e < p.entries.size(); e++)
-			if (shape[e].n)
-				defs.push_back({p.entries[e].key, shape[e].kind, shape[e].n});
-		if (!(fn = function_row(spec.layer, spec.function, defs)))
-			return make_error(db_failure());
-		p.shapes.emplace_back(sig, fn);
-	}
-	int64_t ret_name = 0;
-	if (p.enum_ret) {
-		auto it = p.ret_names.find(t.ret);
-		if (it == p.ret_names.end()) {
-			const std::string text = ret_text(spec, *ts.specs, t.ret);
-			int64_t id = text.empty() ? 0 : intern(strings_, kInsertString, text);
-			if (!text.empty() && !id)
-				return make_error(db_failure());
-			it = p.ret_names.emplace(t.ret, TypedCache::Plan::RetName{id, 0}).first;
-		}
-		if ((ret_name = it->second.id) && std::exchange(it->second.block, c.block) != c.block)
-			b.strings.push_back(ret_name);
-	}
-	int64_t stack_row = 0;
-	if (!stack.empty()) {
-		const void *body = stack.json().data();
-		if (!c.last || c.last->stack.json().data() != body) {
-			auto [it, fresh] = c.stacks.try_emplace(body);
-			if (fresh) {
-				if (!(it->second.id = stack_id(stack))) {
-					c.stacks.erase(it);
-					return make_error(db_failure());
-				}
-				it->second.stack = stack;
-			}
-			c.last = &it->second;
-		}
-		stack_row = c.last->id;
-		if (std::exchange(c.last->block, c.block) != c.block)
-			b.stacks.push_back(stack_row);
-	}
+	Row r;
+	if (auto filled = c.fill(*this, ts, t, p, r, b); !filled)
+		return filled;
+	// The dictionary rows in span_row's order: the same ids either way.
+	int64_t fn = c.function_of(*this, spec, p, r), ret_name = 0, stack_row = 0;
+	if (!fn || !c.ret_name(*this, spec, p, t.ret, b, ret_name) ||
+	    (!stack.empty() && !(stack_row = c.stack_row(*this, stack, b))))
+		return make_error(db_failure());
 	b.add({t.pid, t.tid, uint64_t(fn), t.start_ns, t.dur_ns, t.depth, uint64_t(t.ret), uint64_t(ret_name), t.bytes,
 	       uint64_t(stack_row)},
-	      slots, n);
+	      r.slots, r.n);
 	return {};
 }
 
