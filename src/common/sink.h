@@ -21,19 +21,12 @@ struct SpanBatch {
 	enum Kind { calls, sampled } kind = calls;
 	std::vector<Span> spans;
 	std::vector<Anomaly> anomalies; // filled by the sinks that score
-	// Calls kept typed (pipeline/span.h): those no joiner changed, which the
-	// store keeps without a Span (StoreWriter::add_spans). They come after
-	// `spans` in the store; each function's calls keep their order, since a
-	// probe's calls go one way or the other (but for those a throttled
-	// probe's bursts weigh, which are Spans).
+	// Calls kept typed (pipeline/span.h): those no joiner changed. Every
+	// sink reads them as they are (the store, the detector, the metrics,
+	// the hang watch), after `spans`; each function's calls keep their
+	// order, since a probe's calls go one way or the other. span_at makes
+	// one a Span where a sink must show it.
 	TypedSpans typed;
-
-	// Every span of the batch as a Span: `spans`, then `typed` rendered,
-	// made once, on the first call (src/pipeline/batch.cpp). What the
-	// sinks that read Spans (the detector, the metrics, the hang watch) read.
-	const std::vector<Span> &all() const;
-	mutable std::vector<Span> all_; // all()'s, where typed is not empty
-	mutable bool all_made_ = false;
 };
 
 class Sink {

@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "export/summary.h"
+#include "ingest/decode.h"
 
 namespace eacgm {
 
@@ -220,22 +221,46 @@ const std::string &MetricsSink::function_label(const std::string &layer, const s
 
 Result<void> MetricsSink::write(SpanBatch &b)
 {
-	const auto &bounds = duration_buckets();
-	const std::vector<Span> &spans = b.all();
-	for (const Span &s : spans) {
-		Acc &a = batch_[{s.layer, function_label(s.layer, s.name)}];
-		if (a.counts.empty())
-			a.counts.assign(bounds.size() + 1, 0);
+	for (const Span &s : b.spans) {
 		double w = 1;
 		if (auto it = s.args.find(kWeightArg); it != s.args.end() && it->is_number())
 			w = it->get<double>();
-		double secs = s.dur_ns / 1e9;
-		a.calls += w;
-		a.errors += is_error_span(s) ? w : 0;
-		a.bytes += w * double(s.bytes);
-		a.sum += w * secs;
-		a.counts[std::lower_bound(bounds.begin(), bounds.end(), secs) - bounds.begin()] += w;
+		count(s.layer, s.name, w, is_error_span(s), s.dur_ns, s.bytes);
 	}
+	for (const TypedSpan &t : b.typed.spans) {
+		const ProbeSpec &p = b.typed.specs->probes[t.spec_id];
+		count(p.layer, p.function, t.weight, failed(b.typed, t), t.dur_ns, t.bytes);
+	}
+	publish_calls();
+	collectives(b);
+	stragglers(b);
+	for (const Anomaly &a : b.anomalies) {
+		std::string cause = "unknown";
+		if (a.causes.is_array() && !a.causes.empty() && a.causes[0].contains("kind"))
+			cause = a.causes[0]["kind"].get<std::string>();
+		reg_.add("eacgm_anomalies_total",
+			 {{"layer", a.layer}, {"function", function_label(a.layer, a.name)}, {"cause", cause}}, 1);
+	}
+	return {};
+}
+
+void MetricsSink::count(const std::string &layer, const std::string &name, double w, bool error, uint64_t dur_ns,
+			uint64_t bytes)
+{
+	const auto &bounds = duration_buckets();
+	Acc &a = batch_[{layer, function_label(layer, name)}];
+	if (a.counts.empty())
+		a.counts.assign(bounds.size() + 1, 0);
+	double secs = dur_ns / 1e9;
+	a.calls += w;
+	a.errors += error ? w : 0;
+	a.bytes += w * double(bytes);
+	a.sum += w * secs;
+	a.counts[std::lower_bound(bounds.begin(), bounds.end(), secs) - bounds.begin()] += w;
+}
+
+void MetricsSink::publish_calls()
+{
 	for (auto &[key, a] : batch_) {
 		if (!a.calls)
 			continue;
@@ -247,32 +272,46 @@ Result<void> MetricsSink::write(SpanBatch &b)
 		a.calls = a.errors = a.bytes = a.sum = 0;
 		std::fill(a.counts.begin(), a.counts.end(), 0);
 	}
-	collectives(spans);
-	stragglers(spans);
-	for (const Anomaly &a : b.anomalies) {
-		std::string cause = "unknown";
-		if (a.causes.is_array() && !a.causes.empty() && a.causes[0].contains("kind"))
-			cause = a.causes[0]["kind"].get<std::string>();
-		reg_.add("eacgm_anomalies_total",
-			 {{"layer", a.layer}, {"function", function_label(a.layer, a.name)}, {"cause", cause}}, 1);
+}
+
+bool MetricsSink::failed(const TypedSpans &ts, const TypedSpan &t)
+{
+	if (error_specs_ != ts.specs || errors_.size() != ts.specs->probes.size()) {
+		error_specs_ = ts.specs;
+		errors_.clear();
+		for (const ProbeSpec &p : ts.specs->probes)
+			errors_.push_back({returns_enum(p.returns), {}});
 	}
-	return {};
+	Verdicts &v = errors_[t.spec_id];
+	if (!v.enum_ret)
+		return false; // no decoded return: a success, whatever it returned
+	if (v.by_ret.size() >= 4096)
+		v.by_ret.clear(); // returns no enum names, read from a broken call
+	auto [it, fresh] = v.by_ret.try_emplace(t.ret);
+	if (fresh)
+		it->second = is_error_name(ret_text(ts.specs->probes[t.spec_id], *ts.specs, t.ret));
+	return it->second;
 }
 
 // Calls that know their communicator's rank (NCCL's, once its init was
 // seen): per rank, so a slow or silent rank shows beside the others.
-void MetricsSink::collectives(const std::vector<Span> &spans)
+void MetricsSink::collectives(const SpanBatch &b)
 {
 	std::map<std::tuple<std::string, std::string, std::string>, std::pair<double, double>> by_rank;
-	for (const Span &s : spans) {
-		auto rank = s.args.find("rank");
-		if (rank == s.args.end() || !rank->is_number_integer())
-			continue;
-		auto &[calls, bytes] =
-			by_rank[{s.layer, function_label(s.layer, s.name), std::to_string(rank->get<int64_t>())}];
+	auto add = [&](const std::string &layer, const std::string &name, int64_t rank, uint64_t bytes) {
+		auto &[calls, bytes_sum] = by_rank[{layer, function_label(layer, name), std::to_string(rank)}];
 		calls += 1;
-		bytes += double(s.bytes);
-	}
+		bytes_sum += double(bytes);
+	};
+	for (const Span &s : b.spans)
+		if (auto rank = int_arg(s, "rank"))
+			add(s.layer, s.name, *rank, s.bytes);
+	for (size_t i = 0; i < b.typed.size(); i++)
+		if (auto rank = typed_.rank(b.typed, i)) {
+			const TypedSpan &t = b.typed.spans[i];
+			const ProbeSpec &p = b.typed.specs->probes[t.spec_id];
+			add(p.layer, p.function, *rank, t.bytes);
+		}
 	for (auto &[k, v] : by_rank) {
 		Labels l = {{"layer", std::get<0>(k)}, {"function", std::get<1>(k)}, {"rank", std::get<2>(k)}};
 		reg_.add("eacgm_collective_calls_total", l, v.first);
@@ -282,7 +321,7 @@ void MetricsSink::collectives(const std::vector<Span> &spans)
 
 // Per round of a collective, once every rank of it was traced: how long
 // its first rank waited for its last, and which rank that was.
-void MetricsSink::stragglers(const std::vector<Span> &spans)
+void MetricsSink::stragglers(const SpanBatch &b)
 {
 	reg_.declare("eacgm_collective_arrival_skew_seconds", MetricsRegistry::histogram,
 		     "Per collective across ranks (one sequence number of a process group, every rank seen): the "
@@ -293,8 +332,11 @@ void MetricsSink::stragglers(const std::vector<Span> &spans)
 	reg_.declare("eacgm_collective_incomplete_rounds_total", MetricsRegistry::counter,
 		     "Collectives across ranks given up on before every rank was seen (ranks not traced here, or "
 		     "later than 5 minutes), by layer.");
-	for (const Span &s : spans)
+	for (const Span &s : b.spans)
 		rounds_.add(s, done_);
+	for (size_t i = 0; i < b.typed.size(); i++)
+		if (auto c = typed_.of(b.typed, i))
+			rounds_.add(*c, done_);
 	for (const Round &r : done_) {
 		if (!r.complete()) {
 			reg_.add("eacgm_collective_incomplete_rounds_total", {{"layer", r.key.layer}}, 1);

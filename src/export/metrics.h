@@ -96,8 +96,15 @@ public:
 
 private:
 	const std::string &function_label(const std::string &layer, const std::string &name);
-	void collectives(const std::vector<Span> &spans);
-	void stragglers(const std::vector<Span> &spans);
+	// A call into this batch's sums per function.
+	void count(const std::string &layer, const std::string &name, double weight, bool error, uint64_t dur_ns,
+		   uint64_t bytes);
+	void publish_calls();
+	// Whether a typed span's return names an error (is_error_name of its
+	// text, worked out once per probe and return).
+	bool failed(const TypedSpans &ts, const TypedSpan &t);
+	void collectives(const SpanBatch &b);
+	void stragglers(const SpanBatch &b);
 	// eacgm_hangs_in_flight from the hang watch's "hang" and "hang_over".
 	void hang(const Event &e);
 	std::map<std::pair<std::string, std::string>, double> hangs_; // (layer, call) -> in flight
@@ -116,6 +123,15 @@ private:
 	size_t top_n_;
 	std::map<std::string, std::unordered_map<std::string, std::string>> named_; // layer -> name -> label
 	std::map<std::pair<std::string, std::string>, Acc> batch_;                  // (layer, function label), reused
+	// Typed spans read without their Spans: their collectives, and their
+	// returns' verdicts by probe (cleared when the probe set changes).
+	TypedCollectives typed_;
+	struct Verdicts {
+		bool enum_ret = false; // returns_enum: else no return is an error
+		std::unordered_map<int64_t, bool> by_ret;
+	};
+	const SpecSet *error_specs_ = nullptr;
+	std::vector<Verdicts> errors_; // by spec_id
 };
 
 } // namespace eacgm

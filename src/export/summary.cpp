@@ -290,10 +290,11 @@ std::string errors_line(const std::vector<Span> &spans)
 	return errors_line(tally.error_names());
 }
 
-bool is_error_span(const Span &s)
+bool is_error_span(const Span &s) { return is_error_name(s.ret_name); }
+
+bool is_error_name(const std::string &r)
 {
 	static const std::string ok = "success";
-	const std::string &r = s.ret_name;
 	if (r.size() < ok.size())
 		return !r.empty();
 	return !std::equal(ok.begin(), ok.end(), r.end() - static_cast<long>(ok.size()),

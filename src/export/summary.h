@@ -50,6 +50,7 @@ struct FunctionStats {
 // "\nerrors: NAME xCOUNT, ..." for the most frequent error names; "" without errors.
 std::string errors_line(const std::vector<Span> &spans);
 bool is_error_span(const Span &s);
+bool is_error_name(const std::string &ret_name); // the same, of a decoded return
 
 // Stragglers: the rounds of collectives across ranks (ingest/collectives.h)
 // with the largest arrival skew, and per rank how often it arrived last.

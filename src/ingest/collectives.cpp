@@ -20,27 +20,111 @@ void sort_rounds(std::vector<Round> &rounds)
 	});
 }
 
-std::optional<CollectiveSpan> collective_of(const Span &s)
+namespace {
+
+// A call's place in a round from its three integers, for Spans and typed
+// spans alike.
+std::optional<CollectiveSpan> collective(const std::string &layer, const std::string &name, uint32_t pid, uint32_t tid,
+					 uint64_t start_ns, uint64_t dur_ns, std::optional<int64_t> rank,
+					 std::optional<int64_t> nranks, std::optional<int64_t> seq)
 {
-	if (!s.args.is_object())
-		return std::nullopt;
-	auto rank = int_arg(s, "rank"), nranks = int_arg(s, "nranks"), seq = int_arg(s, "seq");
 	// A rank not yet known is read as -1 (the nccl layer's before its
 	// communicator's init): not a place in a round.
 	if (!rank || !nranks || !seq || *nranks < 2 || *nranks > UINT32_MAX || *rank < 0 || *rank >= *nranks ||
 	    *seq < 0)
 		return std::nullopt;
 	return CollectiveSpan{
-		.key = {.layer = s.layer,
+		.key = {.layer = layer,
 			.nranks = static_cast<uint32_t>(*nranks),
 			.seq = static_cast<uint64_t>(*seq),
-			.name = s.name},
+			.name = name},
 		.arrival = {.rank = static_cast<uint32_t>(*rank),
-			    .pid = s.pid,
-			    .tid = s.tid,
-			    .start_ns = s.start_ns,
-			    .end_ns = s.start_ns + s.dur_ns},
+			    .pid = pid,
+			    .tid = tid,
+			    .start_ns = start_ns,
+			    .end_ns = start_ns + dur_ns},
 	};
+}
+
+} // namespace
+
+std::optional<CollectiveSpan> collective_of(const Span &s)
+{
+	if (!s.args.is_object())
+		return std::nullopt;
+	return collective(s.layer, s.name, s.pid, s.tid, s.start_ns, s.dur_ns, int_arg(s, "rank"), int_arg(s, "nranks"),
+			  int_arg(s, "seq"));
+}
+
+// Where a probe's calls keep the three: the last argument of each name (as
+// an args object keeps it), read as render_arg and int_arg would read it
+// where its type is an integer's.
+TypedCollectives::Plan TypedCollectives::plan(const ProbeSpec &p) const
+{
+	Plan plan;
+	const char *names[3] = {"rank", "nranks", "seq"};
+	Plan::How how[3] = {Plan::none, Plan::none, Plan::none};
+	size_t slot = 0;
+	for (const ArgSpec &a : p.args) {
+		for (int k = 0; k < 3; k++) {
+			if (a.name != names[k])
+				continue;
+			const bool integer = a.type == ArgType::I32 || a.type == ArgType::U32 ||
+				a.type == ArgType::I64 || a.type == ArgType::U64 || a.type == ArgType::Bytes;
+			how[k] = integer && slot < EACGM_MAX_ARGS ? Plan::ints : Plan::render;
+			plan.slot[k] = int(slot), plan.type[k] = a.type;
+		}
+		slot += arg_width(a);
+	}
+	plan.rank = how[0];
+	plan.how = std::max({how[0], how[1], how[2]});
+	if (how[0] == Plan::none || how[1] == Plan::none || how[2] == Plan::none)
+		plan.how = Plan::none;
+	return plan;
+}
+
+const TypedCollectives::Plan &TypedCollectives::plan_of(const TypedSpans &ts, uint32_t spec_id)
+{
+	if (specs_ != ts.specs || plans_.size() != ts.specs->probes.size()) {
+		specs_ = ts.specs;
+		plans_.clear();
+		for (const ProbeSpec &p : ts.specs->probes)
+			plans_.push_back(plan(p));
+	}
+	return plans_[spec_id];
+}
+
+int64_t TypedCollectives::value(const TypedSpan &t, const Plan &p, int k)
+{
+	const uint64_t w = t.args[p.slot[k]];
+	switch (p.type[k]) {
+	case ArgType::I32: return int32_t(w);
+	case ArgType::U32: return uint32_t(w);
+	default: return int64_t(w); // a u64 past int64's range reads negative, as int_arg reads it
+	}
+}
+
+std::optional<CollectiveSpan> TypedCollectives::of(const TypedSpans &ts, size_t i)
+{
+	const TypedSpan &t = ts.spans[i];
+	const Plan &p = plan_of(ts, t.spec_id);
+	if (p.how == Plan::none)
+		return std::nullopt;
+	if (p.how == Plan::render)
+		return collective_of(span_at(ts, i));
+	const ProbeSpec &spec = ts.specs->probes[t.spec_id];
+	return collective(spec.layer, spec.function, t.pid, t.tid, t.start_ns, t.dur_ns, value(t, p, 0), value(t, p, 1),
+			  value(t, p, 2));
+}
+
+std::optional<int64_t> TypedCollectives::rank(const TypedSpans &ts, size_t i)
+{
+	const Plan &p = plan_of(ts, ts.spans[i].spec_id);
+	if (p.rank == Plan::none)
+		return std::nullopt;
+	if (p.rank == Plan::render)
+		return int_arg(span_at(ts, i), "rank");
+	return value(ts.spans[i], p, 0);
 }
 
 bool CollectiveMatcher::add(const Span &s, std::vector<Round> &done)

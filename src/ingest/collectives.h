@@ -23,6 +23,8 @@
 #include <vector>
 
 #include "common/model.h"
+#include "pipeline/span.h"
+#include "probe/spec.h"
 
 namespace eacgm {
 
@@ -64,6 +66,30 @@ struct CollectiveSpan {
 std::optional<CollectiveSpan> collective_of(const Span &s);
 // An integer argument of a span; nullopt when absent or not an integer.
 std::optional<int64_t> int_arg(const Span &s, const char *name);
+
+// collective_of for typed spans, without making their Spans: where each
+// probe keeps rank, nranks and seq is worked out once per probe set. The
+// same answer as collective_of(span_at(ts, i)) (test_collectives).
+class TypedCollectives {
+public:
+	std::optional<CollectiveSpan> of(const TypedSpans &ts, size_t i);
+	// int_arg(span_at(ts, i), "rank"): the rank alone, collective or not.
+	std::optional<int64_t> rank(const TypedSpans &ts, size_t i);
+
+private:
+	struct Plan {
+		enum How { none, ints, render }; // render: an argument's type is not an integer's
+		How how = none;                  // all three
+		How rank = none;                 // the rank alone
+		int slot[3] = {};                // rank, nranks, seq
+		ArgType type[3] = {};
+	};
+	Plan plan(const ProbeSpec &p) const;
+	const Plan &plan_of(const TypedSpans &ts, uint32_t spec_id);
+	static int64_t value(const TypedSpan &t, const Plan &p, int k);
+	const SpecSet *specs_ = nullptr;
+	std::vector<Plan> plans_; // by spec_id
+};
 
 // The args a collective span has, as integers (for readers that filter
 // spans before making them: RecordingReader::each_span_with_int_args).

@@ -10,16 +10,21 @@ namespace eacgm {
 
 Result<void> HangWatch::write(SpanBatch &b)
 {
-	for (const Span &s : b.all()) {
-		auto c = collective_of(s);
-		if (!c)
-			continue;
-		Group g{c->key.layer, c->key.nranks};
-		int64_t &last = completed_[g][c->arrival.rank];
-		last = std::max(last, int64_t(c->key.seq));
-		pid_rank_[s.pid] = {g, c->arrival.rank};
-	}
+	for (const Span &s : b.spans)
+		if (auto c = collective_of(s))
+			completed(*c);
+	for (size_t i = 0; i < b.typed.size(); i++)
+		if (auto c = typed_.of(b.typed, i))
+			completed(*c);
 	return {};
+}
+
+void HangWatch::completed(const CollectiveSpan &c)
+{
+	Group g{c.key.layer, c.key.nranks};
+	int64_t &last = completed_[g][c.arrival.rank];
+	last = std::max(last, int64_t(c.key.seq));
+	pid_rank_[c.arrival.pid] = {g, c.arrival.rank};
 }
 
 Result<void> HangWatch::process(const Process &p)

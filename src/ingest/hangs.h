@@ -70,11 +70,14 @@ private:
 	std::pair<std::vector<int64_t>, std::vector<int64_t>> ranks_behind(const Group &group, int64_t rank,
 									   int64_t seq, const Progress &entered) const;
 	void report_over(uint64_t now_ns, const std::vector<Recorder::OpenSpan> &open, std::vector<Event> &events);
+	// A finished collective: its rank's progress.
+	void completed(const CollectiveSpan &c);
 
 	uint64_t after_ns_;
 	uint64_t due_ns_ = 0;
 	Recorder *recorder_ = nullptr;
 	Progress completed_;
+	TypedCollectives typed_;
 	// A process's rank in its group, from its collectives: for its waits,
 	// which carry none.
 	std::map<uint32_t, std::pair<Group, int64_t>> pid_rank_;

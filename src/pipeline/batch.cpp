@@ -1,6 +1,6 @@
-// Typed spans as Spans (span_at, SpanBatch::all()), for the edges and sinks
-// that read Spans. Here rather than in the headers: rendering needs decode.
-#include "common/sink.h"
+// A typed span as a Span (span_at), for the edges that show it. Here rather
+// than in the header: rendering needs decode.
+#include "pipeline/span.h"
 #include "ingest/decode.h"
 
 namespace eacgm {
@@ -12,20 +12,6 @@ Span span_at(const TypedSpans &t, size_t i)
 	if (i < t.stacks.size())
 		out.py_stack = t.stacks[i];
 	return out;
-}
-
-const std::vector<Span> &SpanBatch::all() const
-{
-	if (typed.empty())
-		return spans;
-	if (!all_made_) {
-		all_made_ = true;
-		all_.reserve(spans.size() + typed.size());
-		all_.assign(spans.begin(), spans.end());
-		for (size_t i = 0; i < typed.size(); i++)
-			all_.push_back(span_at(typed, i));
-	}
-	return all_;
 }
 
 } // namespace eacgm

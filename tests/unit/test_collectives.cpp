@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -15,6 +16,7 @@
 #include "export/perfetto.h"
 #include "export/summary.h"
 #include "ingest/collectives.h"
+#include "pipeline/intern.h"
 #include "recording_writer.h"
 #include "store/store.h"
 
@@ -342,4 +344,69 @@ TEST(Stragglers, StreamedTraceAndSummaryAsFromMemory)
 	EXPECT_NE(summary->find("collectives across ranks: 3 rounds, 2 with every rank seen"), std::string::npos)
 		<< *summary;
 	std::filesystem::remove_all(dir);
+}
+
+namespace {
+
+std::string text_of(const std::optional<CollectiveSpan> &c)
+{
+	if (!c)
+		return "none";
+	return c->key.layer + "/" + c->key.name + " n" + std::to_string(c->key.nranks) + " seq " +
+		std::to_string(c->key.seq) + " rank " + std::to_string(c->arrival.rank) + " pid " +
+		std::to_string(c->arrival.pid) + " tid " + std::to_string(c->arrival.tid) + " " +
+		std::to_string(c->arrival.start_ns) + ".." + std::to_string(c->arrival.end_ns);
+}
+
+} // namespace
+
+// A typed span is the collective its Span is (and has its rank), read from
+// its slots: over the gloo probes, and a probe that keeps them as other
+// types (an enum rank, a u64 seq, no nranks), with values in and out of
+// range (negative ranks, groups of one, u64s past int64's range).
+TEST(Collectives, TypedSpansAreTheCollectivesTheirSpansAre)
+{
+	auto gloo = load_builtin_spec("gloo");
+	ASSERT_TRUE(gloo) << gloo.error().message;
+	auto odd = parse_spec(R"({"layer": "x", "library": "libx.so*", "enums": {"r": {"0": "zero", "1": "one"}},
+		"probes": [
+		{"function": "enum_rank", "args": [{"name": "rank", "slot": 0, "type": "enum", "enum": "r"},
+			{"name": "nranks", "slot": 1, "type": "i32"}, {"name": "seq", "slot": 2, "type": "u64"}]},
+		{"function": "wide", "args": [{"name": "seq", "slot": 0, "type": "u64"}, {"name": "rank", "slot": 1,
+			"type": "u64"}, {"name": "nranks", "slot": 2, "type": "i64"}, {"name": "rank", "slot": 3, "type": "u32"}]},
+		{"function": "no_group", "args": [{"name": "rank", "slot": 0, "type": "i32"},
+			{"name": "seq", "slot": 1, "type": "u32"}]}]})",
+			      "test", true);
+	ASSERT_TRUE(odd) << odd.error().message;
+	std::mt19937_64 rng(41);
+	const uint64_t values[] = {0, 1, 2, 3, 4, uint64_t(-1), uint64_t(-2), 0xffffffffull, 1ull << 63, 7};
+	size_t collectives = 0, ranks = 0, spans = 0;
+	for (const SpecSet *specs : {&*gloo, &*odd}) {
+		Interner names;
+		TypedSpans ts{specs, &names, nullptr, {}, {}};
+		for (uint32_t id = 0; id < specs->probes.size(); id++)
+			for (int k = 0; k < 200; k++) {
+				TypedSpan t{.start_ns = 1000 + uint64_t(k),
+					    .dur_ns = 50,
+					    .pid = 9,
+					    .tid = 10,
+					    .spec_id = id};
+				for (auto &a : t.args)
+					a = values[rng() % std::size(values)];
+				ts.push_back(t);
+			}
+		TypedCollectives typed;
+		for (size_t i = 0; i < ts.size(); i++, spans++) {
+			const Span s = span_at(ts, i);
+			const auto want = collective_of(s);
+			ASSERT_EQ(text_of(typed.of(ts, i)), text_of(want)) << s.name << " " << s.args.dump();
+			const auto rank = typed.rank(ts, i);
+			ASSERT_EQ(rank, int_arg(s, "rank")) << s.name << " " << s.args.dump();
+			collectives += want.has_value();
+			ranks += rank.has_value();
+		}
+	}
+	EXPECT_GT(collectives, 100u);
+	EXPECT_GT(ranks, collectives);
+	EXPECT_GT(spans, ranks);
 }

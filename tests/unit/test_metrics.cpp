@@ -3,10 +3,13 @@
 // on functions per layer, a process's series gone with it.
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include "app/config.h"
 #include "export/http.h"
 #include "export/metrics.h"
 #include "ingest/cgroup.h"
+#include "pipeline/intern.h"
 
 using namespace eacgm;
 
@@ -353,4 +356,59 @@ TEST(MetricsSink, GaugesInBaseUnitsSpelledOut)
 		  (std::pair<std::string, double>{"eacgm_gpu_pcie_rx_bytes_per_second", 1}));
 	EXPECT_EQ(gauge_of("gpu", "util_gpu_pct"), (std::pair<std::string, double>{"eacgm_gpu_util_gpu_pct", 1}));
 	EXPECT_EQ(gauge_of("host", "sched_waits"), (std::pair<std::string, double>{"eacgm_host_sched_waits", 1}));
+}
+
+// Typed spans count as their Spans: calls, errors (a cudaError_t's names),
+// bytes, durations and weights per function, collectives per rank and the
+// rounds' skews and last ranks, the same text for a batch given either way.
+TEST(MetricsSink, TypedSpansCountAsTheirSpans)
+{
+	std::mt19937_64 rng(5);
+	for (const char *layer : {"cuda", "gloo"}) {
+		auto specs = load_builtin_spec(layer);
+		ASSERT_TRUE(specs) << specs.error().message;
+		Interner names;
+		SpanBatch typed;
+		typed.typed = {&*specs, &names, nullptr, {}, {}};
+		for (int k = 0; k < 3000; k++) {
+			TypedSpan t{.start_ns = 1'000'000 + uint64_t(k / 2) * 1000 + rng() % 500,
+				    .dur_ns = rng() % 5'000'000,
+				    .ret = int64_t(rng() % 4),
+				    .bytes = rng() % 65536,
+				    .weight = k % 7 == 3 ? 12.5 : 1.0,
+				    .pid = 100 + uint32_t(k % 2),
+				    .tid = 7,
+				    .spec_id = uint32_t(rng() % specs->probes.size())};
+			// gloo: ranks 0 and 1 of a group of 2 (some of 1), the
+			// same collectives in turn.
+			for (auto &a : t.args)
+				a = rng() % 64;
+			if (std::string(layer) == "gloo")
+				for (size_t i = 0; i < specs->probes[t.spec_id].args.size(); i++) {
+					const std::string &name = specs->probes[t.spec_id].args[i].name;
+					if (name == "rank")
+						t.args[i] = uint64_t(k % 2);
+					else if (name == "nranks")
+						t.args[i] = k % 11 == 0 ? 1 : 2;
+					else if (name == "seq")
+						t.args[i] = uint64_t(k / 2);
+				}
+			typed.typed.push_back(t);
+		}
+		SpanBatch spans;
+		for (size_t i = 0; i < typed.typed.size(); i++)
+			spans.spans.push_back(span_at(typed.typed, i));
+		MetricsRegistry a, b;
+		MetricsSink as_spans(a), as_typed(b);
+		ASSERT_TRUE(as_spans.write(spans));
+		ASSERT_TRUE(as_typed.write(typed));
+		const std::string text = a.render();
+		EXPECT_EQ(b.render(), text) << layer;
+		EXPECT_NE(text.find("eacgm_calls_total{layer=\"" + std::string(layer) + "\""), std::string::npos);
+		if (std::string(layer) == "cuda")
+			EXPECT_NE(text.find("eacgm_call_errors_total{layer=\"cuda\",function=\"cudaMalloc\"} "),
+				  std::string::npos);
+		else
+			EXPECT_FALSE(lines_of(text, "eacgm_collective_last_arrivals_total").empty());
+	}
 }
