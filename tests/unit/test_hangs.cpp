@@ -3,7 +3,10 @@
 // the wait behind it, and each hang told once and once more when it ends.
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include "ingest/hangs.h"
+#include "pipeline/intern.h"
 
 namespace eacgm {
 namespace {
@@ -86,6 +89,39 @@ TEST(HangWatch, NamesTheHungCollectiveItsMissingRanksAndThePythonLineThatWaits)
 	EXPECT_EQ(ev[0].name, "hang_over");
 	EXPECT_EQ(ev[1].name, "hang_over");
 	EXPECT_EQ(w.take_warnings().size(), 2u);
+}
+
+// The collectives that completed may come typed (the gloo layer's calls
+// do): the watch reads their ranks and sequence numbers from their slots.
+TEST(HangWatch, CompletedCollectivesMayComeTyped)
+{
+	auto gloo = load_builtin_spec("gloo");
+	ASSERT_TRUE(gloo) << gloo.error().message;
+	const ProbeSpec &spec = gloo->probes[0];
+	Interner names;
+	SpanBatch b;
+	b.typed = {&*gloo, &names, nullptr, {}, {}};
+	// Ranks 0 and 1 reached seq 1, rank 2 only seq 0, as in the test above;
+	// rank 0 waits in seq 2 alone: 1 and 2 are missing, none unseen.
+	for (auto [pid, rank, seq] : {std::tuple{100u, 0, 1}, {200u, 1, 1}, {300u, 2, 0}}) {
+		TypedSpan t{.start_ns = 1 * kSec, .dur_ns = 10, .pid = pid, .tid = pid + 1, .spec_id = 0};
+		for (size_t i = 0; i < spec.args.size(); i++) {
+			const std::string &name = spec.args[i].name;
+			t.args[i] = name == "rank" ? uint64_t(rank)
+				: name == "nranks" ? 3
+				: name == "seq"    ? uint64_t(seq)
+						   : 0;
+		}
+		b.typed.push_back(t);
+	}
+	HangWatch w(5 * kSec);
+	ASSERT_TRUE(w.write(b));
+	std::vector<Recorder::OpenSpan> open = {{collective(100, 102, 0, 2, 2 * kSec, 8 * kSec), true}};
+	std::vector<Event> ev;
+	w.check(10 * kSec, open, ev);
+	ASSERT_EQ(ev.size(), 1u);
+	EXPECT_EQ(ev[0].args["missing_ranks"], nlohmann::json({1, 2}));
+	EXPECT_EQ(ev[0].args["ranks_not_seen"], nlohmann::json::array());
 }
 
 TEST(HangWatch, AWaitAloneIsAHangWithItsProcesssRankAndUnseenRanksAreSaid)
