@@ -5,7 +5,7 @@
 # recording holds printed for a reader to check. The cost of tracing GPU
 # training is bench/train_cost.py with --device cuda, run after this.
 #
-# Usage: bench/gpu_check.sh BIN OUT [check|cost]
+# Usage: bench/gpu_check.sh BIN OUT [check|cost|layers]
 #   BIN  the build folder (make build), or a folder with eacgm, gpu_tests and
 #        bench_span_cost side by side, and their libraries under lib/ (what
 #        bench/gpu_pack.sh packs, to carry to a GPU machine)
@@ -13,6 +13,9 @@
 #   check (default): machine, gpu tests, the CUDA program and a GPU ResNet-18
 #        recorded, bench_span_cost on this CPU
 #   cost: bench/train_cost.py --device cuda (3 rounds, both workloads)
+#   layers: what each layer costs GPU ResNet-18 (3 rounds of the default
+#        layers, cuda+gpu+host, those and torch, every layer but the
+#        sampler: about 6 minutes on a 16-vCPU machine)
 # PYTHON (default python3) is the interpreter with torch and torchvision.
 # Needs root (eacgm attaches uprobes).
 set -uo pipefail
@@ -108,8 +111,15 @@ cost() {
 	"$py" "$root/bench/train_cost.py" "$bin/eacgm" 3 --device cuda --python "$py" --steps 100
 }
 
+layers() {
+	section "what each layer costs ResNet-18 on the GPU"
+	"$py" "$root/bench/train_cost.py" "$bin/eacgm" 3 --only resnet18 --device cuda --python "$py" --steps 100 \
+		--configs "eacgm default;eacgm --layers cuda,gpu,host;eacgm --layers cuda,torch,gpu,host;eacgm --sample-hz 0"
+}
+
 case $what in
 check) check ;;
 cost) cost ;;
-*) echo "gpu_check.sh: unknown step '$what' (check or cost)" >&2; exit 2 ;;
+layers) layers ;;
+*) echo "gpu_check.sh: unknown step '$what' (check, cost or layers)" >&2; exit 2 ;;
 esac

@@ -19,7 +19,7 @@ ratio to untraced, the range of the per-round ratios, and eacgm's own CPU (% of
 one core while attached) and peak RSS, read from each recording's meta table.
 
 Usage: bench/train_cost.py EACGM [ROUNDS (5)] [--steps N (60)] [--only resnet18|gpt]
-       [--device cpu|cuda] [--python PYTHON (/usr/bin/python3)] [--configs A,B]
+       [--device cpu|cuda] [--python PYTHON (/usr/bin/python3)] [--configs A;B]
 (needs root for eacgm). --device cuda trains on the GPU (bench/gpu_check.sh,
 on a machine that has one). Progress goes to stderr, the report to stdout.
 
@@ -67,15 +67,20 @@ def parse_args():
                    help="steps are timed from this many seconds after each workload started: the steady "
                         "state an always-on agent is judged by (eacgm's overhead budget acts from 10 s)")
     p.add_argument("--device", default="cpu", help="where the workloads train: cpu, or cuda")
-    p.add_argument("--configs", default=",".join(CONFIGS),
-                   help="the configurations to run, comma-separated (untraced is always run: the ratios need it)")
+    p.add_argument("--configs", default=";".join(CONFIGS),
+                   help="the configurations to run, separated by ';' (untraced is always run: the ratios "
+                        "need it): those above, or 'eacgm ARGS' for eacgm record with ARGS, such as "
+                        "'eacgm --layers cuda,gpu,host' (what each layer costs)")
     p.add_argument("--python", default=PYTHON, help="the interpreter with torch and torchvision")
     args = p.parse_args()
-    chosen = [c.strip() for c in args.configs.split(",") if c.strip()]
-    unknown = [c for c in chosen if c not in CONFIGS]
+    chosen = [" ".join(c.split()) for c in args.configs.split(";") if c.strip()]
+    unknown = [c for c in chosen if c not in CONFIGS and not c.startswith("eacgm --")]
     if unknown:
-        p.error("unknown configuration %s (choose from %s)" % (", ".join(unknown), ", ".join(CONFIGS)))
+        p.error("unknown configuration %s (choose from %s, or 'eacgm ARGS')" %
+                (", ".join(unknown), ", ".join(CONFIGS)))
+    # Untraced first; the named ones in their order, then the others asked.
     args.configs = [c for c in CONFIGS if c == "untraced" or c in chosen]
+    args.configs += [c for c in chosen if c not in CONFIGS and c not in args.configs]
     return args
 
 
@@ -86,7 +91,12 @@ def command(eacgm, config, workload, steps, db, warmup_s=0, python=PYTHON, devic
         return run
     if config == "torch.profiler":
         return run + ["--profiler"]
-    extra = EVERY_LAYER_ARGS if config == "eacgm every layer" else []
+    if config == "eacgm every layer":
+        extra = EVERY_LAYER_ARGS
+    elif config.startswith("eacgm --"):
+        extra = config.split()[1:]
+    else:
+        extra = []
     return [eacgm, "record", "-o", db, *extra, "--", *run]
 
 
