@@ -200,7 +200,7 @@ void OverheadKeeper::steer_sampler(Recorder &rec, uint64_t now, double pct, std:
 		sampler_follows_budget_ = false; // left as it is from here
 		return;
 	}
-	rec.set_sample_period(mono_ns(), python_->sample_period_ns());
+	rec.budget_history().set_sample_period(mono_ns(), python_->sample_period_ns());
 	notes.push_back("overhead budget " + pct_text(budget_pct_) + ": eacgm used " + pct_text(pct) +
 			" of a core; Python stacks sampled at " + std::to_string(hz) + " Hz (asked: " +
 			std::to_string(asked_hz_) + "); sampled times stay estimates, with a wider error");
@@ -238,7 +238,7 @@ Event OverheadKeeper::change_event(const BudgetDecision &d, double hit_ns, uint6
 void OverheadKeeper::set_weights(Recorder &rec, const BudgetDecision &d, uint64_t from_ns)
 {
 	if (d.throttled.empty()) {
-		rec.set_weights(from_ns, {});
+		rec.budget_history().set_weights(from_ns, {});
 		return;
 	}
 	auto [on, all] = cycler_->coverage_ns();
@@ -251,7 +251,7 @@ void OverheadKeeper::set_weights(Recorder &rec, const BudgetDecision &d, uint64_
 			w[id] = 1.0 / cov;
 			ever_throttled_[id] = cov;
 		}
-	rec.set_weights(from_ns, std::move(w));
+	rec.budget_history().set_weights(from_ns, std::move(w));
 }
 
 std::string OverheadKeeper::describe(const BudgetDecision &d) const

@@ -185,7 +185,7 @@ Pipeline::Stop Pipeline::open_recorder(Sink &out)
 	if (o_.flamegraph)
 		recorder_->keep_folded_stacks();
 	if (python_ && python_->sample_period_ns())
-		recorder_->set_sample_period(0, python_->sample_period_ns());
+		recorder_->budget_history().set_sample_period(0, python_->sample_period_ns());
 	if (o_.python_entries != "off")
 		recorder_->keep_python_samples(); // measured calls reshape the sampled spans
 	if (auto r = recorder_->open(); !r)

@@ -654,32 +654,6 @@ Result<void> Recorder::drain()
 	return flush(true);
 }
 
-void Recorder::set_weights(uint64_t from_ns, std::vector<double> weights)
-{
-	if (!weights_.empty() && weights_.back().first == from_ns)
-		weights_.back().second = std::move(weights);
-	else
-		weights_.push_back({from_ns, std::move(weights)});
-}
-
-double Recorder::weight(uint32_t spec_id, uint64_t start_ns) const
-{
-	// The budget changes rarely: the list is short, newest last.
-	for (auto it = weights_.rbegin(); it != weights_.rend(); ++it)
-		if (it->first <= start_ns)
-			return spec_id < it->second.size() ? it->second[spec_id] : 1.0;
-	return 1.0;
-}
-
-uint64_t Recorder::period_at(uint64_t ts_ns) const
-{
-	// A sample taken before the first change stands for the first period.
-	for (auto it = periods_.rbegin(); it != periods_.rend(); ++it)
-		if (it->first <= ts_ns || it + 1 == periods_.rend())
-			return it->second;
-	return 0;
-}
-
 // serve: whether a call of a process not judged yet waits for a later
 // round: the process is a child whose parent's verdict decides, or it is
 // gone and a fork record read later (another ring) may still say whose
@@ -748,7 +722,7 @@ void Recorder::decode(const eacgm_span_event &e)
 	TypedSpan t = decode_typed(e, spec, specs, &symbolizer_, names_);
 	// A call seen in a burst of a throttled probe stands for those its
 	// probe was detached for (--overhead-budget).
-	t.weight = weight(e.spec_id, e.start_ns);
+	t.weight = budget_.weight(e.spec_id, e.start_ns);
 	if (stays_typed(e.spec_id)) {
 		typed_.specs = &specs, typed_.names = &names_, typed_.tensors = tensors_;
 		typed_.push_back(t, take_stack(e));
@@ -809,8 +783,9 @@ Result<void> Recorder::flush(bool force)
 		if (!rs.frames || (*rs.frames)->empty())
 			continue;
 		rs.samples += fold_;
-		add_sample(raw.pid, raw.tid,
-			   {raw.ts, *rs.frames, (raw.flags & EACGM_PY_TRUNCATED) != 0, true, period_at(raw.ts)});
+		add_sample(
+			raw.pid, raw.tid,
+			{raw.ts, *rs.frames, (raw.flags & EACGM_PY_TRUNCATED) != 0, true, budget_.period_at(raw.ts)});
 	}
 	pending_samples_.clear();
 	retire_stack_cache();

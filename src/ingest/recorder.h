@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "pipeline/raw_dump.h"
+#include "pipeline/weights.h"
 #include "common/model.h"
 #include "common/result.h"
 #include "common/sink.h"
@@ -83,15 +84,11 @@ public:
 	uint64_t samples_read() const { return samples_read_; } // of them, Python stack samples
 	// Spans read so far per spec id (the budget's hit counts).
 	const std::vector<uint64_t> &spans_per_spec() const { return spans_per_spec_; }
-	// What each span of a spec that starts at from_ns or later stands for
-	// (1: itself), stored with it as args.weight when it is not 1. A later
-	// call with the same from_ns replaces the weights.
-	void set_weights(uint64_t from_ns, std::vector<double> weights);
-	// The Python sampler's period from from_ns on (the budget may change its
-	// rate): what each periodic sample taken since stands for. The samples
-	// carry no period of their own: the kernel's sample record keeps the
-	// period the event was opened with.
-	void set_sample_period(uint64_t from_ns, uint64_t period_ns) { periods_.push_back({from_ns, period_ns}); }
+	// What each call and sample stands for as the overhead budget moves
+	// (pipeline/weights.h): its calls' weights, stored with them as
+	// args.weight where not 1, and the Python sampler's period (the
+	// kernel's sample record keeps the period the event was opened with).
+	BudgetHistory &budget_history() { return budget_; }
 	// How tensor arguments read (the torch layer's format_tensor).
 	void set_tensor_formatter(TensorFormatter f) { tensors_ = f; }
 	// Every span record decode sees is also written to `dump`, closed with
@@ -198,7 +195,6 @@ private:
 	// Decodes what was read; writes to the store when enough has gathered
 	// (or force).
 	Result<void> flush(bool force = false);
-	double weight(uint32_t spec_id, uint64_t start_ns) const;
 
 	Attacher &attacher_;
 	SpanEngine &engine_;
@@ -295,9 +291,7 @@ private:
 	uint64_t spans_seen_ = 0;
 	uint64_t records_read_ = 0, handling_cpu_ns_ = 0, samples_read_ = 0;
 	std::vector<uint64_t> spans_per_spec_;
-	std::vector<std::pair<uint64_t, std::vector<double>>> weights_; // by from_ns, ascending
-	std::vector<std::pair<uint64_t, uint64_t>> periods_;            // (from_ns, period), ascending
-	uint64_t period_at(uint64_t ts_ns) const;
+	BudgetHistory budget_;
 	TensorFormatter tensors_ = nullptr;
 	std::optional<RawDumpWriter> raw_dump_;
 };
