@@ -14,6 +14,23 @@ IssueLinker::IssueLinker(const std::vector<ProbeSpec> &probes)
 				by_layer_[rule.layer].push_back(rule.by);
 }
 
+bool IssueLinker::involves(const ProbeSpec &p) const
+{
+	if (!active())
+		return false;
+	if (!p.issues.empty())
+		return true;
+	auto rules = by_layer_.find(p.layer);
+	if (rules == by_layer_.end())
+		return false;
+	auto keeps = [&](const std::string &name) {
+		return std::any_of(p.args.begin(), p.args.end(), [&](const ArgSpec &a) { return a.name == name; });
+	};
+	return std::any_of(rules->second.begin(), rules->second.end(), [&](const std::vector<std::string> &by) {
+		return std::all_of(by.begin(), by.end(), keeps);
+	});
+}
+
 std::string IssueLinker::key(const Span &s, const std::string &layer, const std::vector<std::string> &by)
 {
 	// Most spans (every operator of the torch layer) keep none of the

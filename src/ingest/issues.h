@@ -33,9 +33,12 @@ public:
 	explicit IssueLinker(const std::vector<ProbeSpec> &probes);
 	// Whether any probe issues work: without one, spans pass untouched.
 	bool active() const { return !by_layer_.empty(); }
-	// Whether the linker looks at a probe's calls: they issue work, or run
-	// work that was issued (their layer has rules).
-	bool involves(const ProbeSpec &p) const { return active() && (!p.issues.empty() || by_layer_.count(p.layer)); }
+	// Whether the linker looks at a probe's calls: they issue work, or may
+	// run or wait for work that was issued (their layer has a rule whose
+	// arguments the probe keeps: c10d::Work::wait's `work`, gloo's group and
+	// seq). The rest of a layer with rules (every other torch operator)
+	// passes untouched: key() finds none of a rule's arguments in them.
+	bool involves(const ProbeSpec &p) const;
 	// A span as it is read (in the order calls returned), with the rules of
 	// its probe: joined to what issued it when it ran or waited for issued
 	// work (and the issue was read), and remembered when it issues work.

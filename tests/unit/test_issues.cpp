@@ -201,3 +201,34 @@ TEST(IssueLinker, SpansWithoutTheRulesArgumentsPassAndNothingIsHeldWithoutRules)
 
 } // namespace
 } // namespace eacgm
+
+namespace eacgm {
+namespace {
+
+// Which probes the linker looks at over the built-in torch and gloo specs:
+// the enqueues (they issue), the waits (they keep `work`) and gloo's
+// collectives (group and seq); not the torch operators (aten::*), whose
+// calls it passes untouched (the test above) and which may stay typed.
+TEST(IssueLinker, InvolvesTheProbesThatIssueOrKeepARulesArguments)
+{
+	auto torch = load_builtin_spec("torch");
+	auto gloo = load_builtin_spec("gloo");
+	ASSERT_TRUE(torch && gloo);
+	std::vector<ProbeSpec> all = torch->probes;
+	all.insert(all.end(), gloo->probes.begin(), gloo->probes.end());
+	IssueLinker l(all);
+	std::vector<std::string> passed;
+	size_t involved = 0;
+	for (const ProbeSpec &p : all) {
+		if (l.involves(p))
+			involved++;
+		else
+			passed.push_back(p.layer + "/" + p.function);
+	}
+	EXPECT_EQ(passed, std::vector<std::string>{"torch/aten::$1"});
+	EXPECT_EQ(involved, all.size() - 1);
+	EXPECT_FALSE(IssueLinker(std::vector<ProbeSpec>{}).involves(all.front()));
+}
+
+} // namespace
+} // namespace eacgm
