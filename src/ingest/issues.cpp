@@ -33,8 +33,10 @@ bool IssueLinker::involves(const ProbeSpec &p) const
 
 std::string IssueLinker::key(const Span &s, const std::string &layer, const std::vector<std::string> &by)
 {
-	// Most spans (every operator of the torch layer) keep none of the
-	// arguments: nothing is built for them.
+	// A span that keeps none of a rule's arguments (an enqueue's, for its
+	// own layer's rule) is not that rule's: nothing is built for it. The
+	// probes that keep none of any rule's arguments do not come here at all
+	// (involves(): the recorder keeps them typed).
 	for (auto &name : by)
 		if (!s.args.contains(name))
 			return "";

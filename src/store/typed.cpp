@@ -183,6 +183,13 @@ struct StoreWriter::TypedCache {
 		if (std::exchange(last_block, block) != block)
 			b.strings.push_back(id);
 	}
+	// A looked-up value into the row, its string row referred to.
+	void put(Row &r, Kept &kv, BlockRows &b)
+	{
+		r.put(kv);
+		if (kv.kind == 's')
+			refer(kv.block, int64_t(kv.slots[0]), b);
+	}
 	// Each returns null or 0 where a dictionary row could not be written.
 	Kept *value(StoreWriter &w, const TypedSpans &ts, uint32_t spec_id, const Entry &e, uint64_t v, uint64_t next);
 	Kept *weight(StoreWriter &w, double weight);
@@ -289,8 +296,7 @@ Result<void> StoreWriter::TypedCache::fill(StoreWriter &w, const TypedSpans &ts,
 				Kept *kv = weight(w, t.weight);
 				if (!kv)
 					return make_error(w.db_failure());
-				r.put(*kv);
-				refer(kv->block, int64_t(kv->slots[0]), b);
+				put(r, *kv, b);
 			}
 		} else {
 			const uint64_t v = e.slot < EACGM_MAX_ARGS ? t.args[e.slot] : 0;
@@ -312,9 +318,7 @@ Result<void> StoreWriter::TypedCache::fill(StoreWriter &w, const TypedSpans &ts,
 				Kept *kv = value(w, ts, t.spec_id, e, v, next);
 				if (!kv)
 					return make_error(w.db_failure());
-				r.put(*kv);
-				if (kv->kind == 's')
-					refer(kv->block, int64_t(kv->slots[0]), b);
+				put(r, *kv, b);
 				break;
 			}
 			}
