@@ -166,7 +166,17 @@ Pipeline::Stop Pipeline::open_recorder(Sink &out)
 		collectors_.push_back(std::make_unique<detect::StatusCollector>(*detector_));
 	}
 	chain_.add(&out);
-	recorder_.emplace(*attacher_, *engine_, *tracker_, chain_, python_.get());
+	auto system = LinuxSystem::open();
+	if (!system)
+		return fail(system.error().message);
+	system_.emplace(std::move(system).value());
+	auto rings = BpfRings::open(engine_->events_map(), tracker_->events_map(),
+				    python_ ? python_->events_map() : nullptr);
+	if (!rings)
+		return fail(rings.error().message);
+	rings_.emplace(std::move(rings).value());
+	probes_.emplace(*attacher_, *engine_, *tracker_);
+	recorder_.emplace(*probes_, *system_, *rings_, chain_, python_.get());
 	if (o_.hang_after_s > 0) {
 		// A collector (looks at the calls in flight) and a sink (sees
 		// each rank's progress): collectors_ owns it.
@@ -188,8 +198,7 @@ Pipeline::Stop Pipeline::open_recorder(Sink &out)
 		recorder_->budget_history().set_sample_period(0, python_->sample_period_ns());
 	if (o_.python_entries != "off")
 		recorder_->keep_python_samples(); // measured calls reshape the sampled spans
-	if (auto r = recorder_->open(); !r)
-		return fail(r.error().message);
+	recorder_->open();
 	return {};
 }
 

@@ -22,6 +22,8 @@
 #include "ingest/recorder.h"
 #include "layers/collector.h"
 #include "layers/python.h"
+#include "pipeline/bpf_sources.h"
+#include "pipeline/linux_system.h"
 #include "probe/attacher.h"
 #include "probe/elf_prefetch.h"
 #include "probe/proc_tracker.h"
@@ -127,6 +129,10 @@ private:
 	std::optional<detect::OnlineDetector> detector_;
 	std::optional<detect::ScoringSink> scoring_;
 	SinkChain chain_;
+	// What the recorder reads and asks (pipeline/sources.h).
+	std::optional<LinuxSystem> system_;
+	std::optional<BpfRings> rings_;
+	std::optional<BpfProbes> probes_;
 	std::optional<Recorder> recorder_;
 	std::optional<OverheadKeeper> budget_;
 	std::chrono::steady_clock::time_point start_;

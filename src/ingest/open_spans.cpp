@@ -3,7 +3,6 @@
 // returns, read from user space and decoded like a finished call.
 #include <algorithm>
 
-#include "common/fs.h"
 #include "ingest/decode.h"
 #include "ingest/recorder.h"
 
@@ -11,11 +10,11 @@ namespace eacgm {
 
 std::vector<Recorder::OpenSpan> Recorder::open_spans(uint64_t now_ns, bool waits_only)
 {
-	const auto &specs = attacher_.specs();
+	const auto &specs = probes_.specs();
 	std::vector<OpenSpan> out;
 	for (uint32_t pid : live_) {
-		for (uint32_t tid : list_threads(pid)) {
-			auto calls = engine_.open_calls(tid);
+		for (uint32_t tid : system_.threads(pid)) {
+			auto calls = probes_.open_calls(tid);
 			if (!calls) {
 				warn_once("calls in flight cannot be read, so hangs are not seen: " +
 					  calls.error().message);
@@ -46,7 +45,7 @@ Span Recorder::open_span(uint32_t pid, uint32_t tid, uint32_t depth, const eacgm
 	e.spec_id = c.spec_id;
 	e.depth = uint16_t(depth);
 	std::copy(std::begin(c.args), std::end(c.args), std::begin(e.args));
-	Span s = decode_span(e, spec, attacher_.specs(), &symbolizer_, names_, tensors_);
+	Span s = decode_span(e, spec, probes_.specs(), &symbolizer_, names_, tensors_);
 	// Not returned: no return value, and what is read at return is still
 	// a pointer.
 	s.ret = 0;

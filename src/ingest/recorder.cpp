@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <bpf/libbpf.h>
 #include <cerrno>
 #include <cstring>
 #include <csignal>
@@ -20,47 +19,15 @@ namespace eacgm {
 
 static constexpr size_t kBatch = 4096;
 
-std::string read_proc_text(const std::string &path)
-{
-	std::string s = read_small_file(path).value_or("");
-	while (!s.empty() && (s.back() == '\n' || s.back() == '\0'))
-		s.pop_back();
-	for (auto &c : s)
-		if (c == '\0')
-			c = ' ';
-	return s;
-}
-
-Recorder::Recorder(Attacher &attacher, SpanEngine &engine, ProcTracker &tracker, Sink &out, PythonTracer *python)
-	: attacher_(attacher), engine_(engine), tracker_(tracker), out_(out), python_(python)
+Recorder::Recorder(Probes &probes, System &system, RecordSource &source, Sink &out, PythonTracer *python)
+	: probes_(probes), system_(system), source_(source), out_(out), symbolizer_(system.proc_root()), python_(python)
 {}
 
-Recorder::~Recorder()
-{
-	if (rb_)
-		ring_buffer__free(rb_);
-}
-
-Result<void> Recorder::open()
-{
-	rb_ = ring_buffer__new(bpf_map__fd(engine_.events_map()), on_span, this, nullptr);
-	if (!rb_)
-		return make_error(std::string("cannot open the span ring buffer: ") + std::strerror(errno));
-	if (ring_buffer__add(rb_, bpf_map__fd(tracker_.events_map()), on_proc, this))
-		return make_error(std::string("cannot open the process ring buffer: ") + std::strerror(errno));
-	if (python_ && ring_buffer__add(rb_, bpf_map__fd(python_->events_map()), on_py, this))
-		return make_error(std::string("cannot open the Python ring buffer: ") + std::strerror(errno));
-	auto w = PidWatch::open();
-	if (!w)
-		return w.error();
-	exits_ = std::move(w.value());
-	issues_.emplace(attacher_.specs().probes);
-	return {};
-}
+void Recorder::open() { issues_.emplace(probes_.specs().probes); }
 
 void Recorder::watch(uint32_t pid, UniqueFd pidfd)
 {
-	auto st = exits_.add(pid, std::move(pidfd));
+	auto st = system_.watch(pid, std::move(pidfd));
 	if (st && *st != PidState::alive)
 		exited_.push_back(pid); // ended after this round's records
 	// Without a pidfd (out of descriptors) its BPF exit record still ends it.
@@ -81,12 +48,11 @@ Process &Recorder::process(uint32_t pid, UniqueFd pidfd)
 		return it->second;
 	Process &p = processes_[pid];
 	p.pid = pid;
-	std::string dir = "/proc/" + std::to_string(pid);
-	p.comm = read_proc_text(dir + "/comm");
-	p.cmdline = read_proc_text(dir + "/cmdline");
-	if (auto ppid = parent_pid(pid))
+	p.comm = system_.comm(pid);
+	p.cmdline = system_.cmdline(pid);
+	if (auto ppid = system_.parent(pid))
 		p.ppid = *ppid;
-	CgroupInfo cg = cgroup_of(pid);
+	CgroupInfo cg = system_.cgroup(pid);
 	p.cgroup = std::move(cg.path);
 	p.container_id = std::move(cg.container_id);
 	p.pod_uid = std::move(cg.pod_uid);
@@ -114,58 +80,67 @@ void Recorder::set_exit(uint32_t pid, int exit_code, uint64_t end_ns)
 		p.end_ns = end_ns;
 	if (live_.erase(pid) && discover_)
 		ended_.push_back(pid);
-	exits_.remove(pid);
+	system_.unwatch(pid);
 }
 
 void Recorder::end_exited_processes()
 {
-	for (uint32_t pid : exits_.take_exited())
+	for (uint32_t pid : system_.take_exited())
 		exited_.push_back(pid);
 	if (exited_.empty())
 		return;
 	uint64_t now = mono_ns();
 	for (uint32_t pid : std::exchange(exited_, {}))
 		if (live_.count(pid)) // the exit code, while its parent has not reaped it
-			set_exit(pid, zombie_exit_status(pid).value_or(-1), now);
+			set_exit(pid, system_.exit_status(pid).value_or(-1), now);
 }
 
 void Recorder::note_thread(uint32_t pid, uint32_t tid)
 {
-	auto key = std::make_pair(pid, tid);
-	if (threads_.count(key))
-		return;
-	std::string name = read_proc_text("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/comm");
-	if (auto p = processes_.find(pid); name.empty() && p != processes_.end())
-		name = p->second.comm; // else named at finish, from its process
-	threads_[key] = name;
+	if (threads_.try_emplace({pid, tid}).second)
+		unnamed_.push_back({pid, tid});
 }
 
-int Recorder::on_span(void *ctx, void *data, size_t size)
+// The threads noted in this round, named (off the ring's callback: a /proc
+// read there would hold up every record behind it).
+void Recorder::name_threads()
 {
-	auto *self = static_cast<Recorder *>(ctx);
-	if (size < sizeof(eacgm_span_event))
-		return 0;
-	const auto &e = *static_cast<const eacgm_span_event *>(data);
-	const auto &specs = self->attacher_.specs();
-	if (e.spec_id >= specs.probes.size())
-		return 0;
-	if (self->discover_ && self->excluded_.count(e.tgid)) {
-		self->filtered_++;
-		return 0;
+	for (auto key : std::exchange(unnamed_, {})) {
+		auto t = threads_.find(key);
+		if (t == threads_.end())
+			continue; // its process was excluded meanwhile
+		t->second = system_.thread_name(key.first, key.second);
+		if (auto p = processes_.find(key.first); t->second.empty() && p != processes_.end())
+			t->second = p->second.comm; // else named at finish, from its process
 	}
+}
+
+void Recorder::span(const eacgm_span_event &e)
+{
+	const auto &specs = probes_.specs();
+	if (e.spec_id >= specs.probes.size())
+		return;
+	if (discover_ && excluded_.count(e.tgid)) {
+		filtered_++;
+		return;
+	}
+	// A call of a process handed on as ended (serve), read late: stored,
+	// without bringing it back.
+	bool late = ended_call(e);
 	// Made known after this round's records: reading /proc, its maps and
 	// its interpreter here would hold up every record behind this one.
-	if (!self->processes_.count(e.tgid))
-		self->unseen_.insert(e.tgid);
-	self->note_thread(e.tgid, e.tid);
+	if (!processes_.count(e.tgid) && !late)
+		unseen_.insert(e.tgid);
+	note_thread(e.tgid, e.tid);
+	if (late)
+		late_threads_.insert(e.tgid);
 	// Decoded at flush, after this round's process events: a forked child's
 	// spans can be read before the fork record that says whose maps it has.
-	self->pending_.push_back(e);
-	self->spans_seen_++;
-	if (e.spec_id >= self->spans_per_spec_.size())
-		self->spans_per_spec_.resize(specs.probes.size());
-	self->spans_per_spec_[e.spec_id]++;
-	return 0;
+	pending_.push_back(e);
+	spans_seen_++;
+	if (e.spec_id >= spans_per_spec_.size())
+		spans_per_spec_.resize(specs.probes.size());
+	spans_per_spec_[e.spec_id]++;
 }
 
 // A process runs Python once it maps an interpreter: at start, or after the
@@ -176,34 +151,26 @@ void Recorder::watch_python(uint32_t pid)
 		return;
 	auto r = python_->add_process(pid);
 	// A process that is already gone has nothing left to say.
-	if (!r && access(("/proc/" + std::to_string(pid)).c_str(), F_OK) == 0)
+	if (!r && system_.exists(pid))
 		warn_once(r.error().message);
 	for (auto &w : python_->take_warnings())
 		warn_once(w);
 }
 
-int Recorder::on_py(void *ctx, void *data, size_t size)
+void Recorder::py(const eacgm_py_stack_event &e, uint32_t n)
 {
-	auto *self = static_cast<Recorder *>(ctx);
-	// A record holds as many frames as its kind may have (the stack
-	// behind a span 16, a sample 64): only the header is always there.
-	constexpr size_t head = offsetof(eacgm_py_stack_event, frames);
-	if (size < head)
-		return 0;
-	const auto &e = *static_cast<const eacgm_py_stack_event *>(data);
-	uint32_t n = std::min<uint32_t>(
-		{e.nframes, EACGM_PY_MAX_FRAMES, static_cast<uint32_t>((size - head) / sizeof(eacgm_py_frame))});
 	if (e.kind == EACGM_PY_SPAN) {
-		// Named now, within milliseconds of the walk, not when the span
-		// ends: by then a short program may be finalising and freeing the
-		// code objects (its module body's first).
-		self->span_stacks_[e.id] = {e.flags, self->resolved(e.tgid, e.frames, n, true)};
-		return 0;
+		// Named after this round's records (read_round), within
+		// milliseconds of the walk, not when the span ends: by then a short
+		// program may be finalising and freeing the code objects (its
+		// module body's first).
+		call_stacks_.push_back({e.id, e.tgid, e.flags, uint32_t(call_frames_.size()), n});
+		call_frames_.insert(call_frames_.end(), e.frames, e.frames + n);
+		return;
 	}
-	self->samples_read_++;
-	self->pending_samples_.push_back(
+	samples_read_++;
+	pending_samples_.push_back(
 		{e.ts_ns, e.tgid, e.tid, e.flags, std::vector<eacgm_py_frame>(e.frames, e.frames + n)});
-	return 0;
 }
 
 // The cache holds while the resolver trusts what it resolved: past that a
@@ -304,13 +271,6 @@ bool Recorder::add_eval_entry(const Span &s, const eacgm_span_event &e)
 	return true;
 }
 
-int Recorder::on_proc(void *ctx, void *data, size_t size)
-{
-	if (size >= sizeof(eacgm_proc_event))
-		static_cast<Recorder *>(ctx)->handle_proc(*static_cast<const eacgm_proc_event *>(data));
-	return 0;
-}
-
 // The kernel's exit_code is a wait status: the shell's number for it.
 static int exit_status(int32_t code)
 {
@@ -330,7 +290,7 @@ void Recorder::handle_proc(const eacgm_proc_event &e)
 	switch (e.kind) {
 	case EACGM_PROC_FORK: {
 		symbolizer_.inherit(e.tgid, e.ppid);
-		attacher_.inherit(e.tgid, e.ppid);
+		probes_.inherit(e.tgid, e.ppid);
 		if (python_)
 			python_->inherit(e.tgid, e.ppid);
 		Process &p = process(e.tgid);
@@ -347,8 +307,8 @@ void Recorder::handle_proc(const eacgm_proc_event &e)
 	case EACGM_PROC_EXEC: {
 		Process &p = process(e.tgid);
 		p.comm = std::string(e.comm, strnlen(e.comm, sizeof(e.comm)));
-		p.cmdline = read_proc_text("/proc/" + std::to_string(e.tgid) + "/cmdline");
-		attacher_.forget(e.tgid); // a new image
+		p.cmdline = system_.cmdline(e.tgid);
+		probes_.forget(e.tgid); // a new image
 		symbolizer_.exec(e.tgid);
 		unannounced_.insert(e.tgid); // by its new name
 		rescan_.insert(e.tgid);
@@ -362,10 +322,13 @@ void Recorder::handle_proc(const eacgm_proc_event &e)
 		break;
 	case EACGM_PROC_EXIT:
 		set_exit(e.tgid, exit_status(e.exit_code), e.ts_ns);
-		attacher_.forget(e.tgid);
+		// The kernel's time stands over one noted before its record was
+		// read (its pidfd woke first, or it had exited when first seen).
+		processes_[e.tgid].end_ns = e.ts_ns;
+		probes_.forget(e.tgid);
 		break;
 	}
-	for (auto &w : attacher_.take_warnings())
+	for (auto &w : probes_.take_warnings())
 		warn_once(w);
 }
 
@@ -376,23 +339,17 @@ void Recorder::rescan_processes()
 	for (uint32_t pid : std::exchange(rescan_, {})) {
 		if (!live_.count(pid))
 			continue; // exited this round: nothing more to attach for it
-		auto maps = read_maps(pid);
+		auto maps = system_.maps(pid);
 		if (!maps)
 			continue; // gone: nothing more to attach for it
-		size_t before = attacher_.attached().size();
-		auto fresh = attacher_.scan_maps(pid, maps.value());
-		if (!fresh)
-			warn_once(fresh.error().message);
-		note_attached(before, pid);
+		Probes::Scan scan = probes_.scan(pid, maps.value());
+		for (auto &n : scan.notes)
+			notes_.push_back(std::move(n));
 		symbolizer_.adopt(pid, std::move(maps).value());
-		bool interpreter = false;
-		if (fresh)
-			for (auto &f : fresh.value())
-				interpreter |= f.find("python") != std::string::npos;
-		if (interpreter)
+		if (scan.interpreter)
 			watch_python(pid);
 	}
-	for (auto &w : attacher_.take_warnings())
+	for (auto &w : probes_.take_warnings())
 		warn_once(w);
 }
 
@@ -436,9 +393,14 @@ bool Recorder::discover_proc(const eacgm_proc_event &e)
 		// for a fork record); sweep_excluded forgets it later.
 		if (excluded_.count(e.tgid))
 			return true;
-		// Its calls were read, and it exited before it was looked at: kept
-		// with what the record says (no /proc left to read).
-		if (unseen_.erase(e.tgid)) {
+		// A process the kernel traced from its first call, read exiting
+		// before it was looked at (its calls read in this round, or in a
+		// later one: another ring): judged as any other while /proc still
+		// shows it (a zombie), else kept with what the record says.
+		unseen_.erase(e.tgid);
+		if (system_.exists(e.tgid))
+			return !adopt(e.tgid); // adopted: its exit, as a known process's
+		{
 			Process &p = processes_[e.tgid];
 			p.pid = e.tgid;
 			p.comm = std::string(e.comm, strnlen(e.comm, sizeof(e.comm)));
@@ -498,7 +460,7 @@ bool Recorder::adopt(uint32_t pid)
 	if (discover_) {
 		// Gone already: nothing to watch, and a table entry that no exit
 		// would ever end.
-		if (access(("/proc/" + std::to_string(pid)).c_str(), F_OK) != 0)
+		if (!system_.exists(pid))
 			return false;
 		if (wanted_ && !wanted_(pid)) {
 			excluded_.insert(pid);
@@ -507,7 +469,7 @@ bool Recorder::adopt(uint32_t pid)
 			return false;
 		}
 		// Its forks, execs, exit and scheduling are followed from now on.
-		if (auto r = tracker_.track(pid); !r)
+		if (auto r = probes_.track(pid); !r)
 			warn_once(r.error().message);
 	}
 	process(pid);
@@ -527,13 +489,13 @@ void Recorder::judge_candidates()
 	for (uint32_t pid : std::exchange(candidates_, {})) {
 		if (processes_.count(pid) || excluded_.count(pid))
 			continue;
-		auto maps = read_maps(pid);
+		auto maps = system_.maps(pid);
 		if (!maps)
 			continue; // gone
 		bool traced = false;
 		for (const Mapping &m : maps.value())
 			if (!m.path.empty() && m.path[0] == '/' &&
-			    (attacher_.wanted(m.path) || (python_ && is_interpreter(m.path)))) {
+			    (probes_.wanted(m.path) || (python_ && is_interpreter(m.path)))) {
 				traced = true;
 				break;
 			}
@@ -552,52 +514,56 @@ Result<void> Recorder::retire_exited()
 			continue;
 		if (auto r = out_.process(p->second); !r)
 			return r;
-		auto first = threads_.lower_bound({pid, 0}), last = threads_.lower_bound({pid + 1, 0});
-		for (auto t = first; t != last; ++t)
-			if (auto r =
-				    out_.thread({pid, t->first.second, t->second.empty() ? p->second.comm : t->second});
-			    !r)
-				return r;
-		threads_.erase(first, last);
+		if (auto r = hand_on_threads(pid, p->second.comm); !r)
+			return r;
 		symbolizer_.forget(pid);
-		attacher_.forget(pid);
+		probes_.forget(pid);
 		if (python_)
 			python_->forget(pid);
+		retired_[pid] = {p->second.end_ns ? p->second.end_ns : mono_ns(), mono_ns(), p->second.comm};
 		processes_.erase(p);
 	}
+	// Threads first seen in calls read after their process was handed on.
+	for (uint32_t pid : std::exchange(late_threads_, {}))
+		if (auto r = hand_on_threads(pid, retired_[pid].comm); !r)
+			return r;
 	return {};
 }
 
+// serve: a process's threads to the sinks, and out of the table; named after
+// the process where their own name was not read.
+Result<void> Recorder::hand_on_threads(uint32_t pid, const std::string &comm)
+{
+	auto first = threads_.lower_bound({pid, 0}), last = threads_.lower_bound({pid + 1, 0});
+	for (auto t = first; t != last; ++t)
+		if (auto r = out_.thread({pid, t->first.second, t->second.empty() ? comm : t->second}); !r)
+			return r;
+	threads_.erase(first, last);
+	return {};
+}
+
+bool Recorder::ended_call(const eacgm_span_event &e) const
+{
+	auto r = retired_.find(e.tgid);
+	// A pid reused since makes its calls after the end.
+	return r != retired_.end() && e.start_ns <= r->second.end_ns;
+}
+
 // serve: the filters' verdicts on processes that have exited since (their
-// exits are not reported: they were never tracked).
+// exits are not reported: they were never tracked), and the ended
+// processes' ends once their last calls must have been read.
 void Recorder::sweep_excluded()
 {
 	auto now = std::chrono::steady_clock::now();
-	if (excluded_.empty() || now - last_sweep_ < std::chrono::seconds(10))
+	if ((excluded_.empty() && retired_.empty()) || now - last_sweep_ < std::chrono::seconds(10))
 		return;
 	last_sweep_ = now;
+	std::erase_if(retired_, [t = mono_ns()](const auto &r) { return t - r.second.at_ns > kRetiredKeepNs; });
 	for (auto it = excluded_.begin(); it != excluded_.end();)
-		if (access(("/proc/" + std::to_string(*it)).c_str(), F_OK) != 0)
+		if (!system_.exists(*it))
 			it = excluded_.erase(it);
 		else
 			++it;
-}
-
-// Probes placed after the start, on a library a process loaded (dlopen) or
-// an exec'd program maps: said once per library, since calls made before
-// this moment were not seen.
-void Recorder::note_attached(size_t before, uint32_t pid)
-{
-	std::map<std::string, size_t> per_library;
-	const auto &attached = attacher_.attached();
-	for (size_t i = before; i < attached.size(); i++)
-		per_library[attached[i].path]++;
-	for (auto &[path, n] : per_library)
-		notes_.push_back("attached " + plural(n, "probe", "probes") + " to " + path + " (loaded by pid " +
-				 std::to_string(pid) + ")");
-	if (!per_library.empty())
-		if (auto note = single_step_note(attacher_.sites(before)); !note.empty())
-			notes_.push_back("note: " + note);
 }
 
 std::vector<std::string> Recorder::take_notes() { return std::exchange(notes_, {}); }
@@ -607,15 +573,12 @@ Result<int> Recorder::poll(int timeout_ms)
 	// The BPF side wakes us only when a buffer fills up (a wakeup per record
 	// would cost more than the probe), so read whatever is there after each
 	// wait. A traced process's exit wakes us too (its pidfd).
-	pollfd fds[2] = {{ring_buffer__epoll_fd(rb_), POLLIN, 0}, {exits_.fd(), POLLIN, 0}};
+	pollfd fds[2] = {{source_.fd(), POLLIN, 0}, {system_.exits_fd(), POLLIN, 0}};
 	if (::poll(fds, 2, timeout_ms) < 0 && errno != EINTR)
 		return make_error(std::string("waiting for events failed: ") + std::strerror(errno));
-	uint64_t cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID);
-	int n = ring_buffer__consume(rb_);
-	if (n < 0 && n != -EINTR)
-		return make_error(std::string("reading the ring buffers failed: ") + std::strerror(-n));
-	records_read_ += n > 0 ? static_cast<uint64_t>(n) : 0;
-	handling_cpu_ns_ += clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu;
+	auto n = read_round();
+	if (!n)
+		return n.error();
 	adopt_unseen();
 	judge_candidates();
 	resolve_forks(false);
@@ -625,7 +588,7 @@ Result<int> Recorder::poll(int timeout_ms)
 	end_exited_processes();
 	if (auto r = announce(); !r)
 		return r.error();
-	cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+	uint64_t cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID);
 	if (auto r = flush(); !r)
 		return r.error();
 	handling_cpu_ns_ += clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu;
@@ -639,15 +602,38 @@ Result<int> Recorder::poll(int timeout_ms)
 		if (auto r = out_.drops(drops()); !r)
 			return r.error();
 	}
-	return n < 0 ? 0 : n;
+	return *n;
+}
+
+// One read of the source. Its callbacks only copy; then the round's process
+// records are handled in their order, its threads named and the Python
+// stacks behind its calls named, before any span of it is decoded (flush).
+// The records' reading and the stacks' naming count as the budget's cost of
+// a record; the process handling does not (nor looking for processes).
+Result<int> Recorder::read_round()
+{
+	uint64_t cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+	auto n = source_.consume(*this);
+	if (!n)
+		return n.error();
+	records_read_ += static_cast<uint64_t>(*n);
+	handling_cpu_ns_ += clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu;
+	for (const eacgm_proc_event &e : std::exchange(procs_, {}))
+		handle_proc(e);
+	name_threads();
+	cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+	for (const CallStack &c : call_stacks_)
+		span_stacks_[c.id] = {c.flags, resolved(c.pid, call_frames_.data() + c.first, c.n, true)};
+	call_stacks_.clear();
+	call_frames_.clear();
+	handling_cpu_ns_ += clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu;
+	return n;
 }
 
 Result<void> Recorder::drain()
 {
-	int n = ring_buffer__consume(rb_);
-	if (n < 0)
-		return make_error(std::string("reading the ring buffers failed: ") + std::strerror(-n));
-	records_read_ += static_cast<uint64_t>(n);
+	if (auto n = read_round(); !n)
+		return n.error();
 	adopt_unseen();
 	resolve_forks(true);
 	rescan_processes();
@@ -662,7 +648,7 @@ bool Recorder::awaits_verdict(const eacgm_span_event &e, bool force, uint64_t no
 {
 	if (held_pids_.count(e.tgid))
 		return true;
-	return !force && !processes_.count(e.tgid) && now_ns < e.start_ns + e.dur_ns + kForkWaitNs;
+	return !force && !processes_.count(e.tgid) && !ended_call(e) && now_ns < e.start_ns + e.dur_ns + kForkWaitNs;
 }
 
 // Whether a probe's calls may stay typed to the sinks: no joiner changes
@@ -672,7 +658,7 @@ bool Recorder::awaits_verdict(const eacgm_span_event &e, bool force, uint64_t no
 // probe; probes are added as libraries load.
 bool Recorder::stays_typed(uint32_t spec_id)
 {
-	const auto &specs = attacher_.specs();
+	const auto &specs = probes_.specs();
 	if (typed_ok_.size() != specs.probes.size()) {
 		typed_ok_.resize(specs.probes.size());
 		for (size_t i = 0; i < specs.probes.size(); i++) {
@@ -715,7 +701,7 @@ PyStack Recorder::take_stack(const eacgm_span_event &e)
 // calls), else as a Span through the joiners.
 void Recorder::decode(const eacgm_span_event &e)
 {
-	const auto &specs = attacher_.specs();
+	const auto &specs = probes_.specs();
 	const ProbeSpec &spec = specs.probes[e.spec_id];
 	if (raw_dump_)
 		raw_dump_->span(e);
@@ -872,28 +858,30 @@ Result<void> Recorder::finish()
 {
 	if (auto r = drain(); !r)
 		return r;
+	// The Python spans first: their threads are noted as they are made.
+	if (auto r = finish_python(); !r)
+		return r;
+	name_threads();
 	for (auto &[pid, p] : processes_)
 		if (auto r = out_.process(p); !r)
 			return r;
 	for (auto &[key, name] : threads_) {
 		// A short-lived process may be gone before its thread was named,
 		// and its fork record (with the name) read after its first span.
-		if (name.empty())
-			name = process(key.first).comm;
+		if (auto p = processes_.find(key.first); name.empty() && p != processes_.end())
+			name = p->second.comm;
 		if (auto r = out_.thread({key.first, key.second, name}); !r)
 			return r;
 	}
-	if (auto r = finish_python(); !r)
-		return r;
 	if (raw_dump_)
-		if (auto r = raw_dump_->close(attacher_.specs()); !r)
+		if (auto r = raw_dump_->close(probes_.specs()); !r)
 			return r;
 	return out_.drops(drops());
 }
 
 std::vector<Drop> Recorder::drops() const
 {
-	auto c = engine_.counters();
+	auto c = probes_.counters();
 	std::vector<Drop> drops = {
 		{"uprobe", "ring_buffer_full", c[EACGM_CNT_RINGBUF_FULL]},
 		{"uprobe", "depth_overflow", c[EACGM_CNT_DEPTH_OVERFLOW]},

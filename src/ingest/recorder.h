@@ -1,7 +1,9 @@
-// The ingest loop of the pipeline: drains the BPF ring buffers, decodes
-// spans, keeps the process and thread tables, reacts to forks, execs, exits
-// and dlopen, joins Python stacks to calls and samples into function spans,
-// and hands everything to the sink chain (common/sink.h).
+// The ingest loop of the pipeline: takes the records of a source (the BPF
+// rings, pipeline/sources.h), decodes spans, keeps the process and thread
+// tables, reacts to forks, execs, exits and dlopen, joins Python stacks to
+// calls and samples into function spans, and hands everything to the sink
+// chain (common/sink.h). It asks the System, never /proc itself, what a
+// process is, and the Probes to place probes on what it maps.
 #pragma once
 #include <chrono>
 #include <functional>
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "pipeline/raw_dump.h"
+#include "pipeline/sources.h"
 #include "pipeline/weights.h"
 #include "common/model.h"
 #include "common/result.h"
@@ -27,24 +30,18 @@
 #include "layers/nccl.h"
 #include "layers/python.h"
 #include "layers/python_resolver.h"
-#include "probe/attacher.h"
-#include "probe/pid_watch.h"
 #include "probe/symbolizer.h"
-
-struct ring_buffer;
 
 namespace eacgm {
 
-class Recorder {
+class Recorder : public Records {
 public:
 	// python may be null (no python layer).
-	Recorder(Attacher &attacher, SpanEngine &engine, ProcTracker &tracker, Sink &out,
-		 PythonTracer *python = nullptr);
-	~Recorder();
+	Recorder(Probes &probes, System &system, RecordSource &source, Sink &out, PythonTracer *python = nullptr);
 	Recorder(const Recorder &) = delete;
 	Recorder &operator=(const Recorder &) = delete;
 
-	Result<void> open();
+	void open();
 	// A process traced from the start (launched or attached with -p). Its
 	// exit is watched through pidfd when given (opened before the process
 	// was tracked, so that a pid reused since cannot stand in for it), else
@@ -143,10 +140,12 @@ public:
 	// What the user should know as it happens (probes attached late, ...).
 	std::vector<std::string> take_notes();
 
+	// Records, as the source reads them (pipeline/sources.h).
+	void span(const eacgm_span_event &e) override;
+	void proc(const eacgm_proc_event &e) override { procs_.push_back(e); }
+	void py(const eacgm_py_stack_event &e, uint32_t nframes) override;
+
 private:
-	static int on_span(void *ctx, void *data, size_t size);
-	static int on_proc(void *ctx, void *data, size_t size);
-	static int on_py(void *ctx, void *data, size_t size);
 	void watch_python(uint32_t pid);
 	void rescan_processes();
 	// Discovery, off the ring buffer's callback: the processes seen first
@@ -190,26 +189,23 @@ private:
 	// BPF side has not reported: those that exited before they were
 	// tracked (during attach), or whose exit record was lost.
 	void end_exited_processes();
-	void note_attached(size_t before, uint32_t pid);
 	void note_thread(uint32_t pid, uint32_t tid);
 	// Decodes what was read; writes to the store when enough has gathered
 	// (or force).
 	Result<void> flush(bool force = false);
 
-	Attacher &attacher_;
-	SpanEngine &engine_;
-	ProcTracker &tracker_;
+	Probes &probes_;
+	System &system_;
+	RecordSource &source_;
 	Sink &out_;
-	Symbolizer symbolizer_;
-	Interner names_; // the recording's strings typed spans carry as ids (kernel names)
+	Symbolizer symbolizer_; // reads the System's /proc
+	Interner names_;        // the recording's strings typed spans carry as ids (kernel names)
 	NcclCommunicators nccl_;
 	// Joins the work a call issued (torch's enqueue) to the call that ran it
 	// (gloo's collective on a worker thread); set by open().
 	std::optional<IssueLinker> issues_;
-	struct ring_buffer *rb_ = nullptr;
 	std::map<uint32_t, Process> processes_;
 	std::set<uint32_t> live_;
-	PidWatch exits_;
 	std::vector<uint32_t> exited_; // known exited from their pidfd, not yet ended
 	std::set<uint32_t> rescan_;    // exec'd or dlopen'd this round: maps to rescan
 	std::map<std::pair<uint32_t, uint32_t>, std::string> threads_;
@@ -245,6 +241,21 @@ private:
 	uint64_t stack_cache_since_ns_ = 0;
 	std::map<uint64_t, SpanStack> span_stacks_;
 	std::vector<RawStack> pending_samples_;
+	// Read in this round, handled after it (read_round): process records,
+	// and the stacks behind calls (frames in one buffer, no allocation per
+	// record).
+	std::vector<eacgm_proc_event> procs_;
+	struct CallStack {
+		uint64_t id;
+		uint32_t pid;
+		uint16_t flags;
+		uint32_t first, n; // in call_frames_
+	};
+	std::vector<CallStack> call_stacks_;
+	std::vector<eacgm_py_frame> call_frames_;
+	std::vector<std::pair<uint32_t, uint32_t>> unnamed_; // threads noted this round
+	void name_threads();
+	Result<int> read_round();
 	std::map<std::pair<uint32_t, uint32_t>, std::vector<PyStackSample>> samples_; // (pid, tid)
 	// Streaming (stream_python_): each thread's samples not yet in order
 	// (younger than kPyReorderNs), and its spans being made.
@@ -285,6 +296,18 @@ private:
 	std::set<uint32_t> held_pids_;
 	std::vector<eacgm_span_event> held_spans_;
 	std::vector<uint32_t> ended_; // serve: exited, to hand on and forget after the flush
+	// serve: processes handed on as ended and forgotten: when each ended
+	// and when it was forgotten. Their calls read since (a ring read later
+	// than the exit's) are stored without making the process known anew.
+	struct Retired {
+		uint64_t end_ns, at_ns;
+		std::string comm;
+	};
+	std::map<uint32_t, Retired> retired_;
+	std::set<uint32_t> late_threads_; // retired pids with threads noted since
+	Result<void> hand_on_threads(uint32_t pid, const std::string &comm);
+	static constexpr uint64_t kRetiredKeepNs = 10'000'000'000;
+	bool ended_call(const eacgm_span_event &e) const;
 	uint64_t filtered_ = 0;
 	std::chrono::steady_clock::time_point last_drops_;
 	std::chrono::steady_clock::time_point last_sweep_ = std::chrono::steady_clock::now();
@@ -295,9 +318,5 @@ private:
 	TensorFormatter tensors_ = nullptr;
 	std::optional<RawDumpWriter> raw_dump_;
 };
-
-// Reads a file under /proc into a string without the trailing newline;
-// cmdline's NUL separators become spaces.
-std::string read_proc_text(const std::string &path);
 
 } // namespace eacgm

@@ -1,0 +1,66 @@
+// The sources of a live node (pipeline/sources.h): the BPF ring buffers the
+// span, process and Python programs write to, and the probes the attacher
+// places and the span engine runs.
+#pragma once
+#include "pipeline/sources.h"
+#include "probe/attacher.h"
+#include "probe/proc_tracker.h"
+#include "probe/span_engine.h"
+
+struct ring_buffer;
+struct bpf_map;
+
+namespace eacgm {
+
+// One libbpf ring_buffer over the maps, read in the order they were added:
+// the process ring before the spans' would let a fork be read before its
+// child's calls, but one consume reads every ring to its end, ring by ring,
+// so the Recorder orders what needs ordering itself (it decodes a round's
+// spans after the round's process records).
+class BpfRings : public RecordSource {
+public:
+	// python may be null (no Python layer).
+	static Result<BpfRings> open(bpf_map *spans, bpf_map *procs, bpf_map *python);
+	BpfRings(BpfRings &&o) noexcept;
+	BpfRings &operator=(BpfRings &&) = delete;
+	~BpfRings() override;
+
+	int fd() const override;
+	Result<int> consume(Records &to) override;
+
+private:
+	BpfRings() = default;
+	static int on_span(void *ctx, void *data, size_t size);
+	static int on_proc(void *ctx, void *data, size_t size);
+	static int on_py(void *ctx, void *data, size_t size);
+	// Heap-held: the rings' callbacks keep its address.
+	struct State {
+		ring_buffer *rb = nullptr;
+		Records *to = nullptr; // during consume
+	};
+	std::unique_ptr<State> s_;
+};
+
+class BpfProbes : public Probes {
+public:
+	BpfProbes(Attacher &attacher, SpanEngine &engine, ProcTracker &tracker)
+		: attacher_(attacher), engine_(engine), tracker_(tracker)
+	{}
+	const SpecSet &specs() const override { return attacher_.specs(); }
+	void inherit(uint32_t child, uint32_t parent) override { attacher_.inherit(child, parent); }
+	void forget(uint32_t pid) override { attacher_.forget(pid); }
+	Scan scan(uint32_t pid, const std::vector<Mapping> &maps) override;
+	bool wanted(const std::string &path) const override { return attacher_.wanted(path); }
+	Result<void> track(uint32_t pid) override { return tracker_.track(pid); }
+	std::array<uint64_t, EACGM_CNT_COUNT> counters() const override { return engine_.counters(); }
+	Result<std::vector<eacgm_open_call>> open_calls(uint32_t tid) const override { return engine_.open_calls(tid); }
+	std::vector<std::string> take_warnings() override;
+
+private:
+	std::vector<std::string> errors_; // scans that failed
+	Attacher &attacher_;
+	SpanEngine &engine_;
+	ProcTracker &tracker_;
+};
+
+} // namespace eacgm

@@ -1,0 +1,421 @@
+// The pipeline driven by fake sources (pipeline/sources.h): no BPF, no /proc.
+// A parent and a child it forks, execs and ends; their calls on another ring;
+// in serve, a process the filters exclude. Every order the two rings can
+// hand their records over in (each ring in its own order, the two
+// interleaved any way, cut into rounds anywhere) must give the sinks the
+// same spans, processes and threads.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <random>
+#include <set>
+#include <tuple>
+
+#include "common/clock.h"
+#include "ingest/recorder.h"
+#include "pipeline/sources.h"
+
+namespace eacgm {
+namespace {
+
+constexpr uint32_t kParent = 4100, kChild = 4101, kChildThread = 4102, kExcluded = 4200;
+
+// What /proc says: every process of the script is there from the start and
+// stays, a zombie (readable, with its exit status) once it has exited: as
+// the records are read (the running world) or before any is (the ended one:
+// the rings read after the job ended).
+class FakeSystem : public System {
+public:
+	struct Proc {
+		std::string comm, cmdline;
+		uint32_t ppid = 0;
+		std::map<uint32_t, std::string> threads;
+		std::optional<int> status; // once exited
+	};
+	std::map<uint32_t, Proc> procs;
+	// Set while the source hands records over: nothing may ask /proc then
+	// (it would hold up every record behind the one being read).
+	bool in_callback = false;
+	std::set<uint32_t> watched;
+	std::vector<uint32_t> exited; // watched, exited, not yet taken
+	size_t maps_read = 0;
+
+	// The kernel ends a process: its pidfd becomes readable, and its exit
+	// record is written (the rings hand it over later, or at once).
+	void end(uint32_t pid, int status)
+	{
+		procs.at(pid).status = status;
+		if (watched.erase(pid))
+			exited.push_back(pid);
+	}
+
+	std::string comm(uint32_t pid) override { return find(pid) ? find(pid)->comm : ""; }
+	std::string cmdline(uint32_t pid) override { return find(pid) ? find(pid)->cmdline : ""; }
+	std::string thread_name(uint32_t pid, uint32_t tid) override
+	{
+		if (!find(pid) || !find(pid)->threads.count(tid))
+			return "";
+		return find(pid)->threads.at(tid);
+	}
+	std::optional<uint32_t> parent(uint32_t pid) override
+	{
+		return find(pid) ? std::optional(find(pid)->ppid) : std::nullopt;
+	}
+	CgroupInfo cgroup(uint32_t) override { return {"/job.slice", "", ""}; }
+	Result<std::vector<Mapping>> maps(uint32_t pid) override
+	{
+		maps_read++;
+		if (!find(pid))
+			return make_error("no such process");
+		Mapping m;
+		m.start = 0x7f0000000000;
+		m.end = 0x7f0000100000;
+		m.path = "/usr/lib/x86_64-linux-gnu/libcudart.so.12";
+		return std::vector<Mapping>{m};
+	}
+	std::vector<uint32_t> threads(uint32_t pid) override
+	{
+		std::vector<uint32_t> t;
+		if (find(pid))
+			for (auto &[tid, name] : find(pid)->threads)
+				t.push_back(tid);
+		return t;
+	}
+	bool exists(uint32_t pid) override { return find(pid) != nullptr; }
+	std::optional<int> exit_status(uint32_t pid) override { return find(pid) ? find(pid)->status : std::nullopt; }
+	std::string proc_root() const override { return "/nonexistent/eacgm-test-proc"; }
+
+	Result<PidState> watch(uint32_t pid, UniqueFd) override
+	{
+		if (!find(pid))
+			return PidState::gone;
+		if (find(pid)->status)
+			return PidState::exited;
+		watched.insert(pid);
+		return PidState::alive;
+	}
+	void unwatch(uint32_t pid) override
+	{
+		watched.erase(pid);
+		std::erase(exited, pid);
+	}
+	int exits_fd() const override { return -1; }
+	std::vector<uint32_t> take_exited() override { return std::exchange(exited, {}); }
+
+private:
+	Proc *find(uint32_t pid)
+	{
+		EXPECT_FALSE(in_callback) << "the system was asked about pid " << pid << " inside a ring callback";
+		auto it = procs.find(pid);
+		return it == procs.end() ? nullptr : &it->second;
+	}
+};
+
+class FakeProbes : public Probes {
+public:
+	explicit FakeProbes(SpecSet specs) : specs_(std::move(specs)) {}
+	const SpecSet &specs() const override { return specs_; }
+	void inherit(uint32_t child, uint32_t parent) override { inherited.insert({child, parent}); }
+	void forget(uint32_t pid) override { forgotten.insert(pid); }
+	Scan scan(uint32_t pid, const std::vector<Mapping> &) override
+	{
+		scanned.insert(pid);
+		return {};
+	}
+	bool wanted(const std::string &path) const override { return path.find("libcudart") != std::string::npos; }
+	Result<void> track(uint32_t pid) override
+	{
+		tracked.insert(pid);
+		return {};
+	}
+	std::array<uint64_t, EACGM_CNT_COUNT> counters() const override { return {}; }
+	Result<std::vector<eacgm_open_call>> open_calls(uint32_t) const override
+	{
+		return std::vector<eacgm_open_call>{};
+	}
+	std::vector<std::string> take_warnings() override { return {}; }
+
+	std::set<std::pair<uint32_t, uint32_t>> inherited;
+	std::set<uint32_t> forgotten, scanned, tracked;
+
+private:
+	SpecSet specs_;
+};
+
+// A record of either ring.
+struct Rec {
+	bool span = false;
+	eacgm_span_event s{};
+	eacgm_proc_event p{};
+};
+
+// Hands over one round of records per consume, as a ring read would.
+class FakeSource : public RecordSource {
+public:
+	FakeSource(std::vector<std::vector<Rec>> rounds, FakeSystem &system) : rounds_(std::move(rounds)), sys_(system)
+	{}
+	int fd() const override { return -1; }
+	Result<int> consume(Records &to) override
+	{
+		if (next_ == rounds_.size())
+			return 0;
+		const auto &round = rounds_[next_++];
+		sys_.in_callback = true;
+		for (const Rec &r : round) {
+			if (r.span) {
+				to.span(r.s);
+				continue;
+			}
+			// The kernel ends a process before its exit record can be read.
+			if (r.p.kind == EACGM_PROC_EXIT)
+				sys_.end(r.p.tgid, r.p.exit_code >> 8);
+			to.proc(r.p);
+		}
+		sys_.in_callback = false;
+		return int(round.size());
+	}
+	size_t rounds() const { return rounds_.size(); }
+
+private:
+	std::vector<std::vector<Rec>> rounds_;
+	size_t next_ = 0;
+	FakeSystem &sys_;
+};
+
+// What reached the sink: spans as (pid, tid, function, start, duration), the
+// last word on each process, the threads.
+struct Collected : Sink {
+	using SpanKey = std::tuple<uint32_t, uint32_t, std::string, uint64_t, uint64_t>;
+	std::vector<SpanKey> spans;
+	std::map<uint32_t, Process> processes;
+	std::set<std::tuple<uint32_t, uint32_t, std::string>> threads;
+	Result<void> write(SpanBatch &b) override
+	{
+		for (const Span &s : b.spans)
+			spans.emplace_back(s.pid, s.tid, s.name, s.start_ns, s.dur_ns);
+		for (size_t i = 0; i < b.typed.size(); i++) {
+			Span s = span_at(b.typed, i);
+			spans.emplace_back(s.pid, s.tid, s.name, s.start_ns, s.dur_ns);
+		}
+		return {};
+	}
+	Result<void> process(const Process &p) override
+	{
+		processes[p.pid] = p;
+		return {};
+	}
+	Result<void> thread(const Thread &t) override
+	{
+		threads.insert({t.pid, t.tid, t.name});
+		return {};
+	}
+};
+
+class Pipeline : public ::testing::Test {
+protected:
+	void SetUp() override
+	{
+		auto cuda = load_builtin_spec("cuda");
+		ASSERT_TRUE(cuda) << cuda.error().message;
+		specs_ = std::move(*cuda);
+		malloc_ = probe_index(specs_, "cudaMalloc");
+		free_ = probe_index(specs_, "cudaFree");
+		ASSERT_LT(malloc_, specs_.probes.size());
+		ASSERT_LT(free_, specs_.probes.size());
+		// Now: a fork read within a second of its time waits for its
+		// parent's verdict (serve), as on a live node.
+		t0_ = mono_ns();
+	}
+
+	FakeSystem world(bool excluded) const
+	{
+		FakeSystem w;
+		w.procs[kParent] = {"python", "python train.py", 1, {{kParent, "python"}}, {}};
+		w.procs[kChild] = {
+			"worker", "worker --rank 1", kParent, {{kChild, "worker"}, {kChildThread, "loader"}}, {}};
+		if (excluded)
+			w.procs[kExcluded] = {"excluded", "excluded --x", 1, {{kExcluded, "excluded"}}, {}};
+		return w;
+	}
+
+	Rec span(uint32_t pid, uint32_t tid, size_t spec, uint64_t at, uint64_t dur) const
+	{
+		Rec r{.span = true};
+		r.s.start_ns = t0_ + at;
+		r.s.dur_ns = dur;
+		r.s.tgid = pid;
+		r.s.tid = tid;
+		r.s.spec_id = uint32_t(spec);
+		return r;
+	}
+	Rec proc(uint32_t kind, uint32_t pid, uint32_t ppid, const char *comm, uint64_t at, int32_t code = 0) const
+	{
+		Rec r;
+		r.p.kind = kind;
+		r.p.tgid = pid;
+		r.p.ppid = ppid;
+		r.p.ts_ns = t0_ + at;
+		r.p.exit_code = code;
+		std::strncpy(r.p.comm, comm, sizeof r.p.comm - 1);
+		return r;
+	}
+
+	// Each ring in its own order.
+	std::vector<Rec> proc_ring() const
+	{
+		return {proc(EACGM_PROC_FORK, kChild, kParent, "python", 10),
+			proc(EACGM_PROC_EXEC, kChild, kParent, "worker", 20),
+			proc(EACGM_PROC_EXIT, kChild, kParent, "worker", 50, 3 << 8),
+			proc(EACGM_PROC_EXIT, kParent, 1, "python", 60, 0)};
+	}
+	std::vector<Rec> span_ring(bool excluded) const
+	{
+		std::vector<Rec> r = {span(kParent, kParent, malloc_, 5, 100),
+				      span(kChild, kChild, malloc_, 12, 200), // before its exec
+				      span(kChild, kChild, free_, 30, 300),
+				      span(kChild, kChildThread, malloc_, 40, 400),
+				      span(kParent, kParent, free_, 55, 500)};
+		if (excluded) {
+			r.insert(r.begin() + 1, span(kExcluded, kExcluded, malloc_, 7, 600));
+			r.push_back(span(kExcluded, kExcluded, free_, 57, 700));
+		}
+		return r;
+	}
+
+	struct Outcome {
+		Collected sink;
+		uint64_t filtered = 0;
+	};
+	// The records in `order` (false: the span ring's next, true: the proc
+	// ring's next), a round ending after each position `cuts` marks.
+	Outcome run(const std::vector<bool> &order, const std::vector<bool> &cuts, bool serve, bool ended) const
+	{
+		std::vector<Rec> spans = span_ring(serve), procs = proc_ring();
+		std::vector<std::vector<Rec>> rounds(1);
+		size_t s = 0, p = 0;
+		for (size_t i = 0; i < order.size(); i++) {
+			rounds.back().push_back(order[i] ? procs[p++] : spans[s++]);
+			if (cuts[i])
+				rounds.emplace_back();
+		}
+		Outcome out;
+		FakeSystem sys = world(serve);
+		if (ended)
+			for (const Rec &r : procs)
+				if (r.p.kind == EACGM_PROC_EXIT)
+					sys.procs.at(r.p.tgid).status = r.p.exit_code >> 8;
+		FakeProbes probes(specs_);
+		FakeSource source(std::move(rounds), sys);
+		Recorder rec(probes, sys, source, out.sink);
+		rec.open();
+		if (serve)
+			rec.discover([&](uint32_t pid) { return sys.comm(pid) != "excluded"; });
+		else
+			rec.add_root(kParent, 1, t0_);
+		for (size_t i = 0; i < source.rounds(); i++) {
+			auto n = rec.poll(0);
+			EXPECT_TRUE(n) << n.error().message;
+		}
+		auto f = rec.finish();
+		EXPECT_TRUE(f) << f.error().message;
+		out.filtered = rec.filtered_spans();
+		std::sort(out.sink.spans.begin(), out.sink.spans.end());
+		return out;
+	}
+
+	std::vector<Collected::SpanKey> expected_spans() const
+	{
+		std::vector<Collected::SpanKey> s = {{kParent, kParent, "cudaMalloc", t0_ + 5, 100},
+						     {kParent, kParent, "cudaFree", t0_ + 55, 500},
+						     {kChild, kChild, "cudaMalloc", t0_ + 12, 200},
+						     {kChild, kChild, "cudaFree", t0_ + 30, 300},
+						     {kChild, kChildThread, "cudaMalloc", t0_ + 40, 400}};
+		std::sort(s.begin(), s.end());
+		return s;
+	}
+
+	// Every interleaving of the two rings' records, each cut into rounds
+	// in four ways (one round, a round per record, two seeded patterns), in
+	// both worlds.
+	template <class F>
+	void each_order(bool serve, F check) const
+	{
+		size_t ns = span_ring(serve).size(), np = proc_ring().size();
+		std::vector<bool> order(ns + np, false);
+		std::fill(order.end() - long(np), order.end(), true);
+		std::mt19937 rng(7);
+		// serve tracks a process from when it is adopted: one that ended
+		// before any record was read would have sent no exit record.
+		std::vector<bool> worlds = serve ? std::vector<bool>{false} : std::vector<bool>{false, true};
+		size_t runs = 0;
+		do {
+			std::vector<std::vector<bool>> cut_sets = {std::vector<bool>(order.size(), false),
+								   std::vector<bool>(order.size(), true)};
+			for (int k = 0; k < 2; k++) {
+				std::vector<bool> c(order.size());
+				for (size_t i = 0; i < c.size(); i++)
+					c[i] = rng() % 3 == 0;
+				cut_sets.push_back(c);
+			}
+			for (auto &cuts : cut_sets)
+				for (bool ended : worlds) {
+					SCOPED_TRACE(describe(order, cuts) + (ended ? " (ended before read)" : ""));
+					check(run(order, cuts, serve, ended));
+					runs++;
+				}
+		} while (std::next_permutation(order.begin(), order.end()));
+		EXPECT_GT(runs, 100u);
+	}
+
+	static std::string describe(const std::vector<bool> &order, const std::vector<bool> &cuts)
+	{
+		std::string s;
+		for (size_t i = 0; i < order.size(); i++)
+			s += std::string(order[i] ? "P" : "S") + (cuts[i] ? " | " : " ");
+		return "rings (S span, P process; | a round's end): " + s;
+	}
+
+	SpecSet specs_;
+	size_t malloc_ = 0, free_ = 0;
+	uint64_t t0_ = 0;
+};
+
+TEST_F(Pipeline, RecordGivesTheSameSpansProcessesAndThreadsInEveryOrder)
+{
+	each_order(false, [&](const Outcome &o) {
+		EXPECT_EQ(o.sink.spans, expected_spans());
+		ASSERT_EQ(o.sink.processes.size(), 2u);
+		const Process &p = o.sink.processes.at(kParent), &c = o.sink.processes.at(kChild);
+		EXPECT_EQ(std::tie(p.ppid, p.comm, p.cmdline, p.start_ns, p.end_ns, p.exit_code),
+			  std::make_tuple(1u, std::string("python"), std::string("python train.py"), t0_, t0_ + 60, 0));
+		EXPECT_EQ(std::tie(c.ppid, c.comm, c.cmdline, c.start_ns, c.end_ns, c.exit_code),
+			  std::make_tuple(kParent, std::string("worker"), std::string("worker --rank 1"), t0_ + 10,
+					  t0_ + 50, 3));
+		EXPECT_EQ(p.cgroup, "/job.slice");
+		std::set<std::tuple<uint32_t, uint32_t, std::string>> threads = {
+			{kParent, kParent, "python"}, {kChild, kChild, "worker"}, {kChild, kChildThread, "loader"}};
+		EXPECT_EQ(o.sink.threads, threads);
+		EXPECT_EQ(o.filtered, 0u);
+	});
+}
+
+TEST_F(Pipeline, ServeGivesTheSameSpansProcessesAndThreadsInEveryOrder)
+{
+	each_order(true, [&](const Outcome &o) {
+		EXPECT_EQ(o.sink.spans, expected_spans());
+		EXPECT_EQ(o.filtered, 2u); // the excluded process's calls
+		ASSERT_EQ(o.sink.processes.size(), 2u);
+		const Process &p = o.sink.processes.at(kParent), &c = o.sink.processes.at(kChild);
+		EXPECT_EQ(std::tie(p.ppid, p.comm, p.cmdline, p.end_ns, p.exit_code),
+			  std::make_tuple(1u, std::string("python"), std::string("python train.py"), t0_ + 60, 0));
+		EXPECT_EQ(std::tie(c.ppid, c.comm, c.cmdline, c.end_ns, c.exit_code),
+			  std::make_tuple(kParent, std::string("worker"), std::string("worker --rank 1"), t0_ + 50, 3));
+		std::set<std::tuple<uint32_t, uint32_t, std::string>> threads = {
+			{kParent, kParent, "python"}, {kChild, kChild, "worker"}, {kChild, kChildThread, "loader"}};
+		EXPECT_EQ(o.sink.threads, threads);
+	});
+}
+
+} // namespace
+} // namespace eacgm
