@@ -12,7 +12,7 @@ std::vector<Recorder::OpenSpan> Recorder::open_spans(uint64_t now_ns, bool waits
 {
 	const auto &specs = probes_.specs();
 	std::vector<OpenSpan> out;
-	for (uint32_t pid : live_) {
+	for (uint32_t pid : table_.live()) {
 		for (uint32_t tid : system_.threads(pid)) {
 			auto calls = probes_.open_calls(tid);
 			if (!calls) {

@@ -20,20 +20,11 @@ namespace eacgm {
 static constexpr size_t kBatch = 4096;
 
 Recorder::Recorder(Probes &probes, System &system, RecordSource &source, Sink &out, PythonTracer *python)
-	: probes_(probes), system_(system), source_(source), out_(out), symbolizer_(system.proc_root()), python_(python)
+	: probes_(probes), system_(system), source_(source), out_(out), symbolizer_(system.proc_root()), table_(system),
+	  python_(python)
 {}
 
 void Recorder::open() { issues_.emplace(probes_.specs().probes); }
-
-void Recorder::watch(uint32_t pid, UniqueFd pidfd)
-{
-	auto st = system_.watch(pid, std::move(pidfd));
-	if (st && *st != PidState::alive)
-		exited_.push_back(pid); // ended after this round's records
-	// Without a pidfd (out of descriptors) its BPF exit record still ends it.
-	if (!st)
-		warn_once(st.error().message);
-}
 
 void Recorder::warn_once(const std::string &message)
 {
@@ -43,24 +34,14 @@ void Recorder::warn_once(const std::string &message)
 
 Process &Recorder::process(uint32_t pid, UniqueFd pidfd)
 {
-	auto it = processes_.find(pid);
-	if (it != processes_.end())
-		return it->second;
-	Process &p = processes_[pid];
-	p.pid = pid;
-	p.comm = system_.comm(pid);
-	p.cmdline = system_.cmdline(pid);
-	if (auto ppid = system_.parent(pid))
-		p.ppid = *ppid;
-	CgroupInfo cg = system_.cgroup(pid);
-	p.cgroup = std::move(cg.path);
-	p.container_id = std::move(cg.container_id);
-	p.pod_uid = std::move(cg.pod_uid);
-	unannounced_.insert(pid);
-	live_.insert(pid);
-	watch(pid, std::move(pidfd));
-	symbolizer_.snapshot(pid);
-	watch_python(pid);
+	bool created = false;
+	Process &p = table_.get(pid, std::move(pidfd), &created);
+	if (created) {
+		symbolizer_.snapshot(pid);
+		watch_python(pid);
+		for (auto &w : table_.take_warnings())
+			warn_once(w);
+	}
 	return p;
 }
 
@@ -74,45 +55,8 @@ void Recorder::add_root(uint32_t pid, uint32_t ppid, uint64_t start_ns, UniqueFd
 
 void Recorder::set_exit(uint32_t pid, int exit_code, uint64_t end_ns)
 {
-	Process &p = process(pid);
-	p.exit_code = exit_code;
-	if (!p.end_ns)
-		p.end_ns = end_ns;
-	if (live_.erase(pid) && discover_)
-		ended_.push_back(pid);
-	system_.unwatch(pid);
-}
-
-void Recorder::end_exited_processes()
-{
-	for (uint32_t pid : system_.take_exited())
-		exited_.push_back(pid);
-	if (exited_.empty())
-		return;
-	uint64_t now = mono_ns();
-	for (uint32_t pid : std::exchange(exited_, {}))
-		if (live_.count(pid)) // the exit code, while its parent has not reaped it
-			set_exit(pid, system_.exit_status(pid).value_or(-1), now);
-}
-
-void Recorder::note_thread(uint32_t pid, uint32_t tid)
-{
-	if (threads_.try_emplace({pid, tid}).second)
-		unnamed_.push_back({pid, tid});
-}
-
-// The threads noted in this round, named (off the ring's callback: a /proc
-// read there would hold up every record behind it).
-void Recorder::name_threads()
-{
-	for (auto key : std::exchange(unnamed_, {})) {
-		auto t = threads_.find(key);
-		if (t == threads_.end())
-			continue; // its process was excluded meanwhile
-		t->second = system_.thread_name(key.first, key.second);
-		if (auto p = processes_.find(key.first); t->second.empty() && p != processes_.end())
-			t->second = p->second.comm; // else named at finish, from its process
-	}
+	process(pid);
+	table_.set_exit(pid, exit_code, end_ns);
 }
 
 void Recorder::span(const eacgm_span_event &e)
@@ -126,14 +70,11 @@ void Recorder::span(const eacgm_span_event &e)
 	}
 	// A call of a process handed on as ended (serve), read late: stored,
 	// without bringing it back.
-	bool late = ended_call(e);
 	// Made known after this round's records: reading /proc, its maps and
 	// its interpreter here would hold up every record behind this one.
-	if (!processes_.count(e.tgid) && !late)
+	if (!table_.known(e.tgid) && !table_.ended_call(e.tgid, e.start_ns))
 		unseen_.insert(e.tgid);
-	note_thread(e.tgid, e.tid);
-	if (late)
-		late_threads_.insert(e.tgid);
+	table_.note_thread(e.tgid, e.tid, e.start_ns);
 	// Decoded at flush, after this round's process events: a forked child's
 	// spans can be read before the fork record that says whose maps it has.
 	pending_.push_back(e);
@@ -193,8 +134,8 @@ void Recorder::fold_cached_samples()
 		uint32_t pid;
 		memcpy(&pid, key.data(), sizeof pid); // the key starts with the pid
 		// Known: a stack resolves only for a process watched as Python.
-		auto p = processes_.find(pid);
-		std::string line = p == processes_.end() ? "" : p->second.comm;
+		const Process *p = table_.find(pid);
+		std::string line = p ? p->comm : "";
 		for (auto f = (*rs.frames)->rbegin(); f != (*rs.frames)->rend(); ++f)
 			line += ";" + f->qualname + " (" + f->filename.substr(f->filename.rfind('/') + 1) + ":" +
 				std::to_string(f->first_line) + ")";
@@ -285,7 +226,7 @@ void Recorder::handle_proc(const eacgm_proc_event &e)
 		held_.push_back(e); // after its fork, which waits for the parent
 		return;
 	}
-	if (discover_ && !processes_.count(e.kind == EACGM_PROC_FORK ? e.ppid : e.tgid) && discover_proc(e))
+	if (discover_ && !table_.known(e.kind == EACGM_PROC_FORK ? e.ppid : e.tgid) && discover_proc(e))
 		return;
 	switch (e.kind) {
 	case EACGM_PROC_FORK: {
@@ -300,8 +241,8 @@ void Recorder::handle_proc(const eacgm_proc_event &e)
 		// parent's program until it execs.
 		if (p.comm.empty())
 			p.comm = std::string(e.comm, strnlen(e.comm, sizeof(e.comm)));
-		if (p.cmdline.empty() && processes_.count(e.ppid))
-			p.cmdline = processes_[e.ppid].cmdline;
+		if (const Process *parent = table_.find(e.ppid); p.cmdline.empty() && parent)
+			p.cmdline = parent->cmdline;
 		break;
 	}
 	case EACGM_PROC_EXEC: {
@@ -310,7 +251,7 @@ void Recorder::handle_proc(const eacgm_proc_event &e)
 		p.cmdline = system_.cmdline(e.tgid);
 		probes_.forget(e.tgid); // a new image
 		symbolizer_.exec(e.tgid);
-		unannounced_.insert(e.tgid); // by its new name
+		table_.renamed(e.tgid); // by its new name
 		rescan_.insert(e.tgid);
 		break;
 	}
@@ -321,10 +262,8 @@ void Recorder::handle_proc(const eacgm_proc_event &e)
 		rescan_.insert(e.tgid);
 		break;
 	case EACGM_PROC_EXIT:
-		set_exit(e.tgid, exit_status(e.exit_code), e.ts_ns);
-		// The kernel's time stands over one noted before its record was
-		// read (its pidfd woke first, or it had exited when first seen).
-		processes_[e.tgid].end_ns = e.ts_ns;
+		process(e.tgid);
+		table_.exit_record(e.tgid, exit_status(e.exit_code), e.ts_ns);
 		probes_.forget(e.tgid);
 		break;
 	}
@@ -337,7 +276,7 @@ void Recorder::handle_proc(const eacgm_proc_event &e)
 void Recorder::rescan_processes()
 {
 	for (uint32_t pid : std::exchange(rescan_, {})) {
-		if (!live_.count(pid))
+		if (!table_.live(pid))
 			continue; // exited this round: nothing more to attach for it
 		auto maps = system_.maps(pid);
 		if (!maps)
@@ -355,14 +294,7 @@ void Recorder::rescan_processes()
 
 // New processes, and renamed ones, to the sinks: the metrics label what a
 // process does by its name and where it runs.
-Result<void> Recorder::announce()
-{
-	for (uint32_t pid : std::exchange(unannounced_, {}))
-		if (auto p = processes_.find(pid); p != processes_.end())
-			if (auto r = out_.process(p->second); !r)
-				return r;
-	return {};
-}
+Result<void> Recorder::announce() { return table_.announce(out_); }
 
 // serve: a record about a process the table does not hold. True when it
 // is handled here.
@@ -394,28 +326,40 @@ bool Recorder::discover_proc(const eacgm_proc_event &e)
 		if (excluded_.count(e.tgid))
 			return true;
 		// A process the kernel traced from its first call, read exiting
-		// before it was looked at (its calls read in this round, or in a
-		// later one: another ring): judged as any other while /proc still
-		// shows it (a zombie), else kept with what the record says.
-		unseen_.erase(e.tgid);
-		if (system_.exists(e.tgid))
-			return !adopt(e.tgid); // adopted: its exit, as a known process's
-		{
-			Process &p = processes_[e.tgid];
-			p.pid = e.tgid;
-			p.comm = std::string(e.comm, strnlen(e.comm, sizeof(e.comm)));
-			p.exit_code = exit_status(e.exit_code);
-			p.end_ns = e.ts_ns;
-			ended_.push_back(e.tgid);
-		}
+		// before it was judged: kept, unjudged (the filters would read a
+		// /proc entry about to go, and a reaped process reads as nameless),
+		// once its calls are read: in this round, or a later one (another
+		// ring).
+		if (unseen_.erase(e.tgid))
+			keep_ended(e);
+		else
+			early_exits_.push_back(e);
 		return true;
 	}
 	return false;
 }
 
 // serve: how long a forked child's records wait for its parent's verdict,
-// and the calls of a process gone before it was judged for a fork record.
+// the calls of a process gone before it was judged for a fork record, and
+// an exit read before any call of its process for those calls.
 static constexpr uint64_t kForkWaitNs = 1'000'000'000;
+
+// serve: a process known from its exit record, with what /proc still says of
+// it (a zombie), else with what the record says.
+void Recorder::keep_ended(const eacgm_proc_event &e)
+{
+	if (system_.exists(e.tgid)) {
+		process(e.tgid);
+		table_.exit_record(e.tgid, exit_status(e.exit_code), e.ts_ns);
+		return;
+	}
+	Process p;
+	p.pid = e.tgid;
+	p.comm = std::string(e.comm, strnlen(e.comm, sizeof(e.comm)));
+	p.exit_code = exit_status(e.exit_code);
+	p.end_ns = e.ts_ns;
+	table_.add_ended(std::move(p));
+}
 
 // serve: the forks (and what followed) of parents not judged when they were
 // read, once the parents are: a child of an excluded parent is excluded, of
@@ -431,7 +375,7 @@ void Recorder::resolve_forks(bool all)
 	held_pids_.clear();
 	std::set<uint32_t> waiting;
 	for (const eacgm_proc_event &e : std::exchange(held_, {})) {
-		bool unknown = !processes_.count(e.ppid) && !excluded_.count(e.ppid);
+		bool unknown = !table_.known(e.ppid) && !excluded_.count(e.ppid);
 		if (waiting.count(e.tgid) ||
 		    (e.kind == EACGM_PROC_FORK && unknown && !all && now < e.ts_ns + kForkWaitNs)) {
 			waiting.insert(e.tgid);
@@ -450,9 +394,22 @@ void Recorder::resolve_forks(bool all)
 
 void Recorder::adopt_unseen()
 {
-	for (uint32_t pid : std::exchange(unseen_, {}))
-		if (!processes_.count(pid) && !excluded_.count(pid))
+	for (uint32_t pid : std::exchange(unseen_, {})) {
+		if (table_.known(pid) || excluded_.count(pid))
+			continue;
+		auto early = std::find_if(early_exits_.begin(), early_exits_.end(),
+					  [&](const eacgm_proc_event &e) { return e.tgid == pid; });
+		if (early == early_exits_.end()) {
 			adopt(pid);
+			continue;
+		}
+		keep_ended(*early);
+		early_exits_.erase(early);
+	}
+	// Exits whose calls never came (lost, or cut off by the exit):
+	// nothing of them to keep.
+	uint64_t now = mono_ns();
+	std::erase_if(early_exits_, [&](const eacgm_proc_event &e) { return now > e.ts_ns + kForkWaitNs; });
 }
 
 bool Recorder::adopt(uint32_t pid)
@@ -463,9 +420,12 @@ bool Recorder::adopt(uint32_t pid)
 		if (!system_.exists(pid))
 			return false;
 		if (wanted_ && !wanted_(pid)) {
+			// Reaped while judged: the filters read what was left of it
+			// (no name), which is no verdict.
+			if (!system_.exists(pid))
+				return false;
 			excluded_.insert(pid);
-			auto first = threads_.lower_bound({pid, 0});
-			threads_.erase(first, threads_.lower_bound({pid + 1, 0}));
+			table_.drop_threads(pid);
 			return false;
 		}
 		// Its forks, execs, exit and scheduling are followed from now on.
@@ -487,7 +447,7 @@ static bool is_interpreter(const std::string &path)
 void Recorder::judge_candidates()
 {
 	for (uint32_t pid : std::exchange(candidates_, {})) {
-		if (processes_.count(pid) || excluded_.count(pid))
+		if (table_.known(pid) || excluded_.count(pid))
 			continue;
 		auto maps = system_.maps(pid);
 		if (!maps)
@@ -508,45 +468,16 @@ void Recorder::judge_candidates()
 // threads) and forgotten, with everything kept about it.
 Result<void> Recorder::retire_exited()
 {
-	for (uint32_t pid : std::exchange(ended_, {})) {
-		auto p = processes_.find(pid);
-		if (p == processes_.end() || live_.count(pid))
-			continue;
-		if (auto r = out_.process(p->second); !r)
-			return r;
-		if (auto r = hand_on_threads(pid, p->second.comm); !r)
-			return r;
+	auto gone = table_.retire(out_, mono_ns());
+	if (!gone)
+		return gone.error();
+	for (uint32_t pid : *gone) {
 		symbolizer_.forget(pid);
 		probes_.forget(pid);
 		if (python_)
 			python_->forget(pid);
-		retired_[pid] = {p->second.end_ns ? p->second.end_ns : mono_ns(), mono_ns(), p->second.comm};
-		processes_.erase(p);
 	}
-	// Threads first seen in calls read after their process was handed on.
-	for (uint32_t pid : std::exchange(late_threads_, {}))
-		if (auto r = hand_on_threads(pid, retired_[pid].comm); !r)
-			return r;
 	return {};
-}
-
-// serve: a process's threads to the sinks, and out of the table; named after
-// the process where their own name was not read.
-Result<void> Recorder::hand_on_threads(uint32_t pid, const std::string &comm)
-{
-	auto first = threads_.lower_bound({pid, 0}), last = threads_.lower_bound({pid + 1, 0});
-	for (auto t = first; t != last; ++t)
-		if (auto r = out_.thread({pid, t->first.second, t->second.empty() ? comm : t->second}); !r)
-			return r;
-	threads_.erase(first, last);
-	return {};
-}
-
-bool Recorder::ended_call(const eacgm_span_event &e) const
-{
-	auto r = retired_.find(e.tgid);
-	// A pid reused since makes its calls after the end.
-	return r != retired_.end() && e.start_ns <= r->second.end_ns;
 }
 
 // serve: the filters' verdicts on processes that have exited since (their
@@ -555,10 +486,10 @@ bool Recorder::ended_call(const eacgm_span_event &e) const
 void Recorder::sweep_excluded()
 {
 	auto now = std::chrono::steady_clock::now();
-	if ((excluded_.empty() && retired_.empty()) || now - last_sweep_ < std::chrono::seconds(10))
+	if (now - last_sweep_ < std::chrono::seconds(10))
 		return;
 	last_sweep_ = now;
-	std::erase_if(retired_, [t = mono_ns()](const auto &r) { return t - r.second.at_ns > kRetiredKeepNs; });
+	table_.sweep(mono_ns());
 	for (auto it = excluded_.begin(); it != excluded_.end();)
 		if (!system_.exists(*it))
 			it = excluded_.erase(it);
@@ -585,7 +516,7 @@ Result<int> Recorder::poll(int timeout_ms)
 	rescan_processes();
 	// After the records: an exit the kernel reported there (with its code and
 	// time) is already handled; the kernel writes it before the pidfd wakes.
-	end_exited_processes();
+	table_.end_exited(mono_ns());
 	if (auto r = announce(); !r)
 		return r.error();
 	uint64_t cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID);
@@ -620,7 +551,7 @@ Result<int> Recorder::read_round()
 	handling_cpu_ns_ += clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu;
 	for (const eacgm_proc_event &e : std::exchange(procs_, {}))
 		handle_proc(e);
-	name_threads();
+	table_.name_threads();
 	cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID);
 	for (const CallStack &c : call_stacks_)
 		span_stacks_[c.id] = {c.flags, resolved(c.pid, call_frames_.data() + c.first, c.n, true)};
@@ -648,7 +579,8 @@ bool Recorder::awaits_verdict(const eacgm_span_event &e, bool force, uint64_t no
 {
 	if (held_pids_.count(e.tgid))
 		return true;
-	return !force && !processes_.count(e.tgid) && !ended_call(e) && now_ns < e.start_ns + e.dur_ns + kForkWaitNs;
+	return !force && !table_.known(e.tgid) && !table_.ended_call(e.tgid, e.start_ns) &&
+		now_ns < e.start_ns + e.dur_ns + kForkWaitNs;
 }
 
 // Whether a probe's calls may stay typed to the sinks: no joiner changes
@@ -790,7 +722,7 @@ void Recorder::add_sample(uint32_t pid, uint32_t tid, PyStackSample smp)
 	}
 	auto [it, fresh] = py_threads_.try_emplace({pid, tid}, PyThread{{}, SampledSpans(pid, tid)});
 	if (fresh)
-		note_thread(pid, tid);
+		table_.note_thread(pid, tid, smp.ts_ns);
 	it->second.pending.push_back(std::move(smp));
 }
 
@@ -841,7 +773,7 @@ Result<void> Recorder::finish_python()
 	for (auto &[key, samples] : samples_) {
 		std::stable_sort(samples.begin(), samples.end(),
 				 [](const PyStackSample &a, const PyStackSample &b) { return a.ts_ns < b.ts_ns; });
-		note_thread(key.first, key.second);
+		table_.note_thread(key.first, key.second, samples.empty() ? 0 : samples.front().ts_ns);
 		auto calls = calls_.find(key);
 		SpanBatch batch{SpanBatch::sampled,
 				python_function_spans(key.first, key.second, samples,
@@ -861,18 +793,8 @@ Result<void> Recorder::finish()
 	// The Python spans first: their threads are noted as they are made.
 	if (auto r = finish_python(); !r)
 		return r;
-	name_threads();
-	for (auto &[pid, p] : processes_)
-		if (auto r = out_.process(p); !r)
-			return r;
-	for (auto &[key, name] : threads_) {
-		// A short-lived process may be gone before its thread was named,
-		// and its fork record (with the name) read after its first span.
-		if (auto p = processes_.find(key.first); name.empty() && p != processes_.end())
-			name = p->second.comm;
-		if (auto r = out_.thread({key.first, key.second, name}); !r)
-			return r;
-	}
+	if (auto r = table_.finish(out_); !r)
+		return r;
 	if (raw_dump_)
 		if (auto r = raw_dump_->close(probes_.specs()); !r)
 			return r;

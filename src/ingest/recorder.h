@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "pipeline/process_table.h"
 #include "pipeline/raw_dump.h"
 #include "pipeline/sources.h"
 #include "pipeline/weights.h"
@@ -54,17 +55,11 @@ public:
 	// Consumes whatever is left in the buffers.
 	Result<void> drain();
 	// Traced processes that have not exited yet.
-	size_t live_processes() const { return live_.size(); }
-	bool live(uint32_t pid) const { return live_.count(pid) != 0; }
+	size_t live_processes() const { return table_.live().size(); }
+	bool live(uint32_t pid) const { return table_.live(pid); }
 	// Every process of the recording, exited ones included.
-	std::set<uint32_t> pids() const
-	{
-		std::set<uint32_t> s;
-		for (auto &[pid, p] : processes_)
-			s.insert(pid);
-		return s;
-	}
-	bool exited(uint32_t pid) const { return processes_.count(pid) && !live_.count(pid); }
+	std::set<uint32_t> pids() const { return table_.pids(); }
+	bool exited(uint32_t pid) const { return table_.exited(pid); }
 	void set_exit(uint32_t pid, int exit_code, uint64_t end_ns);
 	// Writes the process and thread tables and the loss counters.
 	Result<void> finish();
@@ -117,12 +112,13 @@ public:
 	{
 		discover_ = true;
 		wanted_ = std::move(wanted);
+		table_.forget_ended();
 	}
 	// serve: a process running when the agent starts, judged as one that
 	// just exec'd.
 	void consider(uint32_t pid) { candidates_.insert(pid); }
 	uint64_t filtered_spans() const { return filtered_; }
-	size_t known_processes() const { return processes_.size(); }
+	size_t known_processes() const { return table_.size(); }
 	// A call in flight, read from the span engine's entry state: its span
 	// so far (dur_ns: its age at now_ns, no return value, arguments read at
 	// return left out), the Python stack it was made under, and whether its
@@ -154,6 +150,9 @@ private:
 	void resolve_forks(bool all);
 	bool awaits_verdict(const eacgm_span_event &e, bool force, uint64_t now_ns) const;
 	bool discover_proc(const eacgm_proc_event &e);
+	void keep_ended(const eacgm_proc_event &e);
+	// serve: exits read before any call of their process (another ring).
+	std::vector<eacgm_proc_event> early_exits_;
 	Result<void> announce();
 	void judge_candidates();
 	bool adopt(uint32_t pid); // false: the filters exclude it
@@ -183,13 +182,9 @@ private:
 	// distinct stack rather than per sample.
 	void fold_cached_samples();
 	void handle_proc(const struct eacgm_proc_event &e);
+	// The table's, made known with its symbols' maps read and its
+	// interpreter watched.
 	Process &process(uint32_t pid, UniqueFd pidfd = {});
-	void watch(uint32_t pid, UniqueFd pidfd);
-	// Ends the processes whose pidfds say they exited and whose exit the
-	// BPF side has not reported: those that exited before they were
-	// tracked (during attach), or whose exit record was lost.
-	void end_exited_processes();
-	void note_thread(uint32_t pid, uint32_t tid);
 	// Decodes what was read; writes to the store when enough has gathered
 	// (or force).
 	Result<void> flush(bool force = false);
@@ -204,11 +199,8 @@ private:
 	// Joins the work a call issued (torch's enqueue) to the call that ran it
 	// (gloo's collective on a worker thread); set by open().
 	std::optional<IssueLinker> issues_;
-	std::map<uint32_t, Process> processes_;
-	std::set<uint32_t> live_;
-	std::vector<uint32_t> exited_; // known exited from their pidfd, not yet ended
-	std::set<uint32_t> rescan_;    // exec'd or dlopen'd this round: maps to rescan
-	std::map<std::pair<uint32_t, uint32_t>, std::string> threads_;
+	ProcessTable table_;
+	std::set<uint32_t> rescan_;             // exec'd or dlopen'd this round: maps to rescan
 	std::vector<eacgm_span_event> pending_; // read, not yet decoded
 	std::vector<Span> decoded_;             // decoded, not yet stored
 	TypedSpans typed_;                      // decoded, kept typed, not yet stored
@@ -253,8 +245,6 @@ private:
 	};
 	std::vector<CallStack> call_stacks_;
 	std::vector<eacgm_py_frame> call_frames_;
-	std::vector<std::pair<uint32_t, uint32_t>> unnamed_; // threads noted this round
-	void name_threads();
 	Result<int> read_round();
 	std::map<std::pair<uint32_t, uint32_t>, std::vector<PyStackSample>> samples_; // (pid, tid)
 	// Streaming (stream_python_): each thread's samples not yet in order
@@ -285,29 +275,15 @@ private:
 	std::set<std::string> warned_;
 	bool discover_ = false;
 	ProcessFilter wanted_;
-	std::set<uint32_t> unannounced_; // new or renamed since the sinks last heard of them
-	std::set<uint32_t> unseen_;      // pids of this round's spans not known yet
-	std::set<uint32_t> candidates_;  // serve: exec'd or loaded a library, not known yet
-	std::set<uint32_t> excluded_;    // serve: the filters said no
+	std::set<uint32_t> unseen_;     // pids of this round's spans not known yet
+	std::set<uint32_t> candidates_; // serve: exec'd or loaded a library, not known yet
+	std::set<uint32_t> excluded_;   // serve: the filters said no
 	// serve: the records of a child whose parent was not judged yet when
 	// its fork was read; they (and its calls) wait, in order, for the
 	// parent's verdict (resolve_forks).
 	std::vector<eacgm_proc_event> held_;
 	std::set<uint32_t> held_pids_;
 	std::vector<eacgm_span_event> held_spans_;
-	std::vector<uint32_t> ended_; // serve: exited, to hand on and forget after the flush
-	// serve: processes handed on as ended and forgotten: when each ended
-	// and when it was forgotten. Their calls read since (a ring read later
-	// than the exit's) are stored without making the process known anew.
-	struct Retired {
-		uint64_t end_ns, at_ns;
-		std::string comm;
-	};
-	std::map<uint32_t, Retired> retired_;
-	std::set<uint32_t> late_threads_; // retired pids with threads noted since
-	Result<void> hand_on_threads(uint32_t pid, const std::string &comm);
-	static constexpr uint64_t kRetiredKeepNs = 10'000'000'000;
-	bool ended_call(const eacgm_span_event &e) const;
 	uint64_t filtered_ = 0;
 	std::chrono::steady_clock::time_point last_drops_;
 	std::chrono::steady_clock::time_point last_sweep_ = std::chrono::steady_clock::now();

@@ -349,7 +349,7 @@ class ServeWithPrometheus(unittest.TestCase):
         torch = collections.Counter(r["name"] for r in E.query(self.store, "SELECT name FROM spans WHERE layer='torch'"))
         self.assertEqual(torch["aten::linear"], 15)
         procs = E.query(self.store, "SELECT comm, exit_code FROM processes")
-        self.assertEqual(collections.Counter((p["comm"], p["exit_code"]) for p in procs),
+        self.assertEqual(dict(collections.Counter((p["comm"], p["exit_code"]) for p in procs)),
                          {(self.tag + "cu", 0): 4, (self.tag + "nc", 0): 1, (self.tag + "py", 0): 1,
                           (self.tag + "py", -1): 1})  # the busy job, still running at the end
         meta = {r["key"]: r["value"] for r in E.query(self.store, "SELECT key, value FROM meta")}

@@ -14,6 +14,7 @@
 
 #include "common/clock.h"
 #include "ingest/recorder.h"
+#include "pipeline/process_table.h"
 #include "pipeline/sources.h"
 
 namespace eacgm {
@@ -415,6 +416,95 @@ TEST_F(Pipeline, ServeGivesTheSameSpansProcessesAndThreadsInEveryOrder)
 			{kParent, kParent, "python"}, {kChild, kChild, "worker"}, {kChild, kChildThread, "loader"}};
 		EXPECT_EQ(o.sink.threads, threads);
 	});
+}
+
+// What the table keeps of a process that had exited when first seen: its
+// pidfd says so at once, and the exit record read later gives the time.
+TEST(ProcessTable, TheExitRecordsTimeStandsOverThePidfds)
+{
+	FakeSystem sys;
+	sys.procs[10] = {"job", "job --x", 1, {{10, "job"}}, 2};
+	ProcessTable table(sys);
+	bool created = false;
+	EXPECT_EQ(table.get(10, {}, &created).comm, "job");
+	EXPECT_TRUE(created);
+	table.end_exited(999);
+	ASSERT_TRUE(table.exited(10));
+	EXPECT_EQ(std::tie(table.find(10)->end_ns, table.find(10)->exit_code), std::make_tuple(uint64_t(999), 2));
+	table.exit_record(10, 2, 500);
+	EXPECT_EQ(table.find(10)->end_ns, 500u);
+	table.get(10, {}, &created);
+	EXPECT_FALSE(created);
+}
+
+// serve: an ended process goes to the sinks once; a thread of it first seen
+// in a call read late goes after it; a pid reused since is a new process.
+TEST(ProcessTable, ServeHandsOnAnEndedProcessOnceAndItsLateThreads)
+{
+	FakeSystem sys;
+	sys.procs[10] = {"job", "job --x", 1, {{10, "job"}, {11, "loader"}}, {}};
+	ProcessTable table(sys);
+	table.forget_ended();
+	Collected out;
+	table.get(10);
+	table.note_thread(10, 10, 5);
+	table.name_threads();
+	ASSERT_TRUE(table.announce(out));
+	table.set_exit(10, 0, 100);
+	auto gone = table.retire(out, 150);
+	ASSERT_TRUE(gone) << gone.error().message;
+	EXPECT_EQ(*gone, std::vector<uint32_t>{10});
+	EXPECT_FALSE(table.known(10));
+	EXPECT_EQ(out.processes.at(10).end_ns, 100u);
+	EXPECT_EQ(out.threads, (std::set<std::tuple<uint32_t, uint32_t, std::string>>{{10, 10, "job"}}));
+
+	EXPECT_TRUE(table.ended_call(10, 40));   // made before its end
+	EXPECT_FALSE(table.ended_call(10, 101)); // a process that reuses the pid
+	table.note_thread(10, 11, 40);
+	out.processes.clear();
+	gone = table.retire(out, 160);
+	ASSERT_TRUE(gone);
+	EXPECT_TRUE(gone->empty());
+	EXPECT_TRUE(out.processes.empty()); // not handed on again
+	EXPECT_EQ(out.threads,
+		  (std::set<std::tuple<uint32_t, uint32_t, std::string>>{{10, 10, "job"}, {10, 11, "loader"}}));
+	// Forgotten ten seconds after it was handed on.
+	table.sweep(160 + 10'000'000'001);
+	EXPECT_FALSE(table.ended_call(10, 40));
+}
+
+// serve: a process its pidfd ended (reaped: no exit code left in /proc) is
+// handed on once its exit record is read, with the record's code and time,
+// or a second later without it.
+TEST(ProcessTable, ServeWaitsForTheExitRecordAfterThePidfd)
+{
+	FakeSystem sys;
+	sys.procs[10] = {"job", "job", 1, {}, {}};
+	sys.procs[20] = {"other", "other", 1, {}, {}};
+	ProcessTable table(sys);
+	table.forget_ended();
+	Collected out;
+	table.get(10);
+	table.get(20);
+	sys.end(10, 0);
+	sys.end(20, 0);
+	sys.procs.erase(10); // reaped before the agent looked
+	sys.procs.erase(20);
+	table.end_exited(1000);
+	auto gone = table.retire(out, 1000);
+	ASSERT_TRUE(gone);
+	EXPECT_TRUE(gone->empty());
+	table.exit_record(10, 3, 900);
+	gone = table.retire(out, 2000);
+	ASSERT_TRUE(gone);
+	EXPECT_EQ(*gone, std::vector<uint32_t>{10});
+	EXPECT_EQ(std::tie(out.processes.at(10).exit_code, out.processes.at(10).end_ns),
+		  std::make_tuple(3, uint64_t(900)));
+	gone = table.retire(out, 1000 + 1'000'000'000);
+	ASSERT_TRUE(gone);
+	EXPECT_EQ(*gone, std::vector<uint32_t>{20}); // no record came
+	EXPECT_EQ(std::tie(out.processes.at(20).exit_code, out.processes.at(20).end_ns),
+		  std::make_tuple(-1, uint64_t(1000)));
 }
 
 } // namespace
