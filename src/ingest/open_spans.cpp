@@ -54,9 +54,7 @@ Span Recorder::open_span(uint32_t pid, uint32_t tid, uint32_t depth, const eacgm
 		if (a.source == EACGM_ARG_DEREF_EXIT)
 			s.args.erase(a.name);
 	nccl_.observe(s); // the communicator's rank and size
-	if (auto st = c.py_stack ? span_stacks_.find(c.py_stack) : span_stacks_.end(); st != span_stacks_.end())
-		if (st->second.stack.frames && !(*st->second.stack.frames)->empty())
-			s.py_stack = st->second.stack.shown;
+	s.py_stack = python_join_.peek_stack(c.py_stack);
 	return s;
 }
 

@@ -21,7 +21,7 @@ static constexpr size_t kBatch = 4096;
 
 Recorder::Recorder(Probes &probes, System &system, RecordSource &source, Sink &out, PythonTracer *python)
 	: probes_(probes), system_(system), source_(source), out_(out), symbolizer_(system.proc_root()), table_(system),
-	  python_(python)
+	  python_(python), python_join_(python, table_)
 {}
 
 void Recorder::open() { issues_.emplace(probes_.specs().probes); }
@@ -98,119 +98,7 @@ void Recorder::watch_python(uint32_t pid)
 		warn_once(w);
 }
 
-void Recorder::py(const eacgm_py_stack_event &e, uint32_t n)
-{
-	if (e.kind == EACGM_PY_SPAN) {
-		// Named after this round's records (read_round), within
-		// milliseconds of the walk, not when the span ends: by then a short
-		// program may be finalising and freeing the code objects (its
-		// module body's first).
-		call_stacks_.push_back({e.id, e.tgid, e.flags, uint32_t(call_frames_.size()), n});
-		call_frames_.insert(call_frames_.end(), e.frames, e.frames + n);
-		return;
-	}
-	samples_read_++;
-	pending_samples_.push_back(
-		{e.ts_ns, e.tgid, e.tid, e.flags, std::vector<eacgm_py_frame>(e.frames, e.frames + n)});
-}
-
-// The cache holds while the resolver trusts what it resolved: past that a
-// code object at the same address may be another, and is looked at anew.
-void Recorder::retire_stack_cache()
-{
-	uint64_t now = mono_ns();
-	if (now - stack_cache_since_ns_ < PythonResolver::kTrustNs && stack_cache_.size() < 65536)
-		return;
-	fold_cached_samples();
-	stack_cache_.clear();
-	stack_cache_since_ns_ = now;
-}
-
-void Recorder::fold_cached_samples()
-{
-	for (auto &[key, rs] : stack_cache_) {
-		if (!rs.samples)
-			continue;
-		uint32_t pid;
-		memcpy(&pid, key.data(), sizeof pid); // the key starts with the pid
-		// Known: a stack resolves only for a process watched as Python.
-		const Process *p = table_.find(pid);
-		std::string line = p ? p->comm : "";
-		for (auto f = (*rs.frames)->rbegin(); f != (*rs.frames)->rend(); ++f)
-			line += ";" + f->qualname + " (" + f->filename.substr(f->filename.rfind('/') + 1) + ":" +
-				std::to_string(f->first_line) + ")";
-		folded_[line] += std::exchange(rs.samples, 0);
-	}
-}
-
-Recorder::ResolvedStack &Recorder::resolved(uint32_t pid, const eacgm_py_frame *frames, uint32_t n, bool partial)
-{
-	// The key is built in a buffer kept between calls and looked up as a
-	// view: a hit, which nearly every walk is, allocates nothing.
-	std::string &key = stack_key_;
-	key.resize(sizeof pid + 1 + n * sizeof *frames);
-	memcpy(key.data(), &pid, sizeof pid);
-	key[sizeof pid] = partial;
-	memcpy(key.data() + sizeof pid + 1, frames, n * sizeof *frames);
-	auto it = stack_cache_.find(std::string_view(key));
-	if (it == stack_cache_.end()) {
-		it = stack_cache_.emplace(key, ResolvedStack{}).first;
-		auto f = resolve_stack(pid, frames, n, partial);
-		if (f) {
-			it->second.shown = PyStack(format_py_stack(*f));
-			it->second.frames = SharedFrames(std::move(*f));
-		}
-	} else if (!it->second.frames && !partial) {
-		py_unresolved_++; // counted per sample, as when each was resolved
-	}
-	return it->second;
-}
-
-std::optional<std::vector<PyFrame>> Recorder::resolve_stack(uint32_t pid, const eacgm_py_frame *frames, uint32_t n,
-							    bool partial)
-{
-	auto proc = python_->processes().find(pid);
-	if (proc == python_->processes().end())
-		return std::nullopt;
-	const PyOffsets *o = &proc->second.offsets;
-	std::vector<PyFrame> out;
-	for (uint32_t i = 0; i < n; i++) {
-		auto f = resolver_.resolve(pid, *o, frames[i].code, frames[i].instr, frames[i].name, frames[i].file);
-		if (!f) {
-			// Past a module's top-level code there is no more Python: a
-			// frame there is a stale link (seen on 3.11's outermost entry
-			// frame), cut off. Anywhere else the stack is dropped, counted:
-			// mostly code objects freed before we looked (a module body once
-			// its import is done), and a stack with a hole would put time in
-			// the wrong function.
-			if (!out.empty() && out.back().qualname == "<module>")
-				return out;
-			// The stack behind a call may show its inner frames, marked cut.
-			if (partial && !out.empty()) {
-				out.push_back({"...", "", 0, 0});
-				return out;
-			}
-			py_unresolved_++;
-			return std::nullopt;
-		}
-		out.push_back({f->qualname, f->filename, f->line, f->first_line});
-	}
-	return out;
-}
-
-bool Recorder::add_eval_entry(const Span &s, const eacgm_span_event &e)
-{
-	auto proc = python_->processes().find(s.pid);
-	if (proc == python_->processes().end())
-		return false;
-	// The function entered, from the frame it was given (args: code, code_name).
-	auto f = resolver_.resolve(s.pid, proc->second.offsets, e.args[0], 0, e.args[1]);
-	if (!f)
-		return false;
-	calls_[{s.pid, s.tid}].push_back(
-		{s.start_ns, s.start_ns + s.dur_ns, {f->qualname, f->filename, f->first_line, f->first_line}});
-	return true;
-}
+void Recorder::py(const eacgm_py_stack_event &e, uint32_t n) { python_join_.record(e, n); }
 
 // The kernel's exit_code is a wait status: the shell's number for it.
 static int exit_status(int32_t code)
@@ -553,10 +441,7 @@ Result<int> Recorder::read_round()
 		handle_proc(e);
 	table_.name_threads();
 	cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID);
-	for (const CallStack &c : call_stacks_)
-		span_stacks_[c.id] = {c.flags, resolved(c.pid, call_frames_.data() + c.first, c.n, true)};
-	call_stacks_.clear();
-	call_frames_.clear();
+	python_join_.name_call_stacks();
 	handling_cpu_ns_ += clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu;
 	return n;
 }
@@ -601,34 +486,6 @@ bool Recorder::stays_typed(uint32_t spec_id)
 	return typed_ok_[spec_id];
 }
 
-// The Python stack a call was made under (its record's py_stack), shown
-// with it; the functions of that stack join the samples at its start and
-// end. Empty: none, or a thread without Python frames.
-PyStack Recorder::take_stack(const eacgm_span_event &e)
-{
-	auto stack = e.py_stack ? span_stacks_.find(e.py_stack) : span_stacks_.end();
-	if (stack == span_stacks_.end())
-		return {};
-	PyStack shown;
-	auto &[flags, rs] = stack->second;
-	// A thread started from C (a torch autograd or CUDA worker,
-	// _thread.start_new_thread of a C function) has a thread state but no
-	// Python frames: its call has no stack.
-	if (rs.frames && !(*rs.frames)->empty()) {
-		const SharedFrames &frames = *rs.frames;
-		shown = rs.shown;
-		// The functions that made the call contain it: they join the
-		// samples at its start and end (a cut or truncated stack would
-		// mislead them: it stays out).
-		if (frames->back().qualname != "..." && !(flags & EACGM_PY_TRUNCATED)) {
-			add_sample(e.tgid, e.tid, {e.start_ns, frames, false, false});
-			add_sample(e.tgid, e.tid, {e.start_ns + e.dur_ns, frames, false, false});
-		}
-	}
-	span_stacks_.erase(stack);
-	return shown;
-}
-
 // One span record: typed to the batch where no joiner needs it (most
 // calls), else as a Span through the joiners.
 void Recorder::decode(const eacgm_span_event &e)
@@ -643,19 +500,18 @@ void Recorder::decode(const eacgm_span_event &e)
 	t.weight = budget_.weight(e.spec_id, e.start_ns);
 	if (stays_typed(e.spec_id)) {
 		typed_.specs = &specs, typed_.names = &names_, typed_.tensors = tensors_;
-		typed_.push_back(t, take_stack(e));
+		typed_.push_back(t, python_join_.take_stack(e));
 		return;
 	}
 	decoded_.push_back(render_span(t, spec, specs, names_, tensors_));
 	Span &s = decoded_.back();
 	nccl_.observe(s);
 	if (python_ && s.layer == "python" && s.name == kEvalEntryFunction) {
-		if (!add_eval_entry(s, e))
-			py_entries_lost_++;
+		python_join_.eval_entry(s, e);
 		decoded_.pop_back(); // it lives on as a Python function span
 		return;
 	}
-	s.py_stack = take_stack(e);
+	s.py_stack = python_join_.take_stack(e);
 	// Held by the linker until the call that issued its work is read.
 	if (issues_ && !issues_->see(s, spec.issues))
 		decoded_.pop_back();
@@ -696,94 +552,7 @@ Result<void> Recorder::flush(bool force)
 		if (!r)
 			return r;
 	}
-	for (auto &raw : pending_samples_) {
-		ResolvedStack &rs = resolved(raw.pid, raw.frames.data(), raw.frames.size(), false);
-		if (!rs.frames || (*rs.frames)->empty())
-			continue;
-		rs.samples += fold_;
-		add_sample(
-			raw.pid, raw.tid,
-			{raw.ts, *rs.frames, (raw.flags & EACGM_PY_TRUNCATED) != 0, true, budget_.period_at(raw.ts)});
-	}
-	pending_samples_.clear();
-	retire_stack_cache();
-	if (stream_python_ && (force || now - last_py_fold_ > std::chrono::seconds(1))) {
-		last_py_fold_ = now;
-		return fold_python(false);
-	}
-	return {};
-}
-
-void Recorder::add_sample(uint32_t pid, uint32_t tid, PyStackSample smp)
-{
-	if (!stream_python_) {
-		samples_[{pid, tid}].push_back(std::move(smp));
-		return;
-	}
-	auto [it, fresh] = py_threads_.try_emplace({pid, tid}, PyThread{{}, SampledSpans(pid, tid)});
-	if (fresh)
-		table_.note_thread(pid, tid, smp.ts_ns);
-	it->second.pending.push_back(std::move(smp));
-}
-
-// Samples come out of order by up to the length of a traced call (a torch
-// call's start is read when it returns) and the read's latency; those older
-// than this go in in time order (a later one still comes in: SampledSpans
-// places it where it can).
-static constexpr uint64_t kPyReorderNs = 2'000'000'000;
-
-Result<void> Recorder::fold_python(bool all)
-{
-	uint64_t before = all ? UINT64_MAX : mono_ns() - kPyReorderNs;
-	auto by_time = [](const PyStackSample &a, const PyStackSample &b) { return a.ts_ns < b.ts_ns; };
-	std::vector<Span> spans;
-	for (auto it = py_threads_.begin(); it != py_threads_.end();) {
-		PyThread &t = it->second;
-		std::stable_sort(t.pending.begin(), t.pending.end(), by_time);
-		auto end = std::upper_bound(t.pending.begin(), t.pending.end(), before,
-					    [](uint64_t ts, const PyStackSample &s) { return ts < s.ts_ns; });
-		for (auto p = t.pending.begin(); p != end; ++p)
-			t.spans.add(*p);
-		t.pending.erase(t.pending.begin(), end);
-		// A thread of a process that has exited, with nothing left to
-		// place, is done: its state goes (a node agent sees thousands of
-		// short-lived threads come and go).
-		bool done = all || (t.pending.empty() && !live(it->first.first));
-		for (Span &s : done ? t.spans.finish() : t.spans.take())
-			spans.push_back(std::move(s));
-		if (!done) {
-			++it;
-			continue;
-		}
-		py_late_ += t.spans.late();
-		it = py_threads_.erase(it);
-	}
-	SpanBatch batch{SpanBatch::sampled, std::move(spans), {}};
-	return out_.write(batch);
-}
-
-// Python function spans: the rest of those made as the samples came, or
-// all of them, from each thread's samples in time order.
-Result<void> Recorder::finish_python()
-{
-	if (stream_python_)
-		return fold_python(true);
-	for (auto &[key, calls] : calls_)
-		samples_[key]; // a thread with calls and no samples
-	for (auto &[key, samples] : samples_) {
-		std::stable_sort(samples.begin(), samples.end(),
-				 [](const PyStackSample &a, const PyStackSample &b) { return a.ts_ns < b.ts_ns; });
-		table_.note_thread(key.first, key.second, samples.empty() ? 0 : samples.front().ts_ns);
-		auto calls = calls_.find(key);
-		SpanBatch batch{SpanBatch::sampled,
-				python_function_spans(key.first, key.second, samples,
-						      calls == calls_.end() ? std::vector<PyCall>{} : calls->second,
-						      &py_calls_contradicted_),
-				{}};
-		if (auto r = out_.write(batch); !r)
-			return r;
-	}
-	return {};
+	return python_join_.flush(out_, budget_, force);
 }
 
 Result<void> Recorder::finish()
@@ -791,7 +560,7 @@ Result<void> Recorder::finish()
 	if (auto r = drain(); !r)
 		return r;
 	// The Python spans first: their threads are noted as they are made.
-	if (auto r = finish_python(); !r)
+	if (auto r = python_join_.finish(out_); !r)
 		return r;
 	if (auto r = table_.finish(out_); !r)
 		return r;
@@ -815,23 +584,11 @@ std::vector<Drop> Recorder::drops() const
 		auto p = python_->counters();
 		drops.push_back({"python", "ring_buffer_full", p[EACGM_PY_CNT_RINGBUF_FULL]});
 		drops.push_back({"python", "unreadable_stack", p[EACGM_PY_CNT_READ_FAILED]});
-		drops.push_back({"python", "unresolved_stack", py_unresolved_});
-		drops.push_back({"python", "unresolved_entry", py_entries_lost_});
-		drops.push_back({"python", "contradicted_call", py_calls_contradicted_});
-		drops.push_back({"python", "late_sample", py_late_});
+		python_join_.drops(drops);
 	}
 	return drops;
 }
 
 std::vector<std::string> Recorder::take_warnings() { return std::exchange(warnings_, {}); }
-
-std::string Recorder::folded_stacks()
-{
-	fold_cached_samples();
-	std::string out;
-	for (auto &[stack, n] : folded_)
-		out += stack + " " + std::to_string(n) + "\n";
-	return out;
-}
 
 } // namespace eacgm

@@ -9,8 +9,6 @@
 #include <functional>
 #include <cstdint>
 #include <map>
-#include <string_view>
-#include <unordered_map>
 #include <optional>
 #include <set>
 #include <string>
@@ -18,6 +16,7 @@
 #include <vector>
 
 #include "pipeline/process_table.h"
+#include "pipeline/python_join.h"
 #include "pipeline/raw_dump.h"
 #include "pipeline/sources.h"
 #include "pipeline/weights.h"
@@ -27,10 +26,8 @@
 #include "eacgm/abi/events.h"
 #include "ingest/decode.h"
 #include "ingest/issues.h"
-#include "ingest/python_spans.h"
 #include "layers/nccl.h"
 #include "layers/python.h"
-#include "layers/python_resolver.h"
 #include "probe/symbolizer.h"
 
 namespace eacgm {
@@ -73,7 +70,7 @@ public:
 	// of a record to eacgm.
 	uint64_t records_read() const { return records_read_; }
 	uint64_t handling_cpu_ns() const { return handling_cpu_ns_; }
-	uint64_t samples_read() const { return samples_read_; } // of them, Python stack samples
+	uint64_t samples_read() const { return python_join_.samples_read(); } // of them, Python stack samples
 	// Spans read so far per spec id (the budget's hit counts).
 	const std::vector<uint64_t> &spans_per_spec() const { return spans_per_spec_; }
 	// What each call and sample stands for as the overhead budget moves
@@ -86,18 +83,13 @@ public:
 	// Every span record decode sees is also written to `dump`, closed with
 	// the probes by finish() (record --raw-dump, pipeline/raw_dump.h).
 	void set_raw_dump(RawDumpWriter dump) { raw_dump_.emplace(std::move(dump)); }
-	// Keep every Python sample and measured call to the end and make the
-	// function spans from them all there (--python-entries: a measured call
-	// can reshape spans far before it ends). Otherwise each thread's spans
-	// are made as its samples come (SampledSpans) and stored once closed.
-	void keep_python_samples() { stream_python_ = false; }
-	// Keep the sampled stacks for folded_stacks() (--flamegraph); off by
-	// default: naming every sample's stack as a line of text cost more than
-	// resolving it, for a file nobody asked for.
-	void keep_folded_stacks() { fold_ = true; }
-	// Sampled Python stacks in the collapsed format of flame graph tools:
-	// "outer;...;inner count" per line, frames as "qualname (file:def line)".
-	std::string folded_stacks();
+	// The Python layer's joining (pipeline/python_join.h): keep every
+	// sample to the end (--python-entries), keep the sampled stacks for
+	// folded_stacks (--flamegraph; off by default: naming every sample's
+	// stack as a line of text cost more than resolving it).
+	void keep_python_samples() { python_join_.keep_all_samples(); }
+	void keep_folded_stacks() { python_join_.keep_folded_stacks(); }
+	std::string folded_stacks() { return python_join_.folded_stacks(); }
 	// The node agent's mode (serve): the span engine traces every process
 	// that calls a traced library, and every exec and library load on the
 	// node is reported. A process is adopted (its maps, Python, exit
@@ -162,25 +154,6 @@ private:
 		       uint64_t now_ns);
 	// Said to the user once, however often it happens.
 	void warn_once(const std::string &message);
-	// partial: a frame that does not resolve cuts the stack there (marked
-	// "...") instead of dropping it.
-	std::optional<std::vector<PyFrame>> resolve_stack(uint32_t pid, const eacgm_py_frame *frames, uint32_t n,
-							  bool partial);
-	// A resolved stack and how spans show it, shared by every walk that
-	// read the same frames: a loop issues the same calls from the same
-	// lines, and resolving and formatting each walk anew was most of
-	// eacgm's CPU with Python stacks behind torch calls (measured on a GPT
-	// step). Kept while the resolver trusts its entries (1 s).
-	struct ResolvedStack {
-		std::optional<SharedFrames> frames;
-		PyStack shown;        // format_py_stack, shared by every span made under it
-		uint64_t samples = 0; // periodic samples of it, not yet in folded_
-	};
-	ResolvedStack &resolved(uint32_t pid, const eacgm_py_frame *frames, uint32_t n, bool partial);
-	void retire_stack_cache();
-	// Adds the cache's sample counts to folded_, a line of text per
-	// distinct stack rather than per sample.
-	void fold_cached_samples();
 	void handle_proc(const struct eacgm_proc_event &e);
 	// The table's, made known with its symbols' maps read and its
 	// interpreter watched.
@@ -207,69 +180,12 @@ private:
 	std::vector<bool> typed_ok_;            // stays_typed's, by spec id
 	std::chrono::steady_clock::time_point last_store_ = std::chrono::steady_clock::now();
 	PythonTracer *python_;
-	PythonResolver resolver_;
-	// Raw Python stacks behind spans (by id) and samples, until resolved at flush.
-	struct RawStack {
-		uint64_t ts;
-		uint32_t pid, tid;
-		uint16_t flags; // enum eacgm_py_flags
-		std::vector<eacgm_py_frame> frames;
-	};
-	// A call into the eval loop: a measured call of the function its frame
-	// runs. False when that does not resolve (the code object is gone).
-	bool add_eval_entry(const Span &s, const eacgm_span_event &e);
-	std::map<std::pair<uint32_t, uint32_t>, std::vector<PyCall>> calls_; // (pid, tid)
-	struct SpanStack {
-		uint16_t flags;      // enum eacgm_py_flags
-		ResolvedStack stack; // resolved when read (shares the cache's)
-	};
-	struct ViewHash {
-		using is_transparent = void;
-		size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-	};
-	// raw walk -> resolved; looked up by string_view (no key allocated)
-	std::unordered_map<std::string, ResolvedStack, ViewHash, std::equal_to<>> stack_cache_;
-	std::string stack_key_; // the key of the walk being looked up
-	uint64_t stack_cache_since_ns_ = 0;
-	std::map<uint64_t, SpanStack> span_stacks_;
-	std::vector<RawStack> pending_samples_;
-	// Read in this round, handled after it (read_round): process records,
-	// and the stacks behind calls (frames in one buffer, no allocation per
-	// record).
+	PythonJoiner python_join_;
+	// Process records read in this round, handled after it (read_round).
 	std::vector<eacgm_proc_event> procs_;
-	struct CallStack {
-		uint64_t id;
-		uint32_t pid;
-		uint16_t flags;
-		uint32_t first, n; // in call_frames_
-	};
-	std::vector<CallStack> call_stacks_;
-	std::vector<eacgm_py_frame> call_frames_;
 	Result<int> read_round();
-	std::map<std::pair<uint32_t, uint32_t>, std::vector<PyStackSample>> samples_; // (pid, tid)
-	// Streaming (stream_python_): each thread's samples not yet in order
-	// (younger than kPyReorderNs), and its spans being made.
-	struct PyThread {
-		std::vector<PyStackSample> pending;
-		SampledSpans spans;
-	};
-	std::map<std::pair<uint32_t, uint32_t>, PyThread> py_threads_;
-	bool stream_python_ = true;
-	std::chrono::steady_clock::time_point last_py_fold_ = std::chrono::steady_clock::now();
-	void add_sample(uint32_t pid, uint32_t tid, PyStackSample smp);
-	// Hands each thread's samples older than kPyReorderNs (all: at the end)
-	// to its spans, and stores the spans that closed.
-	Result<void> fold_python(bool all);
 	bool stays_typed(uint32_t spec_id);
-	PyStack take_stack(const eacgm_span_event &e);
 	void decode(const eacgm_span_event &e);
-	Result<void> finish_python();
-	uint64_t py_unresolved_ = 0;
-	uint64_t py_entries_lost_ = 0;     // eval-loop entries whose code object did not resolve
-	size_t py_calls_contradicted_ = 0; // measured calls a sample showed were not running
-	uint64_t py_late_ = 0;             // samples read too late to place (SampledSpans::late)
-	bool fold_ = false;
-	std::map<std::string, uint64_t> folded_; // collapsed sampled stacks -> samples
 	std::vector<std::string> warnings_;
 	std::vector<std::string> notes_;
 	std::set<std::string> warned_;
@@ -288,7 +204,7 @@ private:
 	std::chrono::steady_clock::time_point last_drops_;
 	std::chrono::steady_clock::time_point last_sweep_ = std::chrono::steady_clock::now();
 	uint64_t spans_seen_ = 0;
-	uint64_t records_read_ = 0, handling_cpu_ns_ = 0, samples_read_ = 0;
+	uint64_t records_read_ = 0, handling_cpu_ns_ = 0;
 	std::vector<uint64_t> spans_per_spec_;
 	BudgetHistory budget_;
 	TensorFormatter tensors_ = nullptr;
