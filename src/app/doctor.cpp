@@ -11,7 +11,7 @@
 
 #include "app/commands.h"
 #include "app/target.h"
-#include "ingest/recorder.h"
+#include "pipeline/recorder.h"
 #include "probe/attacher.h"
 #include "layers/python_offsets.h"
 #include "probe/elf_symbols.h"

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "ingest/recorder.h"
+#include "pipeline/recorder.h"
 #include "layers/python.h"
 #include "probe/budget.h"
 #include "probe/spec.h"

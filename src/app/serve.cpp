@@ -25,7 +25,7 @@
 #include "common/usage.h"
 #include "export/http.h"
 #include "export/metrics.h"
-#include "ingest/recorder.h"
+#include "pipeline/recorder.h"
 #include "store/store.h"
 
 namespace eacgm {

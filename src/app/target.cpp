@@ -2,7 +2,7 @@
 #include <sys/ptrace.h>
 #include <sys/resource.h>
 
-#include "ingest/recorder.h"
+#include "pipeline/recorder.h"
 
 #include <cerrno>
 #include <cstring>

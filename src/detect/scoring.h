@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "common/clock.h"
-#include "common/sink.h"
+#include "pipeline/sink.h"
 #include "detect/online.h"
 
 namespace eacgm::detect {

@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/sink.h"
+#include "pipeline/sink.h"
 #include "ingest/collectives.h"
 
 namespace eacgm {

@@ -235,7 +235,7 @@ std::string process_title(const Process &p, const json &origins, const Collectiv
 	return title;
 }
 
-// A call that ran work another call issued (ingest/issues.h: gloo's
+// A call that ran work another call issued (pipeline/issues.h: gloo's
 // collective, enqueued by torch's ProcessGroupGloo call on the caller's
 // thread) is linked to it by a flow (v1: "s" on the issuing thread at the
 // issue, bound to the call there; "f" at the start of the running call).

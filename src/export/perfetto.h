@@ -33,7 +33,7 @@ namespace eacgm {
 // several (meta process_origins, with the pid it had there), then its rank
 // in the largest group it took part in: "python3 (4242) node1 rank 1".
 // A call that ran work another issued (args issued_ns and issued_tid,
-// ingest/issues.h) is linked to the issuing call by a flow of its own (v1
+// pipeline/issues.h) is linked to the issuing call by a flow of its own (v1
 // "s"/"f" events, cat "issue").
 std::string perfetto_json(const Recording &rec);
 

@@ -23,9 +23,9 @@
 #include <tuple>
 #include <vector>
 
-#include "common/sink.h"
+#include "pipeline/sink.h"
 #include "ingest/collectives.h"
-#include "ingest/recorder.h"
+#include "pipeline/recorder.h"
 #include "layers/collector.h"
 
 namespace eacgm {

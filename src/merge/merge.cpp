@@ -168,7 +168,7 @@ public:
 		s.start_ns = time(s.start_ns);
 		s.pid = pid(s.pid);
 		s.tid = pid(s.tid);
-		// The issuing call a span ran the work of (ingest/issues.h).
+		// The issuing call a span ran the work of (pipeline/issues.h).
 		if (auto it = s.args.find("issued_ns"); it != s.args.end() && it->is_number_integer())
 			*it = time(it->get<uint64_t>());
 		if (auto it = s.args.find("issued_tid"); it != s.args.end() && it->is_number_integer())

@@ -15,7 +15,7 @@
 #include "common/fd.h"
 #include "common/model.h"
 #include "common/result.h"
-#include "common/sink.h"
+#include "pipeline/sink.h"
 #include "pipeline/sources.h"
 
 namespace eacgm {

@@ -17,10 +17,10 @@
 
 #include "common/model.h"
 #include "common/result.h"
-#include "common/sink.h"
+#include "pipeline/sink.h"
 #include "eacgm/abi/events.h"
 #include "eacgm/abi/python.h"
-#include "ingest/python_spans.h"
+#include "pipeline/python_spans.h"
 #include "layers/python.h"
 #include "layers/python_resolver.h"
 #include "pipeline/process_table.h"

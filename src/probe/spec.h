@@ -45,7 +45,7 @@ struct ArgSpec {
 // the arguments named in `by` are equal in both: the other call is then given
 // the issuing call's arguments it lacks (dtype, reduce op), its Python stack
 // and its start, thread and name (args issued_ns, issued_tid, issued_by). See
-// ingest/issues.h.
+// pipeline/issues.h.
 struct IssueRule {
 	std::string layer;
 	std::vector<std::string> by;

@@ -20,7 +20,7 @@
 
 #include "common/model.h"
 #include "common/result.h"
-#include "common/sink.h"
+#include "pipeline/sink.h"
 #include "pipeline/span.h"
 #include "store/span_layout.h"
 

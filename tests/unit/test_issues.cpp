@@ -1,10 +1,10 @@
-// The issue linker (ingest/issues.h): the call that ran a piece of work
+// The issue linker (pipeline/issues.h): the call that ran a piece of work
 // (gloo's collective on a worker thread) is given what the call that issued
 // it knew (torch's enqueue: tensor, reduce op, Python stack), whichever of
 // the two is read first.
 #include <gtest/gtest.h>
 
-#include "ingest/issues.h"
+#include "pipeline/issues.h"
 
 namespace eacgm {
 namespace {

@@ -117,7 +117,7 @@ TEST_F(MergeTest, TwoMachinesOnOneClock)
 		b.spans.push_back(coll(1, seq, t + 2 * kMs + 5'000 * kMs, t + 3 * kMs + 5'000 * kMs + 10'000, 42));
 	}
 	a.spans.push_back({.start_ns = 500, .dur_ns = 5, .pid = 42, .tid = 42, .layer = "torch", .name = "aten::mm"});
-	// The enqueue that issued b's first collective (ingest/issues.h): its
+	// The enqueue that issued b's first collective (pipeline/issues.h): its
 	// thread and time move with the rest of b.
 	const uint64_t issued_b = b.spans[0].start_ns - 10'000;
 	b.spans[0].args["issued_ns"] = issued_b;

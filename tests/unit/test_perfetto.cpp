@@ -307,7 +307,7 @@ TEST(Perfetto, ASpanEventIsTheTextOfItsObject)
 		R"({"args":{"ret":0},"cat":"python","dur":0.007,"name":"f","ph":"X","pid":0,"tid":0,"ts":999999999.999})");
 }
 
-// A collective that ran work a caller's enqueue issued (ingest/issues.h) is
+// A collective that ran work a caller's enqueue issued (pipeline/issues.h) is
 // linked to that call by a flow: "s" on the issuing thread at the issue,
 // "f" at the collective's start, one id.
 TEST(Perfetto, AnIssuedCallIsLinkedToWhatIssuedIt)

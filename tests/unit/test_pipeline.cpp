@@ -13,7 +13,7 @@
 #include <tuple>
 
 #include "common/clock.h"
-#include "ingest/recorder.h"
+#include "pipeline/recorder.h"
 #include "pipeline/process_table.h"
 #include "pipeline/sources.h"
 

@@ -5,7 +5,7 @@
 #include <random>
 #include <tuple>
 
-#include "ingest/python_spans.h"
+#include "pipeline/python_spans.h"
 
 namespace eacgm {
 namespace {

@@ -2,7 +2,7 @@
 // rings, pipeline/sources.h), decodes spans, keeps the process and thread
 // tables, reacts to forks, execs, exits and dlopen, joins Python stacks to
 // calls and samples into function spans, and hands everything to the sink
-// chain (common/sink.h). It asks the System, never /proc itself, what a
+// chain (pipeline/sink.h). It asks the System, never /proc itself, what a
 // process is, and the Probes to place probes on what it maps.
 #pragma once
 #include <chrono>
@@ -15,17 +15,17 @@
 #include <utility>
 #include <vector>
 
-#include "pipeline/process_table.h"
+#include "pipeline/processes.h"
 #include "pipeline/python_join.h"
 #include "pipeline/raw_dump.h"
 #include "pipeline/sources.h"
 #include "pipeline/weights.h"
 #include "common/model.h"
 #include "common/result.h"
-#include "common/sink.h"
+#include "pipeline/sink.h"
 #include "eacgm/abi/events.h"
 #include "ingest/decode.h"
-#include "ingest/issues.h"
+#include "pipeline/issues.h"
 #include "layers/nccl.h"
 #include "layers/python.h"
 #include "probe/symbolizer.h"
@@ -44,7 +44,10 @@ public:
 	// exit is watched through pidfd when given (opened before the process
 	// was tracked, so that a pid reused since cannot stand in for it), else
 	// through a new one, as for every process from the moment it is seen.
-	void add_root(uint32_t pid, uint32_t ppid, uint64_t start_ns, UniqueFd pidfd = {});
+	void add_root(uint32_t pid, uint32_t ppid, uint64_t start_ns, UniqueFd pidfd = {})
+	{
+		processes_.add_root(pid, ppid, start_ns, std::move(pidfd));
+	}
 	// Waits up to timeout_ms for events or a traced process's exit and
 	// handles them. Returns the number of records consumed, or an error (a
 	// store write failed).
@@ -52,12 +55,12 @@ public:
 	// Consumes whatever is left in the buffers.
 	Result<void> drain();
 	// Traced processes that have not exited yet.
-	size_t live_processes() const { return table_.live().size(); }
-	bool live(uint32_t pid) const { return table_.live(pid); }
+	size_t live_processes() const { return processes_.table().live().size(); }
+	bool live(uint32_t pid) const { return processes_.table().live(pid); }
 	// Every process of the recording, exited ones included.
-	std::set<uint32_t> pids() const { return table_.pids(); }
-	bool exited(uint32_t pid) const { return table_.exited(pid); }
-	void set_exit(uint32_t pid, int exit_code, uint64_t end_ns);
+	std::set<uint32_t> pids() const { return processes_.table().pids(); }
+	bool exited(uint32_t pid) const { return processes_.table().exited(pid); }
+	void set_exit(uint32_t pid, int exit_code, uint64_t end_ns) { processes_.set_exit(pid, exit_code, end_ns); }
 	// Writes the process and thread tables and the loss counters.
 	Result<void> finish();
 	// Records lost or not recorded so far, by layer and reason.
@@ -90,27 +93,15 @@ public:
 	void keep_python_samples() { python_join_.keep_all_samples(); }
 	void keep_folded_stacks() { python_join_.keep_folded_stacks(); }
 	std::string folded_stacks() { return python_join_.folded_stacks(); }
-	// The node agent's mode (serve): the span engine traces every process
-	// that calls a traced library, and every exec and library load on the
-	// node is reported. A process is adopted (its maps, Python, exit
-	// watched, tracked for the host layer and its children) when it first
-	// makes a call, or when it execs or loads a library and then maps a
-	// traced library or an interpreter, and only when `wanted` says so
-	// (the configured filters); the others' calls are dropped, counted. An
-	// exited process is handed to the sinks and forgotten: the table holds
-	// the live ones only.
-	using ProcessFilter = std::function<bool(uint32_t pid)>;
-	void discover(ProcessFilter wanted)
-	{
-		discover_ = true;
-		wanted_ = std::move(wanted);
-		table_.forget_ended();
-	}
+	// The node agent's mode (serve; pipeline/processes.h): processes are
+	// adopted as the filters say, their calls otherwise dropped, counted.
+	using ProcessFilter = Processes::Filter;
+	void discover(ProcessFilter wanted) { processes_.discover(std::move(wanted)); }
 	// serve: a process running when the agent starts, judged as one that
 	// just exec'd.
-	void consider(uint32_t pid) { candidates_.insert(pid); }
+	void consider(uint32_t pid) { processes_.consider(pid); }
 	uint64_t filtered_spans() const { return filtered_; }
-	size_t known_processes() const { return table_.size(); }
+	size_t known_processes() const { return processes_.table().size(); }
 	// A call in flight, read from the span engine's entry state: its span
 	// so far (dur_ns: its age at now_ns, no return value, arguments read at
 	// return left out), the Python stack it was made under, and whether its
@@ -126,38 +117,18 @@ public:
 	// Messages for the user (rescans that failed, ...), at most once each.
 	std::vector<std::string> take_warnings();
 	// What the user should know as it happens (probes attached late, ...).
-	std::vector<std::string> take_notes();
+	std::vector<std::string> take_notes() { return processes_.take_notes(); }
 
 	// Records, as the source reads them (pipeline/sources.h).
 	void span(const eacgm_span_event &e) override;
-	void proc(const eacgm_proc_event &e) override { procs_.push_back(e); }
+	void proc(const eacgm_proc_event &e) override { processes_.record(e); }
 	void py(const eacgm_py_stack_event &e, uint32_t nframes) override;
 
 private:
-	void watch_python(uint32_t pid);
-	void rescan_processes();
-	// Discovery, off the ring buffer's callback: the processes seen first
-	// in this round's records become known (and, in serve, judged).
-	void adopt_unseen();
-	void resolve_forks(bool all);
-	bool awaits_verdict(const eacgm_span_event &e, bool force, uint64_t now_ns) const;
-	bool discover_proc(const eacgm_proc_event &e);
-	void keep_ended(const eacgm_proc_event &e);
-	// serve: exits read before any call of their process (another ring).
-	std::vector<eacgm_proc_event> early_exits_;
-	Result<void> announce();
-	void judge_candidates();
-	bool adopt(uint32_t pid); // false: the filters exclude it
-	Result<void> retire_exited();
-	void sweep_excluded();
 	Span open_span(uint32_t pid, uint32_t tid, uint32_t depth, const eacgm_open_call &c, const ProbeSpec &spec,
 		       uint64_t now_ns);
 	// Said to the user once, however often it happens.
 	void warn_once(const std::string &message);
-	void handle_proc(const struct eacgm_proc_event &e);
-	// The table's, made known with its symbols' maps read and its
-	// interpreter watched.
-	Process &process(uint32_t pid, UniqueFd pidfd = {});
 	// Decodes what was read; writes to the store when enough has gathered
 	// (or force).
 	Result<void> flush(bool force = false);
@@ -166,14 +137,13 @@ private:
 	System &system_;
 	RecordSource &source_;
 	Sink &out_;
-	Symbolizer symbolizer_; // reads the System's /proc
-	Interner names_;        // the recording's strings typed spans carry as ids (kernel names)
+	// The processes and their table, the symbolizer, discovery.
+	Processes processes_;
+	Interner names_; // the recording's strings typed spans carry as ids (kernel names)
 	NcclCommunicators nccl_;
 	// Joins the work a call issued (torch's enqueue) to the call that ran it
 	// (gloo's collective on a worker thread); set by open().
 	std::optional<IssueLinker> issues_;
-	ProcessTable table_;
-	std::set<uint32_t> rescan_;             // exec'd or dlopen'd this round: maps to rescan
 	std::vector<eacgm_span_event> pending_; // read, not yet decoded
 	std::vector<Span> decoded_;             // decoded, not yet stored
 	TypedSpans typed_;                      // decoded, kept typed, not yet stored
@@ -181,28 +151,15 @@ private:
 	std::chrono::steady_clock::time_point last_store_ = std::chrono::steady_clock::now();
 	PythonTracer *python_;
 	PythonJoiner python_join_;
-	// Process records read in this round, handled after it (read_round).
-	std::vector<eacgm_proc_event> procs_;
 	Result<int> read_round();
 	bool stays_typed(uint32_t spec_id);
 	void decode(const eacgm_span_event &e);
 	std::vector<std::string> warnings_;
-	std::vector<std::string> notes_;
 	std::set<std::string> warned_;
-	bool discover_ = false;
-	ProcessFilter wanted_;
-	std::set<uint32_t> unseen_;     // pids of this round's spans not known yet
-	std::set<uint32_t> candidates_; // serve: exec'd or loaded a library, not known yet
-	std::set<uint32_t> excluded_;   // serve: the filters said no
-	// serve: the records of a child whose parent was not judged yet when
-	// its fork was read; they (and its calls) wait, in order, for the
-	// parent's verdict (resolve_forks).
-	std::vector<eacgm_proc_event> held_;
-	std::set<uint32_t> held_pids_;
+	// serve: calls of processes not judged yet, for a later round.
 	std::vector<eacgm_span_event> held_spans_;
 	uint64_t filtered_ = 0;
 	std::chrono::steady_clock::time_point last_drops_;
-	std::chrono::steady_clock::time_point last_sweep_ = std::chrono::steady_clock::now();
 	uint64_t spans_seen_ = 0;
 	uint64_t records_read_ = 0, handling_cpu_ns_ = 0;
 	std::vector<uint64_t> spans_per_spec_;

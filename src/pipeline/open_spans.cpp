@@ -4,7 +4,7 @@
 #include <algorithm>
 
 #include "ingest/decode.h"
-#include "ingest/recorder.h"
+#include "pipeline/recorder.h"
 
 namespace eacgm {
 
@@ -12,7 +12,7 @@ std::vector<Recorder::OpenSpan> Recorder::open_spans(uint64_t now_ns, bool waits
 {
 	const auto &specs = probes_.specs();
 	std::vector<OpenSpan> out;
-	for (uint32_t pid : table_.live()) {
+	for (uint32_t pid : processes_.table().live()) {
 		for (uint32_t tid : system_.threads(pid)) {
 			auto calls = probes_.open_calls(tid);
 			if (!calls) {
@@ -45,7 +45,7 @@ Span Recorder::open_span(uint32_t pid, uint32_t tid, uint32_t depth, const eacgm
 	e.spec_id = c.spec_id;
 	e.depth = uint16_t(depth);
 	std::copy(std::begin(c.args), std::end(c.args), std::begin(e.args));
-	Span s = decode_span(e, spec, probes_.specs(), &symbolizer_, names_, tensors_);
+	Span s = decode_span(e, spec, probes_.specs(), &processes_.symbolizer(), names_, tensors_);
 	// Not returned: no return value, and what is read at return is still
 	// a pointer.
 	s.ret = 0;

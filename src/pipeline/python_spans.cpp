@@ -1,4 +1,4 @@
-#include "ingest/python_spans.h"
+#include "pipeline/python_spans.h"
 
 #include <algorithm>
 #include <cstdint>

@@ -1,4 +1,4 @@
-#include "ingest/issues.h"
+#include "pipeline/issues.h"
 
 #include <algorithm>
 #include <set>

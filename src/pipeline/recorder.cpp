@@ -1,0 +1,244 @@
+#include "pipeline/recorder.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cerrno>
+#include <cstring>
+#include <csignal>
+#include <poll.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "common/fs.h"
+#include "common/text.h"
+#include "eacgm/abi/events.h"
+#include "ingest/cgroup.h"
+#include "ingest/decode.h"
+
+namespace eacgm {
+
+static constexpr size_t kBatch = 4096;
+
+Recorder::Recorder(Probes &probes, System &system, RecordSource &source, Sink &out, PythonTracer *python)
+	: probes_(probes), system_(system), source_(source), out_(out), processes_(probes, system, python),
+	  python_(python), python_join_(python, processes_.table())
+{}
+
+void Recorder::open() { issues_.emplace(probes_.specs().probes); }
+
+void Recorder::warn_once(const std::string &message)
+{
+	if (warned_.insert(message).second)
+		warnings_.push_back(message);
+}
+
+void Recorder::span(const eacgm_span_event &e)
+{
+	const auto &specs = probes_.specs();
+	if (e.spec_id >= specs.probes.size())
+		return;
+	if (processes_.excluded(e.tgid)) {
+		filtered_++;
+		return;
+	}
+	processes_.call_seen(e);
+	// Decoded at flush, after this round's process events: a forked child's
+	// spans can be read before the fork record that says whose maps it has.
+	pending_.push_back(e);
+	spans_seen_++;
+	if (e.spec_id >= spans_per_spec_.size())
+		spans_per_spec_.resize(specs.probes.size());
+	spans_per_spec_[e.spec_id]++;
+}
+
+void Recorder::py(const eacgm_py_stack_event &e, uint32_t n) { python_join_.record(e, n); }
+
+std::vector<std::string> Recorder::take_warnings()
+{
+	for (auto &w : processes_.take_warnings())
+		warn_once(w);
+	return std::exchange(warnings_, {});
+}
+
+Result<int> Recorder::poll(int timeout_ms)
+{
+	// The BPF side wakes us only when a buffer fills up (a wakeup per record
+	// would cost more than the probe), so read whatever is there after each
+	// wait. A traced process's exit wakes us too (its pidfd).
+	pollfd fds[2] = {{source_.fd(), POLLIN, 0}, {system_.exits_fd(), POLLIN, 0}};
+	if (::poll(fds, 2, timeout_ms) < 0 && errno != EINTR)
+		return make_error(std::string("waiting for events failed: ") + std::strerror(errno));
+	auto n = read_round();
+	if (!n)
+		return n.error();
+	processes_.settle(false);
+	if (auto r = processes_.announce(out_); !r)
+		return r.error();
+	uint64_t cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+	if (auto r = flush(); !r)
+		return r.error();
+	handling_cpu_ns_ += clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu;
+	if (auto r = processes_.retire(out_); !r)
+		return r.error();
+	processes_.sweep();
+	// serve: the loss counts as they stand, once a second (record's are
+	// written once, at the end).
+	if (processes_.discovering() && std::chrono::steady_clock::now() - last_drops_ > std::chrono::seconds(1)) {
+		last_drops_ = std::chrono::steady_clock::now();
+		if (auto r = out_.drops(drops()); !r)
+			return r.error();
+	}
+	return *n;
+}
+
+// One read of the source. Its callbacks only copy; then the round's process
+// records are handled in their order, its threads named and the Python
+// stacks behind its calls named, before any span of it is decoded (flush).
+// The records' reading and the stacks' naming count as the budget's cost of
+// a record; the process handling does not (nor looking for processes).
+Result<int> Recorder::read_round()
+{
+	uint64_t cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+	auto n = source_.consume(*this);
+	if (!n)
+		return n.error();
+	records_read_ += static_cast<uint64_t>(*n);
+	handling_cpu_ns_ += clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu;
+	processes_.after_read();
+	cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+	python_join_.name_call_stacks();
+	handling_cpu_ns_ += clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu;
+	return n;
+}
+
+Result<void> Recorder::drain()
+{
+	if (auto n = read_round(); !n)
+		return n.error();
+	processes_.settle(true);
+	return flush(true);
+}
+
+// Whether a probe's calls may stay typed to the sinks: no joiner changes
+// or holds them (the NCCL layer's communicators, the issue linker, the
+// Python layer's entries), so that their Spans are made only where a sink
+// reads Spans, and the store keeps them without one. Worked out once per
+// probe; probes are added as libraries load.
+bool Recorder::stays_typed(uint32_t spec_id)
+{
+	const auto &specs = probes_.specs();
+	if (typed_ok_.size() != specs.probes.size()) {
+		typed_ok_.resize(specs.probes.size());
+		for (size_t i = 0; i < specs.probes.size(); i++) {
+			const ProbeSpec &p = specs.probes[i];
+			typed_ok_[i] = p.layer != "nccl" && p.layer != "python" && !(issues_ && issues_->involves(p));
+		}
+	}
+	return typed_ok_[spec_id];
+}
+
+// One span record: typed to the batch where no joiner needs it (most
+// calls), else as a Span through the joiners.
+void Recorder::decode(const eacgm_span_event &e)
+{
+	const auto &specs = probes_.specs();
+	const ProbeSpec &spec = specs.probes[e.spec_id];
+	if (raw_dump_)
+		raw_dump_->span(e);
+	TypedSpan t = decode_typed(e, spec, specs, &processes_.symbolizer(), names_);
+	// A call seen in a burst of a throttled probe stands for those its
+	// probe was detached for (--overhead-budget).
+	t.weight = budget_.weight(e.spec_id, e.start_ns);
+	if (stays_typed(e.spec_id)) {
+		typed_.specs = &specs, typed_.names = &names_, typed_.tensors = tensors_;
+		typed_.push_back(t, python_join_.take_stack(e));
+		return;
+	}
+	decoded_.push_back(render_span(t, spec, specs, names_, tensors_));
+	Span &s = decoded_.back();
+	nccl_.observe(s);
+	if (python_ && s.layer == "python" && s.name == kEvalEntryFunction) {
+		python_join_.eval_entry(s, e);
+		decoded_.pop_back(); // it lives on as a Python function span
+		return;
+	}
+	s.py_stack = python_join_.take_stack(e);
+	// Held by the linker until the call that issued its work is read.
+	if (issues_ && !issues_->see(s, spec.issues))
+		decoded_.pop_back();
+}
+
+Result<void> Recorder::flush(bool force)
+{
+	const bool serve = processes_.discovering();
+	const uint64_t now_ns = serve && !pending_.empty() ? mono_ns() : 0;
+	{
+		for (size_t k = 0; k < pending_.size(); k++) {
+			const eacgm_span_event &e = pending_[k];
+			if (serve && processes_.excluded(e.tgid)) {
+				filtered_++; // read before its process was judged
+				continue;
+			}
+			if (serve && processes_.awaits_verdict(e, force, now_ns)) {
+				held_spans_.push_back(e);
+				continue;
+			}
+			decode(e);
+		}
+	}
+	pending_.swap(held_spans_); // next round's, first
+	held_spans_.clear();
+	// Decoding and Python names cannot wait (the process may exit); the
+	// store can: a transaction per wakeup would cost more than the tracing.
+	auto now = std::chrono::steady_clock::now();
+	if (force || decoded_.size() + typed_.size() >= kBatch || now - last_store_ > std::chrono::milliseconds(200)) {
+		last_store_ = now;
+		if (issues_)
+			issues_->release(decoded_, mono_ns(), force);
+		SpanBatch batch{SpanBatch::calls, std::move(decoded_), {}, std::move(typed_)};
+		auto r = out_.write(batch);
+		decoded_ = std::move(batch.spans); // its capacity, for the next batch
+		decoded_.clear();
+		typed_ = std::move(batch.typed);
+		typed_.clear();
+		if (!r)
+			return r;
+	}
+	return python_join_.flush(out_, budget_, force);
+}
+
+Result<void> Recorder::finish()
+{
+	if (auto r = drain(); !r)
+		return r;
+	// The Python spans first: their threads are noted as they are made.
+	if (auto r = python_join_.finish(out_); !r)
+		return r;
+	if (auto r = processes_.table().finish(out_); !r)
+		return r;
+	if (raw_dump_)
+		if (auto r = raw_dump_->close(probes_.specs()); !r)
+			return r;
+	return out_.drops(drops());
+}
+
+std::vector<Drop> Recorder::drops() const
+{
+	auto c = probes_.counters();
+	std::vector<Drop> drops = {
+		{"uprobe", "ring_buffer_full", c[EACGM_CNT_RINGBUF_FULL]},
+		{"uprobe", "depth_overflow", c[EACGM_CNT_DEPTH_OVERFLOW]},
+		{"uprobe", "unpaired_entry", c[EACGM_CNT_UNPAIRED]},
+		{"uprobe", "thread_table_full", c[EACGM_CNT_NO_STATE]},
+		{"uprobe", "exited_in_call", c[EACGM_CNT_EXITED_IN_CALL]},
+	};
+	if (python_) {
+		auto p = python_->counters();
+		drops.push_back({"python", "ring_buffer_full", p[EACGM_PY_CNT_RINGBUF_FULL]});
+		drops.push_back({"python", "unreadable_stack", p[EACGM_PY_CNT_READ_FAILED]});
+		python_join_.drops(drops);
+	}
+	return drops;
+}
+
+} // namespace eacgm
