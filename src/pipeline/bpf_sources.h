@@ -12,11 +12,10 @@ struct bpf_map;
 
 namespace eacgm {
 
-// One libbpf ring_buffer over the maps, read in the order they were added:
-// the process ring before the spans' would let a fork be read before its
-// child's calls, but one consume reads every ring to its end, ring by ring,
-// so the Recorder orders what needs ordering itself (it decodes a round's
-// spans after the round's process records).
+// One libbpf ring_buffer over the three maps: a consume reads each ring to
+// its end, in the order they were added (spans, processes, Python). A
+// child's calls can thus be read before the fork that made it; the Recorder
+// decodes a round's calls only after handling its process records.
 class BpfRings : public RecordSource {
 public:
 	// python may be null (no Python layer).

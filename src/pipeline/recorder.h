@@ -1,9 +1,10 @@
-// The ingest loop of the pipeline: takes the records of a source (the BPF
-// rings, pipeline/sources.h), decodes spans, keeps the process and thread
-// tables, reacts to forks, execs, exits and dlopen, joins Python stacks to
-// calls and samples into function spans, and hands everything to the sink
-// chain (pipeline/sink.h). It asks the System, never /proc itself, what a
-// process is, and the Probes to place probes on what it maps.
+// The ingest loop of the pipeline: reads the records of a source in rounds
+// (pipeline/sources.h), hands the process records to Processes and the
+// Python stacks to the PythonJoiner, decodes the calls (typed where no
+// joiner needs them), joins the rest (NCCL communicators, issued work,
+// Python entries) and hands everything to the sink chain (pipeline/sink.h).
+// It asks the System, never /proc itself, what a process is, and the Probes
+// to place probes on what it maps.
 #pragma once
 #include <chrono>
 #include <functional>
@@ -15,19 +16,19 @@
 #include <utility>
 #include <vector>
 
+#include "common/model.h"
+#include "common/result.h"
+#include "eacgm/abi/events.h"
+#include "ingest/decode.h"
+#include "layers/nccl.h"
+#include "layers/python.h"
+#include "pipeline/issues.h"
 #include "pipeline/processes.h"
 #include "pipeline/python_join.h"
 #include "pipeline/raw_dump.h"
+#include "pipeline/sink.h"
 #include "pipeline/sources.h"
 #include "pipeline/weights.h"
-#include "common/model.h"
-#include "common/result.h"
-#include "pipeline/sink.h"
-#include "eacgm/abi/events.h"
-#include "ingest/decode.h"
-#include "pipeline/issues.h"
-#include "layers/nccl.h"
-#include "layers/python.h"
 #include "probe/symbolizer.h"
 
 namespace eacgm {
