@@ -116,9 +116,11 @@ PythonJoiner::ResolvedStack &PythonJoiner::resolved(uint32_t pid, const eacgm_py
 			it->second.shown = PyStack(format_py_stack(*f));
 			it->second.frames = SharedFrames(std::move(*f));
 		}
-	} else if (!it->second.frames && !partial) {
-		unresolved_++; // counted per sample, as when each was resolved
 	}
+	// Counted per record, cached or not: a sample, or a call's stack, whose
+	// code was gone before it was read.
+	if (!it->second.frames)
+		unresolved_++;
 	return it->second;
 }
 
@@ -148,7 +150,6 @@ std::optional<std::vector<PyFrame>> PythonJoiner::resolve_stack(uint32_t pid, co
 				out.push_back({"...", "", 0, 0});
 				return out;
 			}
-			unresolved_++;
 			return std::nullopt;
 		}
 		out.push_back({f->qualname, f->filename, f->line, f->first_line});

@@ -15,6 +15,7 @@
 #include "common/clock.h"
 #include "pipeline/recorder.h"
 #include "pipeline/process_table.h"
+#include "pipeline/python_join.h"
 #include "pipeline/sources.h"
 
 namespace eacgm {
@@ -505,6 +506,56 @@ TEST(ProcessTable, ServeWaitsForTheExitRecordAfterThePidfd)
 	EXPECT_EQ(*gone, std::vector<uint32_t>{20}); // no record came
 	EXPECT_EQ(std::tie(out.processes.at(20).exit_code, out.processes.at(20).end_ns),
 		  std::make_tuple(-1, uint64_t(1000)));
+}
+
+// The Python joiner's losses where no stack can resolve (no interpreter
+// watched): each sample and each call's stack counted, the cache
+// notwithstanding; an eval-loop entry counted; the call shown without a stack.
+TEST(PythonJoiner, CountsEveryStackAndEntryItCannotResolve)
+{
+	FakeSystem sys;
+	ProcessTable table(sys);
+	PythonJoiner join(nullptr, table);
+	eacgm_py_stack_event e{};
+	e.kind = EACGM_PY_SAMPLE;
+	e.tgid = e.tid = 10;
+	e.nframes = 2;
+	e.frames[0].code = 0x1000;
+	e.frames[1].code = 0x2000;
+	for (uint64_t i = 0; i < 3; i++) {
+		e.ts_ns = 100 + i;
+		join.record(e, 2);
+	}
+	eacgm_py_stack_event c = e;
+	c.kind = EACGM_PY_SPAN;
+	for (uint64_t id : {7, 8}) {
+		c.id = id;
+		join.record(c, 2);
+	}
+	join.name_call_stacks();
+	eacgm_span_event call{.start_ns = 50, .dur_ns = 5, .tgid = 10, .tid = 10};
+	call.py_stack = 7;
+	EXPECT_TRUE(join.take_stack(call).empty());
+	EXPECT_TRUE(join.peek_stack(8).empty());
+	Span entry;
+	entry.pid = entry.tid = 10;
+	join.eval_entry(entry, call);
+	Collected out;
+	BudgetHistory budget;
+	ASSERT_TRUE(join.flush(out, budget, true));
+	ASSERT_TRUE(join.finish(out));
+	EXPECT_TRUE(out.spans.empty());
+	EXPECT_EQ(join.samples_read(), 3u);
+	std::vector<Drop> drops;
+	join.drops(drops);
+	std::map<std::string, uint64_t> by_reason;
+	for (const Drop &d : drops)
+		by_reason[d.reason] = d.count;
+	EXPECT_EQ(by_reason,
+		  (std::map<std::string, uint64_t>{{"unresolved_stack", 5},
+						   {"unresolved_entry", 1},
+						   {"contradicted_call", 0},
+						   {"late_sample", 0}}));
 }
 
 } // namespace
