@@ -109,12 +109,10 @@ void Processes::watch_python(uint32_t pid)
 		warn_once(w);
 }
 
-// The kernel's exit_code is a wait status: the shell's number for it.
-static int exit_status(int32_t code)
+// The name a process record carries (not NUL-terminated when it fills it).
+static std::string record_comm(const eacgm_proc_event &e)
 {
-	if ((code & 0x7f) == 0)
-		return (code >> 8) & 0xff;
-	return 128 + (code & 0x7f);
+	return std::string(e.comm, strnlen(e.comm, sizeof(e.comm)));
 }
 
 void Processes::handle_proc(const eacgm_proc_event &e)
@@ -137,14 +135,14 @@ void Processes::handle_proc(const eacgm_proc_event &e)
 		// A short-lived child may be gone before we look: it runs its
 		// parent's program until it execs.
 		if (p.comm.empty())
-			p.comm = std::string(e.comm, strnlen(e.comm, sizeof(e.comm)));
+			p.comm = record_comm(e);
 		if (const Process *parent = table_.find(e.ppid); p.cmdline.empty() && parent)
 			p.cmdline = parent->cmdline;
 		break;
 	}
 	case EACGM_PROC_EXEC: {
 		Process &p = process(e.tgid);
-		p.comm = std::string(e.comm, strnlen(e.comm, sizeof(e.comm)));
+		p.comm = record_comm(e);
 		p.cmdline = system_.cmdline(e.tgid);
 		probes_.forget(e.tgid); // a new image
 		symbolizer_.exec(e.tgid);
@@ -160,7 +158,7 @@ void Processes::handle_proc(const eacgm_proc_event &e)
 		break;
 	case EACGM_PROC_EXIT:
 		process(e.tgid);
-		table_.exit_record(e.tgid, exit_status(e.exit_code), e.ts_ns);
+		table_.exit_record(e.tgid, shell_status(e.exit_code), e.ts_ns);
 		probes_.forget(e.tgid);
 		break;
 	}
@@ -238,13 +236,13 @@ void Processes::keep_ended(const eacgm_proc_event &e)
 {
 	if (system_.exists(e.tgid)) {
 		process(e.tgid);
-		table_.exit_record(e.tgid, exit_status(e.exit_code), e.ts_ns);
+		table_.exit_record(e.tgid, shell_status(e.exit_code), e.ts_ns);
 		return;
 	}
 	Process p;
 	p.pid = e.tgid;
-	p.comm = std::string(e.comm, strnlen(e.comm, sizeof(e.comm)));
-	p.exit_code = exit_status(e.exit_code);
+	p.comm = record_comm(e);
+	p.exit_code = shell_status(e.exit_code);
 	p.end_ns = e.ts_ns;
 	table_.add_ended(std::move(p));
 }

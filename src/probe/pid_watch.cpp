@@ -94,9 +94,10 @@ std::optional<int> zombie_exit_status(uint32_t pid)
 	auto s = read_stat(pid);
 	if (!s || s->state != 'Z' || s->exit_code < 0)
 		return std::nullopt;
-	int code = s->exit_code;
-	return (code & 0x7f) == 0 ? (code >> 8) & 0xff : 128 + (code & 0x7f);
+	return shell_status(s->exit_code);
 }
+
+int shell_status(int32_t code) { return (code & 0x7f) == 0 ? (code >> 8) & 0xff : 128 + (code & 0x7f); }
 
 Result<UniqueFd> open_live_process(uint32_t pid)
 {

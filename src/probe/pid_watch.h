@@ -34,6 +34,10 @@ std::optional<uint32_t> parent_pid(uint32_t pid);
 // /proc/PID/stat; nothing once it is gone. Resolution: the clock tick.
 std::optional<uint64_t> process_cpu_ns(uint32_t pid);
 
+// A kernel wait status (exit_code) as the shell's number: the exit code, or
+// 128 + the signal that ended it.
+int shell_status(int32_t wait_status);
+
 // What /proc says of a process that has exited but is not yet reaped: its
 // exit status (the shell's number) while it is a zombie, else nothing.
 std::optional<int> zombie_exit_status(uint32_t pid);
