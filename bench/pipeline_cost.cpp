@@ -162,6 +162,9 @@ static Result<Pass> replay_pass(const RawDump &d, const std::vector<PyStack> &d_
 	Pass p;
 	std::vector<Span> batch;
 	TypedSpans typed{&d.specs, &names, format_tensor, {}, {}};
+	std::vector<DecodePlan> plans; // as the recorder keeps them, one per probe
+	for (const ProbeSpec &spec : d.specs.probes)
+		plans.push_back(decode_plan(spec));
 	const size_t kBatch = 4096;
 	for (size_t r = 0; r < repeat; r++)
 		for (size_t at = 0; at < d.spans.size(); at += kBatch) {
@@ -174,7 +177,9 @@ static Result<Pass> replay_pass(const RawDump &d, const std::vector<PyStack> &d_
 				const PyStack &stack = stacks[i];
 				const ProbeSpec &spec = d.specs.probes[e.spec_id];
 				if (typed_path) {
-					typed.push_back(decode_typed(e, spec, d.specs, nullptr, names), stack);
+					typed.push_back(
+						decode_typed(e, spec, plans[e.spec_id], d.specs, nullptr, names),
+						stack);
 				} else {
 					batch.push_back(decode_span(e, spec, d.specs, nullptr, names, format_tensor));
 					batch.back().py_stack = stack;

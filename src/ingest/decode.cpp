@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cstdio>
+#include <optional>
 
 #include "probe/symbolizer.h"
 #include "store/span_layout.h"
@@ -72,16 +73,40 @@ static uint64_t bytes_by_rule(const ProbeSpec &spec, const SpecSet &specs,
 	return size ? value_of(spec.bytes->count, nullptr) * size : 0;
 }
 
-TypedSpan decode_typed(const eacgm_span_event &e, const ProbeSpec &spec, const SpecSet &specs, Symbolizer *sym,
-		       Interner &names)
+// A "symbol" argument's name (its address in hex where it resolves to
+// none), interned.
+static uint64_t symbol_id(Symbolizer *sym, Interner &names, uint32_t tgid, uint64_t v)
 {
-	TypedSpan t{.start_ns = e.start_ns,
-		    .dur_ns = e.dur_ns,
-		    .pid = e.tgid,
-		    .tid = e.tid,
-		    .depth = e.depth,
-		    .spec_id = e.spec_id};
-	std::copy(std::begin(e.args), std::end(e.args), t.args.begin());
+	std::optional<std::string> name;
+	if (sym)
+		name = sym->resolve(tgid, v);
+	return names.id(name ? *name : hex(v));
+}
+
+DecodePlan decode_plan(const ProbeSpec &spec)
+{
+	DecodePlan p;
+	p.ret_width = uint8_t(return_width(spec.returns));
+	p.general = spec.bytes || spec.alias;
+	size_t slot = 0;
+	for (auto &a : spec.args) {
+		if (slot < EACGM_MAX_ARGS) {
+			if (a.type == ArgType::Bytes &&
+			    p.bytes_slot < 0) // the first bytes argument is what the call moved
+				p.bytes_slot = int8_t(slot);
+			else if (a.type == ArgType::Symbol)
+				p.symbols[p.n_symbols++] = uint8_t(slot);
+		}
+		slot += arg_width(a);
+	}
+	return p;
+}
+
+// The arguments of a probe with a bytes or alias rule, which read them by
+// name: the spec walked, each argument's raw value by its place.
+static void decode_by_rules(const eacgm_span_event &e, const ProbeSpec &spec, const SpecSet &specs, Symbolizer *sym,
+			    Interner &names, TypedSpan &t)
+{
 	// Each argument's raw value, by its place in spec.args (for the bytes
 	// and alias rules): no map built per span.
 	std::array<uint64_t, EACGM_MAX_ARGS> raw{};
@@ -96,10 +121,7 @@ TypedSpan decode_typed(const eacgm_span_event &e, const ProbeSpec &spec, const S
 			t.bytes = v;
 			have_bytes = true;
 		} else if (a.type == ArgType::Symbol && slot < EACGM_MAX_ARGS) {
-			std::optional<std::string> name;
-			if (sym)
-				name = sym->resolve(e.tgid, v);
-			t.args[slot] = names.id(name ? *name : hex(v));
+			t.args[slot] = symbol_id(sym, names, e.tgid, v);
 		}
 		slot += arg_width(a);
 	}
@@ -112,7 +134,27 @@ TypedSpan decode_typed(const eacgm_span_event &e, const ProbeSpec &spec, const S
 	}
 	if (spec.bytes) // set last, replacing what a "bytes" argument gave
 		t.bytes = bytes_by_rule(spec, specs, raw);
-	switch (return_width(spec.returns)) {
+}
+
+TypedSpan decode_typed(const eacgm_span_event &e, const ProbeSpec &spec, const DecodePlan &plan, const SpecSet &specs,
+		       Symbolizer *sym, Interner &names)
+{
+	TypedSpan t{.start_ns = e.start_ns,
+		    .dur_ns = e.dur_ns,
+		    .pid = e.tgid,
+		    .tid = e.tid,
+		    .depth = e.depth,
+		    .spec_id = e.spec_id};
+	std::copy(std::begin(e.args), std::end(e.args), t.args.begin());
+	if (plan.general) {
+		decode_by_rules(e, spec, specs, sym, names, t);
+	} else {
+		if (plan.bytes_slot >= 0)
+			t.bytes = e.args[plan.bytes_slot];
+		for (uint8_t i = 0; i < plan.n_symbols; i++)
+			t.args[plan.symbols[i]] = symbol_id(sym, names, e.tgid, e.args[plan.symbols[i]]);
+	}
+	switch (plan.ret_width) {
 	case 8: t.ret = (int64_t)e.ret; break;
 	case 4: t.ret = (int32_t)e.ret; break; // i32, or an enum: C enums are ints, the upper half of rax is undefined
 	default: break;                        // void
@@ -120,6 +162,12 @@ TypedSpan decode_typed(const eacgm_span_event &e, const ProbeSpec &spec, const S
 	if (e.flags & EACGM_SPAN_RUNQ)
 		t.runq_ns = e.runq_ns;
 	return t;
+}
+
+TypedSpan decode_typed(const eacgm_span_event &e, const ProbeSpec &spec, const SpecSet &specs, Symbolizer *sym,
+		       Interner &names)
+{
+	return decode_typed(e, spec, decode_plan(spec), specs, sym, names);
 }
 
 nlohmann::json render_arg(const ArgSpec &a, uint64_t v, uint64_t next, const SpecSet &specs, const Interner &names,

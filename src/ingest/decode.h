@@ -14,6 +14,20 @@ namespace eacgm {
 
 class Symbolizer;
 
+// What decode reads of a probe, worked out once per probe (decode_plan):
+// its return's width, which slot holds the bytes it moved, where its
+// "symbol" arguments are. With it, decode reads no ArgSpec per call (the
+// probes' argument lists are strings and vectors: a cache line or more
+// each, per argument).
+struct DecodePlan {
+	uint8_t ret_width = 8;  // how many bytes of rax the return holds: 0 (void), 4 (i32, a C enum) or 8
+	int8_t bytes_slot = -1; // the first "bytes" argument's slot; -1: none
+	bool general = false;   // a bytes or alias rule reads arguments by name: decode walks the spec
+	uint8_t n_symbols = 0;  // "symbol" arguments, their slots in symbols
+	uint8_t symbols[EACGM_MAX_ARGS] = {};
+};
+DecodePlan decode_plan(const ProbeSpec &spec);
+
 // A raw span record as typed fields (pipeline/span.h): its return at its
 // type, the bytes it moved by the spec's rule, its "symbol" arguments
 // (kernel host stubs) resolved by sym (may be null: their address in hex)
@@ -22,6 +36,10 @@ class Symbolizer;
 // and kept there once.
 TypedSpan decode_typed(const eacgm_span_event &e, const ProbeSpec &spec, const SpecSet &specs, Symbolizer *sym,
 		       Interner &names);
+// The same, with the probe's plan made beforehand (the recorder keeps one
+// per probe).
+TypedSpan decode_typed(const eacgm_span_event &e, const ProbeSpec &spec, const DecodePlan &plan, const SpecSet &specs,
+		       Symbolizer *sym, Interner &names);
 
 // One argument as a Span's args hold it: `v` its first slot, `next` the
 // one after (a dim3's z, a tensor's second word).

@@ -119,22 +119,20 @@ Result<void> Recorder::drain()
 	return flush(true);
 }
 
-// Whether a probe's calls may stay typed to the sinks: no joiner changes
-// or holds them (the NCCL layer's communicators, the issue linker, the
-// Python layer's entries), so that their Spans are made only where a sink
-// reads Spans, and the store keeps them without one. Worked out once per
-// probe; probes are added as libraries load.
-bool Recorder::stays_typed(uint32_t spec_id)
+// What decode needs of a probe. Its calls may stay typed where no joiner
+// changes or holds them (the NCCL layer's communicators, the issue linker,
+// the Python layer's entries), so that their Spans are made only where a
+// sink reads Spans, and the store keeps them without one.
+const Recorder::ProbeFacts &Recorder::facts(uint32_t spec_id)
 {
 	const auto &specs = probes_.specs();
-	if (typed_ok_.size() != specs.probes.size()) {
-		typed_ok_.resize(specs.probes.size());
-		for (size_t i = 0; i < specs.probes.size(); i++) {
-			const ProbeSpec &p = specs.probes[i];
-			typed_ok_[i] = p.layer != "nccl" && p.layer != "python" && !(issues_ && issues_->involves(p));
-		}
+	for (size_t i = probe_facts_.size(); i < specs.probes.size(); i++) {
+		const ProbeSpec &p = specs.probes[i];
+		probe_facts_.push_back(
+			{decode_plan(p),
+			 p.layer != "nccl" && p.layer != "python" && !(issues_ && issues_->involves(p))});
 	}
-	return typed_ok_[spec_id];
+	return probe_facts_[spec_id];
 }
 
 // One span record: typed to the batch where no joiner needs it (most
@@ -145,11 +143,12 @@ void Recorder::decode(const eacgm_span_event &e)
 	const ProbeSpec &spec = specs.probes[e.spec_id];
 	if (raw_dump_)
 		raw_dump_->span(e);
-	TypedSpan t = decode_typed(e, spec, specs, &processes_.symbolizer(), names_);
+	const ProbeFacts &f = facts(e.spec_id);
+	TypedSpan t = decode_typed(e, spec, f.plan, specs, &processes_.symbolizer(), names_);
 	// A call seen in a burst of a throttled probe stands for those its
 	// probe was detached for (--overhead-budget).
 	t.weight = budget_.weight(e.spec_id, e.start_ns);
-	if (stays_typed(e.spec_id)) {
+	if (f.typed) {
 		typed_.specs = &specs, typed_.names = &names_, typed_.tensors = tensors_;
 		typed_.push_back(t, python_join_.take_stack(e));
 		return;

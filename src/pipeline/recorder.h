@@ -148,12 +148,19 @@ private:
 	std::vector<eacgm_span_event> pending_; // read, not yet decoded
 	std::vector<Span> decoded_;             // decoded, not yet stored
 	TypedSpans typed_;                      // decoded, kept typed, not yet stored
-	std::vector<bool> typed_ok_;            // stays_typed's, by spec id
+	// What decode needs of each probe, worked out once per probe (probes
+	// are added as libraries load): its plan, and whether its calls stay
+	// typed (no joiner changes or holds them).
+	struct ProbeFacts {
+		DecodePlan plan;
+		bool typed = false;
+	};
+	std::vector<ProbeFacts> probe_facts_; // by spec id
 	std::chrono::steady_clock::time_point last_store_ = std::chrono::steady_clock::now();
 	PythonTracer *python_;
 	PythonJoiner python_join_;
 	Result<int> read_round();
-	bool stays_typed(uint32_t spec_id);
+	const ProbeFacts &facts(uint32_t spec_id);
 	void decode(const eacgm_span_event &e);
 	std::vector<std::string> warnings_;
 	std::set<std::string> warned_;

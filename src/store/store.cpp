@@ -530,18 +530,38 @@ static std::string id_list(std::vector<int64_t> &ids)
 	return out + "]";
 }
 
+StoreWriter::BlockRows::BlockRows(Columns &lent, uint64_t n, size_t capacity) : cols(lent), serial(n)
+{
+	// The fixed columns: every row writes each, so their old values need
+	// no zeroing. The slot columns are made as rows need them (widen).
+	cols.resize(kColSlot0);
+	for (size_t c = 0; c < kColSlot0; c++) {
+		cols[c].resize(capacity);
+		col_[c] = cols[c].data();
+	}
+}
+
+void StoreWriter::BlockRows::widen(size_t slots)
+{
+	// A slot column holds 0 for the rows before the first that used it.
+	const size_t from = cols.size();
+	cols.resize(kColSlot0 + slots, std::vector<uint64_t>(cols[0].size(), 0));
+	for (size_t c = from; c < cols.size(); c++)
+		col_[c] = cols[c].data();
+}
+
 void StoreWriter::BlockRows::add(const Head &h, const uint64_t *slots, size_t n)
 {
 	static_assert(kColSlot0 == 11 && kColStack == 10, "a Head field per fixed column but the id");
-	const uint64_t fixed[kColSlot0] = {0,       h.pid, h.tid,      h.fn,    h.start_ns, h.dur_ns,
-					   h.depth, h.ret, h.ret_name, h.bytes, h.stack};
-	for (size_t c = 0; c < kColSlot0; c++)
-		cols[c][rows] = fixed[c];
 	if (cols.size() < kColSlot0 + n)
-		cols.resize(kColSlot0 + n, std::vector<uint64_t>(cols[0].size(), 0));
+		widen(n);
+	const size_t r = rows++;
+	col_[kColPid][r] = h.pid, col_[kColTid][r] = h.tid, col_[kColFn][r] = h.fn;
+	col_[kColStart][r] = h.start_ns, col_[kColDur][r] = h.dur_ns, col_[kColDepth][r] = h.depth;
+	col_[kColRet][r] = h.ret, col_[kColRetName][r] = h.ret_name, col_[kColBytes][r] = h.bytes;
+	col_[kColStack][r] = h.stack;
 	for (size_t k = 0; k < n; k++)
-		cols[kColSlot0 + k][rows] = slots[k];
-	rows++;
+		col_[kColSlot0 + k][r] = slots[k];
 }
 
 std::string StoreWriter::db_failure() const
@@ -579,13 +599,13 @@ Result<int64_t> StoreWriter::write_block(const std::vector<Span> &spans, const T
 					 size_t to)
 {
 	const size_t rows = to - from;
-	BlockRows b(++blocks_made_, rows);
+	BlockRows b(block_cols_, ++blocks_made_, rows);
 	Columns &cols = b.cols;
 	for (size_t i = from; i < to; i++) {
 		auto r = i < spans.size() ? span_row(spans[i], b) : typed_row(typed, i - spans.size(), b);
 		if (!r)
 			return r.error();
-		cols[kColId][b.rows - 1] = uint64_t(next_span_id_++);
+		b.set_id(uint64_t(next_span_id_++));
 	}
 	const size_t width = cols.size() - kColSlot0;
 	auto blob = encoder_->encode(cols, span_codings(width));

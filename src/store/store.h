@@ -165,22 +165,28 @@ private:
 	static constexpr const char *kInsertString = "INSERT INTO strings(text) VALUES(?)";
 	int64_t series_id(const Metric &m);
 	// A span block being filled, row by row: a row's slots go straight into
-	// their columns (made, zeroed, as the widest row needs them).
+	// their columns (made, zeroed, as the widest row needs them). Its
+	// columns are the writer's, lent for the block (their memory is reused
+	// block after block), and written through plain pointers: a store
+	// through a vector's data may alias the vector itself, so the compiler
+	// would reload every column's pointer per value.
 	struct BlockRows {
-		Columns cols = Columns(kColSlot0);
+		Columns &cols;
 		std::vector<int64_t> stacks, strings; // the dictionary rows the block refers to
 		uint64_t serial;                      // counts the writer's blocks, from 1
 		size_t rows = 0;                      // added so far, of the columns' size
-		BlockRows(uint64_t n, size_t capacity) : serial(n)
-		{
-			for (auto &c : cols)
-				c.resize(capacity);
-		}
+		BlockRows(Columns &lent, uint64_t n, size_t capacity);
 		// A row's fixed columns but its id (write_block numbers the rows).
 		struct Head {
 			uint64_t pid, tid, fn, start_ns, dur_ns, depth, ret, ret_name, bytes, stack;
 		};
 		void add(const Head &h, const uint64_t *slots, size_t n);
+		// The row just added's id.
+		void set_id(uint64_t id) { col_[kColId][rows - 1] = id; }
+
+	private:
+		void widen(size_t slots);
+		uint64_t *col_[kMaxBlockColumns] = {};
 	};
 	// One row of a Span, one of a typed span (store/typed.cpp); an error: a
 	// dictionary row could not be written (db_failure), or the span cannot
@@ -226,6 +232,7 @@ private:
 	// transaction's began (a rollback gives their ids back).
 	int64_t next_span_id_ = 1, batch_first_span_ = 1;
 	uint64_t blocks_made_ = 0;
+	Columns block_cols_; // lent to each block's BlockRows
 	int64_t next_metric_id_ = 1, batch_first_metric_ = 1;
 	std::unique_ptr<BlockEncoder> encoder_ = std::make_unique<BlockEncoder>();
 	// The transaction batches share (commit_every): when it began, the
