@@ -36,6 +36,9 @@ public:
 	// The frames as a JSON array (invalid UTF-8 replaced), made once.
 	const std::string &json() const;
 	bool operator==(const PyStack &o) const { return frames() == o.frames(); }
+	// The same for copies of one stack, not for equal stacks made apart:
+	// what a cache of stacks keys them by.
+	const void *identity() const { return body_.get(); }
 
 private:
 	struct Body {

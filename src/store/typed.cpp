@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <cstring>
 #include <map>
 #include <unordered_map>
 
@@ -81,12 +82,14 @@ struct Kept {
 };
 
 // A typed row as it is made: its slots, and the kind and width of each
-// args key of its probe's plan (n 0: a key the span does not have).
+// args key of its probe's plan (n 0: a key the span does not have), and the
+// looked-up values it holds as strings (to be listed in its block).
 struct Row {
 	// The most slots a row can take: a tensor takes two of the probe's
 	// slots and at most 8 here (classify_arg's longest array), a dim3 two
 	// and 3, any other argument one and one; and runq_ns and the weight.
-	static_assert(EACGM_MAX_ARGS / 2 * 8 + 2 <= kMaxSlots, "a typed row's slots overflow a block's");
+	// A looked-up value is copied whole (8 slots) past the last: room kept.
+	static_assert(EACGM_MAX_ARGS / 2 * 8 + 2 + 8 <= kMaxSlots, "a typed row's slots overflow a block's");
 	uint64_t slots[kMaxSlots];
 	size_t n = 0;
 	struct Key {
@@ -95,13 +98,17 @@ struct Row {
 	} keys[EACGM_MAX_ARGS + 2];
 	size_t k = 0;
 	Signature sig = 0;
+	Kept *strings[EACGM_MAX_ARGS + 2];
+	size_t n_strings = 0;
 
 	void put(char kind, uint64_t v) { slots[n++] = v, keys[k] = {kind, 1}; }
-	void put(const Kept &kept)
+	void put(Kept &kept)
 	{
-		std::copy_n(kept.slots.begin(), kept.n, slots + n);
+		std::memcpy(slots + n, kept.slots.data(), sizeof kept.slots); // a fixed copy: no call
 		n += kept.n;
 		keys[k] = {kept.kind, kept.n};
+		if (kept.kind == 's')
+			strings[n_strings++] = &kept;
 	}
 	// The key done: its code in the signature.
 	void next()
@@ -110,6 +117,30 @@ struct Row {
 		k++;
 	}
 };
+
+// A row made once for a probe whose arguments are all looked up (a torch
+// operator's tensors), by its argument words: the calls that follow with
+// the same words copy it. Made under one generation of the looked-up
+// values (their Kept pointers die with them).
+struct Memo {
+	static constexpr size_t kSlots = 16; // a wider row is not kept
+	std::array<uint64_t, EACGM_MAX_ARGS> words{};
+	uint64_t generation = 0; // 0: empty
+	int64_t fn = 0;
+	uint8_t n = 0, n_strings = 0;
+	uint64_t slots[kSlots];
+	Kept *strings[EACGM_MAX_ARGS];
+};
+constexpr size_t kMemosPerProbe = 64;
+
+size_t memo_index(const std::array<uint64_t, EACGM_MAX_ARGS> &w)
+{
+	uint64_t h = 0;
+	for (uint64_t x : w)
+		h = (h ^ x) * 0x9e3779b97f4a7c15ull;
+	return size_t(h >> 58); // 64 memos: the top bits mix best
+}
+static_assert(kMemosPerProbe == 64, "memo_index gives 6 bits");
 
 } // namespace
 
@@ -132,6 +163,10 @@ struct StoreWriter::TypedCache {
 			uint64_t block = 0;
 		};
 		std::unordered_map<int64_t, RetName> ret_names; // by return
+		// Its arguments are all looked up (enums, tensors, symbols): its
+		// rows are kept by their words (Memo), kMemosPerProbe of them.
+		bool memo = false;
+		std::vector<Memo> memos;
 	};
 	std::vector<Plan> plans; // by spec_id
 	std::unordered_map<ValueKey, Kept, ValueHash> values;
@@ -158,8 +193,11 @@ struct StoreWriter::TypedCache {
 		f = {k, &it->second};
 		return &it->second;
 	}
+	// Counts the lives of `values`: a memo of another is stale.
+	uint64_t generation = 1;
 	void clear_values()
 	{
+		generation++;
 		values.clear();
 		front.fill({});
 		weights.clear();
@@ -183,21 +221,25 @@ struct StoreWriter::TypedCache {
 		if (std::exchange(last_block, block) != block)
 			b.strings.push_back(id);
 	}
-	// A looked-up value into the row, its string row referred to.
-	void put(Row &r, Kept &kv, BlockRows &b)
+	// The looked-up values a row holds as strings, listed in its block.
+	void refer(Kept *const *strings, size_t n, BlockRows &b)
 	{
-		r.put(kv);
-		if (kv.kind == 's')
-			refer(kv.block, int64_t(kv.slots[0]), b);
+		for (size_t i = 0; i < n; i++)
+			refer(strings[i]->block, int64_t(strings[i]->slots[0]), b);
 	}
 	// Each returns null or 0 where a dictionary row could not be written.
 	Kept *value(StoreWriter &w, const TypedSpans &ts, uint32_t spec_id, const Entry &e, uint64_t v, uint64_t next);
 	Kept *weight(StoreWriter &w, double weight);
-	Result<void> fill(StoreWriter &w, const TypedSpans &ts, const TypedSpan &t, const Plan &p, Row &r,
-			  BlockRows &b);
+	Result<void> fill(StoreWriter &w, const TypedSpans &ts, const TypedSpan &t, const Plan &p, Row &r);
+	// The row of an all-looked-up probe's call: its memo, made if it is
+	// not yet; null where a dictionary row could not be written.
+	const Memo *memo_row(StoreWriter &w, const TypedSpans &ts, const TypedSpan &t, const ProbeSpec &spec, Plan &p);
 	int64_t function_of(StoreWriter &w, const ProbeSpec &spec, Plan &p, const Row &r);
 	bool ret_name(StoreWriter &w, const ProbeSpec &spec, Plan &p, int64_t ret, BlockRows &b, int64_t &id);
 	int64_t stack_row(StoreWriter &w, const PyStack &stack, BlockRows &b);
+	// The function row and slots of a call's row, made by fill.
+	int64_t made_row(StoreWriter &w, const TypedSpans &ts, const TypedSpan &t, const ProbeSpec &spec, Plan &p,
+			 Row &r);
 
 	void reset()
 	{
@@ -236,6 +278,9 @@ StoreWriter::TypedCache::Plan &StoreWriter::TypedCache::build(uint32_t spec_id)
 	by_key[kWeightArg] = {kWeightArg, kWeightEntry, 0};
 	p.typed = !twice;
 	p.enum_ret = returns_enum(spec.returns);
+	p.memo = !spec.args.empty() && std::all_of(spec.args.begin(), spec.args.end(), [](const ArgSpec &a) {
+		return a.type == ArgType::Enum || a.type == ArgType::Tensor || a.type == ArgType::Symbol;
+	});
 	for (auto &[k, e] : by_key)
 		p.entries.push_back(std::move(e));
 	return p;
@@ -263,8 +308,8 @@ Kept *StoreWriter::TypedCache::value(StoreWriter &w, const TypedSpans &ts, uint3
 		got.assign(1, uint64_t(id));
 	}
 	std::copy(got.begin(), got.end(), kept.slots.begin());
-	if (values.size() >= kMaxValues)
-		clear_values();
+	// Past kMaxValues they are cleared, but only between rows (typed_row):
+	// a row being made holds pointers to those it looked up.
 	return &values.emplace(vk, kept).first->second;
 }
 
@@ -284,7 +329,7 @@ Kept *StoreWriter::TypedCache::weight(StoreWriter &w, double weight)
 
 // The row's slots, key by key of the plan.
 Result<void> StoreWriter::TypedCache::fill(StoreWriter &w, const TypedSpans &ts, const TypedSpan &t, const Plan &p,
-					   Row &r, BlockRows &b)
+					   Row &r)
 {
 	for (const Entry &e : p.entries) {
 		r.keys[r.k] = {0, 0};
@@ -296,7 +341,7 @@ Result<void> StoreWriter::TypedCache::fill(StoreWriter &w, const TypedSpans &ts,
 				Kept *kv = weight(w, t.weight);
 				if (!kv)
 					return make_error(w.db_failure());
-				put(r, *kv, b);
+				r.put(*kv);
 			}
 		} else {
 			const uint64_t v = e.slot < EACGM_MAX_ARGS ? t.args[e.slot] : 0;
@@ -318,7 +363,7 @@ Result<void> StoreWriter::TypedCache::fill(StoreWriter &w, const TypedSpans &ts,
 				Kept *kv = value(w, ts, t.spec_id, e, v, next);
 				if (!kv)
 					return make_error(w.db_failure());
-				put(r, *kv, b);
+				r.put(*kv);
 				break;
 			}
 			}
@@ -371,8 +416,8 @@ int64_t StoreWriter::TypedCache::stack_row(StoreWriter &w, const PyStack &stack,
 {
 	if (stacks.size() >= kMaxValues)
 		stacks.clear(), last = nullptr;
-	const void *body = stack.json().data();
-	if (!last || last->stack.json().data() != body) {
+	const void *body = stack.identity();
+	if (!last || last->stack.identity() != body) {
 		auto [it, fresh] = stacks.try_emplace(body);
 		if (fresh) {
 			if (!(it->second.id = w.stack_id(stack))) {
@@ -388,6 +433,35 @@ int64_t StoreWriter::TypedCache::stack_row(StoreWriter &w, const PyStack &stack,
 	return last->id;
 }
 
+// A row's function and slots, made key by key (fill); 0 where a dictionary
+// row could not be written.
+int64_t StoreWriter::TypedCache::made_row(StoreWriter &w, const TypedSpans &ts, const TypedSpan &t,
+					  const ProbeSpec &spec, Plan &p, Row &r)
+{
+	if (auto filled = fill(w, ts, t, p, r); !filled)
+		return 0;
+	return function_of(w, spec, p, r);
+}
+
+const Memo *StoreWriter::TypedCache::memo_row(StoreWriter &w, const TypedSpans &ts, const TypedSpan &t,
+					      const ProbeSpec &spec, Plan &p)
+{
+	if (p.memos.empty())
+		p.memos.resize(kMemosPerProbe);
+	Memo &m = p.memos[memo_index(t.args)];
+	if (m.generation == generation && m.words == t.args)
+		return &m;
+	Row r;
+	const int64_t fn = made_row(w, ts, t, spec, p, r);
+	if (!fn || r.n > Memo::kSlots || r.n_strings > std::size(m.strings))
+		return nullptr; // the caller makes the row itself: a failure says why there
+	m.generation = generation;
+	m.words = t.args, m.fn = fn, m.n = uint8_t(r.n), m.n_strings = uint8_t(r.n_strings);
+	std::copy_n(r.slots, r.n, m.slots);
+	std::copy_n(r.strings, r.n_strings, m.strings);
+	return &m;
+}
+
 Result<void> StoreWriter::typed_row(const TypedSpans &ts, size_t i, BlockRows &b)
 {
 	if (!typed_)
@@ -401,6 +475,8 @@ Result<void> StoreWriter::typed_row(const TypedSpans &ts, size_t i, BlockRows &b
 		std::copy(epochs, epochs + 3, c.epochs);
 	}
 	c.block = b.serial;
+	if (c.values.size() >= TypedCache::kMaxValues)
+		c.clear_values(); // between rows: a row holds pointers to the values it looked up
 	const TypedSpan &t = ts.spans[i];
 	static const PyStack kNone;
 	const PyStack &stack = i < ts.stacks.size() ? ts.stacks[i] : kNone;
@@ -413,17 +489,33 @@ Result<void> StoreWriter::typed_row(const TypedSpans &ts, size_t i, BlockRows &b
 		s.py_stack = stack;
 		return span_row(s, b);
 	}
+	// The dictionary rows in span_row's order (function, strings of the
+	// arguments, the return's name, the stack): the same ids either way.
 	Row r;
-	if (auto filled = c.fill(*this, ts, t, p, r, b); !filled)
-		return filled;
-	// The dictionary rows in span_row's order: the same ids either way.
-	int64_t fn = c.function_of(*this, spec, p, r), ret_name = 0, stack_row = 0;
-	if (!fn || !c.ret_name(*this, spec, p, t.ret, b, ret_name) ||
+	const uint64_t *slots = r.slots;
+	size_t n = 0;
+	int64_t fn = 0;
+	if (p.memo && !t.runq_ns && t.weight == 1.0) {
+		// No key but the looked-up arguments': the row is its words'.
+		const Memo *m = c.memo_row(*this, ts, t, spec, p);
+		if (m) {
+			fn = m->fn, slots = m->slots, n = m->n;
+			c.refer(m->strings, m->n_strings, b);
+		}
+	}
+	if (!fn) {
+		if (!(fn = c.made_row(*this, ts, t, spec, p, r)))
+			return make_error(db_failure());
+		n = r.n;
+		c.refer(r.strings, r.n_strings, b);
+	}
+	int64_t ret_name = 0, stack_row = 0;
+	if (!c.ret_name(*this, spec, p, t.ret, b, ret_name) ||
 	    (!stack.empty() && !(stack_row = c.stack_row(*this, stack, b))))
 		return make_error(db_failure());
 	b.add({t.pid, t.tid, uint64_t(fn), t.start_ns, t.dur_ns, t.depth, uint64_t(t.ret), uint64_t(ret_name), t.bytes,
 	       uint64_t(stack_row)},
-	      r.slots, r.n);
+	      slots, n);
 	return {};
 }
 

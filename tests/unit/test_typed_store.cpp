@@ -251,3 +251,61 @@ TEST_F(TypedStore, LookupsDoNotOutliveTheRowsRetentionCollects)
 					    R"(55|cudaMemcpyDeviceToHost|["a.py:f","55000000000"])",
 					    R"(56|cudaMemcpyDeviceToDevice|["a.py:f","56000000000"])"}));
 }
+
+// A probe whose arguments are all looked up (here two enums, as a torch
+// operator's tensors) keeps a row per distinct argument words and copies it
+// for the calls that follow. Past the cache's bound (65,536 looked-up
+// values; one-byte enums, so that their texts stay few) the values are
+// cleared and so are those rows: a call with the first words is made again,
+// and its block lists the strings it uses, not a row that names freed
+// values. Every row reads as its Span's.
+TEST_F(TypedStore, RowsKeptByTheirWordsDieWithTheValuesTheyName)
+{
+	auto specs = parse_spec(R"({"layer": "x", "library": "libx.so*",
+		"enums": {"e": {"1": "one", "2": "two"}},
+		"probes": [{"function": "op", "returns": "void", "args": [
+			{"name": "a", "slot": 0, "type": "enum", "enum": "e", "size": 1},
+			{"name": "b", "slot": 1, "type": "enum", "enum": "e", "size": 1}]}]})",
+				"test", true);
+	ASSERT_TRUE(specs) << specs.error().message;
+	Interner names;
+	std::vector<TypedSpans> typed(3, TypedSpans{&*specs, &names, nullptr, {}, {}});
+	std::vector<std::vector<Span>> spans(3);
+	size_t made = 0;
+	auto call = [&](size_t batch, uint64_t a, uint64_t b) {
+		eacgm_span_event e{.start_ns = 1000 + made++, .dur_ns = 5, .tgid = 1, .tid = 1, .spec_id = 0};
+		e.args[0] = a, e.args[1] = b;
+		TypedSpan t = decode_typed(e, specs->probes[0], *specs, nullptr, names);
+		typed[batch].push_back(t);
+		spans[batch].push_back(render_span(t, specs->probes[0], *specs, names));
+	};
+	call(0, 1, 2), call(0, 1, 2), call(0, 2, 1);
+	const uint64_t distinct = 33'000; // 66,000 values, 256 texts
+	for (uint64_t i = 0; i < distinct; i++)
+		call(1, (i + 1) << 8 | 3, (i + 1) << 8 | 4);
+	call(2, 1, 2), call(2, 2, 1), call(2, 1, 2);
+	const std::string a = dir_ + "/memo-spans.db", b = dir_ + "/memo-typed.db";
+	for (const std::string &path : {a, b}) {
+		auto w = StoreWriter::create(path);
+		ASSERT_TRUE(w);
+		for (size_t batch = 0; batch < 3; batch++)
+			ASSERT_TRUE(path == a ? w->add_spans(spans[batch]) : w->add_spans({}, typed[batch]));
+		ASSERT_TRUE(w->finish());
+	}
+	const char *sql = "SELECT id, args FROM spans ORDER BY id";
+	auto want = rows(a, sql), got = rows(b, sql);
+	ASSERT_EQ(got.size(), distinct + 6);
+	ASSERT_EQ(want.size(), got.size());
+	for (size_t i = 0; i < got.size(); i++)
+		ASSERT_EQ(got[i], want[i]) << "row " << i;
+	EXPECT_EQ(got[1], R"(2|{"a":"one","b":"two"})");
+	EXPECT_EQ(got[3], R"x(4|{"a":"e(3)","b":"e(4)"})x");
+	EXPECT_EQ(got[distinct + 3], std::to_string(distinct + 4) + R"(|{"a":"one","b":"two"})");
+	EXPECT_EQ(got[distinct + 4], std::to_string(distinct + 5) + R"(|{"a":"two","b":"one"})");
+	// The last block lists the strings its rows use (retention keeps
+	// those it lists).
+	const char *listed = "SELECT s.text FROM span_blocks k, json_each(k.strings) j JOIN strings s ON s.id = j.value"
+			     " WHERE k.rowid = (SELECT max(rowid) FROM span_blocks) ORDER BY s.text";
+	EXPECT_EQ(rows(b, listed), (std::vector<std::string>{R"("one")", R"("two")"}));
+	EXPECT_EQ(rows(a, listed), rows(b, listed));
+}
