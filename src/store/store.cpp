@@ -530,10 +530,15 @@ static std::string id_list(std::vector<int64_t> &ids)
 	return out + "]";
 }
 
-StoreWriter::BlockRows::BlockRows(Columns &lent, uint64_t n, size_t capacity) : cols(lent), serial(n)
+StoreWriter::BlockRows::BlockRows(Columns &lent, Columns &spare, uint64_t n, size_t capacity)
+	: cols(lent), serial(n), spare_(spare), capacity_(capacity)
 {
-	// The fixed columns: every row writes each, so their old values need
-	// no zeroing. The slot columns are made as rows need them (widen).
+	// The last block's slot columns wait in spare; the fixed columns stay:
+	// every row writes each, so their old values need no zeroing.
+	while (cols.size() > kColSlot0) {
+		spare_.push_back(std::move(cols.back()));
+		cols.pop_back();
+	}
 	cols.resize(kColSlot0);
 	for (size_t c = 0; c < kColSlot0; c++) {
 		cols[c].resize(capacity);
@@ -543,11 +548,20 @@ StoreWriter::BlockRows::BlockRows(Columns &lent, uint64_t n, size_t capacity) : 
 
 void StoreWriter::BlockRows::widen(size_t slots)
 {
-	// A slot column holds 0 for the rows before the first that used it.
-	const size_t from = cols.size();
-	cols.resize(kColSlot0 + slots, std::vector<uint64_t>(cols[0].size(), 0));
-	for (size_t c = from; c < cols.size(); c++)
+	// A slot column holds 0 for the rows before the first that used it;
+	// its rows from there on are written by add. Moving a column keeps its
+	// memory where it is: the pointers taken stay good.
+	for (size_t c = cols.size(); c < kColSlot0 + slots; c++) {
+		std::vector<uint64_t> col;
+		if (!spare_.empty()) {
+			col = std::move(spare_.back());
+			spare_.pop_back();
+		}
+		col.resize(capacity_);
+		std::fill_n(col.begin(), rows, 0);
+		cols.push_back(std::move(col));
 		col_[c] = cols[c].data();
+	}
 }
 
 void StoreWriter::BlockRows::add(const Head &h, const uint64_t *slots, size_t n)
@@ -556,6 +570,8 @@ void StoreWriter::BlockRows::add(const Head &h, const uint64_t *slots, size_t n)
 	if (cols.size() < kColSlot0 + n)
 		widen(n);
 	const size_t r = rows++;
+	for (size_t k = kColSlot0 + n; k < cols.size(); k++)
+		col_[k][r] = 0; // a slot this row's function does not use
 	col_[kColPid][r] = h.pid, col_[kColTid][r] = h.tid, col_[kColFn][r] = h.fn;
 	col_[kColStart][r] = h.start_ns, col_[kColDur][r] = h.dur_ns, col_[kColDepth][r] = h.depth;
 	col_[kColRet][r] = h.ret, col_[kColRetName][r] = h.ret_name, col_[kColBytes][r] = h.bytes;
@@ -599,7 +615,7 @@ Result<int64_t> StoreWriter::write_block(const std::vector<Span> &spans, const T
 					 size_t to)
 {
 	const size_t rows = to - from;
-	BlockRows b(block_cols_, ++blocks_made_, rows);
+	BlockRows b(block_cols_, spare_cols_, ++blocks_made_, rows);
 	Columns &cols = b.cols;
 	for (size_t i = from; i < to; i++) {
 		auto r = i < spans.size() ? span_row(spans[i], b) : typed_row(typed, i - spans.size(), b);
