@@ -68,6 +68,42 @@ TEST(TypedSpan, HoldsTheCallsFieldsAsNumbers)
 	EXPECT_EQ(s.args[kRunqArg], 1'500);
 }
 
+// Every probe of the four built-in specs (loaded once): its spec set and
+// its index there.
+static std::vector<std::pair<const SpecSet *, uint32_t>> builtin_probes()
+{
+	static const std::vector<SpecSet> sets = [] {
+		std::vector<SpecSet> out;
+		for (const char *layer : {"cuda", "nccl", "gloo", "torch"}) {
+			auto specs = load_builtin_spec(layer);
+			EXPECT_TRUE(specs) << layer << ": " << specs.error().message;
+			if (specs)
+				out.push_back(std::move(*specs));
+		}
+		return out;
+	}();
+	EXPECT_EQ(sets.size(), 4u);
+	std::vector<std::pair<const SpecSet *, uint32_t>> out;
+	for (const SpecSet &set : sets)
+		for (uint32_t id = 0; id < set.probes.size(); id++)
+			out.emplace_back(&set, id);
+	return out;
+}
+
+// A random record of probe `id`: random words in every slot (small ones
+// every other round), random returns, waits or none.
+static eacgm_span_event random_record(std::mt19937_64 &rng, uint32_t id, int round)
+{
+	eacgm_span_event e{.start_ns = rng(), .dur_ns = rng() >> 20, .tgid = 7, .tid = 8};
+	e.spec_id = id;
+	e.ret = round % 3 ? rng() : 0;
+	for (auto &a : e.args)
+		a = round % 2 ? rng() : rng() % 4096;
+	e.flags = round % 4 == 0 ? EACGM_SPAN_RUNQ : 0;
+	e.runq_ns = rng() % 100'000;
+	return e;
+}
+
 // Every probe of every built-in spec, on random records (random words in
 // every slot, random returns, waits or none): the typed span is all there
 // is to it. Decoded twice it is the same bytes; rendered from a copy it is
@@ -78,41 +114,32 @@ TEST(TypedSpan, RenderedItIsTheSpanForEveryBuiltInProbe)
 	std::mt19937_64 rng(37);
 	size_t probes = 0, symbols = 0;
 	Interner names;
-	for (const char *layer : {"cuda", "nccl", "gloo", "torch"}) {
-		auto specs = load_builtin_spec(layer);
-		ASSERT_TRUE(specs) << layer << ": " << specs.error().message;
-		for (uint32_t id = 0; id < specs->probes.size(); id++) {
-			const ProbeSpec &spec = specs->probes[id];
-			probes++;
-			for (int round = 0; round < 20; round++) {
-				eacgm_span_event e{.start_ns = rng(), .dur_ns = rng() >> 20, .tgid = 7, .tid = 8};
-				e.spec_id = id;
-				e.ret = round % 3 ? rng() : 0;
-				for (auto &a : e.args)
-					a = round % 2 ? rng() : rng() % 4096;
-				e.flags = round % 4 == 0 ? EACGM_SPAN_RUNQ : 0;
-				e.runq_ns = rng() % 100'000;
-				TypedSpan t = decode_typed(e, spec, *specs, nullptr, names);
-				TypedSpan again = decode_typed(e, spec, *specs, nullptr, names);
-				ASSERT_EQ(std::memcmp(&t, &again, sizeof t), 0) << spec.function;
-				TypedSpan copy;
-				std::memcpy(&copy, &t, sizeof t);
-				Span s = render_span(copy, spec, *specs, names);
-				Span d = decode_span(e, spec, *specs, nullptr, names);
-				EXPECT_EQ(s.args.dump(), d.args.dump()) << spec.function;
-				EXPECT_EQ(std::tie(s.layer, s.name, s.ret, s.ret_name, s.bytes, s.start_ns, s.dur_ns,
-						   s.pid, s.tid),
-					  std::tie(d.layer, d.name, d.ret, d.ret_name, d.bytes, d.start_ns, d.dur_ns,
-						   d.pid, d.tid))
-					<< spec.function;
-				size_t slot = 0;
-				for (const ArgSpec &a : spec.args) {
-					if (a.type == ArgType::Symbol) {
-						symbols++;
-						EXPECT_EQ(s.args[a.name], hex(e.args[slot])) << spec.function;
-					}
-					slot += arg_width(a);
+	for (auto [set, id] : builtin_probes()) {
+		const SpecSet &specs = *set;
+		const ProbeSpec &spec = specs.probes[id];
+		probes++;
+		for (int round = 0; round < 20; round++) {
+			const eacgm_span_event e = random_record(rng, id, round);
+			TypedSpan t = decode_typed(e, spec, specs, nullptr, names);
+			TypedSpan again = decode_typed(e, spec, specs, nullptr, names);
+			ASSERT_EQ(std::memcmp(&t, &again, sizeof t), 0) << spec.function;
+			TypedSpan copy;
+			std::memcpy(&copy, &t, sizeof t);
+			Span s = render_span(copy, spec, specs, names);
+			Span d = decode_span(e, spec, specs, nullptr, names);
+			EXPECT_EQ(s.args.dump(), d.args.dump()) << spec.function;
+			EXPECT_EQ(std::tie(s.layer, s.name, s.ret, s.ret_name, s.bytes, s.start_ns, s.dur_ns, s.pid,
+					   s.tid),
+				  std::tie(d.layer, d.name, d.ret, d.ret_name, d.bytes, d.start_ns, d.dur_ns, d.pid,
+					   d.tid))
+				<< spec.function;
+			size_t slot = 0;
+			for (const ArgSpec &a : spec.args) {
+				if (a.type == ArgType::Symbol) {
+					symbols++;
+					EXPECT_EQ(s.args[a.name], hex(e.args[slot])) << spec.function;
 				}
+				slot += arg_width(a);
 			}
 		}
 	}
@@ -129,29 +156,20 @@ TEST(TypedSpan, ThePlanDecodesAsTheSpecWalkDoes)
 	std::mt19937_64 rng(41);
 	size_t planned = 0, with_bytes = 0, with_symbols = 0;
 	Interner names;
-	for (const char *layer : {"cuda", "nccl", "gloo", "torch"}) {
-		auto specs = load_builtin_spec(layer);
-		ASSERT_TRUE(specs) << layer << ": " << specs.error().message;
-		for (uint32_t id = 0; id < specs->probes.size(); id++) {
-			const ProbeSpec &spec = specs->probes[id];
-			const DecodePlan plan = decode_plan(spec);
-			DecodePlan walk = plan;
-			walk.general = true;
-			planned += !plan.general;
-			with_bytes += plan.bytes_slot >= 0;
-			with_symbols += plan.n_symbols > 0;
-			for (int round = 0; round < 20; round++) {
-				eacgm_span_event e{.start_ns = rng(), .dur_ns = rng() >> 20, .tgid = 7, .tid = 8};
-				e.spec_id = id;
-				e.ret = round % 3 ? rng() : 0;
-				for (auto &a : e.args)
-					a = round % 2 ? rng() : rng() % 4096;
-				e.flags = round % 4 == 0 ? EACGM_SPAN_RUNQ : 0;
-				e.runq_ns = rng() % 100'000;
-				TypedSpan t = decode_typed(e, spec, plan, *specs, nullptr, names);
-				TypedSpan w = decode_typed(e, spec, walk, *specs, nullptr, names);
-				ASSERT_EQ(std::memcmp(&t, &w, sizeof t), 0) << spec.function;
-			}
+	for (auto [set, id] : builtin_probes()) {
+		const SpecSet &specs = *set;
+		const ProbeSpec &spec = specs.probes[id];
+		const DecodePlan plan = decode_plan(spec);
+		DecodePlan walk = plan;
+		walk.general = true;
+		planned += !plan.general;
+		with_bytes += plan.bytes_slot >= 0;
+		with_symbols += plan.n_symbols > 0;
+		for (int round = 0; round < 20; round++) {
+			const eacgm_span_event e = random_record(rng, id, round);
+			TypedSpan t = decode_typed(e, spec, plan, specs, nullptr, names);
+			TypedSpan w = decode_typed(e, spec, walk, specs, nullptr, names);
+			ASSERT_EQ(std::memcmp(&t, &w, sizeof t), 0) << spec.function;
 		}
 	}
 	// Most probes take the plan; some of those move bytes or name kernels.
