@@ -231,9 +231,11 @@ struct StoreWriter::TypedCache {
 	Kept *value(StoreWriter &w, const TypedSpans &ts, uint32_t spec_id, const Entry &e, uint64_t v, uint64_t next);
 	Kept *weight(StoreWriter &w, double weight);
 	Result<void> fill(StoreWriter &w, const TypedSpans &ts, const TypedSpan &t, const Plan &p, Row &r);
-	// The row of an all-looked-up probe's call: its memo, made if it is
-	// not yet; null where a dictionary row could not be written.
-	const Memo *memo_row(StoreWriter &w, const TypedSpans &ts, const TypedSpan &t, const ProbeSpec &spec, Plan &p);
+	// The function row of an all-looked-up probe's call (0: a dictionary
+	// row could not be written): `kept` points at its memo where one was
+	// kept for its words; else its row is made in r, and kept if it fits.
+	int64_t memo_row(StoreWriter &w, const TypedSpans &ts, const TypedSpan &t, const ProbeSpec &spec, Plan &p,
+			 Row &r, const Memo *&kept);
 	int64_t function_of(StoreWriter &w, const ProbeSpec &spec, Plan &p, const Row &r);
 	bool ret_name(StoreWriter &w, const ProbeSpec &spec, Plan &p, int64_t ret, BlockRows &b, int64_t &id);
 	int64_t stack_row(StoreWriter &w, const PyStack &stack, BlockRows &b);
@@ -443,23 +445,25 @@ int64_t StoreWriter::TypedCache::made_row(StoreWriter &w, const TypedSpans &ts, 
 	return function_of(w, spec, p, r);
 }
 
-const Memo *StoreWriter::TypedCache::memo_row(StoreWriter &w, const TypedSpans &ts, const TypedSpan &t,
-					      const ProbeSpec &spec, Plan &p)
+int64_t StoreWriter::TypedCache::memo_row(StoreWriter &w, const TypedSpans &ts, const TypedSpan &t,
+					  const ProbeSpec &spec, Plan &p, Row &r, const Memo *&kept)
 {
 	if (p.memos.empty())
 		p.memos.resize(kMemosPerProbe);
 	Memo &m = p.memos[memo_index(t.args)];
-	if (m.generation == generation && m.words == t.args)
-		return &m;
-	Row r;
+	if (m.generation == generation && m.words == t.args) {
+		kept = &m;
+		return m.fn;
+	}
+	kept = nullptr;
 	const int64_t fn = made_row(w, ts, t, spec, p, r);
-	if (!fn || r.n > Memo::kSlots || r.n_strings > std::size(m.strings))
-		return nullptr; // the caller makes the row itself: a failure says why there
-	m.generation = generation;
-	m.words = t.args, m.fn = fn, m.n = uint8_t(r.n), m.n_strings = uint8_t(r.n_strings);
-	std::copy_n(r.slots, r.n, m.slots);
-	std::copy_n(r.strings, r.n_strings, m.strings);
-	return &m;
+	if (fn && r.n <= Memo::kSlots && r.n_strings <= std::size(m.strings)) { // else made each call
+		m.generation = generation;
+		m.words = t.args, m.fn = fn, m.n = uint8_t(r.n), m.n_strings = uint8_t(r.n_strings);
+		std::copy_n(r.slots, r.n, m.slots);
+		std::copy_n(r.strings, r.n_strings, m.strings);
+	}
+	return fn;
 }
 
 Result<void> StoreWriter::typed_row(const TypedSpans &ts, size_t i, BlockRows &b)
@@ -491,24 +495,19 @@ Result<void> StoreWriter::typed_row(const TypedSpans &ts, size_t i, BlockRows &b
 	}
 	// The dictionary rows in span_row's order (function, strings of the
 	// arguments, the return's name, the stack): the same ids either way.
+	// With no key but the looked-up arguments', the row is its words'.
 	Row r;
-	const uint64_t *slots = r.slots;
-	size_t n = 0;
-	int64_t fn = 0;
-	if (p.memo && !t.runq_ns && t.weight == 1.0) {
-		// No key but the looked-up arguments': the row is its words'.
-		const Memo *m = c.memo_row(*this, ts, t, spec, p);
-		if (m) {
-			fn = m->fn, slots = m->slots, n = m->n;
-			c.refer(m->strings, m->n_strings, b);
-		}
-	}
-	if (!fn) {
-		if (!(fn = c.made_row(*this, ts, t, spec, p, r)))
-			return make_error(db_failure());
-		n = r.n;
+	const Memo *m = nullptr;
+	const int64_t fn = p.memo && !t.runq_ns && t.weight == 1.0 ? c.memo_row(*this, ts, t, spec, p, r, m)
+								   : c.made_row(*this, ts, t, spec, p, r);
+	if (!fn)
+		return make_error(db_failure());
+	const uint64_t *slots = m ? m->slots : r.slots;
+	const size_t n = m ? m->n : r.n;
+	if (m)
+		c.refer(m->strings, m->n_strings, b);
+	else
 		c.refer(r.strings, r.n_strings, b);
-	}
 	int64_t ret_name = 0, stack_row = 0;
 	if (!c.ret_name(*this, spec, p, t.ret, b, ret_name) ||
 	    (!stack.empty() && !(stack_row = c.stack_row(*this, stack, b))))
