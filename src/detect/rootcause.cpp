@@ -212,7 +212,17 @@ bool reportable(const KeyModel &m, const Scored &s, const Worth &worth, const st
 	// much now and then, is the machine's (noise.h).
 	if (!slower(why))
 		return true;
-	return worth.told(key, why[0].feature == kLogGap, why[0].value, why[0].typical, extra);
+	// A gap is a stall only when it is longer than the nearest of the
+	// function's usual gaps (Attribution::usual) by a slowdown worth
+	// telling: a function called at two points of a step waits long before
+	// one and briefly before the other, and a call whose duration fits the
+	// second point while its gap is the first point's usual one is
+	// unusual in how the two go together, not late (CI, test_detect:
+	// "aten::addmm: log_gap 622 us, typically 136 us", a step's usual
+	// 650 us). A duration keeps the mode it was scored under: how long a
+	// call should take depends on the other features (its bytes).
+	const bool gap = why[0].feature == kLogGap;
+	return worth.told(key, gap, why[0].value, gap ? std::max(why[0].usual, why[0].typical) : why[0].typical, extra);
 }
 
 // The fault a feature's excess points to (rootcause.h's fault classes).
