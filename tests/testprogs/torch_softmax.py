@@ -22,9 +22,13 @@ the rows differ. OP runs twice over the whole buffer before training (the
 function's warm-up calls for detect).
 
 Prints, on stdout, for every step "step N T0 T1", for its call of OP
-"slow N T0 T1" (a slowed step) or "op N T0 T1", and for each of its two
-Linear layers' forward "linear N T0 T1": CLOCK_MONOTONIC nanoseconds,
-eacgm's clock (what the program measured around the traced calls)."""
+"slow N T0 T1" (a slowed step) or "op N T0 T1", for each of its two
+Linear layers' forward "linear N T0 T1", and for the step's four parts,
+one after the other, "forward", "loss", "backward" and "optim" N T0 T1
+(zero_grad and the model's forward, the loss, its backward, the
+optimizer's step): CLOCK_MONOTONIC nanoseconds, eacgm's clock (what the
+program measured around the traced calls; every traced call of a step
+lies in one of its parts)."""
 import ctypes
 import sys
 import time
@@ -101,11 +105,19 @@ model = Model()
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 x, y = torch.randn(BATCH, WIDTH), torch.randn(BATCH, WIDTH)
 for step in range(steps):
-    t0 = time.monotonic_ns()
+    t = [time.monotonic_ns()]
     opt.zero_grad()
-    torch.nn.functional.mse_loss(model(x, step), y).backward()
+    out = model(x, step)
+    t.append(time.monotonic_ns())
+    loss = torch.nn.functional.mse_loss(out, y)
+    t.append(time.monotonic_ns())
+    loss.backward()
+    t.append(time.monotonic_ns())
     opt.step()
-    print("step", step, t0, time.monotonic_ns())
+    t.append(time.monotonic_ns())
+    print("step", step, t[0], t[-1])
     print("slow" if step in slow else "op", step, *windows[-1])
-    for t in linears[-2:]:
-        print("linear", step, *t)
+    for w in linears[-2:]:
+        print("linear", step, *w)
+    for name, t0, t1 in zip(("forward", "loss", "backward", "optim"), t, t[1:]):
+        print(name, step, t0, t1)
