@@ -15,10 +15,8 @@ Usage: run_eval.py BUILD [--out eval/RESULTS.md] [--work DIR] [--only NAME,...]
 Needs root (eacgm attaches uprobes; the communication scenarios make network
 namespaces), stress-ng, iptables and python3-sklearn (scripts/setup.sh)."""
 import argparse
-import collections
 import csv
 import json
-import math
 import os
 import platform
 import random
@@ -209,7 +207,28 @@ def record_all(eacgm, work, seed, only):
         out.append(Scenario(sc, db, logs, shifts, faults, time.monotonic() - t))
     with open(os.path.join(work, "scenarios.json"), "w") as f:
         json.dump([s.saved for s in out], f)
+    with open(os.path.join(work, "recorded.json"), "w") as f:  # what --judge-only says of them
+        json.dump({"eacgm": revision(), "minutes": sum(s.record_s for s in out) / 60}, f)
     return out
+
+
+def revision():
+    return run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"]).stdout.strip() or "?"
+
+
+def provenance(work, judge_only, minutes):
+    """Where the numbers come from: this run, or (--judge-only) the
+    recordings of an earlier one in work, judged again by this eacgm."""
+    if not judge_only:
+        return "recorded and judged in one run of %.1f minutes" % minutes
+    try:
+        with open(os.path.join(work, "recorded.json")) as f:
+            rec = json.load(f)
+        made = "recorded by eacgm at %s in %.1f minutes of recording" % (rec["eacgm"], rec["minutes"])
+    except FileNotFoundError:
+        made = "recorded by an earlier run that kept no note of its commit"
+    return ("the recordings of an earlier run (%s) judged again by this eacgm (`--judge-only`) in %.1f minutes"
+            % (made, minutes))
 
 
 def recorded(work, only):
@@ -333,7 +352,7 @@ def machine():
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
     mem = next((l.split()[1] for l in open("/proc/meminfo") if l.startswith("MemTotal")), "0")
     torch_v = run([PY, "-c", "import torch, torchvision; print(torch.__version__, torchvision.__version__)"])
-    rev = run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"]).stdout.strip() or "?"
+    rev = revision()
     import sklearn
     return ("%s, %d CPUs, %.0f GiB; kernel %s; Python %s; torch/torchvision %s; scikit-learn %s; xgboost %s; "
             "eacgm at %s" % (cpu, os.cpu_count(), int(mem) / 2**20, platform.release(), platform.python_version(),
@@ -449,8 +468,8 @@ def sweep_table(comps, fprs, f1):
 HEADER = """# Detection evaluation (`make eval`)
 
 Written by `eval/run_eval.py` (`make eval`) from the run it describes; every
-number below was measured in that run. Machine: {machine}. Seed {seed}; the
-run took {minutes:.1f} minutes.
+number below was measured in that run. Machine: {machine}. Seed {seed};
+{provenance}.
 
 How it works: each scenario trains a workload on the CPU (a small GPT-style
 transformer, torchvision's ResNet-18; data-parallel over 2 gloo ranks in
@@ -480,9 +499,9 @@ nobody checked.
 """
 
 
-def write_results(path, scs, rows_of, events, sweep_out, seed, minutes):
+def write_results(path, scs, rows_of, events, sweep_out, seed, provenance):
     table, best = table_one(rows_of)
-    lines = [HEADER.format(machine=machine(), seed=seed, minutes=minutes), "## Table I: calls judged per layer", "",
+    lines = [HEADER.format(machine=machine(), seed=seed, provenance=provenance), "## Table I: calls judged per layer", "",
              *table, "", *verdict_lines(best), "", "## Scenarios", "",
              "eacgm's calls flagged per scenario with detect's defaults, and beside them the same recording "
              "judged with the fixed floor detect had until the machine's stalls were measured (`%s`): the "
@@ -528,7 +547,8 @@ def main():
     scs = recorded(work, only) if a.judge_only else record_all(eacgm, work, a.seed, only)
     rows_of, events = evaluate(eacgm, scs, work, a.seed)
     sweep_out = None if a.no_sweep or not any(sc.row == "torch" for sc in scs) else sweep(eacgm, scs)
-    write_results(a.out, scs, rows_of, events, sweep_out, a.seed, (time.monotonic() - t) / 60)
+    write_results(a.out, scs, rows_of, events, sweep_out, a.seed,
+                  provenance(work, a.judge_only, (time.monotonic() - t) / 60))
     say("wrote %s (%.1f minutes)" % (a.out, (time.monotonic() - t) / 60))
 
 
