@@ -499,9 +499,9 @@ nobody checked.
 """
 
 
-def write_results(path, scs, rows_of, events, sweep_out, seed, provenance):
+def write_results(path, scs, rows_of, events, sweep_out, seed, origin):
     table, best = table_one(rows_of)
-    lines = [HEADER.format(machine=machine(), seed=seed, provenance=provenance), "## Table I: calls judged per layer", "",
+    lines = [HEADER.format(machine=machine(), seed=seed, provenance=origin), "## Table I: calls judged per layer", "",
              *table, "", *verdict_lines(best), "", "## Scenarios", "",
              "eacgm's calls flagged per scenario with detect's defaults, and beside them the same recording "
              "judged with the fixed floor detect had until the machine's stalls were measured (`%s`): the "
