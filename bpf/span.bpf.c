@@ -30,8 +30,10 @@ struct {
 	__uint(max_entries, 4 * 1024 * 1024);
 } span_events SEC(".maps");
 
-/* Set by the agent: a quarter of the ring buffer. */
+/* Set by the agent: a quarter of the ring buffer, and how often a CPU
+ * checks it (a power of two less one: 31, less on rings under 32 KiB). */
 const volatile __u64 wakeup_bytes = 1024 * 1024;
+const volatile __u32 wakeup_check_mask = 31;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -152,19 +154,24 @@ static __always_inline __u64 run_delay(struct task_struct *task)
 {
 	if (!bpf_core_field_exists(task->sched_info))
 		return 0;
-	return BPF_CORE_READ(task, sched_info.run_delay);
+	/* A plain load: task is the trusted pointer bpf_get_current_task_btf
+	 * gives, which the verifier lets a program read directly (a load
+	 * that cannot fault the kernel), without a bpf_probe_read_kernel
+	 * call per read as BPF_CORE_READ makes: two helper calls a span
+	 * fewer. The field's offset is still relocated for the running
+	 * kernel (vmlinux.h's types keep their access index). */
+	return task->sched_info.run_delay;
 }
 
 static __always_inline int on_entry(struct pt_regs *ctx)
 {
-	__u64 id = bpf_get_current_pid_tgid();
 	/* A thread holds state only once its process was found traced, and a
 	 * process leaves the traced set only when it exits: state means traced,
 	 * and the hash lookup on the tgid is paid once per thread, not per call. */
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct eacgm_thread_calls *tc = bpf_task_storage_get(&open_calls, task, 0, 0);
 	if (!tc) {
-		if (!eacgm_traced_on_call(id >> 32))
+		if (!eacgm_traced_on_call(task->tgid))
 			return 0;
 		tc = bpf_task_storage_get(&open_calls, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 		if (!tc) {
@@ -177,7 +184,6 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 	struct eacgm_probe_spec *spec = bpf_map_lookup_elem(&probe_specs, &spec_id);
 	if (!spec)
 		return 0;
-	__u32 tid = (__u32)id;
 	__u64 sp = PT_REGS_SP(ctx);
 	__u32 d = drop_dead_frames(tc, sp, spec_id);
 	if (d >= EACGM_MAX_DEPTH) {
@@ -211,7 +217,7 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 	 * nests among the others by time, with no stack of its own to walk. */
 	if (capture_py_stacks && spec->layer != EACGM_LAYER_PYTHON) {
 		__u64 sid = __sync_fetch_and_add(&py_stack_seq, 1) + 1;
-		if (py_emit_stack(id >> 32, tid, EACGM_PY_SPAN, sid, EACGM_PY_SPAN_FRAMES))
+		if (py_emit_stack(task->tgid, task->pid, EACGM_PY_SPAN, sid, EACGM_PY_SPAN_FRAMES))
 			c->py_stack = sid;
 	}
 	c->run_delay = run_delay(task);
@@ -233,8 +239,6 @@ static __always_inline int on_exit(struct pt_regs *ctx)
 	if (!tc)
 		return 0;
 	__u64 now = bpf_ktime_get_ns();
-	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tid = (__u32)id;
 	/* At return the return address has been popped: sp = entry sp + 8.
 	 * Frames above the match were left by longjmp or an exception and
 	 * will never return: drop them. A miss means this call's entry was
@@ -277,8 +281,11 @@ static __always_inline int on_exit(struct pt_regs *ctx)
 	}
 	e->start_ns = c->start_ns;
 	e->dur_ns = now - c->start_ns;
-	e->tgid = id >> 32;
-	e->tid = tid;
+	/* The ids bpf_get_current_pid_tgid would give (the initial pid
+	 * namespace's), read straight from the task: a load each rather than
+	 * a helper call. */
+	e->tgid = task->tgid;
+	e->tid = task->pid;
 	e->spec_id = spec_id;
 	e->depth = found;
 	e->flags = 0;
@@ -297,11 +304,18 @@ static __always_inline int on_exit(struct pt_regs *ctx)
 		e->args[i] = v;
 	}
 	/* Waking the reader for every record costs more than the probe itself;
-	 * wake it only once the buffer is filling up. It also polls on a timer. */
-	__u64 flags = bpf_ringbuf_query(&span_events, BPF_RB_AVAIL_DATA) >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP
-											 : BPF_RB_NO_WAKEUP;
+	 * wake it only once the buffer is filling up (it also polls on a
+	 * timer). Asking the ring how full it is is a helper call of its own,
+	 * so it is asked only when this CPU's count of spans is a multiple of
+	 * wakeup_check_mask + 1 (32 records, under 4 KiB, on rings of 32 KiB
+	 * and more): the reader is woken that many records a CPU late, against
+	 * a threshold of a quarter of the ring. */
+	__u32 which = EACGM_CNT_SPANS;
+	__u64 *spans = bpf_map_lookup_elem(&counters, &which);
+	__u64 flags = BPF_RB_NO_WAKEUP;
+	if (spans && (++*spans & wakeup_check_mask) == 0 && bpf_ringbuf_query(&span_events, BPF_RB_AVAIL_DATA) >= wakeup_bytes)
+		flags = BPF_RB_FORCE_WAKEUP;
 	bpf_ringbuf_submit(e, flags);
-	count(EACGM_CNT_SPANS, 1);
 	return 0;
 }
 

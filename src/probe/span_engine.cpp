@@ -21,6 +21,19 @@ namespace eacgm {
 
 static std::string errstr(int err) { return std::strerror(err < 0 ? -err : err); }
 
+// How often a CPU's span program asks how full the ring is (on every
+// (mask + 1)th span; span.bpf.c): 32 spans, or fewer where 32 records
+// would be more than an eighth of the ring (rings under 32 KiB), so that
+// the reader is still woken well before a small ring fills.
+uint32_t wakeup_check_mask(uint32_t ring_bytes)
+{
+	const size_t record = sizeof(eacgm_span_event) + 8; // with the ring's header (BPF_RINGBUF_HDR_SZ)
+	uint32_t every = 32;
+	while (every > 1 && every * record > ring_bytes / 8)
+		every /= 2;
+	return every - 1;
+}
+
 Result<std::unique_ptr<SpanEngine>> SpanEngine::open(const Options &opts, int traced_map_fd)
 {
 	uint32_t rb = opts.ring_buffer_bytes;
@@ -40,6 +53,7 @@ Result<std::unique_ptr<SpanEngine>> SpanEngine::open(const Options &opts, int tr
 		e->skel_->rodata->trace_all = opts.trace_all;
 		e->skel_->rodata->self_tgid = getpid();
 		e->skel_->rodata->wakeup_bytes = rb / 4;
+		e->skel_->rodata->wakeup_check_mask = wakeup_check_mask(rb);
 		bpf_map__set_max_entries(e->skel_->maps.span_events, rb);
 		if (traced_map_fd >= 0) {
 			err = bpf_map__reuse_fd(e->skel_->maps.traced_tgids, traced_map_fd);

@@ -20,6 +20,10 @@ struct bpf_map;
 
 namespace eacgm {
 
+// How often a CPU's span program asks how full a ring of ring_bytes is, as
+// a mask: it asks when its count of spans & mask is 0 (bpf/span.bpf.c).
+uint32_t wakeup_check_mask(uint32_t ring_bytes);
+
 class SpanEngine {
 public:
 	struct Options {

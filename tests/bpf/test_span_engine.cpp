@@ -8,6 +8,7 @@
 
 #include <sched.h>
 #include <signal.h>
+#include <sys/epoll.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -150,6 +151,45 @@ TEST_P(SpanEngineTest, AFullRingBufferLosesExactlyWhatItCannotHold)
 	EXPECT_EQ(c[EACGM_CNT_SPANS], fits);
 	for (size_t i = 0; i < ev.size(); i++)
 		EXPECT_EQ(ev[i].args[0], i); // the first ones are kept, in order
+}
+
+// The span program asks how full the ring is only on every 32nd span of a
+// CPU (fewer on small rings), not on every span. The reader must still be
+// woken as soon as a quarter of the ring is filled: on one CPU, with
+// power-of-two rings and 128-byte records, at the very record that crosses
+// it. Woken means the ring's epoll fd turns ready; with no wake-up it stays
+// quiet however full the ring is (ring_buffer__new adds it empty).
+TEST_P(SpanEngineTest, TheReaderIsWokenAtAQuarterOfTheRing)
+{
+	EXPECT_EQ(wakeup_check_mask(4096), 3u);
+	EXPECT_EQ(wakeup_check_mask(16384), 15u);
+	EXPECT_EQ(wakeup_check_mask(32768), 31u);
+	EXPECT_EQ(wakeup_check_mask(8u << 20), 31u);
+	cpu_set_t one, before;
+	ASSERT_EQ(sched_getaffinity(0, sizeof(before), &before), 0);
+	CPU_ZERO(&one);
+	CPU_SET(sched_getcpu(), &one);
+	ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0); // one CPU: one count of spans
+	for (uint32_t ring : {4096u, 16384u, 65536u}) {
+		SCOPED_TRACE(ring);
+		open_engine(ring);
+		probe(1, "tl_noop", {entry_arg(0)});
+		auto cb = [](void *, void *, size_t) { return 0; };
+		struct ring_buffer *rb = ring_buffer__new(bpf_map__fd(engine->events_map()), cb, nullptr, nullptr);
+		ASSERT_NE(rb, nullptr);
+		const size_t record = sizeof(eacgm_span_event) + 8, quarter = ring / 4 / record;
+		size_t woken_at = 0;
+		for (size_t i = 1; i <= 2 * quarter && !woken_at; i++) {
+			tl_noop(i);
+			struct epoll_event ev;
+			if (epoll_wait(ring_buffer__epoll_fd(rb), &ev, 1, 0) == 1)
+				woken_at = i;
+		}
+		ring_buffer__free(rb);
+		EXPECT_EQ(woken_at, quarter);
+		engine.reset();
+	}
+	sched_setaffinity(0, sizeof(before), &before);
 }
 
 // A call whose return was never seen (here longjmp; under --overhead-budget a
