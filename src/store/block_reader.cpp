@@ -139,18 +139,21 @@ Result<Span> span_of(const Columns &cols, size_t row, const SpanFunction &f, Dic
 } // namespace
 
 Result<void> read_span_blocks(sqlite3 *db, const std::function<bool(const SpanFunction &)> &keep,
-			      const std::function<void(Span &&)> &take, const RowKeep &rows)
+			      const std::function<void(Span &&)> &take, const RowKeep &rows, const BlockKeep &keep_block)
 {
 	Dictionaries d;
 	if (auto r = d.load(db); !r)
 		return r;
-	Query blocks(db, "SELECT data FROM span_blocks ORDER BY id");
+	Query blocks(db, "SELECT data, min_start, max_start FROM span_blocks ORDER BY id");
 	if (!blocks.st)
 		return make_error(std::string("cannot read span_blocks: ") + sqlite3_errmsg(db));
 	BlockDecoder dec;
 	Columns cols;
 	int rc;
 	while ((rc = sqlite3_step(blocks.st)) == SQLITE_ROW) {
+		if (keep_block && !keep_block(uint64_t(sqlite3_column_int64(blocks.st, 1)),
+					      uint64_t(sqlite3_column_int64(blocks.st, 2))))
+			continue;
 		std::string_view blob(static_cast<const char *>(sqlite3_column_blob(blocks.st, 0)),
 				      sqlite3_column_bytes(blocks.st, 0));
 		if (auto r = dec.decode(blob, cols); !r)
@@ -254,10 +257,12 @@ Result<void> read_spans_by_thread(sqlite3 *db, const std::function<void(Span &&)
 	// `limit` spans in all.
 	for (size_t at = 0; at < slices->size();) {
 		std::map<std::pair<uint32_t, uint32_t>, std::vector<std::pair<uint64_t, uint64_t>>> wanted;
+		std::vector<std::pair<uint64_t, uint64_t>> ranges; // every wanted start range, for the blocks
 		uint64_t n = 0;
 		for (; at < slices->size() && (wanted.empty() || n + (*slices)[at].n <= limit); at++) {
 			const Slice &s = (*slices)[at];
 			wanted[{s.pid, s.tid}].push_back({s.from, s.to});
+			ranges.push_back({s.from, s.to});
 			n += s.n;
 		}
 		auto r = read_span_blocks(
@@ -268,6 +273,11 @@ Result<void> read_spans_by_thread(sqlite3 *db, const std::function<void(Span &&)
 					std::any_of(it->second.begin(), it->second.end(), [&](const auto &range) {
 						return range.first <= start && start <= range.second;
 					});
+			},
+			[&](uint64_t min_start, uint64_t max_start) {
+				return std::any_of(ranges.begin(), ranges.end(), [&](const auto &range) {
+					return range.first <= max_start && min_start <= range.second;
+				});
 			});
 		if (!r)
 			return r;
