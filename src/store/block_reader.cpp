@@ -139,7 +139,8 @@ Result<Span> span_of(const Columns &cols, size_t row, const SpanFunction &f, Dic
 } // namespace
 
 Result<void> read_span_blocks(sqlite3 *db, const std::function<bool(const SpanFunction &)> &keep,
-			      const std::function<void(Span &&)> &take, const RowKeep &rows, const BlockKeep &keep_block)
+			      const std::function<void(Span &&)> &take, const RowKeep &rows,
+			      const BlockKeep &keep_block)
 {
 	Dictionaries d;
 	if (auto r = d.load(db); !r)
@@ -151,8 +152,9 @@ Result<void> read_span_blocks(sqlite3 *db, const std::function<bool(const SpanFu
 	Columns cols;
 	int rc;
 	while ((rc = sqlite3_step(blocks.st)) == SQLITE_ROW) {
-		if (keep_block && !keep_block(uint64_t(sqlite3_column_int64(blocks.st, 1)),
-					      uint64_t(sqlite3_column_int64(blocks.st, 2))))
+		if (keep_block &&
+		    !keep_block(uint64_t(sqlite3_column_int64(blocks.st, 1)),
+				uint64_t(sqlite3_column_int64(blocks.st, 2))))
 			continue;
 		std::string_view blob(static_cast<const char *>(sqlite3_column_blob(blocks.st, 0)),
 				      sqlite3_column_bytes(blocks.st, 0));
