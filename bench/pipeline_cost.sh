@@ -7,7 +7,7 @@
 # the recordings (bench_block_codec).
 # Usage: bench/pipeline_cost.sh BUILD_DIR   (needs root; about 2 minutes)
 set -euo pipefail
-build=$1
+build=$(realpath "${1:?usage: pipeline_cost.sh BUILD_DIR}") # it cd-s into a temporary directory
 here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -4,7 +4,7 @@
 # is missed, why), then each benchmark's own output. `make bench` calls it.
 # Usage: bench/run_all.sh BUILD_DIR   (needs root; about 25 minutes here)
 set -euo pipefail
-build=${1:-build}
+build=$(realpath "${1:-build}") # the benchmarks run from other directories
 here=$(cd "$(dirname "$0")" && pwd)
 eacgm=$build/eacgm
 out=$here/RESULTS.md
