@@ -4,7 +4,6 @@
 #include <iostream>
 #include <limits.h>
 #include <stdlib.h>
-#include <thread>
 #include <unistd.h>
 
 #include <bpf/libbpf.h>
@@ -178,8 +177,6 @@ Pipeline::Stop Pipeline::open_recorder(Sink &out)
 	rings_.emplace(std::move(rings).value());
 	probes_.emplace(*attacher_, *engine_, *tracker_);
 	recorder_.emplace(*probes_, *system_, *rings_, chain_, python_.get());
-	Pacing pace = pacing(uint64_t(o_.ring_buffer_kb) * 1024, std::thread::hardware_concurrency());
-	recorder_->set_pacing(pace.min_round, pace.busy_records);
 	if (o_.hang_after_s > 0) {
 		// A collector (looks at the calls in flight) and a sink (sees
 		// each rank's progress): collectors_ owns it.

@@ -60,43 +60,17 @@ std::vector<std::string> Recorder::take_warnings()
 	return std::exchange(warnings_, {});
 }
 
-Pacing pacing(uint64_t ring_bytes, unsigned cpus)
-{
-	const uint64_t records = ring_bytes / (sizeof(eacgm_span_event) + 8); // with the ring's header
-	const double max_rate = 1e6 * std::max(1u, cpus);                     // calls a second
-	const auto fill_quarter = std::chrono::nanoseconds(int64_t(records / 4 / max_rate * 1e9));
-	return {std::min<std::chrono::nanoseconds>(std::chrono::milliseconds(5), fill_quarter), records / 8};
-}
-
-// Waits out the rest of the round (set_pacing) on the exits alone.
-void Recorder::pace(int timeout_ms)
-{
-	if (min_round_.count() == 0 || last_round_records_ == 0 || last_round_records_ >= busy_records_)
-		return;
-	auto left = min_round_ - (std::chrono::steady_clock::now() - last_round_);
-	left = std::min<std::chrono::nanoseconds>(left, std::chrono::milliseconds(std::max(timeout_ms, 0)));
-	if (left.count() <= 0)
-		return;
-	paced_rounds_++;
-	pollfd exits = {system_.exits_fd(), POLLIN, 0};
-	timespec ts = {time_t(left.count() / 1'000'000'000), long(left.count() % 1'000'000'000)};
-	::ppoll(&exits, 1, &ts, nullptr); // EINTR or an exit: read now
-}
-
 Result<int> Recorder::poll(int timeout_ms)
 {
 	// The BPF side wakes us only when a buffer fills up (a wakeup per record
 	// would cost more than the probe), so read whatever is there after each
 	// wait. A traced process's exit wakes us too (its pidfd).
-	pace(timeout_ms);
 	pollfd fds[2] = {{source_.fd(), POLLIN, 0}, {system_.exits_fd(), POLLIN, 0}};
 	if (::poll(fds, 2, timeout_ms) < 0 && errno != EINTR)
 		return make_error(std::string("waiting for events failed: ") + std::strerror(errno));
-	last_round_ = std::chrono::steady_clock::now();
 	auto n = read_round();
 	if (!n)
 		return n.error();
-	last_round_records_ = uint64_t(*n);
 	processes_.settle(false);
 	if (auto r = processes_.announce(out_); !r)
 		return r.error();

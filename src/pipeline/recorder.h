@@ -33,17 +33,6 @@
 
 namespace eacgm {
 
-// The pacing that suits a span ring of ring_bytes on a machine of cpus
-// CPUs (Recorder::set_pacing): rounds of at least 5 ms, fewer where the
-// ring's quarter would fill faster at a million calls a second on every CPU
-// (more than a uprobe's trap lets one CPU make), and no pacing after a
-// round that read an eighth of the ring or more.
-struct Pacing {
-	std::chrono::nanoseconds min_round;
-	uint64_t busy_records;
-};
-Pacing pacing(uint64_t ring_bytes, unsigned cpus);
-
 class Recorder : public Records {
 public:
 	// python may be null (no python layer).
@@ -64,21 +53,6 @@ public:
 	// handles them. Returns the number of records consumed, or an error (a
 	// store write failed).
 	Result<int> poll(int timeout_ms);
-	// Reading in rounds no shorter than min_round while the rings are
-	// busy. Under a burst the span ring is never empty when poll() looks
-	// (its fd is level-triggered: readable while it holds a record), so
-	// without this the loop comes round every few records, paying a
-	// round's fixed costs (the poll, the CPU clock reads, the exit checks)
-	// each time: at 640,000 calls a second that was three quarters of
-	// eacgm's CPU. After a round that read some records but fewer than
-	// busy_records, the next read waits out the rest of min_round, woken
-	// early only by a traced process's exit. Choose min_round so that the
-	// ring cannot fill in it (pacing(), below). Unset (zero): no pacing.
-	void set_pacing(std::chrono::nanoseconds min_round, uint64_t busy_records)
-	{
-		min_round_ = min_round, busy_records_ = busy_records;
-	}
-	uint64_t paced_rounds() const { return paced_rounds_; } // reads that waited
 	// Consumes whatever is left in the buffers.
 	Result<void> drain();
 	// Traced processes that have not exited yet.
@@ -196,10 +170,6 @@ private:
 	std::chrono::steady_clock::time_point last_drops_;
 	uint64_t spans_seen_ = 0;
 	uint64_t records_read_ = 0, handling_cpu_ns_ = 0;
-	std::chrono::nanoseconds min_round_{0};
-	uint64_t busy_records_ = 0, last_round_records_ = 0, paced_rounds_ = 0;
-	std::chrono::steady_clock::time_point last_round_;
-	void pace(int timeout_ms);
 	std::vector<uint64_t> spans_per_spec_;
 	BudgetHistory budget_;
 	TensorFormatter tensors_ = nullptr;

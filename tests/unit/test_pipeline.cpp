@@ -421,41 +421,6 @@ TEST_F(Pipeline, ServeGivesTheSameSpansProcessesAndThreadsInEveryOrder)
 
 // What the table keeps of a process that had exited when first seen: its
 // pidfd says so at once, and the exit record read later gives the time.
-// Under a burst the span ring is never empty when the loop looks, so a
-// round that read some records, but fewer than a busy ring's, waits out
-// the rest of its minimum length before the next read (on the exits alone);
-// after an empty round or a busy one the loop reads at once.
-TEST_F(Pipeline, ARingReadInPacedRoundsUnlessIdleOrBusy)
-{
-	Pacing p = pacing(8u << 20, 2);
-	EXPECT_EQ(p.min_round, std::chrono::milliseconds(5));
-	EXPECT_EQ(p.busy_records, (8u << 20) / 128 / 8);
-	// A quarter of 64 KiB (128 records) at a million calls a second on
-	// each of 64 CPUs fills in 2 us: that is the longest round then.
-	EXPECT_EQ(pacing(64u << 10, 64).min_round, std::chrono::nanoseconds(2000));
-
-	FakeSystem sys = world(false);
-	FakeProbes probes(specs_);
-	std::vector<Rec> spans = span_ring(false);
-	ASSERT_GE(spans.size(), 3u);
-	// Rounds of 1, 2 (busy), 0 (idle) and 1 records.
-	FakeSource source({{spans[0]}, {spans[1], spans[2]}, {}, {spans[0]}}, sys);
-	Collected sink;
-	Recorder rec(probes, sys, source, sink);
-	rec.open();
-	rec.add_root(kParent, 1, t0_);
-	// Rounds of at least 10 s, each wait cut to poll's 1 ms timeout.
-	rec.set_pacing(std::chrono::seconds(10), 2);
-	std::vector<uint64_t> paced;
-	for (int i = 0; i < 5; i++) {
-		ASSERT_TRUE(rec.poll(1));
-		paced.push_back(rec.paced_rounds());
-	}
-	// Before each read: none yet; after 1 record; after a busy round;
-	// after an empty one; after 1 record.
-	EXPECT_EQ(paced, (std::vector<uint64_t>{0, 1, 1, 1, 2}));
-}
-
 TEST(ProcessTable, TheExitRecordsTimeStandsOverThePidfds)
 {
 	FakeSystem sys;
