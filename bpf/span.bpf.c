@@ -313,7 +313,8 @@ static __always_inline int on_exit(struct pt_regs *ctx)
 	__u32 which = EACGM_CNT_SPANS;
 	__u64 *spans = bpf_map_lookup_elem(&counters, &which);
 	__u64 flags = BPF_RB_NO_WAKEUP;
-	if (spans && (++*spans & wakeup_check_mask) == 0 && bpf_ringbuf_query(&span_events, BPF_RB_AVAIL_DATA) >= wakeup_bytes)
+	if (spans && (++*spans & wakeup_check_mask) == 0 &&
+	    bpf_ringbuf_query(&span_events, BPF_RB_AVAIL_DATA) >= wakeup_bytes)
 		flags = BPF_RB_FORCE_WAKEUP;
 	bpf_ringbuf_submit(e, flags);
 	return 0;

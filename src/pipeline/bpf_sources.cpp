@@ -6,6 +6,8 @@
 #include <cstddef>
 #include <cstring>
 #include <map>
+#include <sys/epoll.h>
+#include <unistd.h>
 
 #include "common/text.h"
 #include "probe/first_insn.h"
@@ -24,6 +26,15 @@ Result<BpfRings> BpfRings::open(bpf_map *spans, bpf_map *procs, bpf_map *python)
 		return make_error(std::string("cannot open the process ring buffer: ") + std::strerror(errno));
 	if (python && ring_buffer__add(s->rb, bpf_map__fd(python), on_py, s))
 		return make_error(std::string("cannot open the Python ring buffer: ") + std::strerror(errno));
+	s->ep = epoll_create1(EPOLL_CLOEXEC);
+	if (s->ep < 0)
+		return make_error(std::string("cannot make an epoll instance: ") + std::strerror(errno));
+	for (bpf_map *m : {spans, procs, python}) {
+		epoll_event ev{};
+		ev.events = EPOLLIN | EPOLLET;
+		if (m && epoll_ctl(s->ep, EPOLL_CTL_ADD, bpf_map__fd(m), &ev))
+			return make_error(std::string("cannot watch a ring buffer: ") + std::strerror(errno));
+	}
 	return r;
 }
 
@@ -33,12 +44,18 @@ BpfRings::~BpfRings()
 {
 	if (s_ && s_->rb)
 		ring_buffer__free(s_->rb);
+	if (s_ && s_->ep >= 0)
+		close(s_->ep);
 }
 
-int BpfRings::fd() const { return ring_buffer__epoll_fd(s_->rb); }
+int BpfRings::fd() const { return s_->ep; }
 
 Result<int> BpfRings::consume(Records &to)
 {
+	// The wake-ups that made fd() readable are taken first: a ring woken
+	// again while it is read stays readable for the next wait.
+	epoll_event woken[3];
+	(void)epoll_wait(s_->ep, woken, 3, 0);
 	s_->to = &to;
 	int n = ring_buffer__consume(s_->rb);
 	s_->to = nullptr;

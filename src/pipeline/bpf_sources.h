@@ -16,6 +16,15 @@ namespace eacgm {
 // its end, in the order they were added (spans, processes, Python). A
 // child's calls can thus be read before the fork that made it; the Recorder
 // decodes a round's calls only after handling its process records.
+//
+// fd() is readable when a ring's program woke its reader (the span ring at a
+// quarter full, the Python ring at most every 50 ms, the process ring on
+// each event the reader has not caught up with), not whenever a ring holds
+// a record: the rings are watched edge-triggered, by an epoll instance of
+// our own. libbpf's own (level-triggered) was readable at every look while
+// a burst kept the span ring from ever being empty, so the loop came round
+// for every few records, and its per-round costs (the CPU clock read six
+// times, a poll, the exit checks) took three quarters of eacgm's CPU.
 class BpfRings : public RecordSource {
 public:
 	// python may be null (no Python layer).
@@ -35,6 +44,7 @@ private:
 	// Heap-held: the rings' callbacks keep its address.
 	struct State {
 		ring_buffer *rb = nullptr;
+		int ep = -1;           // the rings, edge-triggered
 		Records *to = nullptr; // during consume
 	};
 	std::unique_ptr<State> s_;
