@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The user-space pipeline on the records of real recordings: records
 # ResNet-18 and GPT training (bench/workloads, 40 steps each, default layers)
-# with record --raw-dump, then times decode + store on their records
+# with record --raw-dump, prints their bytes a span (the store as record
+# left it, WAL included; the native trace and the JSON trace of the same
+# spans), then times decode + store on their records
 # (bench_pipeline_cost --replay: today's Span path and the typed path in
 # alternating rounds, SQLite's floor in the same run) and the block codec on
 # the recordings (bench_block_codec).
@@ -17,6 +19,20 @@ for w in resnet18 gpt; do
 		{ cat "$tmp/$w.log" >&2; exit 1; }
 done
 cd "$tmp"
+# The recordings as record left them: the store's files (WAL included) and
+# the native trace per span, against the JSON trace of the same spans.
+echo "the recordings (40 steps each, default layers), bytes a span:"
+for w in resnet18 gpt; do
+	n=$("$build/eacgm" sql "$w.db" "SELECT count(*) FROM spans" | tail -1)
+	"$build/eacgm" export "$w.db" --perfetto "$w.json" >/dev/null
+	store=$(cat "$w".db* | wc -c)
+	native=$(wc -c <"$w.pftrace")
+	json=$(wc -c <"$w.json")
+	awk -v w="$w" -v n="$n" -v s="$store" -v p="$native" -v j="$json" 'BEGIN {
+		printf "  %-9s %7d spans  store %5.1f B  native trace %6.1f B  JSON trace %6.1f B  (JSON / native %.1fx)\n",
+			w, n, s / n, p / n, j / n, j / p }'
+done
+echo
 "$build/bench/bench_pipeline_cost" --replay resnet18.raw gpt.raw --rounds 5
 echo
 "$build/bench/bench_pipeline_cost"

@@ -21,15 +21,18 @@ def parser(doc, batch, size, size_help=None):
                    help="keep warming up until this many seconds after the start (steady state: "
                         "eacgm's overhead budget acts from 10 s)")
     p.add_argument("--profiler", action="store_true")
+    p.add_argument("--step-log", help="append each step's end (time.monotonic_ns) and length (ns) to this "
+                                      "file as it ends, one line each (bench/step_pairs.py)")
     p.add_argument("--device", default="cpu",
                    help="cpu, or cuda on a machine with a GPU: the model and batch live there and each "
                         "step's clock stops after torch.cuda.synchronize(), so it covers the kernels")
     return p
 
 
-def run_steps(model, opt, x, y, loss_fn, steps, until=0):
+def run_steps(model, opt, x, y, loss_fn, steps, until=0, log=None):
     """Seconds per step, for `steps` steps and then until time.monotonic()
-    reaches `until` (warm-up)."""
+    reaches `until` (warm-up); each step's end and length written to `log`
+    (a line-buffered file) when given."""
     sync = torch.cuda.synchronize if x.is_cuda else (lambda: None)
     times = []
     while len(times) < steps or time.monotonic() < until:
@@ -40,6 +43,8 @@ def run_steps(model, opt, x, y, loss_fn, steps, until=0):
         opt.step()
         sync()
         times.append(time.perf_counter() - t)
+        if log:
+            log.write("%d %d\n" % (time.monotonic_ns(), int(times[-1] * 1e9)))
     return times
 
 
@@ -54,11 +59,13 @@ def train_and_report(name, args, model, opt, x, y, loss_fn):
         x, y = x.to(args.device), y.to(args.device)
     prof = None
 
+    log = open(args.step_log, "a", buffering=1) if args.step_log else None
+
     def train():
-        warm = run_steps(model, opt, x, y, loss_fn, args.warmup, STARTED + args.warmup_s)
+        warm = run_steps(model, opt, x, y, loss_fn, args.warmup, STARTED + args.warmup_s, log)
         # A tracer's own cost is read from here to the median line (train_cost.py).
         print("timing %d steps" % args.steps, flush=True)
-        return run_steps(model, opt, x, y, loss_fn, args.steps), warm
+        return run_steps(model, opt, x, y, loss_fn, args.steps, log=log), warm
 
     if args.profiler:
         activities = [torch.profiler.ProfilerActivity.CPU]
