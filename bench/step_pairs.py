@@ -72,9 +72,9 @@ def wait_file(path, proc, what):
 def traced_window(args, pid, tmp, i):
     """Attaches eacgm, waits out the settling time, and returns the traced
     window (monotonic ns) and eacgm's CPU over it, once eacgm has exited."""
-    ready = os.path.join(tmp, "ready%d.json" % i)
-    err = open(os.path.join(tmp, "eacgm%d.err" % i), "w")
-    eacgm = subprocess.Popen([args.eacgm, "record", "-o", os.path.join(tmp, "pair%d.db" % i), "-p", str(pid),
+    ready = os.path.join(tmp, "ready%s.json" % i)
+    err = open(os.path.join(tmp, "eacgm%s.err" % i), "w")
+    eacgm = subprocess.Popen([args.eacgm, "record", "-o", os.path.join(tmp, "pair%s.db" % i), "-p", str(pid),
                               "--ready-file", ready], stdout=subprocess.DEVNULL, stderr=err)
     wait_file(ready, eacgm, "eacgm")
     with open(ready) as f:
