@@ -36,19 +36,11 @@ import sys
 import tempfile
 import time
 
+from train_cost import cpu_s  # bench/, beside this script
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKLOADS = {"resnet18": "resnet18_train.py", "gpt": "gpt_train.py"}
 WARMUP_S = 12  # the workload's own warm-up before the first window
-
-
-def cpu_s(pid):
-    """A process's CPU seconds (user + system), None once gone."""
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def steps_in(log, start_ns, end_ns):
