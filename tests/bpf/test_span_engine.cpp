@@ -8,11 +8,13 @@
 
 #include <sched.h>
 #include <signal.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "pipeline/bpf_sources.h"
 #include "span_fixture.h"
 
 #include "testlib.h"
@@ -189,6 +191,51 @@ TEST_P(SpanEngineTest, TheReaderIsWokenAtAQuarterOfTheRing)
 		EXPECT_EQ(woken_at, quarter);
 		engine.reset();
 	}
+	sched_setaffinity(0, sizeof(before), &before);
+}
+
+// The recorder's wait (BpfRings::fd) is readable when a ring's program woke
+// its reader, not whenever a ring holds a record: after a wake-up has been
+// read, records the program handed over without waking anyone leave it
+// quiet, however many. (libbpf's own, level-triggered epoll stayed readable
+// while a burst kept the ring from ever being empty, and the loop came round
+// for every few records.)
+struct CountingRecords : Records {
+	size_t spans = 0;
+	void span(const eacgm_span_event &) override { spans++; }
+	void proc(const eacgm_proc_event &) override {}
+	void py(const eacgm_py_stack_event &, uint32_t) override {}
+};
+
+TEST_P(SpanEngineTest, TheRecorderWakesOnlyWhenARingsProgramWakesIt)
+{
+	cpu_set_t one, before;
+	ASSERT_EQ(sched_getaffinity(0, sizeof(before), &before), 0);
+	CPU_ZERO(&one);
+	CPU_SET(sched_getcpu(), &one);
+	ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0); // one CPU: one count of spans
+	open_engine(65536);
+	probe(1, "tl_noop", {entry_arg(0)});
+	auto rings = BpfRings::open(engine->events_map(), tracker->events_map(), nullptr);
+	ASSERT_TRUE(rings.ok()) << rings.error().message;
+	auto readable = [&] {
+		pollfd p = {rings->fd(), POLLIN, 0};
+		return ::poll(&p, 1, 0) == 1;
+	};
+	CountingRecords got;
+	const size_t quarter = 65536 / 4 / (sizeof(eacgm_span_event) + 8); // 128 records wake the reader
+	for (size_t i = 0; i < quarter - 1; i++)
+		tl_noop(i);
+	EXPECT_FALSE(readable()) << "woken before a quarter of the ring was filled";
+	tl_noop(0);
+	EXPECT_TRUE(readable());
+	ASSERT_TRUE(rings->consume(got).ok());
+	EXPECT_EQ(got.spans, quarter);
+	for (size_t i = 0; i < 10; i++)
+		tl_noop(i);
+	EXPECT_FALSE(readable()) << "readable for records no program woke the reader for";
+	ASSERT_TRUE(rings->consume(got).ok()); // read all the same (the recorder's timer)
+	EXPECT_EQ(got.spans, quarter + 10);
 	sched_setaffinity(0, sizeof(before), &before);
 }
 
