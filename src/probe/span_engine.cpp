@@ -27,9 +27,8 @@ static std::string errstr(int err) { return std::strerror(err < 0 ? -err : err);
 // the reader is still woken well before a small ring fills.
 uint32_t wakeup_check_mask(uint32_t ring_bytes)
 {
-	const size_t record = sizeof(eacgm_span_event) + 8; // with the ring's header (BPF_RINGBUF_HDR_SZ)
 	uint32_t every = 32;
-	while (every > 1 && every * record > ring_bytes / 8)
+	while (every > 1 && every * kSpanRingRecordBytes > ring_bytes / 8)
 		every /= 2;
 	return every - 1;
 }

@@ -2,6 +2,7 @@
 // the uprobe/uretprobe links and the span ring buffer.
 #pragma once
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -19,6 +20,10 @@ struct bpf_link;
 struct bpf_map;
 
 namespace eacgm {
+
+// What one span record takes in the span ring: the event and the ring's
+// 8-byte header (BPF_RINGBUF_HDR_SZ, which libbpf 1.1's headers do not name).
+constexpr size_t kSpanRingRecordBytes = sizeof(eacgm_span_event) + 8;
 
 // How often a CPU's span program asks how full a ring of ring_bytes is, as
 // a mask: it asks when its count of spans & mask is 0 (bpf/span.bpf.c).

@@ -145,7 +145,7 @@ TEST_P(SpanEngineTest, AFullRingBufferLosesExactlyWhatItCannotHold)
 	// record with its 8-byte header, in all but its last byte (the kernel
 	// reserves while producer - consumer stays under the size: 31 records
 	// of 128 bytes, not 32).
-	size_t fits = (4096 - 1) / (sizeof(eacgm_span_event) + 8);
+	size_t fits = (4096 - 1) / kSpanRingRecordBytes;
 	auto ev = collect();
 	EXPECT_EQ(ev.size(), fits);
 	auto c = engine->counters();
@@ -154,6 +154,26 @@ TEST_P(SpanEngineTest, AFullRingBufferLosesExactlyWhatItCannotHold)
 	for (size_t i = 0; i < ev.size(); i++)
 		EXPECT_EQ(ev[i].args[0], i); // the first ones are kept, in order
 }
+
+// Keeps this thread on the CPU it runs on, while it lives (the span
+// program's per-CPU count of spans decides its wake-ups), then lets it go
+// where it could before, whatever ended the test.
+struct OnOneCpu {
+	cpu_set_t before;
+	bool ok = false;
+	OnOneCpu()
+	{
+		cpu_set_t one;
+		CPU_ZERO(&one);
+		CPU_SET(sched_getcpu(), &one);
+		ok = sched_getaffinity(0, sizeof(before), &before) == 0 && sched_setaffinity(0, sizeof(one), &one) == 0;
+	}
+	~OnOneCpu()
+	{
+		if (ok)
+			sched_setaffinity(0, sizeof(before), &before);
+	}
+};
 
 // The span program asks how full the ring is only on every 32nd span of a
 // CPU (fewer on small rings), not on every span. The reader must still be
@@ -167,11 +187,8 @@ TEST_P(SpanEngineTest, TheReaderIsWokenAtAQuarterOfTheRing)
 	EXPECT_EQ(wakeup_check_mask(16384), 15u);
 	EXPECT_EQ(wakeup_check_mask(32768), 31u);
 	EXPECT_EQ(wakeup_check_mask(8u << 20), 31u);
-	cpu_set_t one, before;
-	ASSERT_EQ(sched_getaffinity(0, sizeof(before), &before), 0);
-	CPU_ZERO(&one);
-	CPU_SET(sched_getcpu(), &one);
-	ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0); // one CPU: one count of spans
+	OnOneCpu pinned; // one CPU: one count of spans
+	ASSERT_TRUE(pinned.ok);
 	for (uint32_t ring : {4096u, 16384u, 65536u}) {
 		SCOPED_TRACE(ring);
 		open_engine(ring);
@@ -179,7 +196,7 @@ TEST_P(SpanEngineTest, TheReaderIsWokenAtAQuarterOfTheRing)
 		auto cb = [](void *, void *, size_t) { return 0; };
 		struct ring_buffer *rb = ring_buffer__new(bpf_map__fd(engine->events_map()), cb, nullptr, nullptr);
 		ASSERT_NE(rb, nullptr);
-		const size_t record = sizeof(eacgm_span_event) + 8, quarter = ring / 4 / record;
+		const size_t quarter = ring / 4 / kSpanRingRecordBytes;
 		size_t woken_at = 0;
 		for (size_t i = 1; i <= 2 * quarter && !woken_at; i++) {
 			tl_noop(i);
@@ -191,7 +208,6 @@ TEST_P(SpanEngineTest, TheReaderIsWokenAtAQuarterOfTheRing)
 		EXPECT_EQ(woken_at, quarter);
 		engine.reset();
 	}
-	sched_setaffinity(0, sizeof(before), &before);
 }
 
 // The recorder's wait (BpfRings::fd) is readable when a ring's program woke
@@ -209,11 +225,8 @@ struct CountingRecords : Records {
 
 TEST_P(SpanEngineTest, TheRecorderWakesOnlyWhenARingsProgramWakesIt)
 {
-	cpu_set_t one, before;
-	ASSERT_EQ(sched_getaffinity(0, sizeof(before), &before), 0);
-	CPU_ZERO(&one);
-	CPU_SET(sched_getcpu(), &one);
-	ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0); // one CPU: one count of spans
+	OnOneCpu pinned; // one CPU: one count of spans
+	ASSERT_TRUE(pinned.ok);
 	open_engine(65536);
 	probe(1, "tl_noop", {entry_arg(0)});
 	auto rings = BpfRings::open(engine->events_map(), tracker->events_map(), nullptr);
@@ -223,7 +236,7 @@ TEST_P(SpanEngineTest, TheRecorderWakesOnlyWhenARingsProgramWakesIt)
 		return ::poll(&p, 1, 0) == 1;
 	};
 	CountingRecords got;
-	const size_t quarter = 65536 / 4 / (sizeof(eacgm_span_event) + 8); // 128 records wake the reader
+	const size_t quarter = 65536 / 4 / kSpanRingRecordBytes; // 128 records wake the reader
 	for (size_t i = 0; i < quarter - 1; i++)
 		tl_noop(i);
 	EXPECT_FALSE(readable()) << "woken before a quarter of the ring was filled";
@@ -236,7 +249,6 @@ TEST_P(SpanEngineTest, TheRecorderWakesOnlyWhenARingsProgramWakesIt)
 	EXPECT_FALSE(readable()) << "readable for records no program woke the reader for";
 	ASSERT_TRUE(rings->consume(got).ok()); // read all the same (the recorder's timer)
 	EXPECT_EQ(got.spans, quarter + 10);
-	sched_setaffinity(0, sizeof(before), &before);
 }
 
 // A call whose return was never seen (here longjmp; under --overhead-budget a
