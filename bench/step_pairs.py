@@ -23,13 +23,15 @@ Printed per workload: each pair, then the median ratio and its range, and
 eacgm's median CPU (% of one core) over the traced windows.
 
 Usage: bench/step_pairs.py EACGM [PAIRS (5)] [--only resnet18|gpt]
-       [--settle-s 12] [--window-s 10] [--python /usr/bin/python3]
+       [--settle-s 12] [--window-s 10] [--python /usr/bin/python3] [--eacgm-args "..."]
 (needs root). About 40 s a pair and workload: 7 minutes for the default."""
 import argparse
 import json
 import os
 import platform
+import shlex
 import signal
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -67,7 +69,7 @@ def traced_window(args, pid, tmp, i):
     ready = os.path.join(tmp, "ready%s.json" % i)
     err = open(os.path.join(tmp, "eacgm%s.err" % i), "w")
     eacgm = subprocess.Popen([args.eacgm, "record", "-o", os.path.join(tmp, "pair%s.db" % i), "-p", str(pid),
-                              "--ready-file", ready], stdout=subprocess.DEVNULL, stderr=err)
+                              "--ready-file", ready] + shlex.split(args.eacgm_args), stdout=subprocess.DEVNULL, stderr=err)
     wait_file(ready, eacgm, "eacgm")
     with open(ready) as f:
         ready_ns = json.load(f)["mono_ns"]  # CLOCK_MONOTONIC, as time.monotonic() reads it
@@ -80,7 +82,21 @@ def traced_window(args, pid, tmp, i):
         sys.exit("step_pairs: eacgm exited %d: see %s" % (eacgm.returncode, err.name))
     err.close()
     cpu = None if None in (cpu0, cpu1) else 100 * (cpu1 - cpu0) / ((end - start) / 1e9)
-    return (start, end), cpu
+    return (start, end), cpu, budget_of(os.path.join(tmp, "pair%s.db" % i))
+
+
+def budget_of(db):
+    """What the overhead budget did in a recording, from its meta: what
+    every probe would cost at full rate (% of the job's CPU), what it was
+    held to, the lowest sampling rate it set and the specs it throttled."""
+    con = sqlite3.connect(db)
+    meta = dict(con.execute("SELECT key, value FROM meta"))
+    con.close()
+    throttled = ["%s (%.0f%%)" % (t["function"], 100 * t["coverage"])
+                 for t in json.loads(meta.get("overhead_throttled", "[]")) if t["now"]]
+    return "budget: full %s%%, held to %s%%, sampling >= %s Hz, throttled %d: %s" % (
+        meta.get("overhead_full_pct", "-"), meta.get("overhead_expected_pct", "-"),
+        meta.get("python_sample_hz_min", "-"), len(throttled), ", ".join(sorted(throttled)[:6]) or "none")
 
 
 def untraced_window(args):
@@ -100,8 +116,8 @@ def run(args, name, tmp):
         plain = [untraced_window(args)]
         traced = []
         for i in range(args.pairs):
-            window, cpu = traced_window(args, work.pid, tmp, "%s%d" % (name, i))
-            traced.append((window, cpu))
+            window, cpu, budget = traced_window(args, work.pid, tmp, "%s%d" % (name, i))
+            traced.append((window, cpu, budget))
             plain.append(untraced_window(args))
             print("  %s pair %d/%d done" % (name, i + 1, args.pairs), file=sys.stderr)
     finally:
@@ -111,15 +127,16 @@ def run(args, name, tmp):
     ratios, cpus = [], []
     print("%s (median step of each %g-s window; traced from %g s after attaching)" %
           (name, args.window_s, args.settle_s))
-    for i, (window, cpu) in enumerate(traced):
+    for i, (window, cpu, budget) in enumerate(traced):
         before, after, t = med(plain[i]), med(plain[i + 1]), med(window)
         ratios.append(t / ((before + after) / 2))
         cpus.append(cpu)
         print("  pair %d: untraced %9.1f us, eacgm %9.1f us, untraced %9.1f us  ratio %.3fx  eacgm cpu %s" %
               (i + 1, before, t, after, ratios[-1], "%.1f%%" % cpu if cpu is not None else "-"))
+        print("          " + budget)
     known = [c for c in cpus if c is not None]
-    print("  eacgm default, steady state: %.3fx untraced (pairs %.3f..%.3f); eacgm cpu %s of a core" %
-          (statistics.median(ratios), min(ratios), max(ratios),
+    print("  eacgm %s, steady state: %.3fx untraced (pairs %.3f..%.3f); eacgm cpu %s of a core" %
+          (args.eacgm_args or "default", statistics.median(ratios), min(ratios), max(ratios),
            "%.1f%%" % statistics.median(known) if known else "-"))
 
 
@@ -131,6 +148,8 @@ def main():
     p.add_argument("--settle-s", type=float, default=12)
     p.add_argument("--window-s", type=float, default=10)
     p.add_argument("--python", default="/usr/bin/python3")
+    p.add_argument("--eacgm-args", default="", help="more options for eacgm record (one string), to take a layer "
+                   "or a feature apart: '--layers torch', '--sample-hz 0'")
     args = p.parse_args()
     if os.geteuid() != 0:
         sys.exit("step_pairs: needs root (eacgm attaches with eBPF)")

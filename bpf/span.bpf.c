@@ -163,6 +163,18 @@ static __always_inline __u64 run_delay(struct task_struct *task)
 	return task->sched_info.run_delay;
 }
 
+/* Whether this program run is one the programs time (EACGM_CNT_ENTRY_NS):
+ * one in EACGM_TIMED_EVERY by this CPU's count of spans, at a residue that
+ * never meets the ring's wake-up check (at 0 of wakeup_check_mask + 1), so
+ * that the rare helper call it makes is not timed 16 times as often as it
+ * happens. Costs a load: the per-CPU array's lookup is inlined. */
+static __always_inline bool timed_run(void)
+{
+	__u32 which = EACGM_CNT_SPANS;
+	__u64 *spans = bpf_map_lookup_elem(&counters, &which);
+	return spans && (*spans & (EACGM_TIMED_EVERY - 1)) == EACGM_TIMED_EVERY / 2 - 1;
+}
+
 static __always_inline int on_entry(struct pt_regs *ctx)
 {
 	/* A thread holds state only once its process was found traced, and a
@@ -180,6 +192,7 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 		}
 		__sync_fetch_and_add(&threads_with_state, 1);
 	}
+	__u64 t0 = timed_run() ? bpf_ktime_get_ns() : 0;
 	__u32 spec_id = (__u32)bpf_get_attach_cookie(ctx);
 	struct eacgm_probe_spec *spec = bpf_map_lookup_elem(&probe_specs, &spec_id);
 	if (!spec)
@@ -223,6 +236,10 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 	c->run_delay = run_delay(task);
 	/* Last, so argument reads are not part of the measured time. */
 	c->start_ns = bpf_ktime_get_ns();
+	if (t0) {
+		count(EACGM_CNT_ENTRY_NS, c->start_ns - t0);
+		count(EACGM_CNT_ENTRIES_TIMED, 1);
+	}
 	/* Then the depth that shows the call to the agent reading open calls
 	 * (hangs): the compiler keeps the order, and x86 stores are seen in
 	 * program order, so a slot it sees is whole, never a stale start. */
@@ -310,6 +327,7 @@ static __always_inline int on_exit(struct pt_regs *ctx)
 	 * wakeup_check_mask + 1 (32 records, under 4 KiB, on rings of 32 KiB
 	 * and more): the reader is woken that many records a CPU late, against
 	 * a threshold of a quarter of the ring. */
+	bool timed = timed_run();
 	__u32 which = EACGM_CNT_SPANS;
 	__u64 *spans = bpf_map_lookup_elem(&counters, &which);
 	__u64 flags = BPF_RB_NO_WAKEUP;
@@ -317,6 +335,10 @@ static __always_inline int on_exit(struct pt_regs *ctx)
 	    bpf_ringbuf_query(&span_events, BPF_RB_AVAIL_DATA) >= wakeup_bytes)
 		flags = BPF_RB_FORCE_WAKEUP;
 	bpf_ringbuf_submit(e, flags);
+	if (timed) {
+		count(EACGM_CNT_EXIT_NS, bpf_ktime_get_ns() - now);
+		count(EACGM_CNT_EXITS_TIMED, 1);
+	}
 	return 0;
 }
 

@@ -37,7 +37,7 @@ struct RecordArgs {
 	bool detect = true;                 // score calls online against per-function models
 	double detect_fpr = 1e-4;           // online: target false alarms per call
 	double stop_timeout_s = 2;          // after Ctrl-C: how long the command gets to exit
-	double overhead_budget_pct = 2;     // traps' share of the traced processes' CPU; 0: off
+	double overhead_budget_pct = 2;     // calls' share of their threads' CPU; 0: off
 	double budget_after_s = 10;         // first budget decision after this long
 	double hang_after_s = 0;            // a waiting call in flight this long is a hang; 0: off
 	bool bpf_stats = false;             // the kernel's run-time accounting of our programs

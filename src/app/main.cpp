@@ -124,8 +124,9 @@ void add_record_cost(CLI::App *record, RecordArgs &rec)
 		->capture_default_str()
 		->check(CLI::Range(0.0, 86400.0));
 	record->add_option("--overhead-budget", rec.overhead_budget_pct,
-			   "Percent of the traced processes' CPU their traced calls may cost (each costs a uprobe "
-			   "trap, about a microsecond), and percent of one core eacgm may spend handling them. Past "
+			   "Percent of the CPU of the threads making traced calls that the calls may cost (each costs "
+			   "a uprobe trap, about a microsecond, and what the probe reads: a Python stack a few more), "
+			   "and percent of one core eacgm may spend handling them. Past "
 			   "either the hottest functions are probed in bursts, a share "
 			   "of each second, and each call seen stands for those missed: their counts and totals "
 			   "become estimates, marked ~ in the summary. 0: every call, whatever it costs")

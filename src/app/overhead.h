@@ -3,6 +3,7 @@
 // span programs cost, decides (probe/budget.h) and hands the decision to
 // the duty cycler and the weights to the recorder.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <future>
 #include <map>
@@ -38,7 +39,8 @@ public:
 
 private:
 	void decide(Recorder &rec, uint64_t now, std::vector<std::string> &notes, std::vector<Event> &events);
-	double traced_cpu_ns(const std::set<uint32_t> &pids);
+	double calling_cpu_ns(const std::map<uint32_t, uint32_t> &threads, double interval_ns);
+	void measure_programs(bool update);
 	double agent_ns_per_call(const Recorder &rec, const std::map<uint32_t, uint64_t> &hits);
 	std::optional<BudgetSample> take_sample(Recorder &rec, uint64_t now, std::vector<std::string> &notes);
 	Event change_event(const BudgetDecision &d, double hit_ns, uint64_t now) const;
@@ -55,8 +57,20 @@ private:
 	double trap_ns_ = -1;
 	uint64_t next_ns_, last_ns_ = 0;
 	std::vector<uint64_t> last_hits_;
-	std::map<uint32_t, uint64_t> last_cpu_; // per traced pid
-	uint64_t last_prog_ns_ = 0, last_prog_runs_ = 0;
+	// The CPU each thread that made calls lately had used (tid -> its pid,
+	// its ns, the interval it last made calls in).
+	struct ThreadCpu {
+		uint32_t pid = 0;
+		uint64_t ns = 0;
+		size_t seen = 0;
+	};
+	std::map<uint32_t, ThreadCpu> thread_cpu_;
+	size_t intervals_ = 0;
+	// The span programs' timing (their counters at the last interval: entry
+	// ns, entries timed, exit ns, exits timed), and their cost per call.
+	std::array<uint64_t, 4> last_prog_{};
+	double program_ns_ = 0;
+	double hit_ns_ = -1; // what a call cost the job at the last decision: trap + programs
 	uint64_t last_loop_cpu_ns_ = 0, last_records_ = 0, last_samples_ = 0; // the record loop's CPU, its records
 	double max_agent_full_pct_ = 0;
 	double agent_call_ns_ = 0; // a call's cost to the record loop, measured at full rate

@@ -542,11 +542,15 @@ static std::string budget_section(const Recording &rec)
 	auto throttled = nlohmann::json::parse(meta("overhead_throttled"), nullptr, false);
 	if (!throttled.is_array() || throttled.empty())
 		return "";
-	char buf[200];
+	// Recordings before overhead_share_of weighed the calls against their
+	// processes' CPU.
+	const char *of =
+		meta("overhead_share_of") == "calling_threads" ? "the calling threads'" : "the traced processes'";
+	char buf[240];
 	snprintf(buf, sizeof(buf),
-		 "\noverhead budget %.1f%%: traced calls would have cost %.1f%% of the traced processes' CPU at "
+		 "\noverhead budget %.1f%%: traced calls would have cost %.1f%% of %s CPU at "
 		 "most; the hottest were probed in bursts (about %.1f%% now):\n",
-		 std::atof(meta("overhead_budget_pct").c_str()), std::atof(meta("overhead_full_pct_max").c_str()),
+		 std::atof(meta("overhead_budget_pct").c_str()), std::atof(meta("overhead_full_pct_max").c_str()), of,
 		 std::atof(meta("overhead_expected_pct").c_str()));
 	std::string out = buf;
 	for (auto &t : throttled) {

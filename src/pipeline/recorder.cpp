@@ -49,6 +49,10 @@ void Recorder::span(const eacgm_span_event &e)
 	if (e.spec_id >= spans_per_spec_.size())
 		spans_per_spec_.resize(specs.probes.size());
 	spans_per_spec_[e.spec_id]++;
+	if (e.tid != last_caller_) {
+		last_caller_ = e.tid;
+		calling_.emplace(e.tid, e.tgid);
+	}
 }
 
 void Recorder::py(const eacgm_py_stack_event &e, uint32_t n) { python_join_.record(e, n); }

@@ -77,6 +77,14 @@ public:
 	uint64_t samples_read() const { return python_join_.samples_read(); } // of them, Python stack samples
 	// Spans read so far per spec id (the budget's hit counts).
 	const std::vector<uint64_t> &spans_per_spec() const { return spans_per_spec_; }
+	// The threads whose calls were read since the last take (tid -> pid):
+	// the threads the calls' traps and programs slow, whose CPU the budget
+	// weighs their cost against.
+	std::map<uint32_t, uint32_t> take_calling_threads()
+	{
+		last_caller_ = 0;
+		return std::exchange(calling_, {});
+	}
 	// What each call and sample stands for as the overhead budget moves
 	// (pipeline/weights.h): its calls' weights, stored with them as
 	// args.weight where not 1, and the Python sampler's period (the
@@ -171,6 +179,8 @@ private:
 	uint64_t spans_seen_ = 0;
 	uint64_t records_read_ = 0, handling_cpu_ns_ = 0;
 	std::vector<uint64_t> spans_per_spec_;
+	std::map<uint32_t, uint32_t> calling_; // tid -> pid, since the last take
+	uint32_t last_caller_ = 0;             // a thread's calls come in runs: one lookup per run
 	BudgetHistory budget_;
 	TensorFormatter tensors_ = nullptr;
 	std::optional<RawDumpWriter> raw_dump_;

@@ -1,6 +1,7 @@
-// --overhead-budget: keeps what the uprobe traps cost the traced processes
-// under a share of their CPU. Every traced call pays a trap into the kernel
-// (about a microsecond here, whatever the BPF program does); a function
+// --overhead-budget: keeps what the traced calls cost the threads making
+// them under a share of those threads' CPU. Every traced call pays a trap
+// into the kernel (about a microsecond here) and the span programs' run (a
+// few more with the Python stack behind it); a function
 // called hundreds of thousands of times a second costs the job more than any
 // budget allows. The hottest functions are then probed in bursts (attached a
 // fraction of each second, detached for the rest) and each call seen in a
@@ -22,7 +23,7 @@ namespace eacgm {
 
 // What one interval looked like, for a decision.
 struct BudgetSample {
-	double traced_cpu_ns = 0;          // CPU the traced processes used, traps included
+	double traced_cpu_ns = 0;          // CPU the threads that made the calls used, traps included
 	double hit_ns = 0;                 // what one traced call costs them: trap + programs
 	std::map<uint32_t, uint64_t> hits; // calls seen per spec (in bursts only, when throttled)
 	// What one record costs eacgm's record loop (read, decode, join, score,
@@ -50,7 +51,7 @@ struct BudgetDecision {
 };
 
 // The decision alone (no side effects, unit-tested). Two budgets of the
-// same percentage: the traps, of the traced processes' CPU, and eacgm's
+// same percentage: the traps and programs, of the calling threads' CPU, and eacgm's
 // handling of the calls, of one core (on a node whose job uses every core,
 // eacgm's CPU is taken from the job as surely as a trap is). A spec's
 // pressure is the larger of its two shares. Throttles the hottest specs

@@ -1,5 +1,6 @@
 #include "probe/pid_watch.h"
 
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -87,6 +88,15 @@ std::optional<uint64_t> process_cpu_ns(uint32_t pid)
 	if (!s || hz <= 0)
 		return std::nullopt;
 	return s->cpu_ticks * (1'000'000'000ull / uint64_t(hz));
+}
+
+std::optional<uint64_t> thread_cpu_ns(uint32_t pid, uint32_t tid)
+{
+	// "on-CPU ns, run-queue wait ns, timeslices"
+	auto text = read_small_file("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/schedstat");
+	if (!text || text->empty() || !std::isdigit(static_cast<unsigned char>((*text)[0])))
+		return std::nullopt;
+	return std::strtoull(text->c_str(), nullptr, 10);
 }
 
 std::optional<int> zombie_exit_status(uint32_t pid)

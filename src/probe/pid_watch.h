@@ -33,6 +33,10 @@ std::optional<uint32_t> parent_pid(uint32_t pid);
 // The CPU time a process has used (all its threads, user and system), from
 // /proc/PID/stat; nothing once it is gone. Resolution: the clock tick.
 std::optional<uint64_t> process_cpu_ns(uint32_t pid);
+// The CPU time one thread has used, in ns, from /proc/PID/task/TID/schedstat
+// (the scheduler's own count, to the ns); nothing once it is gone or where
+// the kernel keeps no schedstat.
+std::optional<uint64_t> thread_cpu_ns(uint32_t pid, uint32_t tid);
 
 // A kernel wait status (exit_code) as the shell's number: the exit code, or
 // 128 + the signal that ended it.

@@ -228,23 +228,6 @@ Result<void> SpanEngine::attach_multi(const std::string &path, const std::vector
 	return {};
 }
 
-std::pair<uint64_t, uint64_t> SpanEngine::program_runs_ns() const
-{
-	uint64_t runs = 0, ns = 0;
-	for (auto *prog : {skel_->progs.span_entry, skel_->progs.span_exit, skel_->progs.span_entry_multi,
-			   skel_->progs.span_exit_multi}) {
-		int fd = bpf_program__fd(prog);
-		bpf_prog_info info{};
-		uint32_t len = sizeof(info);
-		if (fd < 0 || bpf_obj_get_info_by_fd(fd, &info, &len))
-			continue;
-		ns += info.run_time_ns;
-		if (prog == skel_->progs.span_entry || prog == skel_->progs.span_entry_multi)
-			runs += info.run_cnt;
-	}
-	return {runs, ns};
-}
-
 size_t SpanEngine::threads_with_state() const
 {
 	return static_cast<size_t>(__atomic_load_n(&skel_->bss->threads_with_state, __ATOMIC_RELAXED));

@@ -75,10 +75,6 @@ public:
 	Result<LinkSet> attach_throttled();
 	std::set<uint32_t> throttled() const;
 
-	// Runs of the entry programs and run time of entry and exit programs,
-	// as the kernel counts them while run-time stats are on (prog_stats.h).
-	std::pair<uint64_t, uint64_t> program_runs_ns() const;
-
 	// Threads whose call stack the kernel keeps now (diagnostics, tests).
 	size_t threads_with_state() const;
 

@@ -210,6 +210,33 @@ TEST_P(SpanEngineTest, TheReaderIsWokenAtAQuarterOfTheRing)
 	}
 }
 
+// The programs time their own run on one call in EACGM_TIMED_EVERY (16) of
+// each CPU, the overhead budget's measure of what a call costs beyond its
+// trap: on one CPU, 160 calls are 10 timed entries and 10 timed returns
+// (calls 7, 23, ..., 151 by the CPU's count of spans), and what they took,
+// inside those calls, lies within what this thread measured around them.
+TEST_P(SpanEngineTest, TheProgramsTimeOneCallInSixteen)
+{
+	static_assert(EACGM_TIMED_EVERY == 16);
+	OnOneCpu pinned; // one CPU: one count of spans
+	ASSERT_TRUE(pinned.ok);
+	open_engine(1 << 20);
+	probe(1, "tl_noop", {entry_arg(0)});
+	timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (int i = 0; i < 160; i++)
+		tl_noop(i);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	uint64_t around = (t1.tv_sec - t0.tv_sec) * 1'000'000'000ull + t1.tv_nsec - t0.tv_nsec;
+	auto c = engine->counters();
+	EXPECT_EQ(c[EACGM_CNT_SPANS], 160u);
+	EXPECT_EQ(c[EACGM_CNT_ENTRIES_TIMED], 10u);
+	EXPECT_EQ(c[EACGM_CNT_EXITS_TIMED], 10u);
+	EXPECT_GT(c[EACGM_CNT_ENTRY_NS], 0u);
+	EXPECT_GT(c[EACGM_CNT_EXIT_NS], 0u);
+	EXPECT_LT(c[EACGM_CNT_ENTRY_NS] + c[EACGM_CNT_EXIT_NS], around);
+}
+
 // The recorder's wait (BpfRings::fd) is readable when a ring's program woke
 // its reader, not whenever a ring holds a record: after a wake-up has been
 // read, records the program handed over without waking anyone leave it

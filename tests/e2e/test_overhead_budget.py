@@ -65,6 +65,39 @@ class OverheadBudget(unittest.TestCase):
         trace = E.load_trace(self.rec.trace)
         self.assertEqual(json.loads(trace["otherData"]["overhead_throttled"])[0]["function"], "bl_work")
 
+    def test_cost_is_a_share_of_the_calling_threads_cpu(self):
+        # A second thread spins throughout, making no traced call, as
+        # OpenBLAS's workers do beside a training loop: the process uses
+        # twice the CPU of the thread the traps slow. The budget's first
+        # decision (every probe attached over its interval, seconds 2 to 4
+        # with --budget-after 2) weighs a call's cost (hit_ns: the trap and
+        # the programs' own time) against the calling thread's own CPU, as
+        # the program measured it over those seconds; against the process's
+        # CPU it came out at half.
+        rec = E.record(self.tmp, [BUDGET_LOAD, "6", str(WORK_NS), "spin"], "--layers", "cuda", "--spec",
+                       self.spec, "--no-detect", "--budget-after", "2", name="spin")
+        self.assertEqual(rec.rc, 0, rec.stderr)
+        made = json.loads(rec.stdout)
+        self.assertEqual(made["spinning"], 1)
+        events = rec.query("SELECT args FROM events WHERE name = 'overhead_budget' ORDER BY ts_ns")
+        self.assertGreater(len(events), 0, rec.stderr)
+        first = json.loads(events[0]["args"])
+        calls = sum(w[0] for w in made["windows"][2:4])
+        cpu = sum(w[1] for w in made["windows"][2:4])
+        paid = first["hit_ns"] * calls
+        ratio = first["full_pct"] / (100 * paid / (cpu - paid))
+        self.assertGreater(ratio, 0.75, (first, made["windows"]))
+        self.assertLess(ratio, 1.33, (first, made["windows"]))
+        meta = E.meta(rec.db)
+        self.assertEqual(meta["overhead_share_of"], "calling_threads")
+        # The programs timed themselves: part of a call's cost, and less
+        # than the timed trap, which ran them too (for a probe that reads
+        # nothing, as this one).
+        program, trap = float(meta["overhead_hit_program_ns"]), float(meta["overhead_hit_trap_ns"])
+        self.assertGreater(program, 0)
+        self.assertLess(program, trap)
+        self.assertIn("of the calling threads' CPU", rec.stderr)
+
     def test_budget_off_records_every_call(self):
         rec = E.record(self.tmp, [BUDGET_LOAD, "3", str(WORK_NS)], "--layers", "cuda", "--spec", self.spec,
                        "--no-detect", "--budget-after", "0", "--overhead-budget", "0", name="off")

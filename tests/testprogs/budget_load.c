@@ -1,4 +1,4 @@
-/* A hot traced function, for --overhead-budget. Usage: budget_load SECONDS WORK_NS
+/* A hot traced function, for --overhead-budget. Usage: budget_load SECONDS WORK_NS [spin]
  * Calls bl_work for SECONDS of wall time, each call about WORK_NS of CPU
  * work on this machine, and bl_light once every 1000 of those calls. Prints
  * one line of JSON: the calls it made, the iterations a call does and, per
@@ -12,7 +12,12 @@
  * made a call 55 us on one and 10 us on the other, and the share a trap
  * costs with it (what the budget acts on) 6x apart. A copy of the loop
  * elsewhere is no yardstick: placed apart, the same instructions ran in a
- * third of the time. */
+ * third of the time.
+ *
+ * With "spin", a second thread spins on the CPU throughout, making no
+ * traced call (as OpenBLAS's workers wait busily beside a training loop):
+ * the process then uses twice the CPU of the thread the traps slow. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -44,6 +49,16 @@ static long iterations_for(long work_ns)
 	return iters > 0 ? iters : 1;
 }
 
+static volatile int stop_spinning;
+
+static void *spin(void *arg)
+{
+	(void)arg;
+	while (!stop_spinning)
+		;
+	return NULL;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
@@ -52,6 +67,8 @@ int main(int argc, char **argv)
 	}
 	int seconds = atoi(argv[1]);
 	long iters = iterations_for(atol(argv[2]));
+	pthread_t spinner;
+	int spinning = argc > 3 && pthread_create(&spinner, NULL, spin, NULL) == 0;
 	long long work = kTimings, light = 0;
 	printf("{\"windows\": [");
 	long long start = ns(CLOCK_MONOTONIC);
@@ -70,6 +87,10 @@ int main(int argc, char **argv)
 		}
 		printf("%s[%lld, %lld]", w ? ", " : "", calls, ns(CLOCK_THREAD_CPUTIME_ID) - cpu0);
 	}
-	printf("], \"work_calls\": %lld, \"light_calls\": %lld, \"iters\": %ld}\n", work, light, iters);
+	stop_spinning = 1;
+	if (spinning)
+		pthread_join(spinner, NULL);
+	printf("], \"work_calls\": %lld, \"light_calls\": %lld, \"iters\": %ld, \"spinning\": %d}\n", work, light,
+	       iters, spinning);
 	return 0;
 }

@@ -110,6 +110,9 @@ struct eacgm_thread_calls {
 	struct eacgm_open_call calls[EACGM_MAX_DEPTH];
 };
 
+/* A power of two: the programs time one call in this many per CPU. */
+#define EACGM_TIMED_EVERY 16
+
 /* Counters kept per CPU in the span program; user space sums them. */
 enum eacgm_counter {
 	EACGM_CNT_SPANS = 0,          /* records written to the ring buffer */
@@ -118,7 +121,15 @@ enum eacgm_counter {
 	EACGM_CNT_UNPAIRED = 3,       /* entries that never returned (longjmp, exceptions) */
 	EACGM_CNT_NO_STATE = 4,       /* per-thread state map full */
 	EACGM_CNT_EXITED_IN_CALL = 5, /* calls open when their thread exited (killed, or ended mid-call) */
-	EACGM_CNT_COUNT = 6,
+	/* The programs' own time, on one call in EACGM_TIMED_EVERY of each CPU:
+	 * what a traced call costs its thread beyond the trap (the overhead
+	 * budget's measure; the kernel's run-time statistics would need
+	 * CAP_SYS_ADMIN and slow every BPF program on the machine). */
+	EACGM_CNT_ENTRY_NS = 6,
+	EACGM_CNT_ENTRIES_TIMED = 7,
+	EACGM_CNT_EXIT_NS = 8,
+	EACGM_CNT_EXITS_TIMED = 9,
+	EACGM_CNT_COUNT = 10,
 };
 
 /* Process-tree events from proc.bpf.c. */
