@@ -346,4 +346,11 @@ TEST(Summary, ThrottledCallsAreWeightedEstimates)
 			    "10.0% of the time\n"),
 		  std::string::npos)
 		<< text;
+	// Since overhead_share_of, the budget's shares are of the calling
+	// threads' CPU; a recording made before it says the processes'.
+	r.meta["overhead_share_of"] = "calling_threads";
+	text = format_summary(r);
+	EXPECT_NE(text.find("traced calls would have cost 12.5% of the calling threads' CPU at most"),
+		  std::string::npos)
+		<< text;
 }
