@@ -60,17 +60,20 @@ int main(void)
 	F(frame_previous, PyFrameObject, f_back);
 	F(frame_code, PyFrameObject, f_code);
 	F(frame_instr, PyFrameObject, f_lasti);
+	F(frame_globals, PyFrameObject, f_globals);
 #elif PY_MINOR_VERSION <= 12
 	F(tstate_cframe, PyThreadState, cframe);
 	F(cframe_current_frame, _PyCFrame, current_frame);
 	F(frame_previous, _PyInterpreterFrame, previous);
 	F(frame_code, _PyInterpreterFrame, f_code);
 	F(frame_instr, _PyInterpreterFrame, prev_instr);
+	F(frame_globals, _PyInterpreterFrame, f_globals);
 #else
 	F(tstate_frame, PyThreadState, current_frame);
 	F(frame_previous, _PyInterpreterFrame, previous);
 	F(frame_code, _PyInterpreterFrame, f_executable);
 	F(frame_instr, _PyInterpreterFrame, instr_ptr);
+	F(frame_globals, _PyInterpreterFrame, f_globals);
 #endif
 #if PY_MINOR_VERSION >= 12
 	/* 3.11 has an owner byte too, but no C-stack shim frames to skip. */

@@ -78,12 +78,13 @@ eacgm_py_process py_process_config(const PythonRuntime &rt)
 	p.frame_code = o.frame_code;
 	p.frame_instr = o.frame_instr;
 	p.frame_owner = o.frame_owner;
+	p.frame_globals = o.frame_globals;
 	p.code_name = o.code_name;
 	p.code_filename = o.code_filename;
 	// The spans the walker reads whole (EACGM_PY_*_READ bound them: the
 	// table's offsets for 3.8-3.13 need 88 and 120 bytes).
 	uint16_t lo = UINT16_MAX, hi = 0;
-	for (uint16_t f : {o.frame_previous, o.frame_code, o.frame_instr, o.frame_owner})
+	for (uint16_t f : {o.frame_previous, o.frame_code, o.frame_instr, o.frame_owner, o.frame_globals})
 		if (f != kNoOffset) {
 			lo = std::min(lo, f);
 			hi = std::max<uint16_t>(hi, f + 8);

@@ -40,6 +40,7 @@ struct PyOffsets {
 	uint16_t frame_code = kNoOffset;     // f_code / f_executable (3.13)
 	uint16_t frame_instr = kNoOffset;    // f_lasti (int) / prev_instr / instr_ptr (3.13)
 	uint16_t frame_owner = kNoOffset;    // 3.12+: char owner (3 = owned by the C stack: a shim, skip)
+	uint16_t frame_globals = kNoOffset;  // f_globals: with the code object, the walker's code cache key
 	// A code object.
 	uint16_t code_filename = kNoOffset;
 	uint16_t code_name = kNoOffset;
@@ -69,6 +70,7 @@ inline constexpr std::pair<const char *, uint16_t PyOffsets::*> kPyOffsetFields[
 	{"frame_code", &PyOffsets::frame_code},
 	{"frame_instr", &PyOffsets::frame_instr},
 	{"frame_owner", &PyOffsets::frame_owner},
+	{"frame_globals", &PyOffsets::frame_globals},
 	{"code_filename", &PyOffsets::code_filename},
 	{"code_name", &PyOffsets::code_name},
 	{"code_qualname", &PyOffsets::code_qualname},

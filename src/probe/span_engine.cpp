@@ -70,6 +70,7 @@ Result<std::unique_ptr<SpanEngine>> SpanEngine::open(const Options &opts, int tr
 					return make_error("cannot share the Python maps: " + errstr(err));
 		} else {
 			bpf_map__set_max_entries(e->skel_->maps.py_events, page); // unused
+			bpf_map__set_max_entries(e->skel_->maps.py_code_cache, 1);
 		}
 		// One pair or the other: each copy of the programs (with the Python
 		// stack walker inlined) takes the verifier about 0.1 s, a third of

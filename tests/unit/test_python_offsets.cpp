@@ -44,11 +44,12 @@ TEST(PythonOffsets, TableHasEveryVersionWithKnownValues)
 		EXPECT_EQ(o.major, 3);
 		EXPECT_EQ(o.minor, minor);
 		// What every version has.
-		for (auto f : {&PyOffsets::runtime_interpreters_head, &PyOffsets::interp_threads_head,
-			       &PyOffsets::tstate_next, &PyOffsets::tstate_thread_id, &PyOffsets::frame_previous,
-			       &PyOffsets::frame_code, &PyOffsets::frame_instr, &PyOffsets::code_filename,
-			       &PyOffsets::code_name, &PyOffsets::code_firstlineno, &PyOffsets::code_linetable,
-			       &PyOffsets::unicode_ascii_data, &PyOffsets::bytes_size, &PyOffsets::bytes_data})
+		for (auto f :
+		     {&PyOffsets::runtime_interpreters_head, &PyOffsets::interp_threads_head, &PyOffsets::tstate_next,
+		      &PyOffsets::tstate_thread_id, &PyOffsets::frame_previous, &PyOffsets::frame_code,
+		      &PyOffsets::frame_instr, &PyOffsets::frame_globals, &PyOffsets::code_filename,
+		      &PyOffsets::code_name, &PyOffsets::code_firstlineno, &PyOffsets::code_linetable,
+		      &PyOffsets::unicode_ascii_data, &PyOffsets::bytes_size, &PyOffsets::bytes_data})
 			EXPECT_NE(o.*f, kNoOffset) << v;
 		// The innermost frame is reached one way per version.
 		EXPECT_EQ(o.tstate_frame != kNoOffset, minor <= 10 || minor == 13) << v;
@@ -67,6 +68,7 @@ TEST(PythonOffsets, TableHasEveryVersionWithKnownValues)
 	EXPECT_EQ(a.frame_code, 32);
 	EXPECT_EQ(a.frame_previous, 48);
 	EXPECT_EQ(a.frame_instr, 56);
+	EXPECT_EQ(a.frame_globals, 8);
 	EXPECT_EQ(a.tstate_native_thread_id, 160);
 	EXPECT_EQ(a.interp_threads_head, 16);
 	EXPECT_EQ(a.code_filename, 112);

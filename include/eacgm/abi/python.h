@@ -45,7 +45,9 @@ struct eacgm_py_process {
 	__u16 frame_lo;
 	__u16 frame_len; /* <= EACGM_PY_FRAME_READ */
 	__u16 code_len;  /* <= EACGM_PY_CODE_READ */
-	__u16 pad;
+	/* f_globals, read with the frame's fields: the walker's code cache is
+	 * keyed by code object and globals (0xffff: no cache). */
+	__u16 frame_globals;
 };
 
 #define EACGM_PY_FRAME_READ 96
@@ -94,6 +96,7 @@ enum eacgm_py_counter {
 #ifdef __cplusplus
 static_assert(sizeof(struct eacgm_py_process) == 56, "eacgm_py_process: shared with BPF");
 static_assert(offsetof(struct eacgm_py_process, frame_lo) == 46, "eacgm_py_process: shared with BPF");
+static_assert(offsetof(struct eacgm_py_process, frame_globals) == 52, "eacgm_py_process: shared with BPF");
 static_assert(sizeof(struct eacgm_py_frame) == 32, "eacgm_py_frame: shared with BPF");
 static_assert(offsetof(struct eacgm_py_stack_event, frames) == 32, "eacgm_py_stack_event: shared with BPF");
 #endif
