@@ -190,8 +190,8 @@ static __always_inline void py_take_fields(const struct py_walk *w, const __u8 *
 	f->code = py_field64(buf, EACGM_PY_FRAME_READ, w->frame_code - w->frame_lo);
 	f->instr = py_field64(buf, EACGM_PY_FRAME_READ, w->frame_instr - w->frame_lo);
 	f->owner = w->minor >= 12 ? (__u8)py_field64(buf, EACGM_PY_FRAME_READ, w->frame_owner - w->frame_lo) : 0;
-	f->globals = w->frame_globals != 0xffff ? py_field64(buf, EACGM_PY_FRAME_READ, w->frame_globals - w->frame_lo)
-						  : 0;
+	f->globals =
+		w->frame_globals != 0xffff ? py_field64(buf, EACGM_PY_FRAME_READ, w->frame_globals - w->frame_lo) : 0;
 }
 
 /* A frame's fields: from the data stack window where the frame lies wholly
