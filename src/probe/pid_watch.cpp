@@ -43,14 +43,12 @@ namespace {
 struct ProcStat {
 	char state = 0;
 	std::optional<uint32_t> ppid;
-	uint64_t cpu_ticks = 0; // user + system, all threads
 	int exit_code = -1;     // a wait status; -1 when the kernel does not say
 };
 
 // /proc/PID/stat: "pid (comm) state ppid ..."; comm may hold spaces and
 // parentheses, so fields are counted from the last ')'. Field 3 is the
-// state, 4 the parent, 14 and 15 user and system time (ticks) and 52 the
-// exit code (Linux 3.5+), a wait status.
+// state, 4 the parent and 52 the exit code (Linux 3.5+), a wait status.
 std::optional<ProcStat> read_stat(uint32_t pid)
 {
 	std::string stat = read_small_file("/proc/" + std::to_string(pid) + "/stat").value_or("");
@@ -65,8 +63,6 @@ std::optional<ProcStat> read_stat(uint32_t pid)
 			st.state = f[0];
 		if (i == 4)
 			st.ppid = uint32_t(std::strtoul(f.c_str(), nullptr, 10));
-		if (i == 14 || i == 15)
-			st.cpu_ticks += std::strtoull(f.c_str(), nullptr, 10);
 		if (i == 52)
 			st.exit_code = std::atoi(f.c_str());
 	}
@@ -79,15 +75,6 @@ std::optional<uint32_t> parent_pid(uint32_t pid)
 {
 	auto s = read_stat(pid);
 	return s ? s->ppid : std::nullopt;
-}
-
-std::optional<uint64_t> process_cpu_ns(uint32_t pid)
-{
-	static const long hz = sysconf(_SC_CLK_TCK);
-	auto s = read_stat(pid);
-	if (!s || hz <= 0)
-		return std::nullopt;
-	return s->cpu_ticks * (1'000'000'000ull / uint64_t(hz));
 }
 
 std::optional<uint64_t> thread_cpu_ns(uint32_t pid, uint32_t tid)

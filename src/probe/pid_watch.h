@@ -30,9 +30,6 @@ bool pidfd_exited(const UniqueFd &pidfd);
 // The parent of a process, from /proc/PID/stat; nothing once it is gone.
 std::optional<uint32_t> parent_pid(uint32_t pid);
 
-// The CPU time a process has used (all its threads, user and system), from
-// /proc/PID/stat; nothing once it is gone. Resolution: the clock tick.
-std::optional<uint64_t> process_cpu_ns(uint32_t pid);
 // The CPU time one thread has used, in ns, from /proc/PID/task/TID/schedstat
 // (the scheduler's own count, to the ns); nothing once it is gone or where
 // the kernel keeps no schedstat.

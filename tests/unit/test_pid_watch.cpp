@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <csignal>
+#include <ctime>
 #include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -147,4 +148,29 @@ TEST(PidWatch, TheGivenPidfdIsTheOneWatched)
 	c.let_exit();
 	c.reap();
 	EXPECT_FALSE(readable(w->fd(), 0)); // removed: its exit is not reported
+}
+
+// A thread's CPU as the scheduler counts it (the overhead budget weighs the
+// calls' cost against their threads'): what this thread spun shows there,
+// no more than the thread has run in all, and a thread that does not exist
+// has none.
+TEST(PidWatch, AThreadsCpuIsTheSchedulersCount)
+{
+	auto cpu = [] {
+		timespec t;
+		clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+		return static_cast<uint64_t>(t.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(t.tv_nsec);
+	};
+	const uint32_t pid = getpid(), tid = gettid();
+	auto before = thread_cpu_ns(pid, tid);
+	ASSERT_TRUE(before.has_value());
+	const uint64_t start = cpu();
+	while (cpu() - start < 50'000'000) // 50 ms of CPU: ticks and switches update the count
+		;
+	auto after = thread_cpu_ns(pid, tid);
+	ASSERT_TRUE(after.has_value());
+	EXPECT_GT(*after, *before);
+	EXPECT_LE(*after, cpu());
+	EXPECT_FALSE(thread_cpu_ns(pid, 0).has_value());
+	EXPECT_FALSE(thread_cpu_ns(0x7ffffff0u, 1).has_value());
 }
