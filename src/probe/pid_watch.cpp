@@ -43,7 +43,7 @@ namespace {
 struct ProcStat {
 	char state = 0;
 	std::optional<uint32_t> ppid;
-	int exit_code = -1;     // a wait status; -1 when the kernel does not say
+	int exit_code = -1; // a wait status; -1 when the kernel does not say
 };
 
 // /proc/PID/stat: "pid (comm) state ppid ..."; comm may hold spaces and
