@@ -199,11 +199,11 @@ static __always_inline void py_take_fields(const struct py_walk *w, const __u8 *
 static __always_inline bool py_frame_fields(const struct py_walk *w, struct py_frame_fields *f)
 {
 	__u64 at = w->frame + w->frame_lo;
-	if (w->bulk_lo && at >= w->bulk_lo && at - w->bulk_lo <= EACGM_PY_BULK - EACGM_PY_FRAME_READ) {
+	__u64 idx = at - w->bulk_lo; /* below the window it wraps, past its end */
+	if (w->bulk_lo && idx <= EACGM_PY_BULK - EACGM_PY_FRAME_READ) {
 		__u32 zero = 0;
 		struct py_bulk *b = bpf_map_lookup_elem(&py_bulk_buf, &zero);
-		__u64 idx = at - w->bulk_lo;
-		if (b && idx <= EACGM_PY_BULK - EACGM_PY_FRAME_READ && b->owner == w->token) {
+		if (b && b->owner == w->token) {
 			py_take_fields(w, b->data + idx, f);
 			asm volatile("" ::: "memory");
 			if (b->owner == w->token)

@@ -163,15 +163,13 @@ static __always_inline __u64 run_delay(struct task_struct *task)
 	return task->sched_info.run_delay;
 }
 
-/* Whether this program run is one the programs time (EACGM_CNT_ENTRY_NS):
- * one in EACGM_TIMED_EVERY by this CPU's count of spans, at a residue that
- * never meets the ring's wake-up check (at 0 of wakeup_check_mask + 1), so
- * that the rare helper call it makes is not timed 16 times as often as it
- * happens. Costs a load: the per-CPU array's lookup is inlined. */
-static __always_inline bool timed_run(void)
+/* Whether a program run is one the programs time (EACGM_CNT_ENTRY_NS), by
+ * this CPU's count of spans (the counters' EACGM_CNT_SPANS, before the run
+ * adds to it): one in EACGM_TIMED_EVERY, at a residue that never meets the
+ * ring's wake-up check (at 0 of wakeup_check_mask + 1), so that the rare
+ * helper call it makes is not timed 16 times as often as it happens. */
+static __always_inline bool timed_run(const __u64 *spans)
 {
-	__u32 which = EACGM_CNT_SPANS;
-	__u64 *spans = bpf_map_lookup_elem(&counters, &which);
 	return spans && (*spans & (EACGM_TIMED_EVERY - 1)) == EACGM_TIMED_EVERY / 2 - 1;
 }
 
@@ -192,7 +190,9 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 		}
 		__sync_fetch_and_add(&threads_with_state, 1);
 	}
-	__u64 t0 = timed_run() ? bpf_ktime_get_ns() : 0;
+	/* The per-CPU array's lookup is inlined: a load. */
+	__u32 spans_at = EACGM_CNT_SPANS;
+	__u64 t0 = timed_run(bpf_map_lookup_elem(&counters, &spans_at)) ? bpf_ktime_get_ns() : 0;
 	__u32 spec_id = (__u32)bpf_get_attach_cookie(ctx);
 	struct eacgm_probe_spec *spec = bpf_map_lookup_elem(&probe_specs, &spec_id);
 	if (!spec)
@@ -327,9 +327,9 @@ static __always_inline int on_exit(struct pt_regs *ctx)
 	 * wakeup_check_mask + 1 (32 records, under 4 KiB, on rings of 32 KiB
 	 * and more): the reader is woken that many records a CPU late, against
 	 * a threshold of a quarter of the ring. */
-	bool timed = timed_run();
 	__u32 which = EACGM_CNT_SPANS;
 	__u64 *spans = bpf_map_lookup_elem(&counters, &which);
+	bool timed = timed_run(spans);
 	__u64 flags = BPF_RB_NO_WAKEUP;
 	if (spans && (++*spans & wakeup_check_mask) == 0 &&
 	    bpf_ringbuf_query(&span_events, BPF_RB_AVAIL_DATA) >= wakeup_bytes)

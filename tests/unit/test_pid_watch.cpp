@@ -3,11 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <csignal>
-#include <ctime>
 #include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "probe/pid_watch.h"
 
 using namespace eacgm;
@@ -156,11 +156,7 @@ TEST(PidWatch, TheGivenPidfdIsTheOneWatched)
 // has none.
 TEST(PidWatch, AThreadsCpuIsTheSchedulersCount)
 {
-	auto cpu = [] {
-		timespec t;
-		clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-		return static_cast<uint64_t>(t.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(t.tv_nsec);
-	};
+	auto cpu = [] { return clock_ns(CLOCK_THREAD_CPUTIME_ID); };
 	const uint32_t pid = getpid(), tid = gettid();
 	auto before = thread_cpu_ns(pid, tid);
 	ASSERT_TRUE(before.has_value());
