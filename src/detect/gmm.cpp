@@ -1,5 +1,6 @@
 #include "detect/gmm.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <numbers>
@@ -147,8 +148,40 @@ Result<Gmm> Gmm::from_params(const arma::mat &means, const arma::cube &covs, con
 	return g;
 }
 
+// Runs EM on `model` (Armadillo's gmm_full or gmm_diag, parameters set):
+// em_iter iterations, or with tol > 0 until a run of kEmChunk iterations
+// gains less than tol in the average log likelihood of an event. EM never
+// lowers the likelihood, so the last of those iterations gained less than
+// tol too: scikit-learn's stop, checked once a chunk (the check costs an
+// E step) instead of every iteration.
+template <typename Model>
+static bool run_em(Model &model, const arma::mat &X, unsigned em_iter, double var_floor, double tol)
+{
+	constexpr unsigned kEmChunk = 8;
+	if (tol <= 0)
+		return model.learn(X, model.n_gaus(), arma::eucl_dist, arma::keep_existing, 0, em_iter, var_floor,
+				   false);
+	double last = model.avg_log_p(X);
+	for (unsigned done = 0; done < em_iter;) {
+		unsigned n = std::min(kEmChunk, em_iter - done);
+		if (!model.learn(X, model.n_gaus(), arma::eucl_dist, arma::keep_existing, 0, n, var_floor, false))
+			return false;
+		done += n;
+		double now = model.avg_log_p(X);
+		if (!std::isfinite(now))
+			return false;
+		if (now - last < tol) {
+
+			break;
+		}
+		last = now;
+	}
+
+	return true;
+}
+
 Result<Gmm> Gmm::fit_from(const arma::mat &X, const arma::mat &means, const arma::cube &covs,
-			  const arma::rowvec &weights, Covariance cov, unsigned em_iter, double var_floor)
+			  const arma::rowvec &weights, Covariance cov, unsigned em_iter, double var_floor, double tol)
 {
 	if (X.n_cols == 0 || !X.is_finite())
 		return make_error("training data is empty or not finite");
@@ -161,7 +194,7 @@ Result<Gmm> Gmm::fit_from(const arma::mat &X, const arma::mat &means, const arma
 	if (cov == Covariance::Full) {
 		arma::gmm_full model;
 		model.set_params(means, covs, weights);
-		if (!model.learn(X, means.n_cols, arma::eucl_dist, arma::keep_existing, 0, em_iter, var_floor, false))
+		if (!run_em(model, X, em_iter, var_floor, tol))
 			return make_error("EM did not converge to finite parameters");
 		return from_params(model.means, model.fcovs, model.hefts, cov);
 	}
@@ -170,7 +203,7 @@ Result<Gmm> Gmm::fit_from(const arma::mat &X, const arma::mat &means, const arma
 	for (arma::uword c = 0; c < means.n_cols; c++)
 		dcovs.col(c) = covs.slice(c).diag();
 	model.set_params(means, dcovs, weights);
-	if (!model.learn(X, means.n_cols, arma::eucl_dist, arma::keep_existing, 0, em_iter, var_floor, false))
+	if (!run_em(model, X, em_iter, var_floor, tol))
 		return make_error("EM did not converge to finite parameters");
 	arma::cube full(means.n_rows, means.n_rows, means.n_cols, arma::fill::zeros);
 	for (arma::uword c = 0; c < means.n_cols; c++)
@@ -194,7 +227,7 @@ Result<Gmm> Gmm::fit(const arma::mat &X, unsigned components, const GmmOptions &
 		arma::cube covs;
 		arma::rowvec w;
 		initial_params(X, C, opt.var_floor, covs, w);
-		auto g = fit_from(X, C, covs, w, opt.covariance, opt.em_iter, opt.var_floor);
+		auto g = fit_from(X, C, covs, w, opt.covariance, opt.em_iter, opt.var_floor, opt.tol);
 		if (!g) {
 			last_error = g.error().message;
 			continue;

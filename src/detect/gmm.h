@@ -24,7 +24,13 @@ struct GmmOptions {
 	unsigned max_components = 4;
 	unsigned restarts = 3;     // k-means++ seeds per component count; the best likelihood wins
 	unsigned kmeans_iter = 10; // Lloyd iterations after seeding
-	unsigned em_iter = 200;    // Armadillo stops earlier once the likelihood stops changing
+	unsigned em_iter = 200;    // at most
+	// EM stops once its iterations gain less than this in the average log
+	// likelihood of an event, scikit-learn's rule and default. Armadillo's
+	// own stop is a change below the machine epsilon, which real windows
+	// of calls never reach: every fit ran all em_iter iterations. 0: run
+	// em_iter iterations (the scikit-learn check, with tol=0 there too).
+	double tol = 1e-3;
 	// Smallest variance of a component, in standardised units: a component
 	// cannot collapse onto a few identical values (a quantised duration).
 	double var_floor = 1e-3;
@@ -42,8 +48,10 @@ public:
 	static Result<Gmm> fit(const arma::mat &X, unsigned components, const GmmOptions &opt);
 	// EM from the given parameters (means dims x k, covariances dims x dims x k,
 	// weights 1 x k), no seeding: what the scikit-learn check compares.
+	// tol: GmmOptions::tol (0: em_iter iterations).
 	static Result<Gmm> fit_from(const arma::mat &X, const arma::mat &means, const arma::cube &covs,
-				    const arma::rowvec &weights, Covariance cov, unsigned em_iter, double var_floor);
+				    const arma::rowvec &weights, Covariance cov, unsigned em_iter, double var_floor,
+				    double tol = 0);
 	// A model with given parameters, no fitting (tests, sampling).
 	static Result<Gmm> from_params(const arma::mat &means, const arma::cube &covs, const arma::rowvec &weights,
 				       Covariance cov);
