@@ -159,6 +159,13 @@ Pipeline::Stop Pipeline::open_recorder(Sink &out)
 	if (o_.detect) {
 		auto dopt = detect::DetectOptions::always_on();
 		dopt.model.fpr = o_.detect_fpr;
+		// The refits are eacgm's CPU too, which the overhead budget bounds
+		// as a whole: they get an eighth of it (0.25% of a core at the
+		// default 2%). At 0.5% they ran at that rate through a GPT run's
+		// first minutes (25 functions' windows doubling), a quarter of what
+		// eacgm may spend, taken from the calls' share.
+		if (o_.overhead_budget_pct > 0)
+			dopt.refit_cpu_share = std::min(dopt.refit_cpu_share, o_.overhead_budget_pct / 100 / 8);
 		detector_.emplace(dopt);
 		scoring_.emplace(*detector_);
 		chain_.add(&*scoring_);
