@@ -141,6 +141,36 @@ TEST(Gmm, RecoversAKnownMixtureAndBicPicksThree)
 	}
 }
 
+// EM's stop (GmmOptions::tol): from the same start, a fit that stops once
+// 8 iterations gain less than tol per event reaches the likelihood of one
+// run for all 200 iterations, to within what stopping there can leave
+// (EM's gains shrink geometrically near a maximum: well under 8 x tol).
+TEST(Gmm, EmStopsOnceTheLikelihoodStopsRisingAtTheFullRunsLikelihood)
+{
+	Truth t = three_components();
+	arma::mat X = draw(t, 3000, 7);
+	// A poor start: every mean near the data's centre, unit covariances.
+	arma::mat means = {{0.5, 1.0, 1.5}, {1.0, 1.5, 2.0}};
+	arma::cube covs(2, 2, 3);
+	for (unsigned k = 0; k < 3; k++)
+		covs.slice(k) = arma::eye(2, 2);
+	arma::rowvec w(3, arma::fill::value(1.0 / 3));
+	for (Covariance cov : {Covariance::Full, Covariance::Diag}) {
+		SCOPED_TRACE(cov == Covariance::Full ? "full" : "diag");
+		auto full = Gmm::fit_from(X, means, covs, w, cov, 200, 1e-3);
+		auto early = Gmm::fit_from(X, means, covs, w, cov, 200, 1e-3, 1e-3);
+		auto one = Gmm::fit_from(X, means, covs, w, cov, 8, 1e-3);
+		ASSERT_TRUE(full.ok() && early.ok() && one.ok());
+		const double n = static_cast<double>(X.n_cols);
+		double ll_full = full->total_log_likelihood(X) / n, ll_early = early->total_log_likelihood(X) / n;
+		double ll_one = one->total_log_likelihood(X) / n;
+		EXPECT_LE(ll_early, ll_full + 1e-9);
+		EXPECT_GT(ll_early, ll_full - 8e-3) << "stopped too early";
+		// It did more than one chunk: the start is far from the maximum.
+		EXPECT_GT(ll_early, ll_one + 1e-3);
+	}
+}
+
 TEST(Gmm, DiagonalCovarianceRecoversDiagonalTruth)
 {
 	Truth t;
