@@ -45,6 +45,31 @@ std::optional<std::string> read_small_file(const std::string &path)
 	return out;
 }
 
+const std::string *RereadFile::read()
+{
+	if (!fd_)
+		fd_.reset(open(path_.c_str(), O_RDONLY | O_CLOEXEC));
+	if (!fd_)
+		return nullptr;
+	size_t have = 0;
+	for (;;) {
+		if (text_.size() < have + 4096)
+			text_.resize(have + 4096);
+		ssize_t n = pread(fd_.get(), text_.data() + have, text_.size() - have, off_t(have));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			fd_.reset();
+			return nullptr;
+		}
+		if (n == 0)
+			break;
+		have += size_t(n);
+	}
+	text_.resize(have);
+	return &text_;
+}
+
 static std::string dir_of(const std::string &path)
 {
 	auto slash = path.rfind('/');

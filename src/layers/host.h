@@ -5,14 +5,17 @@
 // Machine-wide, from procfs: pressure stall information and NIC counters.
 // And the layer's own cost (host_layer_cpu_pct).
 #pragma once
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
+#include "common/fs.h"
 #include "common/model.h"
 #include "common/result.h"
 #include "eacgm/abi/host.h"
@@ -44,14 +47,14 @@ struct PsiLine {
 struct Psi {
 	std::optional<PsiLine> some, full; // cpu had no "full" line before Linux 5.13
 };
-std::optional<Psi> parse_psi(const std::string &text);
+std::optional<Psi> parse_psi(std::string_view text);
 
 // /proc/net/dev: per interface, the counters the host layer keeps.
 struct NicCounters {
 	uint64_t rx_bytes = 0, rx_packets = 0, rx_errors = 0, rx_dropped = 0;
 	uint64_t tx_bytes = 0, tx_packets = 0, tx_errors = 0, tx_dropped = 0;
 };
-std::map<std::string, NicCounters> parse_net_dev(const std::string &text);
+std::map<std::string, NicCounters> parse_net_dev(std::string_view text);
 
 // "10.0.0.1:5201->10.0.0.2:40312", "[::1]:80->[::1]:51000".
 std::string format_conn_key(const eacgm_host_conn_key &k);
@@ -62,12 +65,13 @@ std::string format_conn_key(const eacgm_host_conn_key &k);
 // starts a new baseline rather than a huge delta.
 class HostSystemSampler {
 public:
-	explicit HostSystemSampler(std::string root = "/") : root_(std::move(root)) {}
+	explicit HostSystemSampler(std::string root = "/");
 	void sample(uint64_t ts_ns, std::vector<Metric> &out);
 	std::vector<std::string> take_warnings() { return std::exchange(warnings_, {}); }
 
 private:
-	std::string root_;
+	std::array<RereadFile, 3> psi_files_; // cpu, memory, io
+	RereadFile net_dev_;
 	std::map<std::string, uint64_t> psi_totals_; // "cpu_some" -> total us
 	std::map<std::string, NicCounters> nic_;     // previous sample
 	bool warned_psi_ = false, warned_net_ = false;

@@ -35,6 +35,36 @@ TEST(Fs, ReadSmallFileReadsItWhole)
 	EXPECT_EQ(stat->substr(0, std::to_string(getpid()).size() + 1), std::to_string(getpid()) + " ");
 }
 
+// Kept open and read from the start each time: what the file holds at each
+// read, whole (past 4 KiB), shorter after a rewrite in place; a missing file
+// is nullptr until it appears. A /proc file's text is made anew per read:
+// /proc/self/schedstat's run time grows between two reads of one object.
+TEST(Fs, RereadFileReadsWhatTheFileHoldsNow)
+{
+	std::string path = "/tmp/eacgm-reread-" + std::to_string(getpid());
+	unlink(path.c_str());
+	RereadFile f(path);
+	EXPECT_EQ(f.read(), nullptr);
+	std::string big(5000, 'x');
+	std::ofstream(path, std::ios::binary) << big;
+	ASSERT_NE(f.read(), nullptr);
+	EXPECT_EQ(*f.read(), big);
+	std::ofstream(path, std::ios::binary | std::ios::trunc) << "short";
+	ASSERT_NE(f.read(), nullptr);
+	EXPECT_EQ(*f.read(), "short");
+	unlink(path.c_str());
+
+	RereadFile sched("/proc/self/schedstat");
+	const std::string *first = sched.read();
+	ASSERT_NE(first, nullptr);
+	uint64_t before = std::stoull(*first);
+	volatile uint64_t spin = 0;
+	for (uint64_t want = before + 2'000'000; std::stoull(*sched.read()) < want && spin < 4'000'000'000ull;)
+		for (int i = 0; i < 100000; i++)
+			spin = spin + 1;
+	EXPECT_GE(std::stoull(*sched.read()), before + 2'000'000) << "the text was not made anew";
+}
+
 // An output's path must name a regular file or nothing: the rename at the
 // end would otherwise replace a FIFO, a device or a link.
 TEST(Fs, CheckWritableRefusesWhatIsNotARegularFile)
