@@ -123,13 +123,15 @@ void add_record_cost(CLI::App *record, RecordArgs &rec)
 			   "stops without it; the command goes on running, untraced")
 		->capture_default_str()
 		->check(CLI::Range(0.0, 86400.0));
-	record->add_option("--overhead-budget", rec.overhead_budget_pct,
-			   "Percent of the CPU of the threads making traced calls that the calls may cost (each costs "
-			   "a uprobe trap, about a microsecond, and what the probe reads: a Python stack a few more), "
-			   "and percent of one core eacgm may spend handling them. Past "
-			   "either the hottest functions are probed in bursts, a share "
-			   "of each second, and each call seen stands for those missed: their counts and totals "
-			   "become estimates, marked ~ in the summary. 0: every call, whatever it costs")
+	record->add_option(
+		      "--overhead-budget", rec.overhead_budget_pct,
+		      "Percent of the CPU of the threads making traced calls that the calls may cost (each costs "
+		      "a uprobe trap, about a microsecond, and what the probe reads: a Python stack a few more), "
+		      "and percent of one core eacgm may spend handling them (what eacgm's own CPU takes from those "
+		      "threads, on a machine with no idle core, counts against the first). Past "
+		      "either the hottest functions are probed in bursts, a share "
+		      "of each second, and each call seen stands for those missed: their counts and totals "
+		      "become estimates, marked ~ in the summary. 0: every call, whatever it costs")
 		->capture_default_str()
 		->check(CLI::Range(0.0, 100.0));
 	record->add_option("--budget-after", rec.budget_after_s,

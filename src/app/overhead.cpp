@@ -188,12 +188,16 @@ void OverheadKeeper::decide(Recorder &rec, uint64_t now, std::vector<std::string
 	last_self_ns_ = now;
 	if (whole_pct >= 0)
 		steer_sampler(rec, now, whole_pct, notes, events);
+	auto machine = read_machine_cpu();
 	auto s = take_sample(rec, now, notes);
 	if (s && whole_ns >= 0) {
 		double calls = 0;
 		for (auto [id, n] : s->hits)
 			calls += static_cast<double>(n);
 		s->agent_fixed_ns = std::max(0.0, whole_ns - s->agent_ns_per_call * calls);
+		if (machine)
+			s->agent_displaced_ns =
+				machine_share_taken(whole_ns, s->traced_cpu_ns, machine->busy_ns, machine->idle_ns);
 	}
 	// A job that barely ran says nothing about its cost: no change.
 	if (!s || s->traced_cpu_ns < 0.05 * static_cast<double>(kIntervalNs))
@@ -251,6 +255,20 @@ void OverheadKeeper::steer_sampler(Recorder &rec, uint64_t now, double pct, std:
 	events.push_back(std::move(e));
 }
 
+// The machine's CPU in use and idle since the last call (nothing the first
+// time, or when /proc/stat cannot be read).
+std::optional<OverheadKeeper::MachineDelta> OverheadKeeper::read_machine_cpu()
+{
+	const std::string *text = proc_stat_.read();
+	auto now = text ? parse_machine_cpu(*text) : std::nullopt;
+	if (!now)
+		return std::nullopt;
+	auto last = std::exchange(last_machine_, now);
+	if (!last || now->busy_ns < last->busy_ns || now->idle_ns < last->idle_ns)
+		return std::nullopt;
+	return MachineDelta{double(now->busy_ns - last->busy_ns), double(now->idle_ns - last->idle_ns)};
+}
+
 Event OverheadKeeper::change_event(const BudgetDecision &d, double hit_ns, uint64_t now) const
 {
 	Event e;
@@ -263,6 +281,7 @@ Event OverheadKeeper::change_event(const BudgetDecision &d, double hit_ns, uint6
 		  {"agent_full_pct", d.agent_full_pct},
 		  {"agent_expected_pct", d.agent_expected_pct},
 		  {"agent_fixed_pct", d.agent_fixed_pct},
+		  {"displaced_pct", d.displaced_pct},
 		  {"duty", d.duty},
 		  {"hit_ns", hit_ns},
 		  {"throttled", nlohmann::json::array()}};
@@ -298,7 +317,10 @@ std::string OverheadKeeper::describe(const BudgetDecision &d) const
 		pct_text(d.full_pct) + " of the calling threads' CPU and " + pct_text(d.agent_full_pct) +
 		" of a core to eacgm" +
 		(d.agent_fixed_pct > 0 ? " (beside " + pct_text(d.agent_fixed_pct) + " it spends apart from them)"
-				       : "");
+				       : "") +
+		(d.displaced_pct > 0 ? ", and eacgm took " + pct_text(d.displaced_pct) +
+				 " of the calling threads' CPU itself (no idle core to run on)"
+				     : "");
 	if (d.throttled.empty())
 		return head + "; every probe is attached again";
 	std::vector<std::string> names;
@@ -349,6 +371,7 @@ void OverheadKeeper::write_meta(StoreWriter &store) const
 	(void)store.set_meta("overhead_agent_full_pct_max", num(max_agent_full_pct_));
 	(void)store.set_meta("overhead_agent_expected_pct", num(now_.agent_expected_pct));
 	(void)store.set_meta("overhead_agent_fixed_pct", num(now_.agent_fixed_pct));
+	(void)store.set_meta("overhead_displaced_pct", num(now_.displaced_pct));
 	nlohmann::json throttled = nlohmann::json::array();
 	for (auto [id, cov] : ever_throttled_)
 		throttled.push_back({{"layer", specs_.probes[id].layer},

@@ -12,9 +12,11 @@
 #include <string>
 #include <vector>
 
+#include "common/fs.h"
 #include "pipeline/recorder.h"
 #include "layers/python.h"
 #include "probe/budget.h"
+#include "probe/pid_watch.h"
 #include "probe/spec.h"
 #include "store/store.h"
 
@@ -88,6 +90,14 @@ private:
 	unsigned asked_hz_ = 0;
 	bool sampler_follows_budget_ = true;
 	uint64_t last_self_cpu_ns_ = 0, last_self_ns_ = 0;
+	// The machine's CPU, for what eacgm's own took from the job
+	// (BudgetSample::agent_displaced_ns).
+	struct MachineDelta {
+		double busy_ns, idle_ns;
+	};
+	std::optional<MachineDelta> read_machine_cpu();
+	RereadFile proc_stat_{"/proc/stat"};
+	std::optional<MachineCpu> last_machine_;
 	double agent_pct_ = -1, agent_pct_max_ = -1; // eacgm's whole CPU, % of a core
 };
 

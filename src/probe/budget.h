@@ -35,6 +35,12 @@ struct BudgetSample {
 	// the collectors, the detector's refits, the sampler's records): the
 	// calls get what it leaves of the budget, at least a quarter of it.
 	double agent_fixed_ns = 0;
+	// eacgm's CPU in the interval that the calling threads gave up for it:
+	// what the machine's idle CPU could not cover, in their share of the
+	// busy CPU (machine_share_taken). On a node whose every core is busy,
+	// eacgm's core time slows the job as surely as a trap does: the calls
+	// get the job's budget less this, at least a quarter of it.
+	double agent_displaced_ns = 0;
 };
 
 struct BudgetDecision {
@@ -48,7 +54,16 @@ struct BudgetDecision {
 	double agent_full_pct = 0;
 	double agent_expected_pct = 0;
 	double agent_fixed_pct = 0;
+	// BudgetSample::agent_displaced_ns, % of the job's CPU.
+	double displaced_pct = 0;
 };
+
+// What a program using `self_ns` of CPU took from the threads that used
+// `threads_ns`, over an interval in which the whole machine had `busy_ns`
+// of CPU in use (that program's included) and `idle_ns` idle: the part the
+// idle CPU could not have covered, shared among the busy by their use (the
+// scheduler's fairness). 0 where the machine had idle CPU to spare.
+double machine_share_taken(double self_ns, double threads_ns, double busy_ns, double idle_ns);
 
 // The decision alone (no side effects, unit-tested). Two budgets of the
 // same percentage: the traps and programs, of the calling threads' CPU, and eacgm's

@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/fd.h"
@@ -34,6 +35,15 @@ std::optional<uint32_t> parent_pid(uint32_t pid);
 // (the scheduler's own count, to the ns); nothing once it is gone or where
 // the kernel keeps no schedstat.
 std::optional<uint64_t> thread_cpu_ns(uint32_t pid, uint32_t tid);
+
+// The whole machine's CPU time since boot, in ns: in use (user, nice,
+// system, irq, softirq; guest time is inside user) and idle (idle, iowait),
+// from /proc/stat's first line (USER_HZ ticks); steal, time the hypervisor
+// ran something else, is neither. Nothing when the text holds no such line.
+struct MachineCpu {
+	uint64_t busy_ns = 0, idle_ns = 0;
+};
+std::optional<MachineCpu> parse_machine_cpu(std::string_view proc_stat);
 
 // A kernel wait status (exit_code) as the shell's number: the exit code, or
 // 128 + the signal that ended it.

@@ -192,3 +192,35 @@ TEST(Budget, EacgmsFixedCostsLeaveTheCallsLess)
 	d = decide_budget(s, {}, 2, {1});
 	EXPECT_TRUE(d.throttled.empty());
 }
+
+TEST(Budget, WhatEacgmTookFromTheJobComesOffTheCallsBudget)
+{
+	// Spec 1: 15,000 calls of 1 us, 1.5% of the job: under a 2% budget.
+	auto s = sample({{1, 15'000}}, 1000);
+	EXPECT_TRUE(decide_budget(s, {}, 2, {1}).throttled.empty());
+	// eacgm took 1% of the job's CPU itself (a machine with no idle core):
+	// the calls may spend the other 1%, so spec 1 goes to bursts at 1/1.5.
+	s.agent_displaced_ns = 10e6;
+	auto d = decide_budget(s, {}, 2, {1});
+	EXPECT_EQ(d.throttled, (std::set<uint32_t>{1}));
+	EXPECT_NEAR(d.displaced_pct, 1.0, 1e-9);
+	EXPECT_NEAR(d.duty, 1.0 / 1.5, 1e-9);
+	EXPECT_NEAR(d.expected_pct, 1.0, 1e-9);
+	// Past the whole budget, the calls keep a quarter of it (0.5%).
+	s.agent_displaced_ns = 30e6;
+	d = decide_budget(s, {}, 2, {1});
+	EXPECT_NEAR(d.duty, 0.5 / 1.5, 1e-9);
+}
+
+TEST(Budget, EacgmTakesFromTheBusyOnlyWhatTheIdleCpuCannotCover)
+{
+	// 2 s on 2 CPUs, both busy: eacgm's 40 ms came from the running
+	// threads, the calling one (2 s of the 4 s busy) gave up half of it.
+	EXPECT_DOUBLE_EQ(machine_share_taken(40e6, 2e9, 4e9, 0), 20e6);
+	// 10 ms idle covered a quarter of it.
+	EXPECT_DOUBLE_EQ(machine_share_taken(40e6, 2e9, 4e9, 10e6), 15e6);
+	// Idle CPU enough for all of it: nothing taken.
+	EXPECT_DOUBLE_EQ(machine_share_taken(40e6, 2e9, 2.04e9, 1.96e9), 0);
+	EXPECT_DOUBLE_EQ(machine_share_taken(0, 2e9, 4e9, 0), 0);
+	EXPECT_DOUBLE_EQ(machine_share_taken(40e6, 2e9, 0, 0), 0);
+}

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/fs.h"
 #include "probe/pid_watch.h"
 
 using namespace eacgm;
@@ -169,4 +170,28 @@ TEST(PidWatch, AThreadsCpuIsTheSchedulersCount)
 	EXPECT_LE(*after, cpu());
 	EXPECT_FALSE(thread_cpu_ns(pid, 0).has_value());
 	EXPECT_FALSE(thread_cpu_ns(0x7ffffff0u, 1).has_value());
+}
+
+// /proc/stat's first line: busy is user + nice + system + irq + softirq,
+// idle is idle + iowait, steal neither; ticks become ns. The real file
+// parses, and the machine's time grows.
+TEST(PidWatch, TheMachinesCpuFromProcStat)
+{
+	const double tick_ns = 1e9 / double(sysconf(_SC_CLK_TCK));
+	auto m = parse_machine_cpu("cpu  100 2 30 400 5 6 7 8 9 10\ncpu0 50 1 15 200 2 3 3 4 4 5\n");
+	ASSERT_TRUE(m.has_value());
+	EXPECT_EQ(m->busy_ns, uint64_t(145 * tick_ns));
+	EXPECT_EQ(m->idle_ns, uint64_t(405 * tick_ns));
+	EXPECT_FALSE(parse_machine_cpu("cpu0 1 2 3 4 5 6 7 8\n").has_value());
+	EXPECT_FALSE(parse_machine_cpu("cpu  1 2 3\n").has_value());
+	EXPECT_FALSE(parse_machine_cpu("").has_value());
+	auto first = parse_machine_cpu(*read_small_file("/proc/stat"));
+	ASSERT_TRUE(first.has_value());
+	const uint64_t start = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+	while (clock_ns(CLOCK_THREAD_CPUTIME_ID) - start < 30'000'000) // 30 ms: three ticks at least
+		;
+	auto second = parse_machine_cpu(*read_small_file("/proc/stat"));
+	ASSERT_TRUE(second.has_value());
+	EXPECT_GT(second->busy_ns, first->busy_ns);
+	EXPECT_GE(second->idle_ns, first->idle_ns);
 }
