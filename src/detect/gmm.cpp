@@ -170,13 +170,10 @@ static bool run_em(Model &model, const arma::mat &X, unsigned em_iter, double va
 		double now = model.avg_log_p(X);
 		if (!std::isfinite(now))
 			return false;
-		if (now - last < tol) {
-
+		if (now - last < tol)
 			break;
-		}
 		last = now;
 	}
-
 	return true;
 }
 
