@@ -1,7 +1,10 @@
 // Small string helpers shared across the tool.
 #pragma once
+#include <algorithm>
+#include <charconv>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <vector>
 
 namespace eacgm {
@@ -18,6 +21,40 @@ inline std::string join(const std::vector<std::string> &v, const char *sep = ","
 inline std::string plural(size_t n, const std::string &one, const std::string &many)
 {
 	return std::to_string(n) + " " + (n == 1 ? one : many);
+}
+
+// Scanning the text of /proc files in place (read ten times a second by the
+// host layer, every 2 s by the overhead budget): no stream, no copy.
+// The next line of text (without its newline), advancing past it.
+inline std::string_view next_line(std::string_view &text)
+{
+	size_t nl = text.find('\n');
+	std::string_view line = text.substr(0, nl);
+	text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
+	return line;
+}
+
+// The next space-separated word of a line, advancing past it; empty at its end.
+inline std::string_view next_word(std::string_view &line)
+{
+	size_t start = line.find_first_not_of(' ');
+	if (start == std::string_view::npos) {
+		line = {};
+		return {};
+	}
+	line.remove_prefix(start);
+	size_t end = std::min(line.find(' '), line.size());
+	std::string_view word = line.substr(0, end);
+	line.remove_prefix(end);
+	return word;
+}
+
+// Whether the whole of s is a number (from_chars), stored in out.
+template <typename T>
+bool parse_number(std::string_view s, T &out)
+{
+	auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+	return ec == std::errc() && end == s.data() + s.size();
 }
 
 // Length of the well-formed UTF-8 sequence at s[i] (1 to 4), 0 if the bytes

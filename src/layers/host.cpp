@@ -6,7 +6,6 @@
 #include <bpf/libbpf.h>
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
 #include <cstring>
 #include <functional>
 #include <sys/types.h>
@@ -14,6 +13,7 @@
 #include <unistd.h>
 
 #include "common/fs.h"
+#include "common/text.h"
 #include "host.skel.h"
 #include "common/fd.h"
 #include "probe/links.h"
@@ -33,41 +33,6 @@ uint64_t clock_ns(clockid_t c)
 Metric host_metric(uint64_t ts, const char *name, uint32_t pid, std::string key, double value)
 {
 	return Metric{ts, "host", name, std::move(key), pid, value};
-}
-
-} // namespace
-
-namespace {
-
-// The next line of text (without its newline), advancing past it.
-std::string_view next_line(std::string_view &text)
-{
-	size_t nl = text.find('\n');
-	std::string_view line = text.substr(0, nl);
-	text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
-	return line;
-}
-
-// The next space-separated word of a line, advancing past it; empty at its end.
-std::string_view next_word(std::string_view &line)
-{
-	size_t start = line.find_first_not_of(' ');
-	if (start == std::string_view::npos) {
-		line = {};
-		return {};
-	}
-	line.remove_prefix(start);
-	size_t end = std::min(line.find(' '), line.size());
-	std::string_view word = line.substr(0, end);
-	line.remove_prefix(end);
-	return word;
-}
-
-template <typename T>
-bool parse_number(std::string_view s, T &out)
-{
-	auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
-	return ec == std::errc() && end == s.data() + s.size();
 }
 
 } // namespace
@@ -145,18 +110,21 @@ static std::string without_trailing_slashes(std::string root)
 	return root;
 }
 
+// The resources of psi_files_, in its order.
+static constexpr const char *kPsiResources[] = {"cpu", "memory", "io"};
+
 HostSystemSampler::HostSystemSampler(std::string root)
-	: psi_files_{RereadFile(without_trailing_slashes(root) + "/proc/pressure/cpu"),
-		     RereadFile(without_trailing_slashes(root) + "/proc/pressure/memory"),
-		     RereadFile(without_trailing_slashes(root) + "/proc/pressure/io")},
+	: psi_files_{RereadFile(without_trailing_slashes(root) + "/proc/pressure/" + kPsiResources[0]),
+		     RereadFile(without_trailing_slashes(root) + "/proc/pressure/" + kPsiResources[1]),
+		     RereadFile(without_trailing_slashes(root) + "/proc/pressure/" + kPsiResources[2])},
 	  net_dev_(without_trailing_slashes(root) + "/proc/net/dev")
 {}
 
 void HostSystemSampler::sample(uint64_t ts, std::vector<Metric> &out)
 {
-	static constexpr const char *kResources[] = {"cpu", "memory", "io"};
+	static_assert(std::size(kPsiResources) == std::tuple_size_v<decltype(psi_files_)>);
 	for (size_t i = 0; i < psi_files_.size(); i++) {
-		const char *res = kResources[i];
+		const char *res = kPsiResources[i];
 		const std::string *text = psi_files_[i].read();
 		auto psi = text ? parse_psi(*text) : std::nullopt;
 		if (!psi) {

@@ -1,8 +1,6 @@
 #include "probe/pid_watch.h"
 
-#include <algorithm>
 #include <cctype>
-#include <charconv>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +12,7 @@
 #include <unistd.h>
 
 #include "common/fs.h"
+#include "common/text.h"
 
 namespace eacgm {
 
@@ -90,17 +89,13 @@ std::optional<uint64_t> thread_cpu_ns(uint32_t pid, uint32_t tid)
 
 std::optional<MachineCpu> parse_machine_cpu(std::string_view text)
 {
-	if (!text.starts_with("cpu "))
+	std::string_view line = next_line(text);
+	if (next_word(line) != "cpu")
 		return std::nullopt;
-	text.remove_prefix(4);
 	uint64_t v[8]; // user nice system idle iowait irq softirq steal
-	for (uint64_t &x : v) {
-		text.remove_prefix(std::min(text.find_first_not_of(' '), text.size()));
-		auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), x);
-		if (ec != std::errc())
+	for (uint64_t &x : v)
+		if (!parse_number(next_word(line), x))
 			return std::nullopt;
-		text.remove_prefix(size_t(end - text.data()));
-	}
 	static const double ns_per_tick = 1e9 / double(sysconf(_SC_CLK_TCK));
 	auto ns = [](uint64_t ticks) { return uint64_t(double(ticks) * ns_per_tick); };
 	return MachineCpu{ns(v[0] + v[1] + v[2] + v[5] + v[6]), ns(v[3] + v[4])};
