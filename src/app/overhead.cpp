@@ -149,31 +149,24 @@ std::optional<BudgetSample> OverheadKeeper::take_sample(Recorder &rec, uint64_t 
 }
 
 // What handling a traced call costs eacgm's record loop, since the last
-// interval. A record costs the average (the loop's handling time over the
-// records read); a call makes a span record and, with Python stacks, a
-// stack record: the records that are not samples, per call. The loop's
-// fixed costs (waking up, looking for processes, the collectors) and the
-// other threads (the detector's refits) are left out: spread over the
-// calls, they would make each dearer the fewer there are, and throttle
-// more and more. For the same reason it is measured only while every
-// probe is attached: in bursts the loop's per-batch work (a transaction, a
-// checkpoint, the joins of each thread's samples) is shared by fewer calls,
-// and the cost so measured grew with each decision (11% -> 23% of a core
-// on a GPT step) where the calls' own cost had not changed.
+// interval (AgentCallCost). The loop's fixed costs (waking up, looking for
+// processes, the collectors) and the other threads (the detector's refits)
+// are left out: spread over the calls, they would make each dearer the
+// fewer there are, and throttle more and more.
 double OverheadKeeper::agent_ns_per_call(const Recorder &rec, const std::map<uint32_t, uint64_t> &hits)
 {
 	uint64_t cpu = rec.handling_cpu_ns(), records = rec.records_read(), samples = rec.samples_read();
 	double d_records = static_cast<double>(records - last_records_);
-	double d_call_records = d_records - static_cast<double>(samples - last_samples_);
 	double calls = 0;
 	for (auto [id, n] : hits)
 		calls += static_cast<double>(n);
-	if (now_.throttled.empty() && d_records > 0 && calls > 0 && d_call_records > 0)
-		agent_call_ns_ = static_cast<double>(cpu - last_loop_cpu_ns_) / d_records * (d_call_records / calls);
+	double ns = agent_call_.update(static_cast<double>(cpu - last_loop_cpu_ns_), d_records,
+				       d_records - static_cast<double>(samples - last_samples_), calls,
+				       !now_.throttled.empty());
 	last_loop_cpu_ns_ = cpu;
 	last_records_ = records;
 	last_samples_ = samples;
-	return agent_call_ns_;
+	return ns;
 }
 
 void OverheadKeeper::decide(Recorder &rec, uint64_t now, std::vector<std::string> &notes, std::vector<Event> &events)

@@ -75,7 +75,7 @@ private:
 	double hit_ns_ = -1; // what a call cost the job at the last decision: trap + programs
 	uint64_t last_loop_cpu_ns_ = 0, last_records_ = 0, last_samples_ = 0; // the record loop's CPU, its records
 	double max_agent_full_pct_ = 0;
-	double agent_call_ns_ = 0; // a call's cost to the record loop, measured at full rate
+	AgentCallCost agent_call_; // a call's cost to the record loop
 	BudgetDecision now_;
 	std::optional<DutyCycler> cycler_;
 	uint64_t throttled_from_ns_ = 0;

@@ -73,6 +73,16 @@ double machine_share_taken(double self_ns, double threads_ns, double busy_ns, do
 	return uncovered * std::clamp(threads_ns / busy_ns, 0.0, 1.0);
 }
 
+double AgentCallCost::update(double cpu_ns, double records, double call_records, double calls, bool throttled)
+{
+	if (calls < kMinCalls || records <= 0 || call_records <= 0 || cpu_ns < 0)
+		return ns_;
+	double measured = cpu_ns / records * (call_records / calls);
+	if (!throttled || ns_ == 0 || measured < ns_)
+		ns_ = measured;
+	return ns_;
+}
+
 BudgetDecision decide_budget(const BudgetSample &s, const BudgetDecision &now, double budget_pct,
 			     const std::set<uint32_t> &eligible)
 {

@@ -65,6 +65,31 @@ struct BudgetDecision {
 // scheduler's fairness). 0 where the machine had idle CPU to spare.
 double machine_share_taken(double self_ns, double threads_ns, double busy_ns, double idle_ns);
 
+// What one traced call costs eacgm's record loop, from the loop's CPU over
+// the records it read in each interval: a record costs the average, and a
+// call makes its span record and, with Python stacks, a stack record (the
+// records that are not samples, per call). Only an interval with enough
+// calls is trusted: on a GPU ResNet-18 the first one (the import, a few
+// dozen calls beside a flush of first-time work) said 1.7 ms a call, which
+// throttled every probe to the least duty for the rest of the run. While
+// probes are throttled the loop's per-batch work (a transaction, the joins
+// of each thread's samples) is shared by fewer calls, so a measure then
+// can only overstate the cost (measured: 11% -> 23% of a core a GPT step,
+// rising with each decision): it may lower the estimate, never raise it.
+class AgentCallCost {
+public:
+	// The fewest calls in an interval a measure is taken from.
+	static constexpr double kMinCalls = 500;
+	// One interval: the loop's handling CPU, the records it read (of which
+	// call_records made by calls), the calls seen, whether any probe was
+	// throttled. Returns the estimate (0: none yet).
+	double update(double cpu_ns, double records, double call_records, double calls, bool throttled);
+	double ns() const { return ns_; }
+
+private:
+	double ns_ = 0;
+};
+
 // The decision alone (no side effects, unit-tested). Two budgets of the
 // same percentage: the traps and programs, of the calling threads' CPU, and eacgm's
 // handling of the calls, of one core (on a node whose job uses every core,

@@ -224,3 +224,26 @@ TEST(Budget, EacgmTakesFromTheBusyOnlyWhatTheIdleCpuCannotCover)
 	EXPECT_DOUBLE_EQ(machine_share_taken(0, 2e9, 4e9, 0), 0);
 	EXPECT_DOUBLE_EQ(machine_share_taken(40e6, 2e9, 0, 0), 0);
 }
+
+TEST(Budget, AgentCallCostTrustsOnlyEnoughCallsAndLowersWhileThrottled)
+{
+	AgentCallCost c;
+	// The import: 40 calls beside a flush of first-time work. Not a measure.
+	EXPECT_EQ(c.update(70e6, 80, 80, 40, false), 0);
+	// Full rate, 10,000 calls, each a span record and a stack record, 1,000
+	// samples beside: 21,000 records for 42 ms, 2 us a record, 4 us a call.
+	EXPECT_DOUBLE_EQ(c.update(42e6, 21'000, 20'000, 10'000, false), 4'000);
+	// Throttled: the per-batch work is shared by fewer calls, the measure
+	// overstates; it does not raise the estimate...
+	EXPECT_DOUBLE_EQ(c.update(30e6, 3'000, 2'000, 1'000, true), 4'000);
+	// ... but a lower one lowers it (it is still an upper bound).
+	EXPECT_DOUBLE_EQ(c.update(3e6, 3'000, 2'000, 1'000, true), 2'000);
+	// An estimate first taken while throttled is taken as it is.
+	AgentCallCost t;
+	EXPECT_DOUBLE_EQ(t.update(3e6, 3'000, 2'000, 1'000, true), 2'000);
+	// Full rate again: measured anew, up or down.
+	EXPECT_DOUBLE_EQ(c.update(50e6, 10'000, 10'000, 10'000, false), 5'000);
+	// Nothing read or no CPU figure: no change.
+	EXPECT_DOUBLE_EQ(c.update(50e6, 0, 0, 10'000, false), 5'000);
+	EXPECT_DOUBLE_EQ(c.ns(), 5'000);
+}
