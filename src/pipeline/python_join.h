@@ -80,7 +80,7 @@ private:
 	// step). Kept while the resolver trusts its entries (1 s).
 	struct ResolvedStack {
 		std::optional<SharedFrames> frames;
-		PyStack shown;        // format_py_stack, shared by every span made under it
+		PyStack shown;        // format_py_stack of a call's stack, shared by every span made under it
 		uint64_t samples = 0; // periodic samples of it, not yet in folded_
 	};
 	// partial: a frame that does not resolve cuts the stack there (marked
