@@ -49,9 +49,35 @@ std::string key_of(const Span &s)
 	return k;
 }
 
+const std::array<SeriesName, kSeriesCount> kSeriesNames = {{
+	{"gpu", "util_gpu_pct"},
+	{"gpu", "mem_used_bytes"},
+	{"gpu", "power_w"},
+	{"gpu", "temp_c"},
+	{"gpu", "clock_sm_mhz"},
+	{"gpu", "throttle_reasons_mask"},
+	{"host", "sched_delay_ns"},
+	{"host", "tcp_retransmits"},
+	{"host", "interference_ns"},
+	{"host", "psi_memory_some_stall_us"},
+}};
+
+std::optional<SeriesId> series_of(std::string_view layer, std::string_view name)
+{
+	for (size_t i = 0; i < kSeriesCount; i++)
+		if (kSeriesNames[i].name == name && kSeriesNames[i].layer == layer)
+			return static_cast<SeriesId>(i);
+	return std::nullopt;
+}
+
 void Context::add(const Metric &m)
 {
-	Series &s = series_[{m.layer, m.name, m.pid}];
+	auto id = series_of(m.layer, m.name);
+	if (!id)
+		return;
+	auto [it, fresh] = series_[static_cast<size_t>(*id)].try_emplace(m.pid);
+	series_count_ += fresh;
+	Series &s = it->second;
 	if (!s.samples.empty() && m.ts_ns > s.samples.back().ts_ns) {
 		s.gaps[s.n_gaps++ % Series::kGaps] = m.ts_ns - s.samples.back().ts_ns;
 		s.period_ns = *std::max_element(s.gaps.begin(), s.gaps.end());
@@ -78,25 +104,33 @@ void Context::add(const Event &e)
 
 void Context::trim(uint64_t before_ns)
 {
-	for (auto it = series_.begin(); it != series_.end();) {
-		Series &s = it->second;
-		// A process's series with nothing since: the process is gone (a
-		// node agent sees thousands come and go). The machine's own series
-		// keep their last sample: a gauge holds until the next one.
-		if (std::get<2>(it->first) && !s.samples.empty() && s.samples.back().ts_ns < before_ns) {
-			it = series_.erase(it);
-			continue;
+	for (auto &by_pid : series_)
+		for (auto it = by_pid.begin(); it != by_pid.end();) {
+			Series &s = it->second;
+			// A process's series with nothing since: the process is gone (a
+			// node agent sees thousands come and go). The machine's own series
+			// keep their last sample: a gauge holds until the next one.
+			if (it->first && !s.samples.empty() && s.samples.back().ts_ns < before_ns) {
+				it = by_pid.erase(it);
+				series_count_--;
+				continue;
+			}
+			while (s.samples.size() > 1 && s.samples.front().ts_ns < before_ns)
+				s.samples.pop_front();
+			++it;
 		}
-		while (s.samples.size() > 1 && s.samples.front().ts_ns < before_ns)
-			s.samples.pop_front();
-		++it;
-	}
 	while (!events_.empty() && events_.front().ts_ns < before_ns)
 		events_.pop_front();
 }
 
-std::vector<Context::Sample> Context::covering(const std::string &layer, const std::string &name, uint32_t pid,
-					       uint64_t t0, uint64_t t1) const
+const Context::Series *Context::find(SeriesId id, uint32_t pid) const
+{
+	const auto &by_pid = series_[static_cast<size_t>(id)];
+	auto it = by_pid.find(pid);
+	return it == by_pid.end() ? nullptr : &it->second;
+}
+
+std::vector<Context::Sample> Context::covering(SeriesId id, uint32_t pid, uint64_t t0, uint64_t t1) const
 {
 	std::vector<Sample> out;
 	auto add_series = [&](const Series &s) {
@@ -107,20 +141,19 @@ std::vector<Context::Sample> Context::covering(const std::string &layer, const s
 			out.push_back(*it);
 	};
 	if (pid) {
-		if (auto it = series_.find({layer, name, pid}); it != series_.end())
-			add_series(it->second);
+		if (const Series *s = find(id, pid))
+			add_series(*s);
 	} else {
-		for (auto it = series_.lower_bound({layer, name, 0});
-		     it != series_.end() && std::get<0>(it->first) == layer && std::get<1>(it->first) == name; ++it)
-			add_series(it->second);
+		for (const auto &[p, s] : series_[static_cast<size_t>(id)])
+			add_series(s);
 	}
 	return out;
 }
 
-uint64_t Context::period_ns(const std::string &layer, const std::string &name, uint32_t pid) const
+uint64_t Context::period_ns(SeriesId id, uint32_t pid) const
 {
-	auto it = series_.find({layer, name, pid});
-	return it == series_.end() ? 0 : it->second.period_ns;
+	const Series *s = find(id, pid);
+	return s ? s->period_ns : 0;
 }
 
 std::vector<const Event *> Context::events_between(uint64_t t0, uint64_t t1) const
@@ -135,12 +168,12 @@ std::vector<const Event *> Context::events_between(uint64_t t0, uint64_t t1) con
 
 // A polled gauge (the GPU's): the mean of the samples taken during the span,
 // or the last one before it when the span is shorter than the poll period.
-double Context::gauge(const std::string &layer, const std::string &name, uint64_t t0, uint64_t t1) const
+double Context::gauge(SeriesId id, uint64_t t0, uint64_t t1) const
 {
-	auto it = series_.find({layer, name, 0});
-	if (it == series_.end() || it->second.samples.empty())
+	const Series *s = find(id, 0);
+	if (!s || s->samples.empty())
 		return NAN;
-	const auto &v = it->second.samples;
+	const auto &v = s->samples;
 	auto lo = std::lower_bound(v.begin(), v.end(), t0, [](const Sample &a, uint64_t t) { return a.ts_ns < t; });
 	double sum = 0;
 	size_t n = 0;
@@ -165,10 +198,9 @@ double Context::gauge(const std::string &layer, const std::string &name, uint64_
 
 // An interval aggregate of one process (the host layer's): over the
 // intervals that cover the span, their mean (or sum).
-double Context::interval_mean(const std::string &layer, const std::string &name, uint32_t pid, uint64_t t0, uint64_t t1,
-			      bool sum) const
+double Context::interval_mean(SeriesId id, uint32_t pid, uint64_t t0, uint64_t t1, bool sum) const
 {
-	auto s = covering(layer, name, pid, t0, t1);
+	auto s = covering(id, pid, t0, t1);
 	if (s.empty())
 		return NAN;
 	double total = 0;
@@ -180,13 +212,13 @@ double Context::interval_mean(const std::string &layer, const std::string &name,
 void Context::fill(Observation &o) const
 {
 	uint64_t t0 = o.start_ns, t1 = o.start_ns + o.dur_ns;
-	o.x[kGpuUtil] = gauge("gpu", "util_gpu_pct", t0, t1);
-	o.x[kGpuMemUsed] = std::log1p(gauge("gpu", "mem_used_bytes", t0, t1));
-	o.x[kGpuPower] = gauge("gpu", "power_w", t0, t1);
-	o.x[kGpuTemp] = gauge("gpu", "temp_c", t0, t1);
-	o.x[kGpuClockSm] = gauge("gpu", "clock_sm_mhz", t0, t1);
-	o.x[kHostSchedDelay] = std::log1p(interval_mean("host", "sched_delay_ns", o.pid, t0, t1, false));
-	o.x[kHostRetransmits] = std::log1p(interval_mean("host", "tcp_retransmits", o.pid, t0, t1, true));
+	o.x[kGpuUtil] = gauge(SeriesId::GpuUtil, t0, t1);
+	o.x[kGpuMemUsed] = std::log1p(gauge(SeriesId::GpuMemUsed, t0, t1));
+	o.x[kGpuPower] = gauge(SeriesId::GpuPower, t0, t1);
+	o.x[kGpuTemp] = gauge(SeriesId::GpuTemp, t0, t1);
+	o.x[kGpuClockSm] = gauge(SeriesId::GpuClockSm, t0, t1);
+	o.x[kHostSchedDelay] = std::log1p(interval_mean(SeriesId::HostSchedDelay, o.pid, t0, t1, false));
+	o.x[kHostRetransmits] = std::log1p(interval_mean(SeriesId::HostRetransmits, o.pid, t0, t1, true));
 }
 
 Observation Extractor::observe(const TracedCall &s, const Context &ctx, const std::string &key)

@@ -38,6 +38,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -106,6 +107,33 @@ std::string key_of(const Span &s);
 void key_of(const TracedCall &c, std::string &out);
 void key_of(const Span &s, std::string &out);
 
+// The metric series the detector joins with calls: its features' and its
+// root causes'. Only these are kept in a Context: the host layer alone
+// sends about 70 metrics a tenth of a second, most of them the network
+// interfaces' (for dashboards); indexing each was a tenth of eacgm's CPU on
+// a GPT step. A join names its series by this id, so a new one is added
+// here or does not compile.
+enum class SeriesId : uint8_t {
+	GpuUtil,
+	GpuMemUsed,
+	GpuPower,
+	GpuTemp,
+	GpuClockSm,
+	GpuThrottleMask,
+	HostSchedDelay,
+	HostRetransmits,
+	HostInterference,
+	HostPsiMemoryStall,
+	kCount
+};
+constexpr size_t kSeriesCount = static_cast<size_t>(SeriesId::kCount);
+struct SeriesName {
+	std::string_view layer, name;
+};
+extern const std::array<SeriesName, kSeriesCount> kSeriesNames;
+// The id of a metric's series; none for one the detector does not join.
+std::optional<SeriesId> series_of(std::string_view layer, std::string_view name);
+
 // Metrics and events seen so far, indexed for the joins "around a span".
 class Context {
 public:
@@ -116,20 +144,19 @@ public:
 	// Fills the gpu_* and host_* features of o.
 	void fill(Observation &o) const;
 
-	// Samples of one series (layer, name, pid; 0 = any process) with
-	// ts in [t0, t1 + the series' sampling period], the interval
-	// aggregates that cover the window.
+	// Samples of one series (of one process; 0 = any process, or the
+	// machine's) with ts in [t0, t1 + the series' sampling period], the
+	// interval aggregates that cover the window.
 	struct Sample {
 		uint64_t ts_ns;
 		std::string key;
 		double value;
 	};
-	std::vector<Sample> covering(const std::string &layer, const std::string &name, uint32_t pid, uint64_t t0,
-				     uint64_t t1) const;
+	std::vector<Sample> covering(SeriesId id, uint32_t pid, uint64_t t0, uint64_t t1) const;
 	std::vector<const Event *> events_between(uint64_t t0, uint64_t t1) const;
 	// The sampling period of a series (0: unknown, fewer than 2 samples).
-	uint64_t period_ns(const std::string &layer, const std::string &name, uint32_t pid) const;
-	bool empty() const { return series_.empty() && events_.empty(); }
+	uint64_t period_ns(SeriesId id, uint32_t pid) const;
+	bool empty() const { return events_.empty() && series_count_ == 0; }
 
 private:
 	struct Series {
@@ -144,10 +171,12 @@ private:
 		std::array<uint64_t, kGaps> gaps{};
 		size_t n_gaps = 0;
 	};
-	double gauge(const std::string &layer, const std::string &name, uint64_t t0, uint64_t t1) const;
-	double interval_mean(const std::string &layer, const std::string &name, uint32_t pid, uint64_t t0, uint64_t t1,
-			     bool sum) const;
-	std::map<std::tuple<std::string, std::string, uint32_t>, Series> series_;
+	const Series *find(SeriesId id, uint32_t pid) const;
+	double gauge(SeriesId id, uint64_t t0, uint64_t t1) const;
+	double interval_mean(SeriesId id, uint32_t pid, uint64_t t0, uint64_t t1, bool sum) const;
+	// Per series id: by process (0: the machine's).
+	std::array<std::map<uint32_t, Series>, kSeriesCount> series_;
+	size_t series_count_ = 0;
 	std::deque<Event> events_;
 };
 

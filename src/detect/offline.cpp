@@ -870,7 +870,7 @@ const TakenByOthers::Usual &TakenByOthers::usual(uint32_t pid)
 		waits.push_back(w.wait_ns);
 		taken.push_back(w.taken());
 	}
-	const auto period = static_cast<double>(ctx_.period_ns("host", "sched_delay_ns", pid));
+	const auto period = static_cast<double>(ctx_.period_ns(SeriesId::HostSchedDelay, pid));
 	if (waits.size() < 2 * kMinComponentCalls || period <= 0)
 		return it->second;
 	bool overcommitted = false;
@@ -889,9 +889,9 @@ std::map<uint64_t, TakenByOthers::Wait> TakenByOthers::intervals(uint32_t pid, u
 								 std::map<std::string, double> *by) const
 {
 	std::map<uint64_t, Wait> out;
-	for (const auto &x : ctx_.covering("host", "sched_delay_ns", pid, t0, t1))
+	for (const auto &x : ctx_.covering(SeriesId::HostSchedDelay, pid, t0, t1))
 		out[x.ts_ns].wait_ns = x.value;
-	for (const auto &x : ctx_.covering("host", "interference_ns", pid, t0, t1)) {
+	for (const auto &x : ctx_.covering(SeriesId::HostInterference, pid, t0, t1)) {
 		auto w = out.find(x.ts_ns);
 		if (w == out.end())
 			continue;

@@ -245,7 +245,7 @@ static const char *fault_of(unsigned feature, const std::string &layer)
 static void memory_pressure(std::vector<json> &causes, const Context &ctx, uint64_t t0, uint64_t t1)
 {
 	double stall_us = 0;
-	for (const auto &x : ctx.covering("host", "psi_memory_some_stall_us", 0, t0, t1))
+	for (const auto &x : ctx.covering(SeriesId::HostPsiMemoryStall, 0, t0, t1))
 		stall_us += x.value;
 	if (stall_us <= 0)
 		return;
@@ -298,7 +298,7 @@ void explain(Anomaly &a, const Span &span, const Observation &o, const KeyModel 
 	{
 		double total = 0;
 		json conns = json::object();
-		for (const auto &x : ctx.covering("host", "tcp_retransmits", span.pid, t0, t1))
+		for (const auto &x : ctx.covering(SeriesId::HostRetransmits, span.pid, t0, t1))
 			if (x.value > 0) {
 				total += x.value;
 				conns[x.key] = conns.value(x.key, 0.0) + x.value;
@@ -325,14 +325,14 @@ void explain(Anomaly &a, const Span &span, const Observation &o, const KeyModel 
 		std::set<uint64_t> stamps;
 		double total = 0;
 		uint64_t from = std::min(t0, excess.from_ns);
-		for (const auto &x : ctx.covering("host", "interference_ns", span.pid, from, t1))
+		for (const auto &x : ctx.covering(SeriesId::HostInterference, span.pid, from, t1))
 			if (x.value > 0) {
 				by[x.key] += x.value;
 				total += x.value;
 				stamps.insert(x.ts_ns);
 			}
 		double covered = static_cast<double>(stamps.size()) *
-			static_cast<double>(ctx.period_ns("host", "interference_ns", span.pid));
+			static_cast<double>(ctx.period_ns(SeriesId::HostInterference, span.pid));
 		// The intervals' share that fell in the call (and its gap), the
 		// margin around it left out.
 		double took = static_cast<double>(span.start_ns + span.dur_ns - excess.from_ns);
@@ -365,7 +365,7 @@ void explain(Anomaly &a, const Span &span, const Observation &o, const KeyModel 
 			if (e->layer == "gpu" && e->name == "clock_throttle")
 				reasons.push_back({{"key", e->key}, {"args", e->args}, {"ts_ns", e->ts_ns}});
 		double mask = 0;
-		for (const auto &x : ctx.covering("gpu", "throttle_reasons_mask", 0, t0, t1))
+		for (const auto &x : ctx.covering(SeriesId::GpuThrottleMask, 0, t0, t1))
 			if (x.value != 0)
 				mask = x.value;
 		if (!reasons.empty() || mask != 0)

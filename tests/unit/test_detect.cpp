@@ -117,13 +117,42 @@ TEST(Context, TrimKeepsGaugesAndForgetsGoneProcesses)
 	ctx.add(Metric{9000, "host", "sched_delay_ns", "", 8, 1});
 	ctx.add(Event{2000, "gpu", "xid", "gpu0", 0, 0, nlohmann::json::object()});
 	ctx.trim(6000);
-	auto gauge = ctx.covering("gpu", "util_gpu_pct", 0, 0, 10000);
+	auto gauge = ctx.covering(SeriesId::GpuUtil, 0, 0, 10000);
 	ASSERT_EQ(gauge.size(), 1u);
 	EXPECT_EQ(gauge[0].ts_ns, 5000u);
 	EXPECT_EQ(gauge[0].value, 5);
-	EXPECT_TRUE(ctx.covering("host", "sched_delay_ns", 7, 0, 10000).empty());
-	EXPECT_EQ(ctx.covering("host", "sched_delay_ns", 8, 0, 10000).size(), 1u);
+	EXPECT_TRUE(ctx.covering(SeriesId::HostSchedDelay, 7, 0, 10000).empty());
+	EXPECT_EQ(ctx.covering(SeriesId::HostSchedDelay, 8, 0, 10000).size(), 1u);
 	EXPECT_TRUE(ctx.events_between(0, 10000).empty());
+}
+
+// Only the series a feature or a root cause joins are kept: the NICs'
+// counters, ten a second each, are for dashboards. Each joined series is
+// found by its name, and the machine-wide join ("any process") sees every
+// process's series of it; trimming the last one away empties the context.
+TEST(Context, KeepsOnlyTheSeriesTheDetectorJoins)
+{
+	Context ctx;
+	ctx.add(Metric{1000, "host", "nic_rx_bytes", "eth0", 0, 5});
+	ctx.add(Metric{1000, "host", "sched_delay_ns", "", 0, 5});
+	EXPECT_FALSE(ctx.empty());
+	Context other;
+	other.add(Metric{1000, "host", "nic_rx_bytes", "eth0", 0, 5});
+	other.add(Metric{1000, "gpu", "sm_occupancy", "gpu0", 0, 5});
+	EXPECT_TRUE(other.empty());
+	for (size_t i = 0; i < kSeriesCount; i++)
+		EXPECT_EQ(series_of(kSeriesNames[i].layer, kSeriesNames[i].name), static_cast<SeriesId>(i))
+			<< kSeriesNames[i].name;
+	EXPECT_FALSE(series_of("gpu", "sched_delay_ns")); // the layer counts too
+	ctx.add(Metric{2000, "host", "interference_ns", "a:1", 7, 10});
+	ctx.add(Metric{2000, "host", "interference_ns", "b:2", 8, 20});
+	EXPECT_EQ(ctx.covering(SeriesId::HostInterference, 0, 0, 3000).size(), 2u);
+	EXPECT_EQ(ctx.covering(SeriesId::HostInterference, 8, 0, 3000).size(), 1u);
+	EXPECT_EQ(ctx.covering(SeriesId::HostInterference, 8, 0, 3000)[0].value, 20);
+	Context one;
+	one.add(Metric{1000, "host", "interference_ns", "a:1", 7, 10});
+	one.trim(5000); // process 7 is gone
+	EXPECT_TRUE(one.empty());
 }
 
 TEST(Features, GpuAndHostJoins)
@@ -161,7 +190,7 @@ TEST(Features, APartialLastIntervalDoesNotShortenThePeriod)
 	const uint64_t stamps[] = {100, 210, 305, 420, 530, 585}; // ms; the last one partial
 	for (uint64_t t : stamps)
 		ctx.add(Metric{t * kMs, "host", "sched_delay_ns", "", 1, double(t)});
-	EXPECT_EQ(ctx.period_ns("host", "sched_delay_ns", 1), 115 * kMs);
+	EXPECT_EQ(ctx.period_ns(SeriesId::HostSchedDelay, 1), 115 * kMs);
 	Observation o;
 	o.pid = 1;
 	o.start_ns = 310 * kMs; // in the interval stamped 420 ms, 110 ms after
