@@ -97,9 +97,12 @@ def budget_of(db):
     # overhead_displaced_pct: eacgm's own CPU that the job's threads gave
     # up (no idle core), which the calls' budget makes room for.
     taken = meta.get("overhead_displaced_pct")
-    return "budget: full %s%%, held to %s%%%s, sampling >= %s Hz, throttled %d: %s" % (
+    # overhead_sampler_pct: what the Python samples cost the sampled threads.
+    sampler = meta.get("overhead_sampler_pct")
+    return "budget: full %s%%, held to %s%%%s%s, sampling >= %s Hz, throttled %d: %s" % (
         meta.get("overhead_full_pct", "-"), meta.get("overhead_expected_pct", "-"),
         " + %s%% taken by eacgm" % taken if taken is not None else "",
+        " + %s%% the samples" % sampler if sampler is not None else "",
         meta.get("python_sample_hz_min", "-"), len(throttled), ", ".join(sorted(throttled)[:6]) or "none")
 
 

@@ -112,12 +112,14 @@ __u64 py_last_wakeup = 0;
 /* CPython's FRAME_OWNED_BY_CSTACK (3.12, 3.13): a shim frame, not Python code. */
 #define EACGM_PY_OWNED_BY_CSTACK 3
 
-static __always_inline void py_count(__u32 which)
+static __always_inline void py_add(__u32 which, __u64 n)
 {
 	__u64 *c = bpf_map_lookup_elem(&py_counters, &which);
 	if (c)
-		*c += 1;
+		*c += n;
 }
+
+static __always_inline void py_count(__u32 which) { py_add(which, 1); }
 
 static __always_inline __u64 py_read64(__u64 addr, bool *ok)
 {

@@ -20,8 +20,11 @@ int py_sample(struct bpf_perf_event_data *ctx)
 	__u32 tgid = id >> 32;
 	if (!eacgm_is_traced(tgid))
 		return 0;
-	if (py_emit_stack(tgid, (__u32)id, EACGM_PY_SAMPLE, 0, EACGM_PY_MAX_FRAMES))
+	__u64 t0 = bpf_ktime_get_ns();
+	if (py_emit_stack(tgid, (__u32)id, EACGM_PY_SAMPLE, 0, EACGM_PY_MAX_FRAMES)) {
 		py_count(EACGM_PY_CNT_SAMPLES);
+		py_add(EACGM_PY_CNT_SAMPLE_NS, bpf_ktime_get_ns() - t0);
+	}
 	return 0;
 }
 

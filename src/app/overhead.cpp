@@ -179,6 +179,7 @@ void OverheadKeeper::decide(Recorder &rec, uint64_t now, std::vector<std::string
 	double whole_pct = last_self_ns_ ? 100 * whole_ns / static_cast<double>(now - last_self_ns_) : -1;
 	last_self_cpu_ns_ = cpu;
 	last_self_ns_ = now;
+	sample_ns_ = measure_sample_ns();
 	if (whole_pct >= 0)
 		steer_sampler(rec, now, whole_pct, notes, events);
 	auto machine = read_machine_cpu();
@@ -192,6 +193,8 @@ void OverheadKeeper::decide(Recorder &rec, uint64_t now, std::vector<std::string
 			s->agent_displaced_ns =
 				machine_share_taken(whole_ns, s->traced_cpu_ns, machine->busy_ns, machine->idle_ns);
 	}
+	if (s && python_)
+		s->sampler_share = sample_ns_ * python_->sample_hz() / 1e9;
 	// A job that barely ran says nothing about its cost: no change.
 	if (!s || s->traced_cpu_ns < 0.05 * static_cast<double>(kIntervalNs))
 		return;
@@ -227,7 +230,7 @@ void OverheadKeeper::steer_sampler(Recorder &rec, uint64_t now, double pct, std:
 	if (!python_ || !sampler_follows_budget_)
 		return;
 	unsigned was = python_->sample_hz();
-	unsigned hz = decide_sample_hz(was, asked_hz_, pct, budget_pct_);
+	unsigned hz = decide_sample_hz(was, asked_hz_, pct, budget_pct_, sample_ns_);
 	if (hz == was)
 		return;
 	if (auto r = python_->set_sample_hz(hz); !r) {
@@ -236,16 +239,38 @@ void OverheadKeeper::steer_sampler(Recorder &rec, uint64_t now, double pct, std:
 		return;
 	}
 	rec.budget_history().set_sample_period(mono_ns(), python_->sample_period_ns());
-	notes.push_back("overhead budget " + pct_text(budget_pct_) + ": eacgm used " + pct_text(pct) +
-			" of a core; Python stacks sampled at " + std::to_string(hz) + " Hz (asked: " +
+	char cost[64] = "";
+	if (sample_ns_ > 0)
+		snprintf(cost, sizeof(cost), ", a sample %.1f us of the job's", sample_ns_ / 1000);
+	notes.push_back("overhead budget " + pct_text(budget_pct_) + ": eacgm used " + pct_text(pct) + " of a core" +
+			cost + "; Python stacks sampled at " + std::to_string(hz) + " Hz (asked: " +
 			std::to_string(asked_hz_) + "); sampled times stay estimates, with a wider error");
 	Event e;
 	e.ts_ns = now;
 	e.layer = "eacgm";
 	e.name = "python_sampler";
-	e.args = {
-		{"hz", hz}, {"was_hz", was}, {"asked_hz", asked_hz_}, {"agent_pct", pct}, {"budget_pct", budget_pct_}};
+	e.args = {{"hz", hz},
+		  {"was_hz", was},
+		  {"asked_hz", asked_hz_},
+		  {"agent_pct", pct},
+		  {"budget_pct", budget_pct_},
+		  {"sample_ns", sample_ns_}};
 	events.push_back(std::move(e));
+}
+
+double OverheadKeeper::measure_sample_ns()
+{
+	if (!python_)
+		return 0;
+	auto c = python_->counters();
+	uint64_t n = c[EACGM_PY_CNT_SAMPLES] - last_py_samples_, ns = c[EACGM_PY_CNT_SAMPLE_NS] - last_py_sample_ns_;
+	last_py_samples_ = c[EACGM_PY_CNT_SAMPLES];
+	last_py_sample_ns_ = c[EACGM_PY_CNT_SAMPLE_NS];
+	if (n >= kMinTimedRuns)
+		sample_program_ns_ = static_cast<double>(ns) / static_cast<double>(n);
+	if (sample_program_ns_ <= 0)
+		return 0;
+	return sample_program_ns_ + std::max(0.0, trap_ns_);
 }
 
 // The machine's CPU in use and idle since the last call (nothing the first
@@ -275,6 +300,7 @@ Event OverheadKeeper::change_event(const BudgetDecision &d, double hit_ns, uint6
 		  {"agent_expected_pct", d.agent_expected_pct},
 		  {"agent_fixed_pct", d.agent_fixed_pct},
 		  {"displaced_pct", d.displaced_pct},
+		  {"sampler_pct", d.sampler_pct},
 		  {"duty", d.duty},
 		  {"hit_ns", hit_ns},
 		  {"throttled", nlohmann::json::array()}};
@@ -313,7 +339,8 @@ std::string OverheadKeeper::describe(const BudgetDecision &d) const
 				       : "") +
 		(d.displaced_pct > 0 ? ", and eacgm took " + pct_text(d.displaced_pct) +
 				 " of the calling threads' CPU itself (no idle core to run on)"
-				     : "");
+				     : "") +
+		(d.sampler_pct > 0 ? ", its Python samples " + pct_text(d.sampler_pct) : "");
 	if (d.throttled.empty())
 		return head + "; every probe is attached again";
 	std::vector<std::string> names;
@@ -352,6 +379,7 @@ void OverheadKeeper::write_meta(StoreWriter &store) const
 		(void)store.set_meta("overhead_agent_pct_max", num(agent_pct_max_));
 	}
 	if (asked_hz_) {
+		(void)store.set_meta("overhead_sample_ns", num(sample_ns_));
 		(void)store.set_meta("python_sample_hz_asked", std::to_string(asked_hz_));
 		(void)store.set_meta("python_sample_hz_min", std::to_string(python_->lowest_sample_hz()));
 	}
@@ -365,6 +393,7 @@ void OverheadKeeper::write_meta(StoreWriter &store) const
 	(void)store.set_meta("overhead_agent_expected_pct", num(now_.agent_expected_pct));
 	(void)store.set_meta("overhead_agent_fixed_pct", num(now_.agent_fixed_pct));
 	(void)store.set_meta("overhead_displaced_pct", num(now_.displaced_pct));
+	(void)store.set_meta("overhead_sampler_pct", num(now_.sampler_pct));
 	nlohmann::json throttled = nlohmann::json::array();
 	for (auto [id, cov] : ever_throttled_)
 		throttled.push_back({{"layer", specs_.probes[id].layer},

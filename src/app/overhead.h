@@ -50,6 +50,11 @@ private:
 	void set_weights(Recorder &rec, const BudgetDecision &d, uint64_t from_ns);
 	void steer_sampler(Recorder &rec, uint64_t now, double pct, std::vector<std::string> &notes,
 			   std::vector<Event> &events);
+	// What a sample cost the thread it interrupted over the last interval:
+	// the sampler program's own time (EACGM_PY_CNT_SAMPLE_NS) and the
+	// interrupt, taken to cost what a uprobe's trap does (both enter the
+	// kernel from the thread and return to it). 0: not known yet.
+	double measure_sample_ns();
 
 	const double budget_pct_;
 	SpanEngine &engine_;
@@ -89,6 +94,8 @@ private:
 	PythonTracer *python_;
 	unsigned asked_hz_ = 0;
 	bool sampler_follows_budget_ = true;
+	uint64_t last_py_samples_ = 0, last_py_sample_ns_ = 0;
+	double sample_program_ns_ = 0, sample_ns_ = 0;
 	uint64_t last_self_cpu_ns_ = 0, last_self_ns_ = 0;
 	// The machine's CPU, for what eacgm's own took from the job
 	// (BudgetSample::agent_displaced_ns).

@@ -110,10 +110,11 @@ BudgetDecision decide_budget(const BudgetSample &s, const BudgetDecision &now, d
 	// first (measured on a 2-vCPU VM with both cores busy, GPT's step ran
 	// 1.03-1.07x with the calls held to 2% and eacgm at 2% of a core).
 	double job_budget = budget_pct / 100 * job;
-	job_budget = std::max(job_budget - s.agent_displaced_ns, job_budget / 4);
+	job_budget = std::max(job_budget - s.agent_displaced_ns - s.sampler_share * job, job_budget / 4);
 	const Budgets b{job_budget, s.interval_ns > 0 ? agent_budget : 0};
 	d.agent_fixed_pct = s.interval_ns > 0 ? 100 * s.agent_fixed_ns / s.interval_ns : 0;
 	d.displaced_pct = 100 * s.agent_displaced_ns / job;
+	d.sampler_pct = 100 * s.sampler_share;
 	auto fill = [&](const Cost &spent) {
 		d.expected_pct = 100 * spent.job / job;
 		d.agent_expected_pct = s.interval_ns > 0 ? 100 * spent.agent / s.interval_ns : 0;
@@ -187,14 +188,22 @@ std::pair<uint64_t, uint64_t> DutyCycler::coverage_ns() const
 	return {on_ns_, until_ns_ - since_ns_};
 }
 
-unsigned decide_sample_hz(unsigned now_hz, unsigned asked_hz, double agent_pct, double budget_pct)
+unsigned decide_sample_hz(unsigned now_hz, unsigned asked_hz, double agent_pct, double budget_pct, double sample_ns)
 {
 	unsigned floor = std::min(asked_hz, kMinSampleHz);
-	if (agent_pct > budget_pct && now_hz > floor)
-		return std::max(floor, now_hz / 4);
-	if (agent_pct < budget_pct / 2 && now_hz < asked_hz)
-		return std::min(asked_hz, now_hz * 2);
-	return now_hz;
+	double cap = asked_hz;
+	if (sample_ns > 0)
+		cap = std::min(cap, budget_pct / 100 / 4 * 1e9 / sample_ns);
+	unsigned ceiling = std::max(floor, static_cast<unsigned>(cap));
+	unsigned want = now_hz;
+	if (agent_pct > budget_pct)
+		want = now_hz / 4;
+	else if (agent_pct < budget_pct / 2)
+		want = now_hz * 2;
+	want = std::clamp(want, floor, ceiling);
+	if (4 * static_cast<uint64_t>(want > now_hz ? want - now_hz : now_hz - want) < now_hz && want != asked_hz)
+		return now_hz;
+	return want;
 }
 
 double effective_coverage(uint64_t on_ns, uint64_t elapsed_ns, double slowdown)

@@ -41,6 +41,11 @@ struct BudgetSample {
 	// eacgm's core time slows the job as surely as a trap does: the calls
 	// get the job's budget less this, at least a quarter of it.
 	double agent_displaced_ns = 0;
+	// What the Python sampler's samples cost the threads they interrupt, a
+	// share of those threads' CPU: each sample stands for a period of it
+	// (1 / the rate) and costs its program and the interrupt. It comes off
+	// the calls' budget too: a traced job pays for both.
+	double sampler_share = 0;
 };
 
 struct BudgetDecision {
@@ -56,6 +61,8 @@ struct BudgetDecision {
 	double agent_fixed_pct = 0;
 	// BudgetSample::agent_displaced_ns, % of the job's CPU.
 	double displaced_pct = 0;
+	// BudgetSample::sampler_share, in %.
+	double sampler_pct = 0;
 };
 
 // What a program using `self_ns` of CPU took from the threads that used
@@ -103,16 +110,23 @@ private:
 BudgetDecision decide_budget(const BudgetSample &s, const BudgetDecision &now, double budget_pct,
 			     const std::set<uint32_t> &eligible);
 
-// The Python sampler's rate under the budget, from eacgm's whole CPU
-// (every thread: the record loop, the collectors, the detector's fits) as
-// a share of one core over the last interval. The probes' duty keeps the
-// calls' own cost within the budget; what eacgm spends apart from them is
-// mostly the sampler's records, whose rate is the other lever. Past the
-// budget the rate falls to a quarter (not below kMinSampleHz, nor above
-// what was asked); under half the budget it doubles back, up to what was
-// asked. Each sample then stands for its own period, so sampled times stay
-// unbiased, with a wider error.
-unsigned decide_sample_hz(unsigned now_hz, unsigned asked_hz, double agent_pct, double budget_pct);
+// The Python sampler's rate under the budget. Its samples cost the
+// threads they interrupt sample_ns each (the program, timed by itself, and
+// the interrupt): at `hz` a share of sample_ns * hz of their CPU, which may
+// take a quarter of the budget (with the sampler alone attached, at 1 kHz,
+// GPT's step ran 1.03x under a budget of 2, none of it counted). And from
+// eacgm's whole CPU (every thread: the record loop, the collectors, the
+// detector's fits) as a share of one core over the last interval: the
+// probes' duty keeps the calls' own cost within the budget; what eacgm
+// spends apart from them is mostly the sampler's records, whose rate is
+// the other lever. Past the budget the rate falls to a quarter; under
+// half of it, it doubles back; never below kMinSampleHz (or what was asked,
+// if lower), nor above what was asked or the samples' quarter. A move of
+// less than a quarter is the estimates' noise: each change reopens a perf
+// event per CPU, and the rate stays. Each sample then stands for its own
+// period, so sampled times stay unbiased, with a wider error.
+unsigned decide_sample_hz(unsigned now_hz, unsigned asked_hz, double agent_pct, double budget_pct,
+			  double sample_ns = 0);
 // The rate stack profilers commonly default to (py-spy, the seeds' host
 // telemetry): a 10 ms grain.
 constexpr unsigned kMinSampleHz = 100;

@@ -1,6 +1,7 @@
 """The overhead budget's second lever: the Python sampler's rate. With a
 budget eacgm cannot meet (0.01% of a core, acting from the start), each
-decision cuts the rate to a quarter, down to 100 Hz, and says so (an
+decision cuts the rate to a quarter, down to 100 Hz (or at once to the
+cap of what the samples cost the job, a quarter of the budget), and says so (an
 `events` row per change, the lowest rate in `meta`). Each sampled span
 carries the sum of its samples' own periods (args sampled_ns), so the
 estimate stays right across the changes: against the CPU time the workload
@@ -42,7 +43,10 @@ class SamplerUnderTheBudget(unittest.TestCase):
         self.assertTrue(self.changes, "the rate never changed:\n" + self.rec.stderr)
         was = 1000
         for c in self.changes:
-            self.assertEqual((c["was_hz"], c["hz"], c["asked_hz"]), (was, max(100, was // 4), 1000), c)
+            # Once the samples are timed, what they cost the job caps the
+            # rate too (a quarter of 0.01%: below 100 Hz, so the floor).
+            cap = 1000 if c["sample_ns"] <= 0 else max(100, min(1000, int(0.01 / 100 / 4 * 1e9 / c["sample_ns"])))
+            self.assertEqual((c["was_hz"], c["hz"], c["asked_hz"]), (was, min(cap, max(100, was // 4)), 1000), c)
             self.assertGreater(c["agent_pct"], 0.01, c)
             was = c["hz"]
         m = E.meta(self.rec.db)
@@ -50,6 +54,15 @@ class SamplerUnderTheBudget(unittest.TestCase):
         self.assertEqual(int(m["python_sample_hz_min"]), was)
         self.assertEqual(int(m["python_sample_period_ns"]), 1_000_000_000 // was)
         self.assertIn("Python stacks sampled at %d Hz (asked: 1000)" % was, self.rec.stderr)
+
+    def test_a_samples_cost_to_the_job_is_measured(self):
+        # The sampler program times itself; with the trap's cost beside it
+        # a sample costs the thread it interrupts microseconds (a walk of
+        # a few frames and a trap of about one), not nothing nor a
+        # millisecond.
+        ns = float(E.meta(self.rec.db)["overhead_sample_ns"])
+        self.assertGreater(ns, 300, self.rec.stderr)
+        self.assertLess(ns, 200_000, self.rec.stderr)
 
     def test_sampled_time_sums_each_samples_own_period(self):
         self.assertTrue(self.changes)

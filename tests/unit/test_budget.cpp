@@ -166,6 +166,29 @@ TEST(Budget, SamplerRateFollowsEacgmsWholeCpu)
 	EXPECT_EQ(decide_sample_hz(1000, 1000, 2.0, 2.0), 1000u); // at the budget, not past it
 }
 
+// What the samples cost the threads they interrupt caps the rate at a
+// quarter of the budget: 10 us a sample under a budget of 2% allows 500 Hz
+// (0.5% of the sampled threads' CPU), whatever eacgm's own CPU says.
+TEST(Budget, TheSamplesCostToTheJobCapsTheSamplerRate)
+{
+	EXPECT_EQ(decide_sample_hz(1000, 1000, 0.5, 2.0, 10'000), 500u);
+	EXPECT_EQ(decide_sample_hz(500, 1000, 0.5, 2.0, 10'000), 500u);   // not doubled past it
+	EXPECT_EQ(decide_sample_hz(1000, 1000, 3.0, 2.0, 10'000), 250u);  // eacgm's CPU still lowers it
+	EXPECT_EQ(decide_sample_hz(1000, 1000, 0.5, 2.0, 2'000), 1000u);  // cheap samples: what was asked
+	EXPECT_EQ(decide_sample_hz(1000, 1000, 0.5, 2.0, 100'000), 100u); // dear ones: the floor
+	// 10% over the cap is the estimate's noise: the rate stays (each
+	// change reopens the perf events).
+	EXPECT_EQ(decide_sample_hz(550, 1000, 1.5, 2.0, 10'000), 550u);
+	// What the samples cost comes off the calls' budget: spec 1's calls,
+	// 1.5% of the job, go to bursts at 1/1.5 when the samples take 1%.
+	auto s = sample({{1, 15'000}}, 1000);
+	s.sampler_share = 0.01;
+	auto d = decide_budget(s, {}, 2, {1});
+	EXPECT_EQ(d.throttled, (std::set<uint32_t>{1}));
+	EXPECT_NEAR(d.sampler_pct, 1.0, 1e-9);
+	EXPECT_NEAR(d.duty, 1.0 / 1.5, 1e-9);
+}
+
 // What eacgm spends apart from the calls comes out of its side of the
 // budget first: the calls get the rest, and never less than a quarter.
 TEST(Budget, EacgmsFixedCostsLeaveTheCallsLess)

@@ -90,7 +90,11 @@ enum eacgm_py_counter {
 	EACGM_PY_CNT_NO_THREAD = 1,
 	EACGM_PY_CNT_READ_FAILED = 2,
 	EACGM_PY_CNT_RINGBUF_FULL = 3,
-	EACGM_PY_CNT_COUNT = 4,
+	/* The sampler program's own time over the samples it recorded (each
+	 * timed: two clock reads beside a walk of microseconds): what a sample
+	 * costs the thread it interrupts, beside the interrupt itself. */
+	EACGM_PY_CNT_SAMPLE_NS = 4,
+	EACGM_PY_CNT_COUNT = 5,
 };
 
 #ifdef __cplusplus
