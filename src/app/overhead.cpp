@@ -128,7 +128,19 @@ std::optional<BudgetSample> OverheadKeeper::take_sample(Recorder &rec, uint64_t 
 		// Timed on a thread, not at start: a recording shorter than the
 		// warm-up has nothing to decide, and its start is when the
 		// machine is busiest.
-		trap_timing_ = std::async(std::launch::async, [this] { return measure_trap_ns(engine_); });
+		trap_timing_ = std::async(std::launch::async, [this] {
+			auto trap = measure_trap_ns(engine_);
+			// After the trap, not beside it: two timing loops at once
+			// would slow each other. Written before the future is ready,
+			// read after get().
+			if (python_) {
+				auto i = measure_sample_interrupt_ns();
+				interrupt_ns_ = i ? i.value() : -1;
+				if (!i)
+					interrupt_error_ = i.error().message;
+			}
+			return trap;
+		});
 		return std::nullopt;
 	}
 	if (trap_timing_.valid()) {
@@ -140,6 +152,9 @@ std::optional<BudgetSample> OverheadKeeper::take_sample(Recorder &rec, uint64_t 
 			return std::nullopt;
 		}
 		trap_ns_ = t.value();
+		if (python_ && interrupt_ns_ < 0)
+			notes.push_back("warning: " + interrupt_error_ +
+					"; a Python sample is taken to cost the job what a uprobe's trap does");
 	}
 	// The timed trap ran the span programs too, of a call with nothing to
 	// read: counted twice here, a tenth of a microsecond or two, on the
@@ -270,7 +285,7 @@ double OverheadKeeper::measure_sample_ns()
 		sample_program_ns_ = static_cast<double>(ns) / static_cast<double>(n);
 	if (sample_program_ns_ <= 0)
 		return 0;
-	return sample_program_ns_ + std::max(0.0, trap_ns_);
+	return sample_program_ns_ + (interrupt_ns_ >= 0 ? interrupt_ns_ : std::max(0.0, trap_ns_));
 }
 
 // The machine's CPU in use and idle since the last call (nothing the first
@@ -380,6 +395,8 @@ void OverheadKeeper::write_meta(StoreWriter &store) const
 	}
 	if (asked_hz_) {
 		(void)store.set_meta("overhead_sample_ns", num(sample_ns_));
+		if (interrupt_ns_ >= 0)
+			(void)store.set_meta("overhead_sample_interrupt_ns", num(interrupt_ns_));
 		(void)store.set_meta("python_sample_hz_asked", std::to_string(asked_hz_));
 		(void)store.set_meta("python_sample_hz_min", std::to_string(python_->lowest_sample_hz()));
 	}

@@ -52,8 +52,8 @@ private:
 			   std::vector<Event> &events);
 	// What a sample cost the thread it interrupted over the last interval:
 	// the sampler program's own time (EACGM_PY_CNT_SAMPLE_NS) and the
-	// interrupt, taken to cost what a uprobe's trap does (both enter the
-	// kernel from the thread and return to it). 0: not known yet.
+	// interrupt (measure_sample_interrupt_ns, timed after the trap; a
+	// trap's worth where it cannot be timed). 0: not known yet.
 	double measure_sample_ns();
 
 	const double budget_pct_;
@@ -96,6 +96,8 @@ private:
 	bool sampler_follows_budget_ = true;
 	uint64_t last_py_samples_ = 0, last_py_sample_ns_ = 0;
 	double sample_program_ns_ = 0, sample_ns_ = 0;
+	double interrupt_ns_ = -1; // a sample's interrupt, timed with the trap
+	std::string interrupt_error_;
 	uint64_t last_self_cpu_ns_ = 0, last_self_ns_ = 0;
 	// The machine's CPU, for what eacgm's own took from the job
 	// (BudgetSample::agent_displaced_ns).

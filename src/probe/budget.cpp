@@ -1,12 +1,18 @@
 #include "probe/budget.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <linux/perf_event.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
 #include <chrono>
 #include <climits>
 #include <unistd.h>
 #include <vector>
 
 #include "common/clock.h"
+#include "common/fd.h"
 #include "probe/proc_maps.h"
 
 // What measure_trap_ns() (and `probes`) probe and call: a function of eacgm
@@ -322,6 +328,50 @@ Result<double> measure_trap_ns(SpanEngine &engine)
 		probed = best_ns();
 	}
 	return std::max(0.0, probed - best_ns());
+}
+
+namespace {
+
+// A loop of dependent multiplications: its time is its length, with nothing
+// the compiler may drop or a cache may change.
+double spin_ns(long iterations)
+{
+	uint64_t t0 = mono_ns(), x = 1;
+	for (long i = 0; i < iterations; i++)
+		x = x * 6364136223846793005ull + 1442695040888963407ull;
+	asm volatile("" ::"r"(x));
+	return static_cast<double>(mono_ns() - t0);
+}
+
+} // namespace
+
+Result<double> measure_sample_interrupt_ns(unsigned hz)
+{
+	perf_event_attr attr{};
+	attr.size = sizeof(attr);
+	attr.type = PERF_TYPE_SOFTWARE;
+	attr.config = PERF_COUNT_SW_CPU_CLOCK;
+	attr.sample_period = 1'000'000'000ull / hz;
+	attr.disabled = 1;
+	// This thread only, with no buffer to write to: the interrupt and the
+	// event's own handling, which the sampler's events pay too.
+	UniqueFd fd(static_cast<int>(syscall(__NR_perf_event_open, &attr, 0, -1, -1, PERF_FLAG_FD_CLOEXEC)));
+	if (fd.get() < 0)
+		return make_error(std::string("cannot open a CPU-clock event to time the sampler's interrupt: ") +
+				  std::strerror(errno));
+	// About 20 ms a loop here: 200 samples at 10 kHz.
+	const long iterations = 20'000'000;
+	double off = 1e30, on = 1e30;
+	for (int round = 0; round < 5; round++) {
+		off = std::min(off, spin_ns(iterations));
+		if (ioctl(fd.get(), PERF_EVENT_IOC_ENABLE, 0) != 0)
+			return make_error(std::string("cannot enable the timing event: ") + std::strerror(errno));
+		double t = spin_ns(iterations);
+		(void)ioctl(fd.get(), PERF_EVENT_IOC_DISABLE, 0);
+		on = std::min(on, t);
+	}
+	double samples = on / 1e9 * hz;
+	return std::max(0.0, (on - off) / samples);
 }
 
 } // namespace eacgm

@@ -56,13 +56,15 @@ class SamplerUnderTheBudget(unittest.TestCase):
         self.assertIn("Python stacks sampled at %d Hz (asked: 1000)" % was, self.rec.stderr)
 
     def test_a_samples_cost_to_the_job_is_measured(self):
-        # The sampler program times itself; with the trap's cost beside it
-        # a sample costs the thread it interrupts microseconds (a walk of
-        # a few frames and a trap of about one), not nothing nor a
-        # millisecond.
-        ns = float(E.meta(self.rec.db)["overhead_sample_ns"])
-        self.assertGreater(ns, 300, self.rec.stderr)
-        self.assertLess(ns, 200_000, self.rec.stderr)
+        # The sampler program times itself, and the interrupt is timed on
+        # eacgm's own thread: a sample costs the thread it interrupts both
+        # (microseconds: about 1 on bare metal, 17 on the KVM guests here),
+        # not nothing nor a millisecond.
+        m = E.meta(self.rec.db)
+        sample, interrupt = float(m["overhead_sample_ns"]), float(m["overhead_sample_interrupt_ns"])
+        self.assertGreater(interrupt, 100, self.rec.stderr)
+        self.assertGreater(sample, interrupt + 100, self.rec.stderr)  # the walk's own time on top
+        self.assertLess(sample, 1_000_000, self.rec.stderr)
 
     def test_sampled_time_sums_each_samples_own_period(self):
         self.assertTrue(self.changes)
