@@ -51,6 +51,7 @@ section "Where the cost goes, layer by layer" /usr/bin/python3 "$here/breakdown.
 section "Host layer at a high switch rate" "$build/bench/bench_host_cost"
 section "Detector against scikit-learn" "$build/bench/bench_detect_cost"
 section "Python layer variants" /usr/bin/python3 "$here/python_cost.py" "$eacgm"
+section "What a Python sample costs the job, against the budget's estimate" /usr/bin/python3 "$here/sample_cost.py" "$eacgm"
 section "The Python stack behind a torch call, by depth" /usr/bin/python3 "$here/pystack_cost.py" "$eacgm"
 section "Node agent (eacgm serve): idle and under ResNet-18" /usr/bin/python3 "$here/agent_cost.py" "$eacgm"
 # The soak (bench/soak.py, by hand: half an hour) is not rerun here; its

@@ -192,8 +192,8 @@ constexpr int kTrapTimingCalls = 5 * 1000;
 
 // What a CPU-clock sample's interrupt costs the thread it lands on, apart
 // from the program it runs: a loop of eacgm's own thread timed with such
-// an event sampling it at `hz` and without, alternately, the least of a
-// few rounds each; their difference over the samples, in ns. Not a
+// an event sampling it at `hz` and without, alternately; the median over
+// rounds of their difference over the samples, in ns. Not a
 // trap's worth: on the 2-vCPU KVM guests here it is 17 us (a timer
 // interrupt delivered through the hypervisor) where a uprobe's trap is
 // 1.3; a budget that counted the trap took GPT's sampler at 1 kHz for
