@@ -285,7 +285,11 @@ double OverheadKeeper::measure_sample_ns()
 		sample_program_ns_ = static_cast<double>(ns) / static_cast<double>(n);
 	if (sample_program_ns_ <= 0)
 		return 0;
-	return sample_program_ns_ + (interrupt_ns_ >= 0 ? interrupt_ns_ : std::max(0.0, trap_ns_));
+	// interrupt_ns_ is written by the timing thread: read only once its
+	// future was taken, which is when trap_ns_ is set.
+	if (trap_ns_ < 0)
+		return sample_program_ns_;
+	return sample_program_ns_ + (interrupt_ns_ >= 0 ? interrupt_ns_ : trap_ns_);
 }
 
 // The machine's CPU in use and idle since the last call (nothing the first
