@@ -96,22 +96,50 @@ static __always_inline __u64 deref(__u64 ptr, __u32 offset)
 	return v;
 }
 
-/* Two words describing a tensor (see EACGM_ARG_TENSOR_*); sizes beyond 2^48
- * (first) and 2^32 (second, third) are cut. 0 when the pointers do not read. */
-static __always_inline __u64 tensor_word(__u64 ref, struct eacgm_arg_spec *a)
+/* A tensor's fields, read once for both of its words: TENSOR_A and
+ * TENSOR_B (and the TENSORS_ pair) describe one tensor at the same slot,
+ * and reading each field on its own took 11 reads a tensor (22 a torch
+ * call of two tensors, about 85 ns each here: half of the entry program).
+ * Now three: the TensorImpl pointer, its rank and first three sizes in one
+ * 32-byte read (they lie together: c10::SizesAndStrides keeps the rank,
+ * then the sizes inline), and the dtype. */
+struct tensor_read {
+	__u64 ref;     /* the at::Tensor read; 0: none yet */
+	__u64 dims[4]; /* ndim, size[0..2] */
+	__u16 dtype;
+	bool ok;
+};
+
+static __always_inline void read_tensor(__u64 ref, const struct eacgm_arg_spec *a, struct tensor_read *t)
 {
+	t->ref = ref;
 	__u64 impl = deref(ref, 0);
-	if (!impl)
+	t->ok = impl != 0;
+	/* A failed read zeroes its buffer: a field that does not read is 0. */
+	if (!impl || bpf_probe_read_user(t->dims, sizeof(t->dims), (void *)(impl + a->offset)))
+		__builtin_memset(t->dims, 0, sizeof(t->dims));
+	t->dtype = 0;
+	if (impl)
+		bpf_probe_read_user(&t->dtype, sizeof(t->dtype), (void *)(impl + a->offset2));
+}
+
+/* Two words describing a tensor (see EACGM_ARG_TENSOR_*); sizes beyond 2^48
+ * (first) and 2^32 (second, third) are cut, sizes past the rank are 0. 0
+ * when the pointers do not read. t holds the last tensor read: the same
+ * ref is not read again. */
+static __always_inline __u64 tensor_word(__u64 ref, const struct eacgm_arg_spec *a, struct tensor_read *t)
+{
+	if (!ref || t->ref != ref)
+		read_tensor(ref, a, t);
+	if (!t->ok)
 		return 0;
-	__u64 ndim = deref(impl, a->offset);
-	__u64 size0 = ndim > 0 ? deref(impl, a->offset + 8) : 0;
-	__u64 size1 = ndim > 1 ? deref(impl, a->offset + 16) : 0;
-	__u64 size2 = ndim > 2 ? deref(impl, a->offset + 24) : 0;
+	__u64 ndim = t->dims[0];
+	__u64 size0 = ndim > 0 ? t->dims[1] : 0;
+	__u64 size1 = ndim > 1 ? t->dims[2] : 0;
+	__u64 size2 = ndim > 2 ? t->dims[3] : 0;
 	if (a->source == EACGM_ARG_TENSOR_B || a->source == EACGM_ARG_TENSORS_B)
 		return (size1 & 0xffffffff) | size2 << 32;
-	__u16 dtype = 0;
-	bpf_probe_read_user(&dtype, sizeof(dtype), (void *)(impl + a->offset2));
-	return (ndim & 0xff) | (__u64)(dtype & 0xff) << 8 | (size0 & 0xffffffffffff) << 16;
+	return (ndim & 0xff) | (__u64)(t->dtype & 0xff) << 8 | (size0 & 0xffffffffffff) << 16;
 }
 
 /* Frames whose function returned unseen, found at the next entry: a callee
@@ -208,6 +236,7 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 	struct eacgm_open_call *c = &tc->calls[d];
 	c->sp = sp;
 	c->spec_id = spec_id;
+	struct tensor_read tensor = {};
 	for (int i = 0; i < EACGM_MAX_ARGS; i++) {
 		struct eacgm_arg_spec *a = &spec->args[i];
 		__u64 v = 0;
@@ -220,10 +249,10 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 		else if (a->source == EACGM_ARG_DEREF2_ENTRY)
 			v = deref(deref(v, a->offset), a->offset2);
 		else if (a->source == EACGM_ARG_TENSOR_A || a->source == EACGM_ARG_TENSOR_B)
-			v = tensor_word(v, a);
+			v = tensor_word(v, a, &tensor);
 		else if (a->source == EACGM_ARG_TENSORS_A || a->source == EACGM_ARG_TENSORS_B)
-			v = tensor_word(deref(v, 0), a); /* the vector's first element */
-		c->args[i] = v;                          /* DEREF_EXIT keeps the pointer until return */
+			v = tensor_word(deref(v, 0), a, &tensor); /* the vector's first element */
+		c->args[i] = v;                                   /* DEREF_EXIT keeps the pointer until return */
 	}
 	c->py_stack = 0;
 	/* An entry into the eval loop is itself a Python function call: it
