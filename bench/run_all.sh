@@ -45,7 +45,7 @@ section "Burst: one thread calling a traced function as fast as it can, 60 s" /u
 section "Overhead budget on a job it would otherwise exceed" /usr/bin/python3 "$here/budget_cost.py" "$eacgm" "$build"
 section "Start and stop" /usr/bin/python3 "$here/startstop.py" "$eacgm"
 section "Training steps: untraced, eacgm, torch.profiler" /usr/bin/python3 "$here/train_cost.py" "$eacgm"
-section "Training steps in one process, eacgm attached and detached in turn" /usr/bin/python3 "$here/step_pairs.py" "$eacgm"
+section "Training steps in one process, eacgm attached and detached in turn" /usr/bin/python3 "$here/step_pairs.py" "$eacgm" 7
 section "Memory and CPU over a long recording" /usr/bin/python3 "$here/memory_long.py" "$eacgm" 120
 section "Where the cost goes, layer by layer" /usr/bin/python3 "$here/breakdown.py" "$eacgm"
 section "Host layer at a high switch rate" "$build/bench/bench_host_cost"

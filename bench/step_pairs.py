@@ -19,11 +19,22 @@ median step over the mean of the untraced medians on either side of it. The
 steps are the workload's own (bench/workloads, `--step-log`: each step's end
 and length as it ran); eacgm's CPU is read from /proc over the traced window.
 
-Printed per workload: each pair, then the median ratio and its range, and
-eacgm's median CPU (% of one core) over the traced windows.
+A pair is only as good as its untraced windows' agreement: the ratio
+takes the VM's speed between them as a straight line. These VMs also jump
+(a GPT step went from 51 to 36 ms between two windows 45 s apart, the
+job's own CPU per step moving with it), and a traced window beside a jump
+reads half the jump, either way. So a pair whose untraced medians differ by
+more than --max-jump (5%, fixed before any run it was applied to) is
+printed but left out of the median, and the count of such pairs said. The
+hypervisor's steal time (the guest's /proc/stat) is printed per window.
+
+Printed per workload: each pair, then the median ratio over the pairs kept
+and its range, the median over all pairs beside it, and eacgm's median CPU
+(% of one core) over the traced windows.
 
 Usage: bench/step_pairs.py EACGM [PAIRS (5)] [--only resnet18|gpt]
-       [--settle-s 12] [--window-s 10] [--python /usr/bin/python3] [--eacgm-args "..."]
+       [--settle-s 12] [--window-s 10] [--max-jump 0.05] [--python /usr/bin/python3]
+       [--eacgm-args "..."]
 (needs root). About 40 s a pair and workload: 7 minutes for the default."""
 import argparse
 import json
@@ -56,6 +67,20 @@ def steps_in(log, start_ns, end_ns):
     return out
 
 
+def steal_ticks():
+    """The whole machine's steal time so far (USER_HZ ticks, every CPU), and
+    its total time, from /proc/stat's cpu line."""
+    with open("/proc/stat") as f:
+        fields = [int(v) for v in f.readline().split()[1:]]
+    # user nice system idle iowait irq softirq steal (guest time is in user)
+    return fields[7] if len(fields) > 7 else 0, sum(fields[:8])
+
+
+def steal_pct(before, after):
+    total = after[1] - before[1]
+    return 100.0 * (after[0] - before[0]) / total if total > 0 else 0.0
+
+
 def wait_file(path, proc, what):
     while not os.path.exists(path):
         if proc.poll() is not None:
@@ -74,15 +99,15 @@ def traced_window(args, pid, tmp, i):
     with open(ready) as f:
         ready_ns = json.load(f)["mono_ns"]  # CLOCK_MONOTONIC, as time.monotonic() reads it
     time.sleep(max(0, ready_ns / 1e9 + args.settle_s - time.monotonic()))
-    start, cpu0 = time.monotonic_ns(), cpu_s(eacgm.pid)
+    start, cpu0, st0 = time.monotonic_ns(), cpu_s(eacgm.pid), steal_ticks()
     time.sleep(args.window_s)
-    end, cpu1 = time.monotonic_ns(), cpu_s(eacgm.pid)
+    end, cpu1, st1 = time.monotonic_ns(), cpu_s(eacgm.pid), steal_ticks()
     eacgm.send_signal(signal.SIGINT)
     if eacgm.wait() != 0:
         sys.exit("step_pairs: eacgm exited %d: see %s" % (eacgm.returncode, err.name))
     err.close()
     cpu = None if None in (cpu0, cpu1) else 100 * (cpu1 - cpu0) / ((end - start) / 1e9)
-    return (start, end), cpu, budget_of(os.path.join(tmp, "pair%s.db" % i))
+    return (start, end), cpu, steal_pct(st0, st1), budget_of(os.path.join(tmp, "pair%s.db" % i))
 
 
 def budget_of(db):
@@ -107,9 +132,10 @@ def budget_of(db):
 
 
 def untraced_window(args):
-    start = time.monotonic_ns()
+    """The window (monotonic ns) and the machine's steal over it (%)."""
+    start, st0 = time.monotonic_ns(), steal_ticks()
     time.sleep(args.window_s)
-    return start, time.monotonic_ns()
+    return (start, time.monotonic_ns()), steal_pct(st0, steal_ticks())
 
 
 def run(args, name, tmp):
@@ -123,28 +149,43 @@ def run(args, name, tmp):
         plain = [untraced_window(args)]
         traced = []
         for i in range(args.pairs):
-            window, cpu, budget = traced_window(args, work.pid, tmp, "%s%d" % (name, i))
-            traced.append((window, cpu, budget))
+            traced.append(traced_window(args, work.pid, tmp, "%s%d" % (name, i)))
             plain.append(untraced_window(args))
             print("  %s pair %d/%d done" % (name, i + 1, args.pairs), file=sys.stderr)
     finally:
         work.kill()
         work.wait()
     med = lambda w: statistics.median(steps_in(log, *w)) / 1000  # us
-    ratios, cpus = [], []
+    report(args, name, [(med(w), steal) for w, steal in plain],
+           [(med(w), cpu, steal, budget) for w, cpu, steal, budget in traced])
+
+
+def report(args, name, plain, traced):
+    """Each pair, then the medians; plain: (median step, steal %) of each
+    untraced window, traced: (median step, eacgm cpu, steal %, budget)."""
+    ratios, kept, cpus = [], [], []
     print("%s (median step of each %g-s window; traced from %g s after attaching)" %
           (name, args.window_s, args.settle_s))
-    for i, (window, cpu, budget) in enumerate(traced):
-        before, after, t = med(plain[i]), med(plain[i + 1]), med(window)
+    for i, (t, cpu, steal, budget) in enumerate(traced):
+        (before, steal0), (after, steal1) = plain[i], plain[i + 1]
         ratios.append(t / ((before + after) / 2))
+        jump = abs(after - before) / min(before, after)
+        if jump <= args.max_jump:
+            kept.append(ratios[-1])
         cpus.append(cpu)
-        print("  pair %d: untraced %9.1f us, eacgm %9.1f us, untraced %9.1f us  ratio %.3fx  eacgm cpu %s" %
-              (i + 1, before, t, after, ratios[-1], "%.1f%%" % cpu if cpu is not None else "-"))
-        print("          " + budget)
+        print("  pair %d: untraced %9.1f us, eacgm %9.1f us, untraced %9.1f us  ratio %.3fx  eacgm cpu %s%s" %
+              (i + 1, before, t, after, ratios[-1], "%.1f%%" % cpu if cpu is not None else "-",
+               "" if jump <= args.max_jump else "  (left out: the untraced windows differ by %.0f%%)" % (100 * jump)))
+        print("          steal %.1f%% / %.1f%% / %.1f%% of the machine; %s" % (steal0, steal, steal1, budget))
     known = [c for c in cpus if c is not None]
-    print("  eacgm %s, steady state: %.3fx untraced (pairs %.3f..%.3f); eacgm cpu %s of a core" %
-          (args.eacgm_args or "default", statistics.median(ratios), min(ratios), max(ratios),
-           "%.1f%%" % statistics.median(known) if known else "-"))
+    cpu = "%.1f%%" % statistics.median(known) if known else "-"
+    if kept:
+        print("  eacgm %s, steady state: %.3fx untraced (%d of %d pairs, %.3f..%.3f; all pairs %.3fx); "
+              "eacgm cpu %s of a core" % (args.eacgm_args or "default", statistics.median(kept), len(kept),
+                                         len(ratios), min(kept), max(kept), statistics.median(ratios), cpu))
+    else:
+        print("  eacgm %s, steady state: none of %d pairs kept (the VM's speed jumped in each; all pairs %.3fx); "
+              "eacgm cpu %s of a core" % (args.eacgm_args or "default", len(ratios), statistics.median(ratios), cpu))
 
 
 def main():
@@ -154,6 +195,8 @@ def main():
     p.add_argument("--only", choices=sorted(WORKLOADS))
     p.add_argument("--settle-s", type=float, default=12)
     p.add_argument("--window-s", type=float, default=10)
+    p.add_argument("--max-jump", type=float, default=0.05,
+                   help="leave out a pair whose untraced windows' median steps differ by more than this share")
     p.add_argument("--python", default="/usr/bin/python3")
     p.add_argument("--eacgm-args", default="", help="more options for eacgm record (one string), to take a layer "
                    "or a feature apart: '--layers torch', '--sample-hz 0'")
