@@ -28,16 +28,21 @@
 // Each is compared with the floor of the same kind of link: the kernel does
 // different work around the program for each, so against the other floor a
 // tracer would gain or lose that difference, not its own cost.
-// The configurations take turns (A B C ... A B C ...), each attached, timed
-// over a fixed number of calls and detached, so that the noisy machine's
-// drifts (other tenants, frequency) fall on all of them alike. Timed as the
+// The configurations take turns, each attached, timed over a fixed number
+// of calls and detached, so that the noisy machine's drifts (other tenants,
+// frequency) fall on all of them alike; every other round runs them in the
+// reverse order (A B C ... C B A ...), so that a drift within a round falls
+// on both sides of each comparison. Timed as the
 // calling thread's CPU time: the trap, the programs and the return all run on
 // that thread, and the time other tasks hold its CPU is left out (in wall time
 // rounds came out up to 2x slower while other builds ran, enough to move a
 // median; the share of the wall time the loops had a CPU is printed).
 // Printed per configuration: the median of the rounds in ns/call, its ratio
 // to the floor's median, and the range of the per-round ratios (rounds paired
-// by index). Exits non-zero when
+// by index). The verdict's ratios are the median of the per-round ratios:
+// the two sides of one round ran seconds apart, their medians a minute apart
+// (on these VMs the ratio of the medians moved by 0.1 between runs of an
+// hour). Exits non-zero when
 // a traced call's span was lost or not received, the filtered engine wrote a
 // span, or bpftrace's histogram did not count every call.
 #include <algorithm>
@@ -555,7 +560,7 @@ double tally_round(const Floor &f, uint64_t off, long calls, Tally &t)
 
 struct Bench {
 	long calls = 20000;
-	int rounds = 7;
+	int rounds = 16;                 // even: as many in each order
 	uint64_t noop = 0, leaf = 0;     // file offsets of the functions
 	uint64_t cet = 0, cet_probe = 0; // tl_cet (endbr64 first) and where eacgm probes it
 	Floor floor;
@@ -628,9 +633,11 @@ std::vector<Config> make_configs(Bench &b)
 void run_rounds(std::vector<Config> &cs, int rounds)
 {
 	for (int r = 0; r < rounds; r++)
-		for (auto &c : cs)
+		for (size_t k = 0; k < cs.size(); k++) {
+			Config &c = cs[r % 2 ? cs.size() - 1 - k : k];
 			if (c.na.empty())
 				c.ns.push_back(c.round());
+		}
 }
 
 // ---- Report.
@@ -642,19 +649,19 @@ double median(std::vector<double> v)
 	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-// Ratio of the medians, and the range of the ratios of rounds run side by side.
+// Ratio of the medians; the median and the range of the ratios of rounds
+// run side by side.
 struct Ratio {
-	double median, lo, hi;
+	double median, paired, lo, hi;
 };
 
 Ratio ratio(const std::vector<double> &a, const std::vector<double> &b)
 {
-	Ratio r{median(a) / median(b), 1e30, 0};
-	for (size_t i = 0; i < a.size() && i < b.size(); i++) {
-		r.lo = std::min(r.lo, a[i] / b[i]);
-		r.hi = std::max(r.hi, a[i] / b[i]);
-	}
-	return r;
+	std::vector<double> per_round;
+	for (size_t i = 0; i < a.size() && i < b.size(); i++)
+		per_round.push_back(a[i] / b[i]);
+	auto [lo, hi] = std::minmax_element(per_round.begin(), per_round.end());
+	return {median(a) / median(b), median(per_round), *lo, *hi};
 }
 
 void print_row(const Config &c, const std::vector<Config> &cs)
@@ -726,15 +733,18 @@ int verdict(const Bench &b, const std::vector<Config> &cs)
 	}
 	int traced = cs[kEacgmMulti].na.empty() ? kEacgmMulti : kEacgmPerFn;
 	printf("  the timed loops had a CPU %.0f%% of their wall time\n", 100 * timed.cpu / timed.wall);
-	printf("eacgm per call: %.2fx the floor (target 1.10x)%s\n",
-	       ratio(cs[traced].ns, cs[cs[traced].floor].ns).median,
+	// The medians of the rounds' ratios, the ratios of the medians beside.
+	Ratio e = ratio(cs[traced].ns, cs[cs[traced].floor].ns);
+	printf("eacgm per call: %.2fx the floor (ratio of medians %.2fx)%s\n", e.paired, e.median,
 	       traced == kEacgmMulti ? "" : " with per-function links");
-	if (cs[kLeast].na.empty())
+	if (cs[kLeast].na.empty()) {
+		Ratio l = ratio(cs[kLeast].ns, cs[kFloorMulti].ns),
+		      lb = ratio(cs[kLeastBatched].ns, cs[kFloorMulti].ns),
+		      el = ratio(cs[kEacgmMulti].ns, cs[kLeast].ns);
 		printf("the least span hand-over: %.2fx the floor (in batches of 32 %.2fx); eacgm %.2fx the least "
-		       "hand-over\n",
-		       ratio(cs[kLeast].ns, cs[kFloorMulti].ns).median,
-		       ratio(cs[kLeastBatched].ns, cs[kFloorMulti].ns).median,
-		       ratio(cs[kEacgmMulti].ns, cs[kLeast].ns).median);
+		       "hand-over (per round %.2f..%.2f; ratio of medians %.2fx)\n",
+		       l.paired, lb.paired, el.paired, el.lo, el.hi, el.median);
+	}
 	return ok ? 0 : 1;
 }
 
