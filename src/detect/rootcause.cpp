@@ -226,7 +226,8 @@ bool reportable(const KeyModel &m, const Scored &s, const Worth &worth, const st
 }
 
 // The fault a feature's excess points to (rootcause.h's fault classes).
-static const char *fault_of(unsigned feature, const std::string &layer)
+// No default: a feature added without its fault does not compile (-Wswitch).
+static const char *fault_of(Feature feature, const std::string &layer)
 {
 	switch (feature) {
 	case kLogDuration: return layer == "python" ? "python_slow" : "operator_slow";
@@ -236,8 +237,14 @@ static const char *fault_of(unsigned feature, const std::string &layer)
 	case kCallSite: return "code_path";
 	case kHostSchedDelay: return "cpu_contention";
 	case kHostRetransmits: return "network";
-	default: return "gpu"; // the gpu_* features
+	case kGpuUtil:
+	case kGpuMemUsed:
+	case kGpuPower:
+	case kGpuTemp:
+	case kGpuClockSm: return "gpu";
+	case kFeatureCount: break;
 	}
+	return "unknown"; // not a feature: a caller's bug, shown as such rather than as a GPU fault
 }
 
 // Memory pressure: the machine's tasks stalled on memory (PSI) around the
@@ -283,7 +290,7 @@ void explain(Anomaly &a, const Span &span, const Observation &o, const KeyModel 
 		causes.push_back(
 			{{"kind", "feature"},
 			 {"feature", kFeatures[x.feature].name},
-			 {"fault", fault_of(x.feature, span.layer)},
+			 {"fault", fault_of(static_cast<Feature>(x.feature), span.layer)},
 			 {"what", span.name + ": " + what},
 			 {"strength", x.share},
 			 {"evidence",
