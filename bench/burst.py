@@ -63,7 +63,8 @@ def main():
     cpu = 100 * float(meta["agent_cpu_attached_s"]) / float(meta["attached_s"])
     rss = int(meta["agent_max_rss_kb"]) / 1024
     lost = sum(n for _, _, n in drops)
-    print("## Burst: one thread calling a traced function as fast as it can, %.0f s" % seconds)
+    # run_all.sh gives the section its heading; alone, this is the first line.
+    print("Burst: one thread calling a traced function as fast as it can, %.0f s" % seconds)
     print()
     print("Written by `bench/burst.py` on %s, at commit %s." % (machine(), subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()))
