@@ -25,7 +25,7 @@ test-gpu: build
 demo: build
 	@scripts/demo.sh $(BUILD)
 
-# Regenerates bench/RESULTS.md (35 to 50 minutes on the 2-core VM).
+# Regenerates bench/RESULTS.md (45 to 60 minutes on the 2-core VM).
 bench: build
 	bench/run_all.sh $(BUILD)
 

@@ -2,7 +2,7 @@
 # Runs every benchmark in one go and writes bench/RESULTS.md: the machine at
 # the top, bench/RESULTS.notes.md (what the numbers mean, and where a target
 # is missed, why), then each benchmark's own output. `make bench` calls it.
-# Usage: bench/run_all.sh BUILD_DIR   (needs root; 35 to 50 minutes here)
+# Usage: bench/run_all.sh BUILD_DIR   (needs root; 45 to 60 minutes here)
 set -euo pipefail
 build=$(realpath "${1:-build}") # the benchmarks run from other directories
 here=$(cd "$(dirname "$0")" && pwd)
@@ -45,7 +45,7 @@ section "Burst: one thread calling a traced function as fast as it can, 60 s" /u
 section "Overhead budget on a job it would otherwise exceed" /usr/bin/python3 "$here/budget_cost.py" "$eacgm" "$build"
 section "Start and stop" /usr/bin/python3 "$here/startstop.py" "$eacgm"
 section "Training steps: untraced, eacgm, torch.profiler" /usr/bin/python3 "$here/train_cost.py" "$eacgm"
-section "Training steps in one process, eacgm attached and detached in turn" /usr/bin/python3 "$here/step_pairs.py" "$eacgm" 7
+section "Training steps in one process, eacgm attached and detached in turn" /usr/bin/python3 "$here/step_pairs.py" "$eacgm" 9
 section "Memory and CPU over a long recording" /usr/bin/python3 "$here/memory_long.py" "$eacgm" 120
 section "Where the cost goes, layer by layer" /usr/bin/python3 "$here/breakdown.py" "$eacgm"
 section "Host layer at a high switch rate" "$build/bench/bench_host_cost"
