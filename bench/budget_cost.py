@@ -7,8 +7,12 @@ measures what tracing costs the job, whatever else the 2-core VM runs).
 Configs, in alternating rounds: untraced; eacgm with --overhead-budget 0
 (every call); eacgm with budgets of 2% (the default) and 5%. The budget
 acts after --budget-after 2 s; the steady rate is the median of the
-windows from second WARM on. Overhead = untraced rate / traced rate - 1,
-median over rounds. Also: the hot function's estimated count (sum of the
+windows from second WARM on. Overhead = the round's untraced rate / traced
+rate - 1, median over rounds. The work a call does is timed once, untraced,
+before the rounds, and every process is given that many iterations: timed
+by each process, it came out a quarter apart between processes here (the
+VM's speed jumps), and a whole configuration's rounds with it (one make
+bench read 27.8% at the default budget, another -26.1% for every call). Also: the hot function's estimated count (sum of the
 weights) against the calls the program made, and eacgm's own CPU.
 Usage: bench/budget_cost.py EACGM BUILD_DIR [ROUNDS (5)]   (needs root)"""
 import json
@@ -28,8 +32,14 @@ CONFIGS = [("untraced", None), ("eacgm, every call (--overhead-budget 0)", "0"),
            ("eacgm --overhead-budget 2 (default)", "2"), ("eacgm --overhead-budget 5", "5")]
 
 
-def run(tmp, budget):
-    cmd = [load, str(SECONDS), str(WORK_NS)]
+def iterations():
+    """bl_work's iterations for about WORK_NS of CPU, timed by budget_load."""
+    p = subprocess.run([load, "1", str(WORK_NS)], capture_output=True, text=True, check=True)
+    return json.loads(p.stdout)["iters"]
+
+
+def run(tmp, budget, iters):
+    cmd = [load, str(SECONDS), "i%d" % iters]
     db = os.path.join(tmp, "b.db")
     if budget is not None:
         spec = os.path.join(tmp, "spec.json")
@@ -53,16 +63,17 @@ def run(tmp, budget):
 
 
 with tempfile.TemporaryDirectory() as tmp:
+    iters = iterations()
     got = {name: [] for name, _ in CONFIGS}
     for r in range(rounds):
         for name, budget in CONFIGS:
-            got[name].append(run(tmp, budget))
-    base = statistics.median(g[0] for g in got["untraced"])
+            got[name].append(run(tmp, budget, iters))
+    base = [g[0] for g in got["untraced"]]
     print("%-42s %14s %10s %22s %12s" % ("config", "calls/CPU-s", "overhead", "count estimate error",
                                             "eacgm CPU"))
     for name, budget in CONFIGS:
         rates = [g[0] for g in got[name]]
-        over = statistics.median(base / x - 1 for x in rates) * 100
+        over = statistics.median(b / x - 1 for b, x in zip(base, rates)) * 100
         if budget is None:
             print("%-42s %14.0f %10s %22s %12s" % (name, statistics.median(rates), "-", "-", "-"))
             continue
@@ -70,6 +81,7 @@ with tempfile.TemporaryDirectory() as tmp:
         print("%-42s %14.0f %9.1f%% %12.1f%% (%+.0f..%+.0f) %11.1f%%" % (
             name, statistics.median(rates), over, statistics.median(errs), min(errs), max(errs),
             statistics.median(g[2] for g in got[name])))
-    print("\n%d alternating rounds of %d s each; rates are medians of the 1-s windows from second %d on "
-          "(the budget acts at 2 s and decides every 2 s); overhead is each round's untraced median over its "
-          "rate, then the median over rounds." % (rounds, SECONDS, WARM))
+    print("\n%d alternating rounds of %d s each, every process doing %d iterations a call (timed once); rates "
+          "are medians of the 1-s windows from second %d on (the budget acts at 2 s and decides every 2 s); "
+          "overhead is the round's untraced rate over the config's, then the median over rounds." %
+          (rounds, SECONDS, iters, WARM))

@@ -1,4 +1,5 @@
-/* A hot traced function, for --overhead-budget. Usage: budget_load SECONDS WORK_NS [spin]
+/* A hot traced function, for --overhead-budget.
+ * Usage: budget_load SECONDS WORK_NS|iITERATIONS [spin]
  * Calls bl_work for SECONDS of wall time, each call about WORK_NS of CPU
  * work on this machine, and bl_light once every 1000 of those calls. Prints
  * one line of JSON: the calls it made, the iterations a call does and, per
@@ -12,7 +13,10 @@
  * made a call 55 us on one and 10 us on the other, and the share a trap
  * costs with it (what the budget acts on) 6x apart. A copy of the loop
  * elsewhere is no yardstick: placed apart, the same instructions ran in a
- * third of the time.
+ * third of the time. "i" and a count instead of WORK_NS takes that count
+ * as given: bench/budget_cost.py times it once and gives every process the
+ * same work (timed in each, it came out a quarter apart between processes
+ * on a VM whose speed jumps, and a whole configuration's rounds with it).
  *
  * With "spin", a second thread spins on the CPU throughout, making no
  * traced call (as OpenBLAS's workers wait busily beside a training loop):
@@ -62,14 +66,18 @@ static void *spin(void *arg)
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
-		fprintf(stderr, "usage: budget_load SECONDS WORK_NS\n");
+		fprintf(stderr, "usage: budget_load SECONDS WORK_NS|iITERATIONS [spin]\n");
 		return 2;
 	}
 	int seconds = atoi(argv[1]);
-	long iters = iterations_for(atol(argv[2]));
+	long iters = argv[2][0] == 'i' ? atol(argv[2] + 1) : iterations_for(atol(argv[2]));
+	if (iters < 1) {
+		fprintf(stderr, "budget_load: iterations must be at least 1, not %s\n", argv[2] + 1);
+		return 2;
+	}
 	pthread_t spinner;
 	int spinning = argc > 3 && pthread_create(&spinner, NULL, spin, NULL) == 0;
-	long long work = kTimings, light = 0;
+	long long work = argv[2][0] == 'i' ? 0 : kTimings, light = 0;
 	printf("{\"windows\": [");
 	long long start = ns(CLOCK_MONOTONIC);
 	for (int w = 0; w < seconds; w++) {
