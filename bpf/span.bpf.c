@@ -115,12 +115,11 @@ static __always_inline void read_tensor(__u64 ref, const struct eacgm_arg_spec *
 	t->ref = ref;
 	__u64 impl = deref(ref, 0);
 	t->ok = impl != 0;
+	if (!t->ok)
+		return; /* the words are 0: dims and dtype are not read */
 	/* A failed read zeroes its buffer: a field that does not read is 0. */
-	if (!impl || bpf_probe_read_user(t->dims, sizeof(t->dims), (void *)(impl + a->offset)))
-		__builtin_memset(t->dims, 0, sizeof(t->dims));
-	t->dtype = 0;
-	if (impl)
-		bpf_probe_read_user(&t->dtype, sizeof(t->dtype), (void *)(impl + a->offset2));
+	bpf_probe_read_user(t->dims, sizeof(t->dims), (void *)(impl + a->offset));
+	bpf_probe_read_user(&t->dtype, sizeof(t->dtype), (void *)(impl + a->offset2));
 }
 
 /* Two words describing a tensor (see EACGM_ARG_TENSOR_*); sizes beyond 2^48
