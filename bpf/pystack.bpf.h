@@ -295,10 +295,22 @@ static long py_walk_step(__u32 i, void *data)
 	return 0;
 }
 
-/* Fills e->frames (innermost first, at most max) from the thread's state;
- * sets e->nframes and e->flags. */
-static __always_inline void py_walk(const struct eacgm_py_process *p, __u64 tstate, struct eacgm_py_stack_event *e,
-				    __u32 max)
+/* The thread's innermost Python frame (0: it runs none); *ok false when a
+ * read failed. */
+static __always_inline __u64 py_top_frame(const struct eacgm_py_process *p, __u64 tstate, bool *ok)
+{
+	if (p->minor >= 11 && p->minor <= 12) {
+		__u64 cframe = py_read64(tstate + p->tstate_cframe, ok);
+		return py_read64(cframe + p->cframe_current_frame, ok);
+	}
+	return py_read64(tstate + p->tstate_frame, ok);
+}
+
+/* Fills e->frames (innermost first, at most max) from the thread's frame
+ * `frame` (py_top_frame: `ok` says whether it read); sets e->nframes and
+ * e->flags. */
+static __always_inline void py_walk(const struct eacgm_py_process *p, __u64 frame, bool ok,
+				    struct eacgm_py_stack_event *e, __u32 max)
 {
 	struct py_walk w = {.e = e,
 			    .code_type = p->code_type,
@@ -315,13 +327,8 @@ static __always_inline void py_walk(const struct eacgm_py_process *p, __u64 tsta
 			    .frame_len = p->frame_len,
 			    .code_len = p->code_len,
 			    .frame_globals = p->frame_globals,
-			    .ok = true};
-	if (p->minor >= 11 && p->minor <= 12) {
-		__u64 cframe = py_read64(tstate + p->tstate_cframe, &w.ok);
-		w.frame = py_read64(cframe + p->cframe_current_frame, &w.ok);
-	} else {
-		w.frame = py_read64(tstate + p->tstate_frame, &w.ok);
-	}
+			    .frame = frame,
+			    .ok = ok};
 	if (p->minor >= 11 && w.ok && w.frame) {
 		__u32 zero = 0;
 		struct py_bulk *b = bpf_map_lookup_elem(&py_bulk_buf, &zero);
@@ -348,18 +355,26 @@ static __always_inline void py_walk(const struct eacgm_py_process *p, __u64 tsta
 	}
 }
 
-/* Walks the current thread's Python stack into a new py_events record.
- * Returns false when the process is not Python or the thread runs none. */
-static __always_inline bool py_emit_stack(__u32 tgid, __u32 tid, __u16 kind, __u64 id, __u32 max)
+/* The current thread's Python state: its process's layout, and its thread
+ * state (0 when the process is not Python or the thread has none). */
+static __always_inline __u64 py_thread(__u32 tgid, __u32 tid, const struct eacgm_py_process **pp)
 {
-	struct eacgm_py_process *p = bpf_map_lookup_elem(&py_procs, &tgid);
+	const struct eacgm_py_process *p = bpf_map_lookup_elem(&py_procs, &tgid);
+	*pp = p;
 	if (!p)
-		return false;
+		return 0;
 	__u64 tstate = py_find_tstate(p, tid);
-	if (!tstate) {
+	if (!tstate)
 		py_count(EACGM_PY_CNT_NO_THREAD);
-		return false;
-	}
+	return tstate;
+}
+
+/* Walks the stack from the thread's frame `frame` (py_top_frame, `ok` its
+ * read) into a new py_events record. False when the record could not be
+ * had. */
+static __always_inline bool py_emit_walk(const struct eacgm_py_process *p, __u64 frame, bool ok, __u32 tgid, __u32 tid,
+					 __u16 kind, __u64 id, __u32 max)
+{
 	struct eacgm_py_stack_event *e = bpf_ringbuf_reserve(&py_events, EACGM_PY_RECORD_SIZE, 0);
 	if (!e) {
 		py_count(EACGM_PY_CNT_RINGBUF_FULL);
@@ -371,7 +386,7 @@ static __always_inline bool py_emit_stack(__u32 tgid, __u32 tid, __u16 kind, __u
 	e->tid = tid;
 	e->kind = kind;
 	e->flags = 0;
-	py_walk(p, tstate, e, max);
+	py_walk(p, frame, ok, e, max);
 	/* Names are read from the process later, while it still lives: the
 	 * reader must come soon. But stacks come at the rate of the traced
 	 * calls and the samples, and a wakeup each would cost more than the
@@ -387,6 +402,19 @@ static __always_inline bool py_emit_stack(__u32 tgid, __u32 tid, __u16 kind, __u
 	}
 	bpf_ringbuf_submit(e, flags);
 	return true;
+}
+
+/* Walks the current thread's Python stack into a new py_events record.
+ * Returns false when the process is not Python or the thread runs none. */
+static __always_inline bool py_emit_stack(__u32 tgid, __u32 tid, __u16 kind, __u64 id, __u32 max)
+{
+	const struct eacgm_py_process *p;
+	__u64 tstate = py_thread(tgid, tid, &p);
+	if (!tstate)
+		return false;
+	bool ok = true;
+	__u64 frame = py_top_frame(p, tstate, &ok);
+	return py_emit_walk(p, frame, ok, tgid, tid, kind, id, max);
 }
 
 #endif

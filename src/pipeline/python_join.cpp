@@ -200,7 +200,10 @@ PyStack PythonJoiner::take_stack(const eacgm_span_event &e)
 			add_sample(e.tgid, e.tid, {e.start_ns + e.dur_ns, frames, false, false});
 		}
 	}
-	span_stacks_.erase(stack);
+	// A call that shared the record of the call it nests in (the same
+	// Python frame made both) ends first: the owner's span takes it last.
+	if (!(e.flags & EACGM_SPAN_PY_SHARED))
+		span_stacks_.erase(stack);
 	return shown;
 }
 

@@ -51,7 +51,9 @@ public:
 	void name_call_stacks();
 	// The stack a call was made under (its record's py_stack), shown with
 	// it; the functions of that stack join the samples at its start and
-	// end. Empty: none, or a thread without Python frames.
+	// end. Empty: none, or a thread without Python frames. The record is
+	// let go with the span of the call that walked it (a nested call
+	// sharing it, EACGM_SPAN_PY_SHARED, ends before).
 	PyStack take_stack(const eacgm_span_event &e);
 	// The stack behind a call in flight, left for its end (the hang watch).
 	PyStack peek_stack(uint64_t id) const;

@@ -9,6 +9,8 @@ import collections
 import importlib.util
 import json
 import os
+import signal
+import subprocess
 import unittest
 
 import eacgm_e2e as E
@@ -346,6 +348,53 @@ class CallsFromThreadsWithoutFrames(unittest.TestCase):
                     ("tl_noop", {"x": 3}, ["<module> (py_frameless.py:%d)" % line["FROM_PYTHON_3"]]),
                 ])
                 self.assertEqual(len({s["tid"] for s in spans}), 2)
+
+NESTED = os.path.join(E.SOURCE_DIR, "tests", "testprogs", "py_nested.py")
+
+
+class NestedCallsShareTheirStack(unittest.TestCase):
+    """A traced call nested in another, made from the same Python frame,
+    shares the outer call's stack record instead of walking it again (a
+    torch operator calling another); one made from Python code that runs
+    inside the outer call (a callback) walks its own. Each call shows the
+    stack it was made under, exactly, on every version."""
+
+    def test_every_version(self):
+        E.require_root()
+        tmp = E.make_tempdir(self)
+        spec = E.write_json(os.path.join(tmp, "spec.json"),
+                            dict(E.TESTLIB_SPEC, library=E.TESTLIB,
+                                 probes=E.TESTLIB_SPEC["probes"] + [{"function": "tl_call"}]))
+        with open(NESTED) as f:
+            line = {tag: i for i, text in enumerate(f, 1) for tag in ("OUTER", "CALL", "IN_CALLBACK")
+                    if text.rstrip().endswith("# " + tag)}
+        outer = ["<module> (py_nested.py:%d)" % line["OUTER"]]
+        call = ["<module> (py_nested.py:%d)" % line["CALL"]]
+        for version, py in PYTHONS.items():
+            with self.subTest(version):
+                with subprocess.Popen([py, NESTED, E.TESTLIB], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      text=True) as prog:
+                    self.assertEqual(prog.stdout.readline(), "waiting\n")
+                    started = E.start_record(tmp, "-p", str(prog.pid), "--layers", "python", "--spec", spec,
+                                             name="nested-" + version)
+                    prog.stdin.write("go\n")
+                    prog.stdin.flush()
+                    self.assertEqual(prog.stdout.readline(), "done\n")
+                    # eacgm reads what is left of its rings before it exits,
+                    # the program still alive: its callback frame reads.
+                    started.proc.send_signal(signal.SIGINT)
+                    rec = started.wait()
+                    prog.stdin.close()  # and the program ends
+                self.assertEqual(rec.rc, 0, rec.stderr)
+                spans = sorted(rec.spans("layer = 'testlib'"), key=lambda s: s["start_ns"])
+                self.assertEqual([(s["name"], s["depth"], s["py_stack"]) for s in spans], [
+                    ("tl_outer", 0, outer),
+                    ("tl_inner", 1, outer),
+                    ("tl_inner", 1, outer),
+                    ("tl_call", 0, call),
+                    ("tl_noop", 1, ["callback (py_nested.py:%d)" % line["IN_CALLBACK"]] + call),
+                    ("tl_inner", 1, call),
+                ])
 
 if __name__ == "__main__":
     unittest.main()

@@ -33,6 +33,11 @@ NOINLINE long tl_inner(long x)
 
 NOINLINE long tl_outer(long x) { return tl_inner(x) + tl_inner(x + 1); }
 
+/* fn(x), then tl_inner of its result: from Python (ctypes), Python code runs
+ * inside this call, and the call after it is made from the caller's frame
+ * again. */
+NOINLINE long tl_call(long (*fn)(long), long x) { return tl_inner(fn(x)); }
+
 /* Recurses depth times; each level is a separate traced call. */
 NOINLINE long tl_recurse(long depth)
 {

@@ -9,6 +9,7 @@ long tl_noop(long x);
 long tl_leaf(long x);
 long tl_inner(long x);
 long tl_outer(long x);
+long tl_call(long (*fn)(long), long x); /* tl_inner(fn(x)) */
 long tl_recurse(long depth);
 long tl_eight(long a, long b, long c, long d, long e, long f, long g, long h);
 int tl_out(uint64_t *out, uint64_t value);

@@ -63,13 +63,13 @@ TEST(Probes, TestlibExactSet)
 	auto ms = match_functions(elf, "^tl_");
 	ASSERT_TRUE(ms.ok());
 	EXPECT_EQ(names(*ms),
-		  (std::vector<std::string>{"tl_cet", "tl_cet_loop", "tl_eight", "tl_escape", "tl_inner",
+		  (std::vector<std::string>{"tl_call", "tl_cet", "tl_cet_loop", "tl_eight", "tl_escape", "tl_inner",
 					    "tl_jump_deep", "tl_leaf", "tl_noop", "tl_out", "tl_outer", "tl_recurse"}));
 	for (auto &m : *ms) {
 		EXPECT_EQ(m.offset, elf.vaddr_to_offset(elf.find(m.raw)->addr).value()) << m.raw;
 		EXPECT_GT(m.size, 0u) << m.raw;
 	}
-	EXPECT_EQ(format_match(ms->front(), 4).substr(10), "    " + std::to_string(ms->front().size) + "  tl_cet");
+	EXPECT_EQ(format_match(ms->front(), 4).substr(10), "    " + std::to_string(ms->front().size) + "  tl_call");
 	auto none = match_functions(elf, "^tl_nothing$");
 	ASSERT_TRUE(none.ok());
 	EXPECT_TRUE(none->empty());

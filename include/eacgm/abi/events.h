@@ -89,6 +89,10 @@ struct eacgm_span_event {
 
 /* eacgm_span_event.flags */
 #define EACGM_SPAN_RUNQ 1 /* runq_ns was measured (a kernel with CONFIG_SCHED_INFO) */
+/* py_stack is the record of the call this one nests in, made from the same
+ * Python frame (the same stack, not walked again): that call owns it, and
+ * its own span comes later. */
+#define EACGM_SPAN_PY_SHARED 2
 
 /* A call entered and not yet returned, as the span program keeps it per
  * thread (task storage): the agent reads these to see calls in flight, which
@@ -99,9 +103,10 @@ struct eacgm_open_call {
 	__u64 sp; /* stack pointer at entry: identifies the frame at return */
 	__u64 py_stack;
 	__u32 spec_id;
-	__u32 pad;
+	__u32 py_shared; /* py_stack is the outer call's: EACGM_SPAN_PY_SHARED */
 	__u64 args[EACGM_MAX_ARGS];
 	__u64 run_delay; /* the thread's sched_info.run_delay at entry */
+	__u64 py_frame;  /* the innermost Python frame at entry (its stack's), 0: none */
 };
 
 struct eacgm_thread_calls {
@@ -158,9 +163,10 @@ static_assert(offsetof(struct eacgm_span_event, ret) == 32 && offsetof(struct ea
 	      "eacgm_span_event: shared with BPF");
 static_assert(offsetof(struct eacgm_span_event, runq_ns) == 48 + 8 * EACGM_MAX_ARGS,
 	      "eacgm_span_event: shared with BPF");
-static_assert(sizeof(struct eacgm_open_call) == 40 + 8 * EACGM_MAX_ARGS, "eacgm_open_call: shared with BPF");
+static_assert(sizeof(struct eacgm_open_call) == 48 + 8 * EACGM_MAX_ARGS, "eacgm_open_call: shared with BPF");
 static_assert(offsetof(struct eacgm_open_call, args) == 32, "eacgm_open_call: shared with BPF");
-static_assert(offsetof(struct eacgm_open_call, run_delay) == 32 + 8 * EACGM_MAX_ARGS,
+static_assert(offsetof(struct eacgm_open_call, run_delay) == 32 + 8 * EACGM_MAX_ARGS &&
+		      offsetof(struct eacgm_open_call, py_frame) == 40 + 8 * EACGM_MAX_ARGS,
 	      "eacgm_open_call: shared with BPF");
 static_assert(sizeof(struct eacgm_thread_calls) == 8 + EACGM_MAX_DEPTH * sizeof(struct eacgm_open_call),
 	      "eacgm_thread_calls: shared with BPF");
