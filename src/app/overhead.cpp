@@ -210,6 +210,8 @@ void OverheadKeeper::decide(Recorder &rec, uint64_t now, std::vector<std::string
 	}
 	if (s && python_)
 		s->sampler_share = sample_ns_ * python_->sample_hz() / 1e9;
+	if (s)
+		s->step_per_counted = kStepPerCounted;
 	// A job that barely ran says nothing about its cost: no change.
 	if (!s || s->traced_cpu_ns < 0.05 * static_cast<double>(kIntervalNs))
 		return;
@@ -387,6 +389,8 @@ void OverheadKeeper::write_meta(StoreWriter &store) const
 	(void)store.set_meta("overhead_budget_pct", num(budget_pct_));
 	// What its percentages are of (recordings before it: the processes' CPU).
 	(void)store.set_meta("overhead_share_of", "calling_threads");
+	// The job's side is held to the budget over this (what is counted).
+	(void)store.set_meta("overhead_step_per_counted", num(kStepPerCounted));
 	if (trap_ns_ >= 0) {
 		(void)store.set_meta("overhead_hit_trap_ns", num(trap_ns_));
 		(void)store.set_meta("overhead_hit_program_ns", num(program_ns_));

@@ -115,7 +115,7 @@ BudgetDecision decide_budget(const BudgetSample &s, const BudgetDecision &now, d
 	// The job's side: what eacgm's own CPU already took from it comes off
 	// first (measured on a 2-vCPU VM with both cores busy, GPT's step ran
 	// 1.03-1.07x with the calls held to 2% and eacgm at 2% of a core).
-	double job_budget = budget_pct / 100 * job;
+	double job_budget = budget_pct / 100 / std::max(1.0, s.step_per_counted) * job;
 	job_budget = std::max(job_budget - s.agent_displaced_ns - s.sampler_share * job, job_budget / 4);
 	const Budgets b{job_budget, s.interval_ns > 0 ? agent_budget : 0};
 	d.agent_fixed_pct = s.interval_ns > 0 ? 100 * s.agent_fixed_ns / s.interval_ns : 0;
@@ -199,7 +199,7 @@ unsigned decide_sample_hz(unsigned now_hz, unsigned asked_hz, double agent_pct, 
 	unsigned floor = std::min(asked_hz, kMinSampleHz);
 	double cap = asked_hz;
 	if (sample_ns > 0)
-		cap = std::min(cap, budget_pct / 100 / 4 * 1e9 / sample_ns);
+		cap = std::min(cap, budget_pct / 100 / 8 * 1e9 / sample_ns);
 	unsigned ceiling = std::max(floor, static_cast<unsigned>(cap));
 	unsigned want = now_hz;
 	if (agent_pct > budget_pct)

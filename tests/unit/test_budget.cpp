@@ -47,6 +47,27 @@ TEST(Budget, HottestGoToBurstsUntilTheRestFitsHalfTheBudget)
 	EXPECT_NEAR(d.throttled_pct, 10.0, 1e-9);
 }
 
+TEST(Budget, TheJobsSideIsHeldToTheBudgetOverWhatTheStepMeasuredPerCounted)
+{
+	// The same calls as above with the step measured at twice what is
+	// counted: the job's side is held to 1% of a 2% budget. Spec 1 and 2
+	// both go (the rest, 0.4%, fits half of 1%), and get the 0.6% left of
+	// their 10.5%.
+	auto s = sample({{1, 100'000}, {2, 5'000}, {3, 4'000}}, 1000);
+	s.step_per_counted = 2;
+	auto d = decide_budget(s, {}, 2, {1, 2, 3});
+	EXPECT_EQ(d.throttled, (std::set<uint32_t>{1, 2}));
+	EXPECT_NEAR(d.duty, 0.6 / 10.5, 1e-9);
+	EXPECT_NEAR(d.expected_pct, 1.0, 1e-9);
+	// eacgm's own share of a core is measured, not estimated: still 2%.
+	// 1,000 calls of spec 1 at 10 us of its loop each are 1% of a core.
+	auto a = sample({{1, 1'000}}, 1000);
+	a.agent_ns_per_call = 10'000;
+	a.interval_ns = 1e9;
+	a.step_per_counted = 2;
+	EXPECT_TRUE(decide_budget(a, {}, 2, {1}).throttled.empty());
+}
+
 TEST(Budget, OnlyEligibleSpecsAreThrottled)
 {
 	// The hottest may not be throttled: the next ones go instead, and the
@@ -166,19 +187,19 @@ TEST(Budget, SamplerRateFollowsEacgmsWholeCpu)
 	EXPECT_EQ(decide_sample_hz(1000, 1000, 2.0, 2.0), 1000u); // at the budget, not past it
 }
 
-// What the samples cost the threads they interrupt caps the rate at a
-// quarter of the budget: 10 us a sample under a budget of 2% allows 500 Hz
-// (0.5% of the sampled threads' CPU), whatever eacgm's own CPU says.
+// What the samples cost the threads they interrupt caps the rate at an
+// eighth of the budget: 10 us a sample under a budget of 2% allows 250 Hz
+// (0.25% of the sampled threads' CPU), whatever eacgm's own CPU says.
 TEST(Budget, TheSamplesCostToTheJobCapsTheSamplerRate)
 {
-	EXPECT_EQ(decide_sample_hz(1000, 1000, 0.5, 2.0, 10'000), 500u);
-	EXPECT_EQ(decide_sample_hz(500, 1000, 0.5, 2.0, 10'000), 500u);   // not doubled past it
-	EXPECT_EQ(decide_sample_hz(1000, 1000, 3.0, 2.0, 10'000), 250u);  // eacgm's CPU still lowers it
-	EXPECT_EQ(decide_sample_hz(1000, 1000, 0.5, 2.0, 2'000), 1000u);  // cheap samples: what was asked
+	EXPECT_EQ(decide_sample_hz(1000, 1000, 0.5, 2.0, 10'000), 250u);
+	EXPECT_EQ(decide_sample_hz(250, 1000, 0.5, 2.0, 10'000), 250u);   // not doubled past it
+	EXPECT_EQ(decide_sample_hz(1000, 1000, 3.0, 2.0, 5'000), 250u);   // eacgm's CPU lowers it below the cap
+	EXPECT_EQ(decide_sample_hz(1000, 1000, 0.5, 2.0, 1'000), 1000u);  // cheap samples: what was asked
 	EXPECT_EQ(decide_sample_hz(1000, 1000, 0.5, 2.0, 100'000), 100u); // dear ones: the floor
 	// 10% over the cap is the estimate's noise: the rate stays (each
 	// change reopens the perf events).
-	EXPECT_EQ(decide_sample_hz(550, 1000, 1.5, 2.0, 10'000), 550u);
+	EXPECT_EQ(decide_sample_hz(275, 1000, 1.5, 2.0, 10'000), 275u);
 	// What the samples cost comes off the calls' budget: spec 1's calls,
 	// 1.5% of the job, go to bursts at 1/1.5 when the samples take 1%.
 	auto s = sample({{1, 15'000}}, 1000);
