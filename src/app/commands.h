@@ -39,6 +39,7 @@ struct RecordArgs {
 	double stop_timeout_s = 2;          // after Ctrl-C: how long the command gets to exit
 	double overhead_budget_pct = 2;     // calls' share of their threads' CPU; 0: off
 	double budget_after_s = 10;         // first budget decision after this long
+	int nice = 10;                      // eacgm's threads' niceness (0-19); a launched command keeps its own
 	double hang_after_s = 0;            // a waiting call in flight this long is a hang; 0: off
 	bool bpf_stats = false;             // the kernel's run-time accounting of our programs
 	std::string raw_dump;               // hidden: the span records decode saw (bench_pipeline_cost --replay)

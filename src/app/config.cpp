@@ -169,6 +169,7 @@ Result<ServeConfig> parse_serve_config(const std::string &text, const std::strin
 		{"detect", bool_of(c.detect)},
 		{"detect_fpr", number_of(c.detect_fpr, 1e-9, 0.5)},
 		{"overhead_budget_pct", number_of(c.overhead_budget_pct, 0, 100)},
+		{"nice", number_of(c.nice, 0, 19)},
 		{"hang_after_s", number_of(c.hang_after_s, 0, 86400)},
 		{"ring_buffer_kb", number_of(c.ring_buffer_kb, 64, 1048576)},
 		{"bpf_stats", bool_of(c.bpf_stats)},

@@ -32,6 +32,7 @@ struct ServeConfig {
 	bool detect = true;
 	double detect_fpr = 1e-4;
 	double overhead_budget_pct = 2;
+	int nice = 10; // the agent's threads' niceness (0-19), as record --nice
 	// A collective or a wait on one in flight this long is a hang (a stderr
 	// line, an events row, eacgm_hangs_in_flight); 0: off. Long enough for
 	// a rank that starts late or saves a checkpoint.

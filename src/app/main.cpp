@@ -128,12 +128,19 @@ void add_record_cost(CLI::App *record, RecordArgs &rec)
 		      "Percent of the CPU of the threads making traced calls that the calls may cost (each costs "
 		      "a uprobe trap, about a microsecond, and what the probe reads: a Python stack a few more), "
 		      "and percent of one core eacgm may spend handling them (what eacgm's own CPU takes from those "
-		      "threads, on a machine with no idle core, counts against the first). Past "
+		      "threads, on a machine with no idle core, counts against the first; what is counted of the "
+		      "first is held to half of it, as a training step measured about twice the count). Past "
 		      "either the hottest functions are probed in bursts, a share "
 		      "of each second, and each call seen stands for those missed: their counts and totals "
 		      "become estimates, marked ~ in the summary. 0: every call, whatever it costs")
 		->capture_default_str()
 		->check(CLI::Range(0.0, 100.0));
+	record->add_option("--nice", rec.nice,
+			   "Niceness of eacgm's own threads (0-19): at 10 eacgm runs in the time a busy job gives up "
+			   "rather than preempting it, and still gets a tenth of a contended core; the command it "
+			   "launches keeps its own")
+		->capture_default_str()
+		->check(CLI::Range(0, 19));
 	record->add_option("--budget-after", rec.budget_after_s,
 			   "Seconds before the overhead budget first acts (the cost is measured meanwhile; a shorter "
 			   "recording keeps every call)")

@@ -1,6 +1,10 @@
 #include "app/privileges.h"
 
 #include <cerrno>
+#include <cstdlib>
+#include <dirent.h>
+#include <string>
+#include <sys/resource.h>
 #include <cstring>
 #include <linux/capability.h>
 #include <memory>
@@ -82,6 +86,32 @@ Result<std::vector<std::string>> keep_tracing_privileges(std::vector<Capability>
 	if (kept)
 		umask(077);
 	return kept;
+}
+
+Result<void> lower_priority(int nice)
+{
+	if (nice < 0 || nice > 19)
+		return make_error("the niceness must be 0 to 19, not " + std::to_string(nice));
+	DIR *dir = opendir("/proc/self/task");
+	if (!dir)
+		return make_error(std::string("cannot list eacgm's threads (/proc/self/task): ") +
+				  std::strerror(errno));
+	std::string failed;
+	while (struct dirent *e = readdir(dir)) {
+		if (e->d_name[0] == '.')
+			continue;
+		id_t tid = static_cast<id_t>(std::strtoul(e->d_name, nullptr, 10));
+		errno = 0;
+		int now = getpriority(PRIO_PROCESS, tid); // -1 is a valid niceness: errno tells
+		if (errno == ESRCH || (errno == 0 && now >= nice))
+			continue; // gone, or already as low
+		if (setpriority(PRIO_PROCESS, tid, nice) != 0 && errno != ESRCH)
+			failed = std::string(std::strerror(errno));
+	}
+	closedir(dir);
+	if (!failed.empty())
+		return make_error("cannot lower eacgm's priority to niceness " + std::to_string(nice) + ": " + failed);
+	return {};
 }
 
 } // namespace eacgm

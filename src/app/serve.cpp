@@ -116,6 +116,7 @@ public:
 private:
 	using Stop = std::optional<int>;
 	Stop load_config();
+	Stop yield_to_the_jobs();
 	Stop drop_privileges();
 	Stop open_pipeline();
 	Stop open_outputs();
@@ -375,11 +376,21 @@ int ServeSession::finish()
 	return 0;
 }
 
+// Before any other thread starts, and before the capabilities are
+// dropped: a thread may not change the niceness of one that holds
+// capabilities it does not (the kernel's cap_safe_nice).
+ServeSession::Stop ServeSession::yield_to_the_jobs()
+{
+	if (auto r = lower_priority(config_.nice); !r)
+		return fail(r.error().message);
+	return {};
+}
+
 int ServeSession::run()
 {
 	raise_open_file_limit();
-	for (auto step : {&ServeSession::load_config, &ServeSession::drop_privileges, &ServeSession::open_pipeline,
-			  &ServeSession::open_outputs})
+	for (auto step : {&ServeSession::load_config, &ServeSession::yield_to_the_jobs, &ServeSession::drop_privileges,
+			  &ServeSession::open_pipeline, &ServeSession::open_outputs})
 		if (auto stop = (this->*step)())
 			return *stop;
 	// Without SA_RESTART: a signal ends the wait at once.

@@ -34,11 +34,18 @@ def threads(pid):
     return [int(t) for t in os.listdir("/proc/%d/task" % pid)]
 
 
+def nice_of(pid, tid):
+    """A thread's niceness (proc(5): the 19th field of stat, after the comm's closing parenthesis)."""
+    with open("/proc/%d/task/%d/stat" % (pid, tid)) as f:
+        return int(f.read().rsplit(")", 1)[1].split()[16])
+
+
 class RecordKeepsWhatTracingNeeds(unittest.TestCase):
     """eacgm record, while it records: every thread holds the tracing set and
     what record does for its user (outputs anywhere, signals passed on), the
     command it launched keeps every capability it was given, and what eacgm
-    wrote is its owner's alone."""
+    wrote is its owner's alone. And eacgm's threads run at niceness 10 (the
+    default --nice), below the job, whose command keeps its own."""
 
     @classmethod
     def setUpClass(cls):
@@ -46,11 +53,15 @@ class RecordKeepsWhatTracingNeeds(unittest.TestCase):
         cls.tmp = E.make_tempdir(cls)
         gate = os.path.join(cls.tmp, "go")
         cls.rec = E.start_record(cls.tmp, "--layers", "cuda,host,python", "--", "sh", "-c",
-                                 'grep ^Cap /proc/$$/status; while [ ! -e %s ]; do sleep 0.01; done' % gate)
+                                 'grep ^Cap /proc/$$/status; echo "Nice: $(nice)"; '
+                                 'while [ ! -e %s ]; do sleep 0.01; done' % gate)
         cls.agent = {t: caps_of(cls.rec.pid, t) for t in threads(cls.rec.pid)}
+        cls.agent_nice = {t: nice_of(cls.rec.pid, t) for t in cls.agent}
         open(gate, "w").close()
         cls.done = cls.rec.wait()
-        cls.command = {l.split(":")[0]: int(l.split()[1], 16) for l in cls.done.stdout.splitlines()}
+        out = cls.done.stdout.splitlines()
+        cls.command = {l.split(":")[0]: int(l.split()[1], 16) for l in out if l.startswith("Cap")}
+        cls.command_nice = [int(l.split()[1]) for l in out if l.startswith("Nice:")]
 
     def test_every_thread_keeps_only_what_it_needs(self):
         want = mask(TRACING + ["CAP_DAC_OVERRIDE", "CAP_KILL"])
@@ -63,6 +74,10 @@ class RecordKeepsWhatTracingNeeds(unittest.TestCase):
         ours = caps_of(os.getpid())
         self.assertEqual(self.done.rc, 0, self.done.stderr)
         self.assertEqual((self.command["CapEff"], self.command["CapBnd"]), (ours["CapEff"], ours["CapBnd"]))
+
+    def test_eacgm_runs_below_the_command(self):
+        self.assertEqual(set(self.agent_nice.values()), {10}, self.agent_nice)
+        self.assertEqual(self.command_nice, [os.getpriority(os.PRIO_PROCESS, 0)])
 
     def test_the_recording_says_what_it_kept(self):
         kept = E.meta(self.done.db)["agent_capabilities"].split(",")
@@ -150,7 +165,8 @@ class TraceRefusedSaysWhy(unittest.TestCase):
 
 class ServeWithToken(unittest.TestCase):
     """token_file: every endpoint wants the bearer token; the agent keeps the
-    tracing set only, and its store is owner-only."""
+    tracing set only, its threads run at the niceness configured, and its
+    store is owner-only."""
 
     @classmethod
     def setUpClass(cls):
@@ -162,7 +178,8 @@ class ServeWithToken(unittest.TestCase):
         os.write(fd, (cls.token + "\n").encode())
         os.close(fd)
         cls.store = os.path.join(cls.tmp, "agent.db")
-        cls.agent = S.Agent(cls.tmp, 'layers = ["cuda"]\nstore = "%s"\ntoken_file = "%s"\n[filter]\ncomm = ["nothing"]\n'
+        cls.agent = S.Agent(cls.tmp, 'layers = ["cuda"]\nstore = "%s"\ntoken_file = "%s"\nnice = 13\n'
+                                     '[filter]\ncomm = ["nothing"]\n'
                             % (cls.store, cls.token_file))
         cls.addClassCleanup(lambda: cls.agent.proc.poll() is None and cls.agent.proc.kill())
 
@@ -195,6 +212,11 @@ class ServeWithToken(unittest.TestCase):
         for tid in threads(self.agent.proc.pid):
             c = caps_of(self.agent.proc.pid, tid)
             self.assertEqual((c["CapEff"], c["CapPrm"], c["CapBnd"], c["CapAmb"]), (want, want, want, 0), tid)
+
+    def test_agent_runs_at_the_niceness_configured(self):
+        tids = threads(self.agent.proc.pid)
+        self.assertGreater(len(tids), 1)  # the listener's thread at least
+        self.assertEqual({t: nice_of(self.agent.proc.pid, t) for t in tids}, {t: 13 for t in tids})
 
     def test_store_is_owner_only(self):
         self.assertEqual(stat.S_IMODE(os.stat(self.store).st_mode), 0o600)

@@ -243,6 +243,7 @@ TEST(ServeConfig, DefaultsWithoutAFile)
 	EXPECT_DOUBLE_EQ(c->store_max_mb, 1024);
 	EXPECT_DOUBLE_EQ(c->store_max_age_hours, 168);
 	EXPECT_DOUBLE_EQ(c->hang_after_s, 300);
+	EXPECT_EQ(c->nice, 10);
 	EXPECT_TRUE(c->filter.comm.empty());
 }
 
@@ -261,6 +262,7 @@ host_interval_ms = 250
 detect = false
 detect_fpr = 0.001
 overhead_budget_pct = 1.5
+nice = 0
 hang_after_s = 42
 ring_buffer_kb = 1024
 bpf_stats = true
@@ -285,6 +287,7 @@ pid_namespace = [4026531836]
 	EXPECT_FALSE(c->detect);
 	EXPECT_DOUBLE_EQ(c->detect_fpr, 0.001);
 	EXPECT_DOUBLE_EQ(c->overhead_budget_pct, 1.5);
+	EXPECT_EQ(c->nice, 0);
 	EXPECT_DOUBLE_EQ(c->hang_after_s, 42);
 	EXPECT_EQ(c->ring_buffer_kb, 1024u);
 	EXPECT_TRUE(c->bpf_stats);
@@ -303,11 +306,13 @@ TEST(ServeConfig, ErrorsNameTheKeyAndLine)
 	};
 	expect("\nlisten_on = \"x\"\n",
 	       "c.toml:2: listen_on: unknown key; the keys here are bpf_stats, detect, detect_fpr, filter, gpu_hz, "
-	       "hang_after_s, host_interval_ms, layers, listen, overhead_budget_pct, ring_buffer_kb, sample_hz, specs, "
+	       "hang_after_s, host_interval_ms, layers, listen, nice, overhead_budget_pct, ring_buffer_kb, sample_hz, "
+	       "specs, "
 	       "store, "
 	       "store_max_age_hours, store_max_mb, token_file, top_functions");
 	expect("top_functions = 1.5\n", "c.toml:1: top_functions must be a whole number");
 	expect("top_functions = 0\n", "c.toml:1: top_functions must be from 1 to 100000");
+	expect("nice = -5\n", "c.toml:1: nice must be from 0 to 19");
 	expect("detect = 1\n", "c.toml:1: detect must be true or false");
 	expect("layers = \"cuda\"\n", "c.toml:1: layers must be an array of strings, e.g. [\"a\", \"b\"]");
 	expect("filter = 3\n", "c.toml:1: filter must be a table: [filter]");
