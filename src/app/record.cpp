@@ -11,6 +11,7 @@
 #include <limits.h>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -56,6 +57,12 @@ void on_signal(int sig, siginfo_t *info, void *)
 	}
 }
 
+// A line of stderr in one write: a wrapper or a test acts on a line the
+// moment it sees it (a second Ctrl-C after "interrupted: waiting"), and a
+// line written a piece at a time (std::cerr writes each << at once) can be
+// cut by what that reader does in between.
+void say(const std::string &line) { std::cerr << line; }
+
 std::string default_output()
 {
 	char buf[64];
@@ -92,6 +99,8 @@ private:
 	Stop open_recorder();
 	Stop launch_command();
 	Stop attach_tree();
+	Stop yield_to_the_job();
+	Stop handle_signals();
 	Stop announce_ready();
 	void begin();
 	Stop record_until_done();
@@ -291,6 +300,31 @@ RecordSession::Stop RecordSession::attach_tree()
 	return {};
 }
 
+// After the command is launched: it keeps its own niceness (a process may
+// not lower its niceness again without CAP_SYS_NICE, which eacgm dropped).
+RecordSession::Stop RecordSession::yield_to_the_job()
+{
+	if (auto r = lower_priority(a_.nice); !r)
+		return fail(r.error().message);
+	return {};
+}
+
+// Before the ready line: whoever reads it may signal eacgm at once (a test,
+// a wrapper's stop), and that signal must stop the recording cleanly, not
+// kill eacgm with the default action. An interrupt taken before the loop
+// starts is seen by its first pass.
+RecordSession::Stop RecordSession::handle_signals()
+{
+	if (launched_)
+		g_child = launched_->pid();
+	struct sigaction sa = {};
+	sa.sa_sigaction = on_signal;
+	sa.sa_flags = SA_SIGINFO;
+	sigaction(SIGINT, &sa, nullptr);
+	sigaction(SIGTERM, &sa, nullptr);
+	return {};
+}
+
 // Once every probe is in place: one line on stderr and, when asked, the
 // ready file (written whole, by rename), for wrappers and tests that must
 // not guess when tracing has begun.
@@ -312,8 +346,8 @@ RecordSession::Stop RecordSession::announce_ready()
 		if (auto r = write_file_atomic(a_.ready_file, ready.dump() + "\n"); !r)
 			return fail(r.error().message);
 	}
-	std::cerr << "eacgm: recording (" << plural(probes, "probe", "probes") << ", "
-		  << plural(processes, "process", "processes") << ")\n";
+	say("eacgm: recording (" + plural(probes, "probe", "probes") + ", " +
+	    plural(processes, "process", "processes") + ")\n");
 	if (!launched_ && processes == 0)
 		std::cerr << "eacgm: warning: process " << a_.pid
 			  << " exited while eacgm was attaching: the recording holds only what it did after its probes "
@@ -321,18 +355,11 @@ RecordSession::Stop RecordSession::announce_ready()
 	return {};
 }
 
-// Says what runs how, sets the signal handlers and the recording's meta,
-// then releases the command.
+// Says what runs how, writes the recording's meta, then releases the
+// command.
 void RecordSession::begin()
 {
 	pipeline_.begin();
-	if (launched_)
-		g_child = launched_->pid();
-	struct sigaction sa = {};
-	sa.sa_sigaction = on_signal;
-	sa.sa_flags = SA_SIGINFO;
-	sigaction(SIGINT, &sa, nullptr);
-	sigaction(SIGTERM, &sa, nullptr);
 	(void)store_->set_meta("command", a_.command.empty() ? "pid " + std::to_string(a_.pid) : join(a_.command, " "));
 	(void)store_->set_meta("agent_capabilities", join(capabilities_, ","));
 	pipeline_.write_start_meta(*store_);
@@ -348,6 +375,13 @@ RecordSession::Stop RecordSession::take_command_exit()
 	int status;
 	if (!launched_ || command_exited_ || !launched_->poll_exit(status))
 		return {};
+	// What the command did before it exited, a fork above all, was in the
+	// rings before waitpid could see the exit, but perhaps after this
+	// round's read: read them once more before its processes are counted,
+	// or a child forked just before the exit is not known yet and the
+	// recording ends without it.
+	if (auto stop = pipeline_.step(0))
+		return stop;
 	exit_code_ = status;
 	command_exited_ = true;
 	Recorder &rec = pipeline_.recorder();
@@ -373,26 +407,30 @@ RecordSession::Stop RecordSession::record_until_done()
 		bool soon = launched_ && !command_exited_ && !rec.live(launched_->pid());
 		if (auto stop = pipeline_.step(pipeline_.poll_timeout_ms(soon)))
 			return stop;
-		take_command_exit();
+		if (auto stop = take_command_exit())
+			return stop;
 		if (rec.live_processes() == 0 && (!launched_ || command_exited_))
 			return {};
 		if (g_interrupts.load() && !interrupted_at) {
 			interrupted_at = clock::now();
 			if (!launched_ || command_exited_)
 				return {}; // eacgm alone was asked to stop: the processes go on
-			std::cerr << (tty ? "\r\033[K" : "") << "eacgm: interrupted: waiting up to "
-				  << a_.stop_timeout_s
-				  << " s (--stop-timeout) for the command to exit; interrupt again to discard the "
-				     "recording\n";
+			std::ostringstream line;
+			line << (tty ? "\r\033[K" : "") << "eacgm: interrupted: waiting up to " << a_.stop_timeout_s
+			     << " s (--stop-timeout) for the command to exit; interrupt again to discard the "
+				"recording\n";
+			say(line.str());
 		}
 		// After Ctrl-C the launched command got SIGINT too: give it time to
 		// finish its last calls, then stop regardless.
 		if (interrupted_at &&
 		    clock::now() - *interrupted_at > std::chrono::duration<double>(a_.stop_timeout_s)) {
-			std::cerr << (tty ? "\r\033[K" : "") << "eacgm: the command did not exit within "
-				  << a_.stop_timeout_s
-				  << " s of the interrupt: the recording stops without it (it goes on running, "
-				     "untraced)\n";
+			std::ostringstream line;
+			line << (tty ? "\r\033[K" : "") << "eacgm: the command did not exit within "
+			     << a_.stop_timeout_s
+			     << " s of the interrupt: the recording stops without it (it goes on running, "
+				"untraced)\n";
+			say(line.str());
 			exit_code_ = 130;
 			return {};
 		}
@@ -438,7 +476,8 @@ int RecordSession::run()
 			return *stop;
 	auto start = a_.command.empty() ? &RecordSession::attach_tree : &RecordSession::launch_command;
 	for (auto step :
-	     {&RecordSession::check_target_alive, &RecordSession::open_recorder, start, &RecordSession::announce_ready})
+	     {&RecordSession::check_target_alive, &RecordSession::open_recorder, start,
+	      &RecordSession::yield_to_the_job, &RecordSession::handle_signals, &RecordSession::announce_ready})
 		if (auto stop = (this->*step)())
 			return *stop;
 	begin();

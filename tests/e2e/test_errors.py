@@ -245,5 +245,27 @@ class Interrupt(unittest.TestCase):
         self.assertLess(self.twice["elapsed"], self.HANG, "exit %.2f s after the second SIGINT" % self.twice["elapsed"])
 
 
+class InterruptAtTheReadyLine(unittest.TestCase):
+    """A wrapper may stop eacgm the moment it says it is ready: the signal
+    handlers are in place before the line is printed, so that SIGINT ends the
+    recording cleanly (exit 0, the process attached to in it) instead of
+    killing eacgm with the default action (it did, every time, with -p)."""
+
+    def test_sigint_right_after_the_ready_line(self):
+        E.require_root()
+        tmp = E.make_tempdir(self)
+        with subprocess.Popen(["sleep", "300"]) as target:
+            try:
+                for i in range(3):
+                    started = E.start_record(tmp, "-p", str(target.pid), "--layers", "cuda", name="r%d" % i)
+                    started.proc.send_signal(signal.SIGINT)
+                    rec = started.wait()
+                    self.assertEqual(rec.rc, 0, rec.stderr)
+                    self.assertEqual(E.query(rec.db, "SELECT pid, comm FROM processes"),
+                                     [{"pid": target.pid, "comm": "sleep"}])
+            finally:
+                target.kill()
+
+
 if __name__ == "__main__":
     unittest.main()
