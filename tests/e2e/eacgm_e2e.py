@@ -109,6 +109,21 @@ def json_trace(options, db):
     return ours + ["--perfetto", db[:-3] + ".trace.json"] + options[len(ours):]
 
 
+def kill_session(proc):
+    """Kills eacgm and, when it leads its own session (start_new_session), what it launched:
+    no command left waiting for a file keeps the pipes open and the test hanging. Returns
+    the rest of eacgm's stderr."""
+    try:
+        leads = os.getpgid(proc.pid) == proc.pid
+    except ProcessLookupError:  # reaped already
+        leads = False
+    kill_group(proc.pid) if leads else proc.kill()
+    try:
+        return proc.communicate(timeout=30)[1]
+    except subprocess.TimeoutExpired:  # a process of another session holds the pipes
+        return "(eacgm's stderr still held open by a process it did not start)"
+
+
 def record(tmp, command, *options, name="r", env=None, timeout=300):
     """`eacgm record -o tmp/name.db OPTIONS -- COMMAND`; command may be [] with -p in options.
     The trace is JSON (tmp/name.trace.json) unless options say --perfetto."""
@@ -117,12 +132,11 @@ def record(tmp, command, *options, name="r", env=None, timeout=300):
     if command:
         args += ["--", *command]
     p = subprocess.Popen([EACGM, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         env=dict(os.environ, **(env or {})))
+                         env=dict(os.environ, **(env or {})), start_new_session=True)
     try:
         out, err = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        p.kill()
-        p.communicate()
+        kill_session(p)
         raise
     trace = options[list(options).index("--perfetto") + 1] if "--perfetto" in options else db[:-3] + ".trace.json"
     return Recording(p.pid, p.returncode, out, err, db, trace)
@@ -320,23 +334,27 @@ class Started:
         self._stderr = ""
 
     def wait_for_line(self, pattern, timeout=60.0):
-        """Reads eacgm's stderr until a line matches `pattern` (a regex); returns the match.
-        Fails if eacgm exits or stays silent for `timeout` s first."""
+        """Reads eacgm's stderr until a whole line (its newline written) matches
+        `pattern` (a regex); returns the match. Fails if eacgm exits or stays
+        silent for `timeout` s first."""
         fd, deadline = self.proc.stderr.fileno(), time.monotonic() + timeout
         seen = len(self._stderr)
         while True:
-            m = re.compile(pattern, re.M).search(self._stderr, max(0, self._stderr.rfind("\n", 0, seen) + 1))
+            whole = self._stderr[:self._stderr.rfind("\n") + 1]
+            m = re.compile(pattern, re.M).search(whole, max(0, self._stderr.rfind("\n", 0, seen) + 1))
             if m:
                 return m
             left = deadline - time.monotonic()
             readable = select.select([fd], [], [], left)[0] if left > 0 else []
             chunk = os.read(fd, 65536) if readable else b""
             if not chunk:  # eacgm exited, or the deadline passed
-                self.proc.kill()
-                _, err = self.proc.communicate()
+                err = self.kill()
                 raise AssertionError("eacgm record never printed /%s/ (exit %s): %s" %
                                      (pattern, self.proc.returncode, (self._stderr + err)[-3000:]))
             self._stderr += chunk.decode(errors="replace")
+
+    def kill(self):
+        return kill_session(self.proc)
 
     def ready(self):
         """The ready file: eacgm's pid, probes, processes, mono_ns (CLOCK_MONOTONIC) and output."""
@@ -348,8 +366,7 @@ class Started:
         try:
             out, err = self.proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.communicate()
+            self.kill()
             raise
         trace = self.db[:-3] + ".trace.json"
         return Recording(self.pid, self.proc.returncode, out, self._stderr + err, self.db, trace)
@@ -363,7 +380,8 @@ def start_record(tmp, *options, name="r", env=None, timeout=60.0):
     ready = os.path.join(tmp, name + ".ready")
     p = subprocess.Popen([EACGM, "record", "-o", db, "--ready-file", ready, *json_trace(options, db)],
                          stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, env=dict(os.environ, **(env or {})))
+                         stderr=subprocess.PIPE, text=True, env=dict(os.environ, **(env or {})),
+                         start_new_session=True)  # kill_session ends it, whatever is left
     started = Started(p, db, ready)
     started.wait_for_line(READY_LINE.pattern, timeout)
     return started
@@ -398,13 +416,14 @@ def wait_child_exec(pid, name, timeout=15.0):
 
 
 def wait_for_text(path, pattern, proc, timeout=60.0):
-    """Waits until the file at `path` (where eacgm's stderr goes) holds a line
-    matching `pattern`; fails if `proc` exits or `timeout` s pass first."""
+    """Waits until the file at `path` (where eacgm's stderr goes) holds a whole
+    line (its newline written) matching `pattern`; fails if `proc` exits or
+    `timeout` s pass first. A line still being written is not yet said."""
     deadline, rx = time.monotonic() + timeout, re.compile(pattern, re.M)
     while True:
         with open(path, errors="replace") as f:
             text = f.read()
-        if rx.search(text):
+        if rx.search(text[:text.rfind("\n") + 1]):
             return
         if proc.poll() is not None or time.monotonic() > deadline:
             raise AssertionError("eacgm never printed /%s/ (exit %s): %s" % (pattern, proc.poll(), text[-3000:]))

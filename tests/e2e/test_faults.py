@@ -308,7 +308,7 @@ class NamesThatAreNotUtf8(unittest.TestCase):
         p = subprocess.Popen([E.EACGM.encode(), b"record", b"-o", db.encode(), b"--perfetto",
                               os.path.join(tmp, "r.trace.json").encode(), b"--layers", b"cuda", b"--spec",
                               spec.encode(), b"--", prog, b"noop", b"3", b"\xfe\xfdarg"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True)
         started = E.Started(p, db, None)
         started.wait_for_line(r"^eacgm: attached 1 probe to .*libeacgm_testlib\.so \(loaded by pid \d+\)$")
         open(gate, "w").close()

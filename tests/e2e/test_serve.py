@@ -367,8 +367,11 @@ class ServeFollowsShortLivedProcesses(unittest.TestCase):
         for i in range(self.N):
             r = subprocess.run([prog, "0"], capture_output=True)
             self.assertEqual(r.returncode, 0, r.stderr)
-        m = self.agent_settles(agent, PER_RUN * self.N)
-        self.assertEqual(m[("eacgm_agent_process_table", ())], 0)
+        self.agent_settles(agent, PER_RUN * self.N)
+        # The last process can be out of the live set (its pidfd woke) yet
+        # in the table a moment more, while its exit record is awaited for
+        # its exit code: the table empties once that comes.
+        agent.wait_until("an empty process table", lambda m: m.get(("eacgm_agent_process_table", ())) == 0)
         rc, err = agent.stop()
         self.assertEqual(rc, 0, err)
         self.assertIn("eacgm: stopped", err)
