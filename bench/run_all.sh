@@ -21,11 +21,18 @@ section() { # title, command...
 		echo "## $title"
 		echo
 		echo '```text'
-		"$@" 2>/dev/null
+		local rc=0
+		"$@" 2>/dev/null || rc=$?
 		echo '```'
-		echo "($((SECONDS - t0)) s)"
+		if ((rc)); then # said here and at the end: the other sections' hour is kept
+			echo "(FAILED: exit $rc, after $((SECONDS - t0)) s)"
+			failed+=("$title")
+		else
+			echo "($((SECONDS - t0)) s)"
+		fi
 	} >>"$tmp"
 }
+failed=()
 
 {
 	echo "# Benchmark results"
@@ -63,3 +70,7 @@ fi
 mv "$tmp" "$out"
 trap - EXIT
 echo "bench: wrote $out" >&2
+if ((${#failed[@]})); then
+	printf 'bench: FAILED: %s\n' "${failed[@]}" >&2
+	exit 1
+fi

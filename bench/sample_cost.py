@@ -10,13 +10,15 @@ At HZ samples a second of the loop's CPU, the loop loses (traced/untraced
 - 1) / HZ seconds per sample. eacgm's estimate is the recording's meta
 `overhead_sample_ns`: the sampler program's own time per sample plus the
 interrupt, timed once on eacgm's own thread (`overhead_sample_interrupt_ns`).
-The budget is 100% and acts from the start so that the rate stays HZ and
-the estimate is made.
+The budget is 100% and acts from the start so that the estimate is made
+and the rate stays HZ while a sample's estimate stays under the budget's
+cap (an eighth of it: 31 us at 4 kHz); a round whose rate moved is left
+out.
 
 Printed: each round, then the medians of the measured and the estimated
 cost per sample and their ratio.
 
-Usage: bench/sample_cost.py EACGM [ROUNDS (5)] [--hz 10000] [--seconds 8]
+Usage: bench/sample_cost.py EACGM [ROUNDS (5)] [--hz 4000] [--seconds 8]
 (needs root). About 20 s a round."""
 import argparse
 import os
@@ -56,7 +58,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("eacgm")
     p.add_argument("rounds", nargs="?", type=int, default=5)
-    p.add_argument("--hz", type=int, default=10000)
+    p.add_argument("--hz", type=int, default=4000)
     p.add_argument("--seconds", type=float, default=8)
     p.add_argument("--python", default="/usr/bin/python3")
     args = p.parse_args()
@@ -80,7 +82,12 @@ def main():
         m = meta(db)
         hz = int(m.get("python_sample_hz_min", 0))
         if hz != args.hz:
-            sys.exit("the sampler ran at %s Hz, not %d: the comparison needs one rate" % (hz, args.hz))
+            # The budget caps the rate where the samples would take an eighth
+            # of it (12.5% at 100): an estimate above 31 us at 4 kHz (12.5 at
+            # 10 kHz, the rate before, which moved 4 rounds of 5 on
+            # 2026-11-28). The comparison needs one rate: left out.
+            print("  round %d: the sampler went down to %s Hz (not %d): left out" % (r + 1, hz, args.hz))
+            continue
         lost = (traced / plain - 1) / hz * 1e9
         est = float(m["overhead_sample_ns"])
         measured.append(lost)
@@ -91,10 +98,12 @@ def main():
                "%.1f" % (float(m["overhead_sample_interrupt_ns"]) / 1e3)
                if "overhead_sample_interrupt_ns" in m else "-"))
         print("  round %d done" % (r + 1), file=sys.stderr)
+    if not measured:
+        sys.exit("no round kept the sampler at %d Hz: rerun with a lower --hz" % args.hz)
     lm, em = statistics.median(measured), statistics.median(estimated)
-    print("  a sample at %d Hz: the loop lost %.1f us (median; rounds %.1f..%.1f), eacgm estimates %.1f us: "
-          "%.2fx what was lost" % (args.hz, lm / 1e3, min(measured) / 1e3, max(measured) / 1e3, em / 1e3,
-                                   em / lm if lm > 0 else float("nan")))
+    print("  a sample at %d Hz: the loop lost %.1f us (median of %d of %d rounds; %.1f..%.1f), eacgm estimates "
+          "%.1f us: %.2fx what was lost" % (args.hz, lm / 1e3, len(measured), args.rounds, min(measured) / 1e3,
+                                            max(measured) / 1e3, em / 1e3, em / lm if lm > 0 else float("nan")))
 
 
 if __name__ == "__main__":

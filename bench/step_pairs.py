@@ -28,18 +28,26 @@ more than --max-jump (5%, fixed before any run it was applied to) is
 printed but left out of the median, and the count of such pairs said. The
 hypervisor's steal time (the guest's /proc/stat) is printed per window.
 
-Printed per workload: each pair, then the median ratio over the pairs kept
+Printed per workload and configuration (--eacgm-args, more than one
+compared in the same run): each pair, then the median ratio over the pairs kept
 and its range, the median over all pairs beside it, and eacgm's median CPU
 (% of one core) over the traced windows.
 
+With --floor, one more configuration runs in the same rounds: bpftrace
+attaching an empty uprobe and uretprobe to every function of libtorch_cpu
+the torch layer probes (specs/torch.json), settled and timed as eacgm is.
+It is the empty-probe floor of the step: what the traps alone cost, with
+every call taken (no budget), no program doing work and no agent.
+
 Usage: bench/step_pairs.py EACGM [PAIRS (5)] [--only resnet18|gpt]
        [--settle-s 12] [--window-s 10] [--max-jump 0.05] [--python /usr/bin/python3]
-       [--eacgm-args "..."]
+       [--eacgm-args "..." [--eacgm-args "..." ...]] [--floor]
 (needs root). About 40 s a pair and workload: 7 minutes for the default."""
 import argparse
 import json
 import os
 import platform
+import re
 import shlex
 import signal
 import sqlite3
@@ -88,26 +96,80 @@ def wait_file(path, proc, what):
         time.sleep(0.05)
 
 
-def traced_window(args, pid, tmp, i):
-    """Attaches eacgm, waits out the settling time, and returns the traced
-    window (monotonic ns) and eacgm's CPU over it, once eacgm has exited."""
+def settled_window(args, tracer, ready_s):
+    """Waits --settle-s from ready_s (CLOCK_MONOTONIC s), then times one
+    --window-s window: returns it (monotonic ns), the tracer's CPU over it
+    (% of a core, None if unreadable) and the machine's steal (%)."""
+    time.sleep(max(0, ready_s + args.settle_s - time.monotonic()))
+    start, cpu0, st0 = time.monotonic_ns(), cpu_s(tracer.pid), steal_ticks()
+    time.sleep(args.window_s)
+    end, cpu1, st1 = time.monotonic_ns(), cpu_s(tracer.pid), steal_ticks()
+    cpu = None if None in (cpu0, cpu1) else 100 * (cpu1 - cpu0) / ((end - start) / 1e9)
+    return (start, end), cpu, steal_pct(st0, st1)
+
+
+def traced_window(args, extra, pid, tmp, i):
+    """Attaches eacgm (with the options `extra`), waits out the settling
+    time, and returns the traced window (monotonic ns) and eacgm's CPU over
+    it, once eacgm has exited."""
     ready = os.path.join(tmp, "ready%s.json" % i)
     err = open(os.path.join(tmp, "eacgm%s.err" % i), "w")
     eacgm = subprocess.Popen([args.eacgm, "record", "-o", os.path.join(tmp, "pair%s.db" % i), "-p", str(pid),
-                              "--ready-file", ready] + shlex.split(args.eacgm_args), stdout=subprocess.DEVNULL, stderr=err)
+                              "--ready-file", ready] + shlex.split(extra), stdout=subprocess.DEVNULL, stderr=err)
     wait_file(ready, eacgm, "eacgm")
     with open(ready) as f:
         ready_ns = json.load(f)["mono_ns"]  # CLOCK_MONOTONIC, as time.monotonic() reads it
-    time.sleep(max(0, ready_ns / 1e9 + args.settle_s - time.monotonic()))
-    start, cpu0, st0 = time.monotonic_ns(), cpu_s(eacgm.pid), steal_ticks()
-    time.sleep(args.window_s)
-    end, cpu1, st1 = time.monotonic_ns(), cpu_s(eacgm.pid), steal_ticks()
+    window, cpu, steal = settled_window(args, eacgm, ready_ns / 1e9)
     eacgm.send_signal(signal.SIGINT)
     if eacgm.wait() != 0:
         sys.exit("step_pairs: eacgm exited %d: see %s" % (eacgm.returncode, err.name))
     err.close()
-    cpu = None if None in (cpu0, cpu1) else 100 * (cpu1 - cpu0) / ((end - start) / 1e9)
-    return (start, end), cpu, steal_pct(st0, st1), budget_of(os.path.join(tmp, "pair%s.db" % i))
+    return window, cpu, steal, budget_of(os.path.join(tmp, "pair%s.db" % i))
+
+
+FLOOR = "floor"  # the configuration name of --floor
+
+
+def torch_functions(pid):
+    """libtorch_cpu.so as the workload maps it, and the mangled names of its
+    functions that specs/torch.json's probes match: the functions eacgm's
+    torch layer probes in that process by default."""
+    with open("/proc/%d/maps" % pid) as f:
+        lib = next(l.split()[-1] for l in f if re.search(r"/libtorch_cpu\.so[.\d]*$", l.strip()))
+    with open(os.path.join(ROOT, "specs", "torch.json")) as f:
+        spec = json.load(f)
+    patterns = [re.compile(p["match"]) for p in spec["probes"] if "match" in p and "library" not in p]
+    nm = lambda *o: subprocess.run(["nm", "-D", "--defined-only", *o, lib], capture_output=True, text=True,
+                                   check=True).stdout.splitlines()
+    # nm lists the same symbols in the same order with and without -C.
+    names = [(m.split(" ", 2)[2], d.split(" ", 2)[2]) for m, d in zip(nm(), nm("-C"))
+             if m.split(" ", 2)[1] in "TtWw"]
+    return lib, sorted({m for m, d in names if any(p.search(d) for p in patterns)})
+
+
+def floor_window(args, pid, tmp, i):
+    """The same windows as traced_window, but with bpftrace attaching an
+    empty uprobe and uretprobe to every function the torch layer probes:
+    what the traps alone cost the step (the empty-probe floor), with no
+    program doing work and no agent reading records."""
+    lib, functions = torch_functions(pid)
+    probes = ",\n".join("uprobe:%s:%s,uretprobe:%s:%s" % (lib, f, lib, f) for f in functions)
+    prog = "%s {}\nBEGIN { printf(\"ready\\n\"); }\n" % probes
+    out = open(os.path.join(tmp, "floor%s.out" % i), "w+")
+    bt = subprocess.Popen(["bpftrace", "-p", str(pid), "-e", prog], stdout=out, stderr=subprocess.STDOUT)
+    while True:  # BEGIN runs once every probe is attached
+        out.seek(0)
+        if "ready" in out.read().split():
+            break
+        if bt.poll() is not None:
+            out.seek(0)
+            sys.exit("step_pairs: bpftrace exited (%d): %s" % (bt.returncode, out.read()[-2000:]))
+        time.sleep(0.05)
+    window, cpu, steal = settled_window(args, bt, time.monotonic())
+    bt.send_signal(signal.SIGINT)
+    bt.wait()
+    out.close()
+    return window, cpu, steal, "bpftrace: %d functions, empty probes" % len(functions)
 
 
 def budget_of(db):
@@ -147,27 +209,40 @@ def run(args, name, tmp):
         if work.poll() is not None:
             sys.exit("step_pairs: %s exited: %s" % (name, work.stderr.read()[-2000:]))
         plain = [untraced_window(args)]
-        traced = []
+        traced = []  # (configuration, window, cpu, steal, budget), in the order run
+        configs = args.eacgm_args
         for i in range(args.pairs):
-            traced.append(traced_window(args, work.pid, tmp, "%s%d" % (name, i)))
-            plain.append(untraced_window(args))
+            # Each round starts one configuration further on, so none
+            # always follows the same one.
+            for k in range(len(configs)):
+                c = (i + k) % len(configs)
+                window = floor_window if configs[c] == FLOOR else traced_window
+                extra = () if configs[c] == FLOOR else (configs[c],)
+                traced.append((c,) + window(args, *extra, pid=work.pid, tmp=tmp, i="%s%d_%d" % (name, i, c)))
+                plain.append(untraced_window(args))
             print("  %s pair %d/%d done" % (name, i + 1, args.pairs), file=sys.stderr)
     finally:
         work.kill()
         work.wait()
     med = lambda w: statistics.median(steps_in(log, *w)) / 1000  # us
-    report(args, name, [(med(w), steal) for w, steal in plain],
-           [(med(w), cpu, steal, budget) for w, cpu, steal, budget in traced])
+    plain = [(med(w), steal) for w, steal in plain]
+    for c, extra in enumerate(configs):
+        at = [j for j, t in enumerate(traced) if t[0] == c]
+        report(args, name, extra, [(plain[j], plain[j + 1]) for j in at],
+               [(med(w), cpu, steal, budget) for _, w, cpu, steal, budget in (traced[j] for j in at)])
 
 
-def report(args, name, plain, traced):
-    """Each pair, then the medians; plain: (median step, steal %) of each
-    untraced window, traced: (median step, eacgm cpu, steal %, budget)."""
+def report(args, name, extra, flanks, traced):
+    """Each pair of one configuration (eacgm's options `extra`), then the
+    medians; flanks: the (median step, steal %) of the untraced windows
+    before and after each traced one, traced: (median step, eacgm cpu,
+    steal %, budget)."""
     ratios, kept, cpus = [], [], []
-    print("%s (median step of each %g-s window; traced from %g s after attaching)" %
-          (name, args.window_s, args.settle_s))
+    label = "the empty-probe floor (bpftrace)" if extra == FLOOR else "eacgm " + (extra or "default")
+    print("%s, %s (median step of each %g-s window; traced from %g s after attaching)" %
+          (name, label, args.window_s, args.settle_s))
     for i, (t, cpu, steal, budget) in enumerate(traced):
-        (before, steal0), (after, steal1) = plain[i], plain[i + 1]
+        (before, steal0), (after, steal1) = flanks[i]
         ratios.append(t / ((before + after) / 2))
         jump = abs(after - before) / min(before, after)
         if jump <= args.max_jump:
@@ -180,12 +255,12 @@ def report(args, name, plain, traced):
     known = [c for c in cpus if c is not None]
     cpu = "%.1f%%" % statistics.median(known) if known else "-"
     if kept:
-        print("  eacgm %s, steady state: %.3fx untraced (%d of %d pairs, %.3f..%.3f; all pairs %.3fx); "
-              "eacgm cpu %s of a core" % (args.eacgm_args or "default", statistics.median(kept), len(kept),
+        print("  %s, steady state: %.3fx untraced (%d of %d pairs, %.3f..%.3f; all pairs %.3fx); "
+              "its cpu %s of a core" % (label, statistics.median(kept), len(kept),
                                          len(ratios), min(kept), max(kept), statistics.median(ratios), cpu))
     else:
-        print("  eacgm %s, steady state: none of %d pairs kept (the VM's speed jumped in each; all pairs %.3fx); "
-              "eacgm cpu %s of a core" % (args.eacgm_args or "default", len(ratios), statistics.median(ratios), cpu))
+        print("  %s, steady state: none of %d pairs kept (the VM's speed jumped in each; all pairs %.3fx); "
+              "its cpu %s of a core" % (label, len(ratios), statistics.median(ratios), cpu))
 
 
 def main():
@@ -198,9 +273,16 @@ def main():
     p.add_argument("--max-jump", type=float, default=0.05,
                    help="leave out a pair whose untraced windows' median steps differ by more than this share")
     p.add_argument("--python", default="/usr/bin/python3")
-    p.add_argument("--eacgm-args", default="", help="more options for eacgm record (one string), to take a layer "
-                   "or a feature apart: '--layers torch', '--sample-hz 0'")
+    p.add_argument("--eacgm-args", action="append",
+                   help="more options for eacgm record (one string), to take a layer or a feature apart: "
+                        "'--layers torch', '--sample-hz 0'. Given more than once, each pair round runs every "
+                        "configuration (each round starting one further on), each traced window between "
+                        "untraced ones, and each is reported on its own; '' is the default")
+    p.add_argument("--floor", action="store_true",
+                   help="also run, in the same rounds, bpftrace with an empty uprobe and uretprobe on every "
+                        "function the torch layer probes: what the traps alone cost the step")
     args = p.parse_args()
+    args.eacgm_args = (args.eacgm_args or [""]) + ([FLOOR] if args.floor else [])
     if os.geteuid() != 0:
         sys.exit("step_pairs: needs root (eacgm attaches with eBPF)")
     with open("/proc/cpuinfo") as f:
