@@ -12,6 +12,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -70,12 +71,19 @@ uint64_t run_time_ns(pid_t pid)
 	return ns;
 }
 
-char proc_state(pid_t pid)
+// Whether the task is blocked in read() and off its CPU, its switch out
+// done. /proc/PID/stat says 'S' from the moment the task sets its state,
+// before it switches out: the sched_switch program may not have run yet (a
+// reading taken then missed the child's last switch), or the wakeup may find
+// it still on its CPU, so that it never switches in traced (its faults were
+// then counted from its first sleep: one short of getrusage, once in CI).
+// /proc/PID/syscall answers only once the task is inactive (the kernel's
+// wait_task_inactive), else "running".
+bool blocked_in_read(pid_t pid)
 {
-	std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-	std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-	auto p = s.rfind(')');
-	return p == std::string::npos || p + 2 >= s.size() ? '?' : s[p + 2];
+	std::ifstream f("/proc/" + std::to_string(pid) + "/syscall");
+	long nr = -1;
+	return f >> nr && nr == SYS_read;
 }
 
 class HostLayer : public ::testing::Test {
@@ -137,13 +145,13 @@ protected:
 		close(go[0]);
 		go_fd = go[1];
 		uint64_t deadline = mono_ns() + 30'000'000'000ull;
-		while (proc_state(child) != 'S') { // blocked in read(go)
+		while (!blocked_in_read(child)) { // read(go)
 			ASSERT_LT(mono_ns(), deadline) << "the child did not start";
 			usleep(1000);
 		}
 		ASSERT_TRUE(tracker->track(child).ok());
 		ASSERT_EQ(write(go_fd, "g", 1), 1);
-		while (!(report->done.load() && proc_state(child) == 'S')) {
+		while (!(report->done.load() && blocked_in_read(child))) {
 			ASSERT_LT(mono_ns(), deadline) << "the child did not finish its work";
 			usleep(1000);
 		}
