@@ -80,8 +80,12 @@ Result<KeyModel> KeyModel::train(const std::vector<const Observation *> &all, co
 		// the floor's scale: the durations of a function that never varied
 		// by 5% are what a 30x slower call must be measured against (left
 		// out, the slowdown went unseen; that it is worth reporting is
-		// rootcause.h's Worth to say).
-		if (f != kCallSite && 2 * have >= n && m.all_sd_[f] > 0)
+		// rootcause.h's Worth to say). The bandwidth only where the bytes
+		// vary: of a fixed size it is the duration again, and the two,
+		// modelled together, split the blame for a slow call between them
+		// by the last bits of the arithmetic (+1.2 and -0.2 of it, one way
+		// on a Xeon and the other on an EPYC; kLogBytes comes first).
+		if (f != kCallSite && 2 * have >= n && m.all_sd_[f] > 0 && !(f == kLogBandwidth && !m.uses(kLogBytes)))
 			m.used_.push_back(f);
 	}
 	if (m.used_.empty())

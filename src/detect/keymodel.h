@@ -2,6 +2,7 @@
 // the call-site counts behind the call_site feature, the mixture, and the
 // calibrated threshold.
 #pragma once
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -63,6 +64,7 @@ public:
 	bool anomalous(const Scored &s) const { return s.score < threshold_.value; }
 
 	const std::vector<unsigned> &used() const { return used_; }
+	bool uses(unsigned feature) const { return std::find(used_.begin(), used_.end(), feature) != used_.end(); }
 	const arma::vec &mean() const { return mean_; }
 	const arma::vec &scale() const { return scale_; }
 	const Gmm &gmm() const { return gmm_; }
