@@ -476,13 +476,14 @@ class DetectSlowSoftmax(ShortOperatorCase, unittest.TestCase):
 
 class DetectSlowLogSoftmax(ShortOperatorCase, unittest.TestCase):
     """The second case: 100 steps, log_softmax over 28x the rows on 7 of
-    them: 6 to 15x slower and under 100 us longer (8 to 11x, 59 to 69 us on
-    the AMD VMs), told only because the run's other functions show the
-    machine stalls so few calls that much (src/detect/noise.h)."""
+    them: 6 to 25x slower and under 100 us longer (8 to 11x, 59 to 69 us on
+    the AMD VMs; 18x, 59 us on a Xeon, whose normal calls are shorter), told
+    only because the run's other functions show the machine stalls so few
+    calls that much (src/detect/noise.h)."""
 
     STEPS, SLOW, ARGS = 100, [14, 27, 40, 53, 66, 79, 92], ["28", "log_softmax"]
     INNER, OUTER, MIN_SLOWDOWN = "aten::_log_softmax", "aten::log_softmax_int", 5
-    SLOWDOWN, UNDER_NS = (6, 15), 100_000
+    SLOWDOWN, UNDER_NS = (6, 25), 100_000
 
 
 if __name__ == "__main__":
