@@ -321,6 +321,29 @@ class PythonStackBehindTorch(unittest.TestCase):
 FRAMELESS = os.path.join(E.SOURCE_DIR, "tests", "testprogs", "py_frameless.py")
 
 
+def attached_calls(tmp, py, script, spec, name):
+    """Runs `py script TESTLIB`, which prints "waiting", makes its calls once
+    a line on stdin says so, prints "done" and lives until stdin closes;
+    records it with -p from before its calls until after them, the python
+    layer and `spec`. eacgm reads what is left of its rings before it exits,
+    the program still alive: its frames read."""
+    with subprocess.Popen([py, script, E.TESTLIB], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          text=True) as prog:
+        try:
+            if prog.stdout.readline() != "waiting\n":
+                raise AssertionError("%s did not start" % script)
+            started = E.start_record(tmp, "-p", str(prog.pid), "--layers", "python", "--spec", spec, name=name)
+            prog.stdin.write("go\n")
+            prog.stdin.flush()
+            if prog.stdout.readline() != "done\n":
+                started.kill()
+                raise AssertionError("%s did not finish its calls" % script)
+            started.proc.send_signal(signal.SIGINT)
+            return started.wait()
+        finally:
+            prog.stdin.close()  # and the program ends
+
+
 class CallsFromThreadsWithoutFrames(unittest.TestCase):
     """A traced call from a thread with a thread state and no Python frames
     (a C-started worker, as torch's autograd and CUDA threads are) has no
@@ -330,16 +353,18 @@ class CallsFromThreadsWithoutFrames(unittest.TestCase):
     def test_every_version(self):
         E.require_root()
         tmp = E.make_tempdir(self)
-        # The library by its path: probed before the program starts, so the
-        # calls right after its dlopen are seen.
         spec = E.write_json(os.path.join(tmp, "spec.json"), dict(E.TESTLIB_SPEC, library=E.TESTLIB))
         with open(FRAMELESS) as f:
             line = {tag: i for i, text in enumerate(f, 1) for tag in ("FROM_PYTHON_1", "FROM_PYTHON_3")
                     if text.rstrip().endswith(tag)}
         for version, py in PYTHONS.items():
             with self.subTest(version):
-                rec = E.record(tmp, [py, FRAMELESS, E.TESTLIB], "--layers", "python", "--spec", spec,
-                               name="frameless-" + version)
+                # Attached once the program waits, and stopped before it
+                # ends: launched with `record --`, its first calls could
+                # come before eacgm knew it ran Python, and its last before
+                # eacgm read their frames, which its exit freed (both calls
+                # lost their stacks once in a full make test).
+                rec = attached_calls(tmp, py, FRAMELESS, spec, "frameless-" + version)
                 self.assertEqual(rec.rc, 0, rec.stderr)
                 spans = sorted(rec.spans("layer = 'testlib'"), key=lambda s: s["start_ns"])
                 self.assertEqual([(s["name"], s["args"], s["py_stack"]) for s in spans], [
@@ -348,6 +373,7 @@ class CallsFromThreadsWithoutFrames(unittest.TestCase):
                     ("tl_noop", {"x": 3}, ["<module> (py_frameless.py:%d)" % line["FROM_PYTHON_3"]]),
                 ])
                 self.assertEqual(len({s["tid"] for s in spans}), 2)
+
 
 NESTED = os.path.join(E.SOURCE_DIR, "tests", "testprogs", "py_nested.py")
 
@@ -372,19 +398,7 @@ class NestedCallsShareTheirStack(unittest.TestCase):
         call = ["<module> (py_nested.py:%d)" % line["CALL"]]
         for version, py in PYTHONS.items():
             with self.subTest(version):
-                with subprocess.Popen([py, NESTED, E.TESTLIB], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                      text=True) as prog:
-                    self.assertEqual(prog.stdout.readline(), "waiting\n")
-                    started = E.start_record(tmp, "-p", str(prog.pid), "--layers", "python", "--spec", spec,
-                                             name="nested-" + version)
-                    prog.stdin.write("go\n")
-                    prog.stdin.flush()
-                    self.assertEqual(prog.stdout.readline(), "done\n")
-                    # eacgm reads what is left of its rings before it exits,
-                    # the program still alive: its callback frame reads.
-                    started.proc.send_signal(signal.SIGINT)
-                    rec = started.wait()
-                    prog.stdin.close()  # and the program ends
+                rec = attached_calls(tmp, py, NESTED, spec, "nested-" + version)
                 self.assertEqual(rec.rc, 0, rec.stderr)
                 spans = sorted(rec.spans("layer = 'testlib'"), key=lambda s: s["start_ns"])
                 self.assertEqual([(s["name"], s["depth"], s["py_stack"]) for s in spans], [
