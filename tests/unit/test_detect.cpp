@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <random>
 #include <thread>
 
@@ -236,6 +237,32 @@ TEST(KeyModel, UsesWhatVariesAndNamesTheFirstCause)
 	auto f = KeyModel::train(few, ModelOptions{});
 	ASSERT_FALSE(f.ok());
 	EXPECT_NE(f.error().message.find("too few"), std::string::npos) << f.error().message;
+}
+
+// Of a fixed size the bandwidth is the duration again: modelled beside it,
+// the two split a slow call's blame by rounding, one way on one CPU and the
+// other on another. It takes part only where the bytes vary.
+TEST(KeyModel, TheBandwidthOnlyWhereTheBytesVary)
+{
+	auto used_with = [](const std::function<uint64_t(size_t)> &bytes) {
+		Context ctx;
+		Extractor ex;
+		std::vector<Observation> obs;
+		auto spans = op_stream(400, 400, 1);
+		for (size_t i = 0; i < spans.size(); i++) {
+			spans[i].bytes = bytes(i);
+			obs.push_back(ex.observe(spans[i], ctx));
+		}
+		std::vector<const Observation *> rows;
+		for (const Observation &o : obs)
+			rows.push_back(&o);
+		auto m = KeyModel::train(rows, ModelOptions{});
+		EXPECT_TRUE(m.ok()) << m.error().message;
+		return m.ok() ? m->used() : std::vector<unsigned>{};
+	};
+	EXPECT_EQ(used_with([](size_t) { return 4000; }), (std::vector<unsigned>{kLogDuration, kLogGap}));
+	EXPECT_EQ(used_with([](size_t i) { return i % 2 ? 4000 : 8000; }),
+		  (std::vector<unsigned>{kLogDuration, kLogBytes, kLogBandwidth, kLogGap}));
 }
 
 TEST(OnlineDetector, ColdStartRefitsAndThePlantedSlowCall)
