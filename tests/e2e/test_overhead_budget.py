@@ -18,7 +18,12 @@ SPEC = {"layer": "budget", "library": "libeacgm_budgetlib*.so",
 # trap of 0.6-1.5 us costs 6-15% of the job, several times the 2% budget on
 # these machines. A fixed 30000 iterations was 55 us on a Xeon VM, where the
 # probes cost 1.6% and the budget rightly did nothing.
-SECONDS, WORK_NS = 9, 10000
+# 15 s, the budget acting from 2: the count is estimated from the bursts of
+# 13 s. Its error shrinks with the bursts it averages, and a VM's speed
+# moves it: on a Xeon VM 9-s runs estimated 0.61-1.21 of the calls made and
+# 15-s runs 0.79-1.08 (4 runs each; the AMD VMs stayed within 0.8-1.2 at
+# 9 s). Held within 35%: a weight lost or doubled is still far outside.
+SECONDS, WORK_NS = 15, 10000
 
 
 class OverheadBudget(unittest.TestCase):
@@ -46,7 +51,7 @@ class OverheadBudget(unittest.TestCase):
         self.assertLess(len(work), self.made["work_calls"] * 0.8, "bursts record a fraction of the calls")
         self.assertTrue(all(s["args"]["weight"] > 1 for s in weighted))
         estimate = sum(s["args"].get("weight", 1) for s in work)
-        self.assertAlmostEqual(estimate / self.made["work_calls"], 1.0, delta=0.2)
+        self.assertAlmostEqual(estimate / self.made["work_calls"], 1.0, delta=0.35)
 
     def test_what_was_throttled_is_said(self):
         meta = E.meta(self.rec.db)
