@@ -23,7 +23,7 @@ packages=(
   python3-sklearn       # the detector's check against scikit-learn's GaussianMixture, and its benchmark; make eval's baselines
   python3-xgboost       # make eval's gradient-boosted trees baseline
   clang-format          # the house style: make format, and ctest format.check
-  libcpp-httplib-dev    # eacgm serve's /metrics and /healthz
+  libmicrohttpd-dev     # eacgm serve's /metrics and /healthz: one epoll thread, bounded connections
   libtomlplusplus-dev   # eacgm serve's configuration file (TOML)
   libcap-dev            # eacgm drops the capabilities tracing does not need
   libzstd-dev           # the columnar store compresses its blocks of spans with zstd

@@ -259,6 +259,9 @@ ServeSession::Stop ServeSession::start_serving()
 	std::string url = "http://" + host + ":" + std::to_string(server_->port()) + "/metrics";
 	size_t probes = pipeline_->attacher().attached().size();
 	size_t processes = pipeline_->recorder().live_processes();
+	// From here /healthz says ok: the endpoints, the ready file and the
+	// line below all say "ready" only once the probes are live.
+	server_->ready();
 	if (!a_.ready_file.empty()) {
 		nlohmann::json ready = {{"pid", getpid()},
 					{"port", server_->port()},
