@@ -100,6 +100,10 @@ struct Process {
 	// Where it runs (ingest/cgroup.h); labels of the agent's metrics, not
 	// (yet) columns of the store.
 	std::string cgroup, container_id, pod_uid;
+	// Its job and rank as its launcher's environment gave them
+	// (ingest/identity.h): "" and -1 where it gave none.
+	std::string job;
+	int rank = -1;
 };
 
 struct Thread {

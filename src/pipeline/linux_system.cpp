@@ -31,6 +31,8 @@ std::string LinuxSystem::comm(uint32_t pid) { return read_proc_text(proc_dir(pid
 
 std::string LinuxSystem::cmdline(uint32_t pid) { return read_proc_text(proc_dir(pid) + "/cmdline"); }
 
+std::string LinuxSystem::environment(uint32_t pid) { return read_small_file(proc_dir(pid) + "/environ").value_or(""); }
+
 std::string LinuxSystem::thread_name(uint32_t pid, uint32_t tid)
 {
 	return read_proc_text(proc_dir(pid) + "/task/" + std::to_string(tid) + "/comm");

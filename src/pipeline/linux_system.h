@@ -15,6 +15,7 @@ public:
 	std::string thread_name(uint32_t pid, uint32_t tid) override;
 	std::optional<uint32_t> parent(uint32_t pid) override { return parent_pid(pid); }
 	CgroupInfo cgroup(uint32_t pid) override { return cgroup_of(pid); }
+	std::string environment(uint32_t pid) override;
 	Result<std::vector<Mapping>> maps(uint32_t pid) override { return read_maps(pid); }
 	std::vector<uint32_t> threads(uint32_t pid) override;
 	bool exists(uint32_t pid) override;

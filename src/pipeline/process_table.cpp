@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "ingest/identity.h"
+
 namespace eacgm {
 
 Process &ProcessTable::get(uint32_t pid, UniqueFd pidfd, bool *created)
@@ -21,6 +23,9 @@ Process &ProcessTable::get(uint32_t pid, UniqueFd pidfd, bool *created)
 	p.cgroup = std::move(cg.path);
 	p.container_id = std::move(cg.container_id);
 	p.pod_uid = std::move(cg.pod_uid);
+	JobIdentity id = job_identity_of(system_.environment(pid));
+	p.job = std::move(id.job);
+	p.rank = id.rank;
 	unannounced_.insert(pid);
 	live_.insert(pid);
 	auto st = system_.watch(pid, std::move(pidfd));

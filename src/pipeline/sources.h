@@ -55,6 +55,9 @@ public:
 	virtual std::string thread_name(uint32_t pid, uint32_t tid) = 0;
 	virtual std::optional<uint32_t> parent(uint32_t pid) = 0;
 	virtual CgroupInfo cgroup(uint32_t pid) = 0;
+	// The environment it started with: NUL-separated NAME=VALUE entries
+	// (/proc/PID/environ), for its launcher's job and rank (ingest/identity.h).
+	virtual std::string environment(uint32_t pid) = 0;
 	virtual Result<std::vector<Mapping>> maps(uint32_t pid) = 0;
 	virtual std::vector<uint32_t> threads(uint32_t pid) = 0;
 	virtual bool exists(uint32_t pid) = 0;

@@ -34,6 +34,7 @@ public:
 		uint32_t ppid = 0;
 		std::map<uint32_t, std::string> threads;
 		std::optional<int> status; // once exited
+		std::string environment;   // NUL-separated, as /proc/PID/environ
 	};
 	std::map<uint32_t, Proc> procs;
 	// Set while the source hands records over: nothing may ask /proc then
@@ -65,6 +66,7 @@ public:
 		return find(pid) ? std::optional(find(pid)->ppid) : std::nullopt;
 	}
 	CgroupInfo cgroup(uint32_t) override { return {"/job.slice", "", ""}; }
+	std::string environment(uint32_t pid) override { return find(pid) ? find(pid)->environment : ""; }
 	Result<std::vector<Mapping>> maps(uint32_t pid) override
 	{
 		maps_read++;
@@ -236,6 +238,7 @@ protected:
 		w.procs[kParent] = {"python", "python train.py", 1, {{kParent, "python"}}, {}};
 		w.procs[kChild] = {
 			"worker", "worker --rank 1", kParent, {{kChild, "worker"}, {kChildThread, "loader"}}, {}};
+		w.procs[kChild].environment = std::string("TORCHELASTIC_RUN_ID=run7\0RANK=1\0", 32);
 		if (excluded)
 			w.procs[kExcluded] = {"excluded", "excluded --x", 1, {{kExcluded, "excluded"}}, {}};
 		return w;
@@ -395,6 +398,8 @@ TEST_F(Pipeline, RecordGivesTheSameSpansProcessesAndThreadsInEveryOrder)
 			  std::make_tuple(kParent, std::string("worker"), std::string("worker --rank 1"), t0_ + 10,
 					  t0_ + 50, 3));
 		EXPECT_EQ(p.cgroup, "/job.slice");
+		EXPECT_EQ(std::tie(p.job, p.rank), std::make_tuple(std::string(""), -1)); // its launcher said none
+		EXPECT_EQ(std::tie(c.job, c.rank), std::make_tuple(std::string("run7"), 1));
 		std::set<std::tuple<uint32_t, uint32_t, std::string>> threads = {
 			{kParent, kParent, "python"}, {kChild, kChild, "worker"}, {kChild, kChildThread, "loader"}};
 		EXPECT_EQ(o.sink.threads, threads);
