@@ -24,6 +24,8 @@ packages=(
   python3-xgboost       # make eval's gradient-boosted trees baseline
   clang-format          # the house style: make format, and ctest format.check
   libmicrohttpd-dev     # eacgm serve's /metrics and /healthz: one epoll thread, bounded connections
+  libcpp-httplib-dev    # the ClickHouse sink's HTTP client
+  clickhouse-server clickhouse-client  # the ClickHouse sink's e2e tests run real servers (two shards)
   libtomlplusplus-dev   # eacgm serve's configuration file (TOML)
   libcap-dev            # eacgm drops the capabilities tracing does not need
   libzstd-dev           # the columnar store compresses its blocks of spans with zstd

@@ -43,6 +43,7 @@ struct RecordArgs {
 	double hang_after_s = 0;            // a waiting call in flight this long is a hang; 0: off
 	bool bpf_stats = false;             // the kernel's run-time accounting of our programs
 	std::string raw_dump;               // hidden: the span records decode saw (bench_pipeline_cost --replay)
+	std::string clickhouse;             // also ship every span to this ClickHouse HTTP address
 	std::vector<std::string> command;   // after "--"
 };
 int run_record(const RecordArgs &args);

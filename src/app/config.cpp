@@ -17,6 +17,7 @@
 
 #include "common/fs.h"
 #include "common/text.h"
+#include "export/clickhouse.h"
 #include "export/http.h"
 
 namespace eacgm {
@@ -114,6 +115,9 @@ Result<void> check_values(const ServeConfig &c, const std::string &path)
 					  join(kAllLayers));
 	if (auto r = parse_listen(c.listen); !r)
 		return make_error(path + ": listen: " + r.error().message);
+	if (!c.clickhouse.url.empty())
+		if (auto r = parse_clickhouse_url(c.clickhouse.url); !r)
+			return make_error(path + ": clickhouse.url: " + r.error().message);
 	for (auto &re : c.filter.comm) {
 		try {
 			std::regex test(re);
@@ -154,6 +158,11 @@ Result<ServeConfig> parse_serve_config(const std::string &text, const std::strin
 			 return {};
 		 }},
 	};
+	std::map<std::string, Reader> clickhouse = {
+		{"url", string_of(c.clickhouse.url)},
+		{"host", string_of(c.clickhouse.host)},
+		{"job", string_of(c.clickhouse.job)},
+	};
 	std::map<std::string, Reader> top = {
 		{"listen", string_of(c.listen)},
 		{"token_file", string_of(c.token_file)},
@@ -178,6 +187,12 @@ Result<ServeConfig> parse_serve_config(const std::string &text, const std::strin
 			 if (!n.is_table())
 				 return make_error(w + " must be a table: [filter]");
 			 return read_table(*n.as_table(), "filter.", path, filter);
+		 }},
+		{"clickhouse",
+		 [&](const toml::node &n, const std::string &w) -> Result<void> {
+			 if (!n.is_table())
+				 return make_error(w + " must be a table: [clickhouse]");
+			 return read_table(*n.as_table(), "clickhouse.", path, clickhouse);
 		 }},
 	};
 	if (auto r = read_table(doc, "", path, top); !r)

@@ -39,6 +39,12 @@ struct ServeConfig {
 	double hang_after_s = 300;
 	unsigned ring_buffer_kb = 8192;
 	bool bpf_stats = false; // the kernel's run-time accounting of eacgm's BPF programs
+	// Shipping to ClickHouse (docs/clickhouse.md); url "": off.
+	struct ClickHouse {
+		std::string url;  // http://[USER[:PASSWORD]@]HOST[:PORT][/DATABASE]
+		std::string host; // the node's name in every row; "": its host name
+		std::string job;  // the job's name in every row, where the launcher's environment gives none
+	} clickhouse;
 	// Which processes are traced: all of them must match where given.
 	struct Filter {
 		std::vector<std::string> comm;       // regular expressions (ECMAScript), matched whole

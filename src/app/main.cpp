@@ -63,6 +63,11 @@ void add_record_outputs(CLI::App *record, RecordArgs &rec)
 	record->add_option("--flamegraph", rec.flamegraph,
 			   "Python layer: write the sampled stacks in the collapsed format of flame graph tools "
 			   "(flamegraph.pl, speedscope)");
+	record->add_option("--clickhouse", rec.clickhouse,
+			   "Also ship every span to ClickHouse at this HTTP address, "
+			   "http://[USER[:PASSWORD]@]HOST[:PORT][/DATABASE] (port 8123, database eacgm unless given); "
+			   "the tables are made on first use. The recording is written as without it; rows that "
+			   "cannot be sent within 10 s of the end are counted as dropped (docs/clickhouse.md)");
 	record->add_option("-p,--pid", rec.pid, "Attach to this running process and its descendants");
 	record->add_option("--ready-file", rec.ready_file,
 			   "Write this file once every probe is attached (before the command starts; with -p, once "

@@ -19,6 +19,7 @@
 
 #include "app/commands.h"
 #include "app/pipeline.h"
+#include "export/clickhouse.h"
 #include "export/pftrace.h"
 #include "app/privileges.h"
 #include "app/target.h"
@@ -94,6 +95,8 @@ private:
 	Stop check_target();
 	Stop drop_privileges();
 	Stop open_outputs();
+	Stop open_clickhouse();
+	Stop finish_clickhouse();
 	Stop open_probes();
 	Stop check_target_alive();
 	Stop open_recorder();
@@ -115,6 +118,10 @@ private:
 	std::string db_, trace_;
 	std::optional<StoreWriter> store_;
 	std::optional<StoreSink> store_sink_;
+	std::optional<ClickHouseTarget> clickhouse_target_; // --clickhouse
+	std::optional<ClickHouseShipper> shipper_;
+	std::optional<ClickHouseSink> clickhouse_;
+	SinkChain sinks_;
 	ElfPrefetch prefetch_; // the target's libraries, read while the BPF objects load
 	std::optional<LaunchedCommand> launched_;
 	bool command_exited_ = false;
@@ -150,6 +157,12 @@ RecordSession::Stop RecordSession::check_args()
 		return fail("give either -p PID or -- COMMAND, not both", 2);
 	if (!a_.pid && a_.command.empty())
 		return fail("nothing to record: give -p PID or -- COMMAND [ARGS...]", 2);
+	if (!a_.clickhouse.empty()) {
+		auto t = parse_clickhouse_url(a_.clickhouse);
+		if (!t)
+			return fail("--clickhouse: " + t.error().message, 2);
+		clickhouse_target_ = std::move(t.value());
+	}
 	if (auto stop = pipeline_.check())
 		return stop;
 	return pipeline_.build_specs();
@@ -217,12 +230,52 @@ RecordSession::Stop RecordSession::open_outputs()
 	store_.emplace(std::move(store.value()));
 	store_->commit_every(kPipelineCommitNs);
 	store_sink_.emplace(*store_);
+	sinks_.add(&*store_sink_);
+	if (auto stop = open_clickhouse())
+		return stop;
 	// StoreWriter's work file and SQLite's WAL files beside it.
 	snprintf(g_partial[0], PATH_MAX, "%s.partial", db_.c_str());
 	snprintf(g_partial[2], PATH_MAX, "%s.partial-wal", db_.c_str());
 	snprintf(g_partial[3], PATH_MAX, "%s.partial-shm", db_.c_str());
 	snprintf(g_partial[4], PATH_MAX, "%s.partial-reserve", db_.c_str()); // StoreWriter's room for a full disk
 	snprintf(g_partial[1], PATH_MAX, "%s.tmp.%d", trace_.c_str(), (int)getpid()); // write_file_atomic's
+	return {};
+}
+
+// --clickhouse: a second sink beside the store. A server that does not
+// answer now is worth a warning, not a refusal: rows wait in the shipper's
+// queue and are retried (counted as dropped if they never go).
+RecordSession::Stop RecordSession::open_clickhouse()
+{
+	if (!clickhouse_target_)
+		return {};
+	if (auto r = ClickHouseClient(*clickhouse_target_).query("SELECT 1"); !r)
+		std::cerr << "eacgm: warning: " << r.error().message
+			  << "; spans are queued for it (up to 64 MB) and retried until 10 s after the end\n";
+	shipper_.emplace(*clickhouse_target_, ClickHouseShipper::Options{});
+	clickhouse_.emplace(*shipper_, ClickHouseSink::Identity{host_name(), ""});
+	sinks_.add(&*clickhouse_);
+	return {};
+}
+
+// What is left goes now, for up to 10 s; what cannot go is counted as
+// dropped, in the recording's drops and on stderr.
+RecordSession::Stop RecordSession::finish_clickhouse()
+{
+	if (!shipper_)
+		return {};
+	clickhouse_->flush();
+	auto c = shipper_->finish(10);
+	std::cerr << "clickhouse: " << c.rows_sent << " spans shipped to " << a_.clickhouse;
+	if (c.rows_dropped)
+		std::cerr << ", " << c.rows_dropped << " dropped (" << c.last_error << ")";
+	std::cerr << "\n";
+	if (!c.rows_dropped)
+		return {};
+	auto drops = pipeline_.recorder().drops();
+	drops.push_back({"clickhouse", "not shipped", c.rows_dropped});
+	if (auto r = store_->set_drops(drops); !r)
+		return fail(r.error().message);
 	return {};
 }
 
@@ -246,7 +299,7 @@ RecordSession::Stop RecordSession::open_probes()
 	return {};
 }
 
-RecordSession::Stop RecordSession::open_recorder() { return pipeline_.open_recorder(*store_sink_); }
+RecordSession::Stop RecordSession::open_recorder() { return pipeline_.open_recorder(sinks_); }
 
 // The command waits at a gate until every probe is in place: nothing it
 // does, and no process it starts, is missed.
@@ -407,6 +460,8 @@ RecordSession::Stop RecordSession::record_until_done()
 		bool soon = launched_ && !command_exited_ && !rec.live(launched_->pid());
 		if (auto stop = pipeline_.step(pipeline_.poll_timeout_ms(soon)))
 			return stop;
+		if (clickhouse_)
+			clickhouse_->tick();
 		if (auto stop = take_command_exit())
 			return stop;
 		if (rec.live_processes() == 0 && (!launched_ || command_exited_))
@@ -448,6 +503,8 @@ int RecordSession::finish()
 	if (isatty(2))
 		fprintf(stderr, "\r\033[K");
 	if (auto stop = pipeline_.finish(&*store_))
+		return *stop;
+	if (auto stop = finish_clickhouse())
 		return *stop;
 	(void)store_->set_meta("duration_s", std::to_string(pipeline_.attached_s()));
 	if (auto r = store_->finish(); !r)

@@ -23,6 +23,7 @@
 #include "common/fs.h"
 #include "common/text.h"
 #include "common/usage.h"
+#include "export/clickhouse.h"
 #include "export/http.h"
 #include "export/metrics.h"
 #include "pipeline/recorder.h"
@@ -120,6 +121,8 @@ private:
 	Stop drop_privileges();
 	Stop open_pipeline();
 	Stop open_outputs();
+	void open_clickhouse();
+	void finish_clickhouse();
 	Stop start_serving();
 	void find_running_processes();
 	void publish_health();
@@ -133,6 +136,8 @@ private:
 	std::optional<MetricsSink> metrics_;
 	std::optional<StoreWriter> store_;
 	std::optional<StoreSink> store_sink_;
+	std::optional<ClickHouseShipper> shipper_; // [clickhouse]
+	std::optional<ClickHouseSink> clickhouse_;
 	SinkChain sinks_;
 	std::unique_ptr<MetricsServer> server_;
 	std::shared_ptr<ProcessFilter> filter_;
@@ -216,11 +221,41 @@ ServeSession::Stop ServeSession::open_outputs()
 		store_sink_.emplace(*store_, keep);
 		sinks_.add(&*store_sink_);
 	}
+	open_clickhouse();
 	if (auto stop = pipeline_->open_recorder(sinks_))
 		return stop;
 	filter_ = std::make_shared<ProcessFilter>(config_.filter);
 	pipeline_->recorder().discover([this](uint32_t pid) { return (*filter_)(pid); });
 	return {};
+}
+
+// [clickhouse]: spans shipped beside the store. A server away now, or
+// later, is a warning and a count (eacgm_clickhouse_rows_dropped_total),
+// never a stop: the node's monitoring goes on without it.
+void ServeSession::open_clickhouse()
+{
+	if (config_.clickhouse.url.empty())
+		return;
+	auto t = parse_clickhouse_url(config_.clickhouse.url); // checked with the configuration
+	if (auto r = ClickHouseClient(t.value()).query("SELECT 1"); !r)
+		std::cerr << "eacgm: warning: " << r.error().message
+			  << "; spans are queued for it (up to 64 MB) and retried\n";
+	shipper_.emplace(t.value(), ClickHouseShipper::Options{});
+	std::string host = config_.clickhouse.host.empty() ? host_name() : config_.clickhouse.host;
+	clickhouse_.emplace(*shipper_, ClickHouseSink::Identity{host, config_.clickhouse.job});
+	sinks_.add(&*clickhouse_);
+}
+
+void ServeSession::finish_clickhouse()
+{
+	if (!shipper_)
+		return;
+	clickhouse_->flush();
+	auto c = shipper_->finish(10);
+	std::cerr << "eacgm: clickhouse: " << c.rows_sent << " spans shipped to " << config_.clickhouse.url;
+	if (c.rows_dropped)
+		std::cerr << ", " << c.rows_dropped << " dropped (" << c.last_error << ")";
+	std::cerr << "\n";
 }
 
 // Every process already running is judged as if it had just started.
@@ -308,6 +343,12 @@ void ServeSession::publish_health()
 		registry_.declare("eacgm_agent_max_rss_bytes", MetricsRegistry::gauge,
 				  "The agent's peak resident memory.");
 		registry_.declare("eacgm_agent_rss_bytes", MetricsRegistry::gauge, "The agent's resident memory now.");
+		registry_.declare("eacgm_clickhouse_rows_sent_total", MetricsRegistry::counter,
+				  "Rows ClickHouse took ([clickhouse]).");
+		registry_.declare("eacgm_clickhouse_rows_dropped_total", MetricsRegistry::counter,
+				  "Rows never sent to ClickHouse: its queue was full while the server was away.");
+		registry_.declare("eacgm_clickhouse_retries_total", MetricsRegistry::counter,
+				  "Batches ClickHouse did not take at a try (each tried again after a back-off).");
 	}
 	Recorder &rec = pipeline_->recorder();
 	SelfUsage u = self_usage();
@@ -341,6 +382,13 @@ void ServeSession::publish_health()
 		registry_.set("eacgm_agent_store_bytes", {}, double(store_->file_bytes()));
 		registry_.set("eacgm_agent_store_rows_expired_total", {}, double(store_sink_->rows_expired()));
 	}
+	if (shipper_) {
+		clickhouse_->tick();
+		auto c = shipper_->counts();
+		registry_.set("eacgm_clickhouse_rows_sent_total", {}, double(c.rows_sent));
+		registry_.set("eacgm_clickhouse_rows_dropped_total", {}, double(c.rows_dropped));
+		registry_.set("eacgm_clickhouse_retries_total", {}, double(c.retries));
+	}
 	registry_.set("eacgm_agent_cpu_seconds_total", {}, u.cpu_s);
 	registry_.set("eacgm_agent_max_rss_bytes", {}, double(u.max_rss_kb) * 1024);
 	std::ifstream statm("/proc/self/statm");
@@ -370,6 +418,7 @@ int ServeSession::finish()
 		pipeline_->write_meta(*store_);
 	if (auto stop = pipeline_->finish(store_ ? &*store_ : nullptr))
 		return *stop;
+	finish_clickhouse();
 	if (store_) {
 		(void)store_->set_meta("command", "eacgm serve");
 		if (auto r = store_->finish(); !r)

@@ -9,6 +9,8 @@
  *   threads N   THREADS threads (default 256), started together, each
  *               making N calls of tl_noop(i)
  * With WAIT_FILE set, it first waits until that file exists (for -p tests).
+ * With GATE_AFTER=K and GATE_FILE set (noop only), it stops after K calls
+ * until GATE_FILE exists: the test acts between two known halves of the run.
  * With PACE_US set (noop only), it sleeps that many microseconds after each
  * call: a recording that goes on over several of eacgm's commits. With
  * STOP_AFTER_S set too, noop stops after that many seconds or N calls,
@@ -117,7 +119,11 @@ int main(int argc, char **argv)
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	if (!strcmp(p, "noop")) {
 		long i = 0;
+		long gate_after = getenv("GATE_AFTER") ? atol(getenv("GATE_AFTER")) : -1;
+		const char *gate = getenv("GATE_FILE");
 		for (; i < n; i++) {
+			while (gate && i == gate_after && access(gate, F_OK) != 0)
+				usleep(10000);
 			acc += noop(i);
 			if (pace_us)
 				usleep(pace_us);

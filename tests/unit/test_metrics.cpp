@@ -305,7 +305,8 @@ TEST(ServeConfig, ErrorsNameTheKeyAndLine)
 		EXPECT_EQ(c.error().message, message) << text;
 	};
 	expect("\nlisten_on = \"x\"\n",
-	       "c.toml:2: listen_on: unknown key; the keys here are bpf_stats, detect, detect_fpr, filter, gpu_hz, "
+	       "c.toml:2: listen_on: unknown key; the keys here are bpf_stats, clickhouse, detect, detect_fpr, filter, "
+	       "gpu_hz, "
 	       "hang_after_s, host_interval_ms, layers, listen, nice, overhead_budget_pct, ring_buffer_kb, sample_hz, "
 	       "specs, "
 	       "store, "
@@ -316,6 +317,12 @@ TEST(ServeConfig, ErrorsNameTheKeyAndLine)
 	expect("detect = 1\n", "c.toml:1: detect must be true or false");
 	expect("layers = \"cuda\"\n", "c.toml:1: layers must be an array of strings, e.g. [\"a\", \"b\"]");
 	expect("filter = 3\n", "c.toml:1: filter must be a table: [filter]");
+	expect("[clickhouse]\nurl = \"ch:8123\"\n",
+	       "c.toml: clickhouse.url: ClickHouse address 'ch:8123' is not of the form "
+	       "http://[USER[:PASSWORD]@]HOST[:PORT][/DATABASE] (e.g. http://ch.example:8123/prod)");
+	expect("[clickhouse]\nshard = 1\n",
+	       "c.toml:2: clickhouse.shard: unknown key; the keys here are clickhouse.host, clickhouse.job, "
+	       "clickhouse.url");
 	expect("[filter]\npid_namespace = [\"x\"]\n",
 	       "c.toml:2: filter.pid_namespace must be an array of whole numbers (pid namespace inodes)");
 	expect("[filter]\n\n\ncgroups = []\n",

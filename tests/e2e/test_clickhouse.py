@@ -1,0 +1,230 @@
+"""eacgm record --clickhouse: every span shipped to a real ClickHouse server
+(Debian's clickhouse-server, started here on loopback with a configuration
+written by the test), read back with ClickHouse's own SQL and compared with
+what the traced program made and what the recording kept; the server
+stopped mid-run and started again, or away throughout: the recording goes
+on, nothing blocks, and the rows shipped plus those counted as dropped are
+the calls the program made."""
+import collections
+import os
+import shutil
+import signal
+import subprocess
+import time
+import unittest
+import urllib.parse
+import urllib.request
+
+import eacgm_e2e as E
+import test_cuda
+import test_serve as S
+
+SERVER = "/usr/sbin/clickhouse-server"
+CONFIG = """<yandex>
+  <logger><level>warning</level><log>{dir}/server.log</log><errorlog>{dir}/error.log</errorlog></logger>
+  <http_port>{http}</http_port>
+  <tcp_port>{tcp}</tcp_port>
+  <listen_host>127.0.0.1</listen_host>
+  <path>{dir}/data/</path>
+  <tmp_path>{dir}/tmp/</tmp_path>
+  <users_config>{dir}/users.xml</users_config>
+  <default_profile>default</default_profile>
+  <default_database>default</default_database>
+  <mark_cache_size>5368709120</mark_cache_size>
+</yandex>
+"""
+USERS = """<yandex>
+  <profiles><default></default></profiles>
+  <users><default><password></password><networks><ip>127.0.0.1</ip></networks>
+    <profile>default</profile><quota>default</quota></default></users>
+  <quotas><default></default></quotas>
+</yandex>
+"""
+
+
+class ClickHouse:
+    """A clickhouse-server of this test's own (its data under dir), on loopback."""
+
+    def __init__(self, dir):
+        self.dir = dir
+        os.makedirs(dir, exist_ok=True)
+        self.http, self.tcp = S.free_port(), S.free_port()
+        self.config = os.path.join(dir, "config.xml")
+        with open(self.config, "w") as f:
+            f.write(CONFIG.format(dir=dir, http=self.http, tcp=self.tcp))
+        with open(os.path.join(dir, "users.xml"), "w") as f:
+            f.write(USERS)
+        self.proc = None
+        self.start()
+
+    def url(self, db=""):
+        return "http://127.0.0.1:%d/%s" % (self.http, db)
+
+    def start(self):
+        self.proc = subprocess.Popen([SERVER, "--config-file=" + self.config], stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + 60
+        while True:  # its own signal: /ping answers "Ok." once it serves
+            try:
+                with urllib.request.urlopen(self.url("ping"), timeout=2) as r:
+                    if r.read() == b"Ok.\n":
+                        return
+            except OSError:
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError("clickhouse-server did not start (exit %s); see %s/error.log" %
+                                     (self.proc.poll(), self.dir))
+            time.sleep(0.05)
+
+    def kill(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def query(self, sql):
+        """The answer's rows, each a list of its tab-separated fields."""
+        req = urllib.request.Request(self.url(), data=sql.encode(), method="POST")
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return [line.split("\t") for line in r.read().decode().splitlines()]
+
+
+def require_clickhouse():
+    if not os.access(SERVER, os.X_OK):
+        raise unittest.SkipTest("no %s: run scripts/setup.sh (Debian's clickhouse-server)" % SERVER)
+
+
+class RecordShipsToClickHouse(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        E.require_root()
+        require_clickhouse()
+        cls.tmp = E.make_tempdir(cls)
+        cls.ch = ClickHouse(os.path.join(cls.tmp, "ch"))
+        cls.addClassCleanup(cls.ch.kill)
+
+    def test_every_call_arrives_as_the_recording_has_it(self):
+        db = "rec%d" % os.getpid()
+        r = E.record(self.tmp, [E.CUDA_CALLS, "0"], "--layers", "cuda", "--no-detect",
+                     "--clickhouse", self.ch.url(db), name="cuda")
+        self.assertEqual(r.rc, 0, r.stderr)
+        self.assertIn("clickhouse: %d spans shipped to %s\n" % (E.CUDA_CALLS_SPANS, self.ch.url(db)), r.stderr)
+        want = collections.Counter()
+        for (name, *_rest), n in (test_cuda.PARENT_CALLS + test_cuda.CHILD_CALLS).items():
+            want[name] += n
+        got = {name: int(n) for name, n in
+               self.ch.query("SELECT name, uniqExact(agent, row) FROM %s.spans GROUP BY name" % db)}
+        self.assertEqual(got, dict(want))
+        # Row for row what the recording kept: its pid, thread, duration,
+        # return value and bytes; its start on the wall clock, the recording's
+        # CLOCK_MONOTONIC start moved by one offset for every row.
+        rows = self.ch.query("SELECT DISTINCT pid, tid, layer, name, dur_ns, ret, bytes, start_ns, host, job, rank, "
+                             "seq FROM %s.spans ORDER BY start_ns" % db)
+        spans = E.query(r.db, "SELECT pid, tid, layer, name, dur_ns, ret, bytes, start_ns FROM spans "
+                        "ORDER BY start_ns")
+        self.assertEqual([tuple(int(x) if i not in (2, 3) else x for i, x in enumerate(row[:7])) for row in rows],
+                         [(s["pid"], s["tid"], s["layer"], s["name"], s["dur_ns"], s["ret"], s["bytes"])
+                          for s in spans])
+        offsets = {int(row[7]) - s["start_ns"] for row, s in zip(rows, spans)}
+        self.assertEqual(len(offsets), 1, offsets)
+        self.assertLess(abs(offsets.pop() - (time.clock_gettime_ns(time.CLOCK_REALTIME) -
+                                             time.clock_gettime_ns(time.CLOCK_MONOTONIC))), 50_000_000)
+        meta = E.meta(r.db)
+        self.assertEqual({tuple(row[8:]) for row in rows}, {(meta["hostname"], "", "-1", "-1")})
+        self.assertEqual(E.drops(r.db, "clickhouse"), {})
+
+    def test_a_server_stopped_mid_run_loses_nothing_unaccounted(self):
+        db = "stop%d" % os.getpid()
+        gate = os.path.join(self.tmp, "gate")
+        spec = E.write_json(os.path.join(self.tmp, "testlib.json"), E.TESTLIB_SPEC)
+        run = E.start_record(self.tmp, "--layers", "cuda", "--spec", spec, "--no-detect",
+                             "--clickhouse", self.ch.url(db), "--", E.TESTLIB_CALLS, "noop", "3000",
+                             name="stop", env={"GATE_AFTER": "1000", "GATE_FILE": gate})
+        # The first 1,000 calls made and shipped (ClickHouse's count: its signal)...
+        deadline = time.monotonic() + 60
+        while self.count(db) != 1000:
+            self.assertLess(time.monotonic(), deadline, "ClickHouse never held the first 1,000 calls")
+            time.sleep(0.1)
+        # ... then the server killed, the other 2,000 made, the server started again.
+        self.ch.kill()
+        open(gate, "w").close()
+        self.ch.start()
+        r = run.wait(timeout=120)
+        self.assertEqual(r.rc, 0, r.stderr)
+        dropped = E.drops(r.db, "clickhouse").get("not shipped", 0)
+        self.assertEqual(self.count(db) + dropped, 3000, r.stderr)
+        self.assertEqual(len(E.query(r.db, "SELECT 1 FROM spans WHERE name = 'tl_noop'")), 3000)
+
+    def test_a_server_away_throughout(self):
+        port = S.free_port()  # nothing listens there
+        url = "http://127.0.0.1:%d/away" % port
+        r = E.record(self.tmp, [E.CUDA_CALLS, "0"], "--layers", "cuda", "--no-detect", "--clickhouse", url,
+                     name="away")
+        self.assertEqual(r.rc, 0, r.stderr)
+        self.assertIn("eacgm: warning: ClickHouse at %s did not answer" % url, r.stderr)
+        self.assertIn("clickhouse: 0 spans shipped to %s, %d dropped (ClickHouse at %s did not answer" %
+                      (url, E.CUDA_CALLS_SPANS, url), r.stderr)
+        self.assertEqual(E.drops(r.db, "clickhouse"), {"not shipped": E.CUDA_CALLS_SPANS})
+        # The recording itself is whole.
+        self.assertEqual(len(E.query(r.db, "SELECT 1 FROM spans")), E.CUDA_CALLS_SPANS)
+
+    def count(self, db):
+        try:
+            return int(self.ch.query("SELECT uniqExact(agent, row) FROM %s.spans WHERE name = 'tl_noop'" % db)[0][0])
+        except OSError:  # no table yet: the first batch has not gone
+            return 0
+
+
+class ServeShipsToClickHouse(unittest.TestCase):
+    def test_a_program_started_after_the_agent(self):
+        E.require_root()
+        require_clickhouse()
+        tmp = E.make_tempdir(self)
+        ch = ClickHouse(os.path.join(tmp, "ch"))
+        self.addCleanup(ch.kill)
+        prog, tag = S.cuda_copy(tmp, "eh")
+        rank_prog = os.path.join(tmp, tag + "r")  # a rank of a torchrun job: its job and rank in its environment
+        shutil.copy(E.TESTLIB_CALLS, rank_prog)
+        spec = E.write_json(os.path.join(tmp, "testlib.json"), E.TESTLIB_SPEC)
+        db = "serve%d" % os.getpid()
+        agent = S.started_agent(self, tmp, 'layers = ["cuda"]\nspecs = ["%s"]\ndetect = false\nstore = ""\n'
+                                '[clickhouse]\nurl = "%s"\nhost = "node-a"\njob = "job-%s"\n'
+                                '[filter]\ncomm = ["%sr?"]\n' % (spec, ch.url(db), tag, tag))
+        gate = os.path.join(tmp, "gate")
+        rank = subprocess.Popen([rank_prog, "noop", "100"], stdout=subprocess.PIPE, text=True,
+                                env=dict(os.environ, WAIT_FILE=gate, TORCHELASTIC_RUN_ID="te-42", RANK="3"))
+        self.addCleanup(rank.stdout.close)
+        self.addCleanup(rank.kill)
+        self.assertTrue(rank.stdout.readline().startswith("waiting"))
+        # The agent has it in its table (its environment read), then it calls.
+        agent.wait_until("the rank traced", lambda m: m.get(("eacgm_agent_processes_traced", ())) == 1)
+        open(gate, "w").close()
+        self.assertEqual(rank.wait(timeout=60), 0)
+        # A program whose environment names no job: the configuration's, no rank.
+        r = E.run([prog, "0"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        agent.wait_until("every row sent",
+                         lambda m: m.get(("eacgm_clickhouse_rows_sent_total", ())) == 100 + S.PER_RUN)
+        self.assertEqual(agent.value("eacgm_clickhouse_rows_dropped_total"), 0)
+        got = ch.query("SELECT host, job, rank, layer, uniqExact(agent, row) FROM %s.spans "
+                       "GROUP BY host, job, rank, layer ORDER BY job" % db)
+        self.assertEqual(got, [["node-a", "job-" + tag, "-1", "cuda", str(S.PER_RUN)],
+                               ["node-a", "te-42", "3", "testlib", "100"]])
+        rc, err = agent.stop()
+        self.assertEqual(rc, 0, err)
+        self.assertIn("eacgm: clickhouse: %d spans shipped to %s\n" % (100 + S.PER_RUN, ch.url(db)), err)
+
+
+class BadAddresses(unittest.TestCase):
+    def test_named_with_the_form(self):
+        form = "' is not of the form http://[USER[:PASSWORD]@]HOST[:PORT][/DATABASE]"
+        for url, why in (("ch:8123", form), ("https://ch:8443", "': https is not supported"),
+                         ("http://ch:99999/x", "': the port must be a number from 1 to 65535"),
+                         ("http://ch:8123/bad-name", form)):
+            r = E.eacgm("record", "--clickhouse", url, "--", "/bin/true")
+            self.assertEqual(r.returncode, 2, (url, r.stderr))
+            self.assertIn("--clickhouse: ClickHouse address '%s%s" % (url, why), r.stderr)
+            self.assertEqual(r.stderr.count("\n"), 1, r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()

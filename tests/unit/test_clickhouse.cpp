@@ -1,0 +1,101 @@
+// The ClickHouse sink's parts that need no server: the address's form, the
+// RowBinary bytes of known rows, and the shipper's accounting when no
+// server answers (every row pushed is either sent or counted as dropped).
+// Shipping to a real server: tests/e2e/test_clickhouse.py.
+#include <gtest/gtest.h>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include "common/fd.h"
+#include "export/clickhouse.h"
+
+using namespace eacgm;
+
+TEST(ClickHouseUrl, TheDefaultsAndEveryPart)
+{
+	auto t = parse_clickhouse_url("http://ch.example");
+	ASSERT_TRUE(t) << t.error().message;
+	EXPECT_EQ(t->host, "ch.example");
+	EXPECT_EQ(t->port, 8123);
+	EXPECT_EQ(t->database, "eacgm");
+	EXPECT_EQ(t->user, "");
+	t = parse_clickhouse_url("http://ops:s3cret@10.0.0.7:18123/prod");
+	ASSERT_TRUE(t) << t.error().message;
+	EXPECT_EQ(t->host, "10.0.0.7");
+	EXPECT_EQ(t->port, 18123);
+	EXPECT_EQ(t->database, "prod");
+	EXPECT_EQ(t->user, "ops");
+	EXPECT_EQ(t->password, "s3cret");
+	EXPECT_EQ(parse_clickhouse_url("http://ch:8123/")->database, "eacgm");
+}
+
+TEST(ClickHouseUrl, BadOnesNamedWithTheForm)
+{
+	for (const char *bad :
+	     {"ch:8123", "ftp://ch", "http://", "http://ch:port", "http://ch:8123/a-b", "http://ch/a/b"}) {
+		auto t = parse_clickhouse_url(bad);
+		ASSERT_FALSE(t) << bad;
+		EXPECT_NE(
+			t.error().message.find("' is not of the form http://[USER[:PASSWORD]@]HOST[:PORT][/DATABASE]"),
+			std::string::npos)
+			<< t.error().message;
+	}
+	auto tls = parse_clickhouse_url("https://ch");
+	ASSERT_FALSE(tls);
+	EXPECT_NE(tls.error().message.find("https is not supported"), std::string::npos) << tls.error().message;
+}
+
+TEST(RowBinary, KnownBytes)
+{
+	RowBinary r;
+	r.fixed(uint16_t(0x0102));
+	r.fixed(int32_t(-1));
+	r.string("ab");
+	r.string(std::string(300, 'x')); // a length of two LEB128 bytes: 0xac 0x02
+	const std::string &b = r.bytes();
+	ASSERT_EQ(b.size(), 2u + 4 + 1 + 2 + 2 + 300);
+	EXPECT_EQ(b.substr(0, 9),
+		  std::string("\x02\x01\xff\xff\xff\xff\x02"
+			      "ab",
+			      9));
+	EXPECT_EQ((unsigned char)b[9], 0xac);
+	EXPECT_EQ((unsigned char)b[10], 0x02);
+}
+
+namespace {
+// A port nothing listens on: bound, never listened to, held by the test.
+struct DeadPort {
+	UniqueFd fd{socket(AF_INET, SOCK_STREAM, 0)};
+	int port = 0;
+	DeadPort()
+	{
+		sockaddr_in a = {};
+		a.sin_family = AF_INET;
+		a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		bind(fd.get(), reinterpret_cast<sockaddr *>(&a), sizeof a);
+		socklen_t n = sizeof a;
+		getsockname(fd.get(), reinterpret_cast<sockaddr *>(&a), &n);
+		port = ntohs(a.sin_port);
+	}
+};
+} // namespace
+
+TEST(ClickHouseShipper, NoServerEveryRowCountedAsDropped)
+{
+	DeadPort dead;
+	auto t = parse_clickhouse_url("http://127.0.0.1:" + std::to_string(dead.port));
+	ASSERT_TRUE(t);
+	ClickHouseShipper::Options o;
+	o.max_queued_bytes = 1000; // room for two batches of 400 bytes
+	o.first_retry_s = 0.01;
+	ClickHouseShipper s(t.value(), o);
+	for (uint64_t i = 0; i < 10; i++)
+		s.push("spans", std::string(400, 'r'), 10 + i);
+	auto c = s.finish(0.2);
+	EXPECT_EQ(c.rows_sent, 0u);
+	EXPECT_EQ(c.rows_dropped, 10u * 10 + 45); // all of them: the oldest for room, the rest at the end
+	EXPECT_EQ(c.batches_sent, 0u);
+	EXPECT_GE(c.retries, 1u);
+	EXPECT_NE(c.last_error.find("did not answer"), std::string::npos) << c.last_error;
+}
