@@ -31,6 +31,7 @@ packages=(
   libzstd-dev           # the columnar store compresses its blocks of spans with zstd
   protobuf-compiler     # test_perfetto decodes the native trace with protoc, a protobuf implementation not eacgm's
   prometheus            # the node agent's e2e test scrapes it with a real Prometheus server
+  python3-yaml          # ctest alerts.covered reads the alert rules and their promtool tests
 )
 missing=()
 for p in "${packages[@]}"; do
