@@ -121,7 +121,9 @@ class NoClientHoldsTheListener(unittest.TestCase):
             s.setblocking(False)
             with self.assertRaises(BlockingIOError):
                 s.recv(1)
-        self.assertEqual(self.threads(), threads)
+        # No thread added for them (one of the agent's start-up threads may
+        # have ended meanwhile).
+        self.assertLessEqual(self.threads(), threads)
         self.assertLess(rss_kb(self.pid) - rss, 8 * 1024)
 
     def test_huge_headers_are_refused_and_not_kept(self):
