@@ -60,6 +60,18 @@ struct SqlArgs {
 	bool header = true;
 };
 int run_sql(const SqlArgs &args);
+
+// eacgm cluster summary|stragglers: across the nodes that ship to one
+// ClickHouse (src/app/cluster.cpp).
+struct ClusterArgs {
+	std::string what; // "summary" or "stragglers"
+	std::string clickhouse;
+	std::string job, host, since;
+	int rank = -1;
+	size_t limit = 20;
+	bool show_sql = false;
+};
+int run_cluster(const ClusterArgs &args);
 // eacgm export --sqlite: a copy with a row per span (store.h, write_flat_copy).
 int run_export_sqlite(const std::string &db, const std::string &out);
 int run_doctor();

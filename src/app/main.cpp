@@ -40,10 +40,11 @@ struct Commands {
 	ProbesArgs probes;
 	MergeArgs merge;
 	SqlArgs sql;
+	ClusterArgs cluster;
 	std::string db, perfetto, flat; // export, summary
 	CLI::App *record_cmd = nullptr, *serve_cmd = nullptr, *export_cmd = nullptr, *summary_cmd = nullptr,
 		 *detect_cmd = nullptr, *doctor_cmd = nullptr, *probes_cmd = nullptr, *list_cmd = nullptr,
-		 *merge_cmd = nullptr, *sql_cmd = nullptr;
+		 *merge_cmd = nullptr, *sql_cmd = nullptr, *cluster_cmd = nullptr;
 };
 
 // record: what it traces and where it writes.
@@ -332,6 +333,37 @@ void add_probes(CLI::App &app, Commands &c)
 	pgen->add_option("--layer", pa.layer, "Layer name of the spec's spans")->capture_default_str();
 }
 
+// cluster summary|stragglers: one subcommand each, the same options.
+void add_cluster(CLI::App &app, Commands &c)
+{
+	ClusterArgs &ca = c.cluster;
+	c.cluster_cmd = app.add_subcommand(
+		"cluster",
+		"Answer across every node that ships to one ClickHouse (record --clickhouse, serve's [clickhouse])");
+	c.cluster_cmd->require_subcommand(1);
+	struct What {
+		const char *name, *help;
+	};
+	for (What w :
+	     {What{"summary", "Per function across the nodes: calls, total and mean time, p99, hosts and ranks"},
+	      What{"stragglers",
+		   "Per collective round across ranks: the rank that arrived last, and by how much "
+		   "(the latest start less the earliest)"}}) {
+		auto *s = c.cluster_cmd->add_subcommand(w.name, w.help);
+		s->callback([&ca, name = std::string(w.name)] { ca.what = name; });
+		s->add_option("--clickhouse", ca.clickhouse,
+			      "ClickHouse's HTTP address, http://[USER[:PASSWORD]@]HOST[:PORT][/DATABASE]")
+			->required();
+		s->add_option("--job", ca.job, "Only this job's rows");
+		s->add_option("--host", ca.host, "Only this node's rows");
+		s->add_option("--rank", ca.rank, "Only this rank's rows")->check(CLI::NonNegativeNumber);
+		s->add_option("--since", ca.since, "Only rows that started this long ago or later: 30s, 15m, 2h, 7d");
+		s->add_option("--limit", ca.limit, "Rows printed")->capture_default_str()->check(CLI::PositiveNumber);
+		s->add_flag("--show-sql", ca.show_sql, "Print the SQL run (on stderr), to start your own queries from");
+	}
+	c.cluster_cmd->footer("The tables and the columns the SQL reads: docs/clickhouse.md.");
+}
+
 int dispatch(Commands &c)
 {
 	if (c.record_cmd->parsed())
@@ -346,6 +378,8 @@ int dispatch(Commands &c)
 	}
 	if (c.sql_cmd->parsed())
 		return run_sql(c.sql);
+	if (c.cluster_cmd->parsed())
+		return run_cluster(c.cluster);
 	if (c.summary_cmd->parsed())
 		return run_summary(c.db);
 	if (c.detect_cmd->parsed())
@@ -387,6 +421,7 @@ int main(int argc, char **argv)
 	c.serve_cmd = add_serve(app, c.serve);
 	c.doctor_cmd = app.add_subcommand("doctor", "Check kernel features, privileges, libraries and Pythons");
 	add_probes(app, c);
+	add_cluster(app, c);
 	try {
 		app.parse(split, argv);
 	} catch (const CLI::ParseError &e) {

@@ -266,10 +266,7 @@ RecordSession::Stop RecordSession::finish_clickhouse()
 		return {};
 	clickhouse_->flush();
 	auto c = shipper_->finish(10);
-	std::cerr << "clickhouse: " << c.rows_sent << " spans shipped to " << a_.clickhouse;
-	if (c.rows_dropped)
-		std::cerr << ", " << c.rows_dropped << " dropped (" << c.last_error << ")";
-	std::cerr << "\n";
+	std::cerr << "clickhouse: " << c.describe(a_.clickhouse) << "\n";
 	if (!c.rows_dropped)
 		return {};
 	auto drops = pipeline_.recorder().drops();

@@ -252,10 +252,7 @@ void ServeSession::finish_clickhouse()
 		return;
 	clickhouse_->flush();
 	auto c = shipper_->finish(10);
-	std::cerr << "eacgm: clickhouse: " << c.rows_sent << " spans shipped to " << config_.clickhouse.url;
-	if (c.rows_dropped)
-		std::cerr << ", " << c.rows_dropped << " dropped (" << c.last_error << ")";
-	std::cerr << "\n";
+	std::cerr << "eacgm: clickhouse: " << c.describe(config_.clickhouse.url) << "\n";
 }
 
 // Every process already running is judged as if it had just started.

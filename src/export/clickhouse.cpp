@@ -1,12 +1,14 @@
 #include "export/clickhouse.h"
 
 #include <chrono>
+#include <cstdio>
 #include <regex>
 #include <sys/random.h>
 #include <zlib.h>
 #include <httplib.h>
 
 #include "common/clock.h"
+#include "common/units.h"
 #include "probe/spec.h"
 
 namespace eacgm {
@@ -69,7 +71,7 @@ uint64_t random_u64()
 
 } // namespace
 
-Result<std::string> ClickHouseClient::query(const std::string &sql, const std::string &body) const
+Result<std::string> ClickHouseClient::query(const std::string &sql, const std::string &body, uint64_t *sent_bytes) const
 {
 	httplib::Client c(t_.host, t_.port);
 	c.set_connection_timeout(2);
@@ -80,9 +82,12 @@ Result<std::string> ClickHouseClient::query(const std::string &sql, const std::s
 	httplib::Headers h;
 	if (!body.empty())
 		h.emplace("Content-Encoding", "gzip");
-	httplib::Result r = body.empty() ? c.Post("/", h, sql, "text/plain")
-					 : c.Post("/?query=" + httplib::detail::encode_query_param(sql), h, gzip(body),
-						  "application/octet-stream");
+	std::string packed = body.empty() ? "" : gzip(body);
+	if (sent_bytes)
+		*sent_bytes = packed.size();
+	httplib::Result r = body.empty()
+		? c.Post("/", h, sql, "text/plain")
+		: c.Post("/?query=" + httplib::detail::encode_query_param(sql), h, packed, "application/octet-stream");
 	if (!r)
 		return make_error("ClickHouse at " + t_.url + " did not answer (" + httplib::to_string(r.error()) +
 				  ")");
@@ -194,15 +199,32 @@ bool ClickHouseShipper::ensure_schema()
 
 bool ClickHouseShipper::send(const Batch &b)
 {
-	auto r =
-		client_.query("INSERT INTO " + client_.target().database + "." + b.table + " FORMAT RowBinary", b.rows);
+	uint64_t wire = 0;
+	auto r = client_.query("INSERT INTO " + client_.target().database + "." + b.table + " FORMAT RowBinary", b.rows,
+			       &wire);
 	std::lock_guard<std::mutex> l(mu_);
 	if (!r) {
 		counts_.last_error = r.error().message;
 		return false;
 	}
 	counts_.last_error.clear();
+	counts_.bytes_sent += wire;
 	return true;
+}
+
+std::string ClickHouseShipper::Counts::describe(const std::string &url) const
+{
+	std::string out =
+		std::to_string(rows_sent) + " spans shipped to " + url + " (" + format_bytes(bytes_sent) + " sent";
+	if (rows_sent) {
+		char per[32];
+		snprintf(per, sizeof per, ", %.1f B a span", double(bytes_sent) / double(rows_sent));
+		out += per;
+	}
+	out += ")";
+	if (rows_dropped)
+		out += ", " + std::to_string(rows_dropped) + " dropped (" + last_error + ")";
+	return out;
 }
 
 // Batches go in order, one at a time: taken off the queue, then tried

@@ -43,9 +43,10 @@ Result<ClickHouseTarget> parse_clickhouse_url(const std::string &url);
 class ClickHouseClient {
 public:
 	explicit ClickHouseClient(ClickHouseTarget t) : t_(std::move(t)) {}
-	// sql runs with the target's database as the default; body (RowBinary
-	// rows of an INSERT ... FORMAT RowBinary) is sent gzip-compressed.
-	Result<std::string> query(const std::string &sql, const std::string &body = "") const;
+	// body (RowBinary rows of an INSERT ... FORMAT RowBinary) is sent
+	// gzip-compressed; *sent_bytes, where given, is what went on the wire.
+	Result<std::string> query(const std::string &sql, const std::string &body = "",
+				  uint64_t *sent_bytes = nullptr) const;
 	const ClickHouseTarget &target() const { return t_; }
 
 private:
@@ -86,7 +87,10 @@ public:
 	};
 	struct Counts {
 		uint64_t rows_sent = 0, rows_dropped = 0, batches_sent = 0, retries = 0;
-		std::string last_error; // the server's last complaint, "" once a batch went through
+		uint64_t bytes_sent = 0; // on the wire (compressed), of the batches taken
+		std::string last_error;  // the server's last complaint, "" once a batch went through
+		// "N spans shipped to URL (X sent, Y B a span)[, M dropped (why)]"
+		std::string describe(const std::string &url) const;
 	};
 	ClickHouseShipper(ClickHouseTarget t, Options o);
 	~ClickHouseShipper(); // finish(0) if not finished

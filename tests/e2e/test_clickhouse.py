@@ -6,7 +6,9 @@ stopped mid-run and started again, or away throughout: the recording goes
 on, nothing blocks, and the rows shipped plus those counted as dropped are
 the calls the program made."""
 import collections
+import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -20,6 +22,7 @@ import test_cuda
 import test_serve as S
 
 SERVER = "/usr/sbin/clickhouse-server"
+GLOO_JOB = os.path.join(E.SOURCE_DIR, "tests", "testprogs", "gloo_job.py")
 CONFIG = """<yandex>
   <logger><level>warning</level><log>{dir}/server.log</log><errorlog>{dir}/error.log</errorlog></logger>
   <http_port>{http}</http_port>
@@ -107,7 +110,8 @@ class RecordShipsToClickHouse(unittest.TestCase):
         r = E.record(self.tmp, [E.CUDA_CALLS, "0"], "--layers", "cuda", "--no-detect",
                      "--clickhouse", self.ch.url(db), name="cuda")
         self.assertEqual(r.rc, 0, r.stderr)
-        self.assertIn("clickhouse: %d spans shipped to %s\n" % (E.CUDA_CALLS_SPANS, self.ch.url(db)), r.stderr)
+        self.assertRegex(r.stderr, r"\nclickhouse: %d spans shipped to %s \([\d.]+ (B|KiB) sent, [\d.]+ B a span\)\n" %
+                         (E.CUDA_CALLS_SPANS, re.escape(self.ch.url(db))))
         want = collections.Counter()
         for (name, *_rest), n in (test_cuda.PARENT_CALLS + test_cuda.CHILD_CALLS).items():
             want[name] += n
@@ -161,7 +165,7 @@ class RecordShipsToClickHouse(unittest.TestCase):
                      name="away")
         self.assertEqual(r.rc, 0, r.stderr)
         self.assertIn("eacgm: warning: ClickHouse at %s did not answer" % url, r.stderr)
-        self.assertIn("clickhouse: 0 spans shipped to %s, %d dropped (ClickHouse at %s did not answer" %
+        self.assertIn("clickhouse: 0 spans shipped to %s (0 B sent), %d dropped (ClickHouse at %s did not answer" %
                       (url, E.CUDA_CALLS_SPANS, url), r.stderr)
         self.assertEqual(E.drops(r.db, "clickhouse"), {"not shipped": E.CUDA_CALLS_SPANS})
         # The recording itself is whole.
@@ -211,7 +215,77 @@ class ServeShipsToClickHouse(unittest.TestCase):
                                ["node-a", "te-42", "3", "testlib", "100"]])
         rc, err = agent.stop()
         self.assertEqual(rc, 0, err)
-        self.assertIn("eacgm: clickhouse: %d spans shipped to %s\n" % (100 + S.PER_RUN, ch.url(db)), err)
+        self.assertRegex(err, r"eacgm: clickhouse: %d spans shipped to %s \([\d.]+ (B|KiB) sent, [\d.]+ B a span\)\n" %
+                         (100 + S.PER_RUN, re.escape(ch.url(db))))
+
+
+class ClusterAnswersAcrossRanks(unittest.TestCase):
+    """A 2-rank gloo job recorded with --clickhouse, rank 1 delayed before its
+    all_reduce 2 (seq 2): `eacgm cluster` reads ClickHouse alone."""
+
+    @classmethod
+    def setUpClass(cls):
+        E.require_root()
+        require_clickhouse()
+        cls.tmp = E.make_tempdir(cls)
+        cls.ch = ClickHouse(os.path.join(cls.tmp, "ch"))
+        cls.addClassCleanup(cls.ch.kill)
+        cls.url = cls.ch.url("cl%d" % os.getpid())
+        cls.out = os.path.join(cls.tmp, "job.json")
+        cls.rec = E.record(cls.tmp, ["/usr/bin/python3", GLOO_JOB, cls.out, "--delay-rank", "1", "--delay-ms", "100"],
+                           "--layers", "gloo", "--no-detect", "--clickhouse", cls.url, name="gloo",
+                           env={"EACGM_JOB": "gj"})
+        assert cls.rec.rc == 0, cls.rec.stderr
+        with open(cls.out) as f:
+            cls.job = {int(r): v for r, v in json.load(f).items()}
+
+    def cluster(self, *args):
+        return E.eacgm("cluster", *args, "--clickhouse", self.url)
+
+    def table(self, r):
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.splitlines()
+        head = lines[0].split()
+        return [dict(zip(head, line.split())) for line in lines[1:]]
+
+    def test_stragglers_name_the_delayed_rank_and_its_delay(self):
+        rows = self.table(self.cluster("stragglers", "--job", "gj", "--limit", "1"))
+        self.assertEqual(len(rows), 1)
+        top = rows[0]
+        self.assertEqual({k: top[k] for k in ("job", "layer", "name", "seq", "ranks", "last_rank")},
+                         {"job": "gj", "layer": "gloo", "name": "allreduce", "seq": "2", "ranks": "2",
+                          "last_rank": "1"})
+        # As the recording has it: rank 1's start less rank 0's, at seq 2 ...
+        starts = {r["rank"]: r["start_ns"] for r in E.query(
+            self.rec.db, "SELECT CAST(json_extract(args, '$.rank') AS INT) AS rank, start_ns FROM spans "
+            "WHERE name = 'allreduce' AND json_extract(args, '$.seq') = 2")}
+        self.assertAlmostEqual(float(top["late_ms"]), (starts[1] - starts[0]) / 1e6, delta=0.001)
+        # ... and the sleep the job measured on rank 1, within a millisecond.
+        d0, d1 = self.job[1]["delay"]
+        self.assertAlmostEqual(float(top["late_ms"]), (d1 - d0) / 1e6, delta=1.0)
+
+    def test_summary_counts_every_call_of_both_ranks(self):
+        rows = self.table(self.cluster("summary", "--job", "gj", "--limit", "100"))
+        want = {r["name"]: r["n"] for r in E.query(self.rec.db, "SELECT name, count(*) AS n FROM spans "
+                                                               "WHERE layer = 'gloo' GROUP BY name")}
+        self.assertEqual({r["name"]: int(r["calls"]) for r in rows}, want)
+        self.assertEqual({(r["hosts"], r["ranks"]) for r in rows if r["name"] == "allreduce"}, {("1", "2")})
+        one = self.table(self.cluster("summary", "--job", "gj", "--rank", "1", "--limit", "100"))
+        ar = [r for r in one if r["name"] == "allreduce"]
+        self.assertEqual([(int(r["calls"]) * 2, r["ranks"]) for r in ar], [(want["allreduce"], "1")])
+        self.assertEqual(self.table(self.cluster("summary", "--job", "another")), [])
+
+    def test_show_sql_prints_what_ran(self):
+        r = self.cluster("stragglers", "--job", "it's", "--since", "2h", "--show-sql")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("job = 'it\\'s'", r.stderr)
+        self.assertIn("start_ns >= toUInt64(now() - 7200) * 1000000000", r.stderr)
+        self.assertTrue(r.stderr.startswith("SELECT job, layer, name, seq"), r.stderr)
+
+    def test_bad_since_is_named(self):
+        r = self.cluster("summary", "--since", "yesterday")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--since yesterday: give a duration such as 30s, 15m, 2h or 7d", r.stderr)
 
 
 class BadAddresses(unittest.TestCase):

@@ -98,4 +98,6 @@ TEST(ClickHouseShipper, NoServerEveryRowCountedAsDropped)
 	EXPECT_EQ(c.batches_sent, 0u);
 	EXPECT_GE(c.retries, 1u);
 	EXPECT_NE(c.last_error.find("did not answer"), std::string::npos) << c.last_error;
+	EXPECT_EQ(c.bytes_sent, 0u);
+	EXPECT_EQ(c.describe("http://x"), "0 spans shipped to http://x (0 B sent), 145 dropped (" + c.last_error + ")");
 }
