@@ -61,6 +61,7 @@ section "Python layer variants" /usr/bin/python3 "$here/python_cost.py" "$eacgm"
 section "What a Python sample costs the job, against the budget's estimate" /usr/bin/python3 "$here/sample_cost.py" "$eacgm"
 section "The Python stack behind a torch call, by depth" /usr/bin/python3 "$here/pystack_cost.py" "$eacgm"
 section "Node agent (eacgm serve): idle and under ResNet-18" /usr/bin/python3 "$here/agent_cost.py" "$eacgm"
+section "Shipping to ClickHouse: the sink's CPU, rows per second, bytes per span" /usr/bin/python3 "$here/clickhouse_cost.py" "$eacgm"
 # The soak (bench/soak.py, by hand: half an hour) is not rerun here; its
 # last result is carried over.
 if [[ -f $here/SOAK.md ]]; then
