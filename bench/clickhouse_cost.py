@@ -38,7 +38,7 @@ from train_cost import cpu_s  # noqa: E402
 PYTHON = "/usr/bin/python3"
 WORKLOADS = {"resnet18": os.path.join(HERE, "workloads", "resnet18_train.py"),
              "gpt": os.path.join(HERE, "workloads", "gpt_train.py")}
-SHIPPED = re.compile(r"clickhouse: (\d+) spans shipped to \S+ \((\S+ \S+) sent(?:, ([\d.]+) B a span)?\)")
+SHIPPED = re.compile(r"clickhouse: (\d+) spans(?: and \d+ events)? shipped to \S+ \((\S+ \S+) sent(?:, ([\d.]+) B a row)?\)")
 
 
 def wait_for(what, check, proc, timeout=300):
@@ -117,12 +117,12 @@ def main():
                         runs[sink].append(r)
                         print("  %s round %d %-14s eacgm %.2f%% of a core%s" % (
                             workload, rnd + 1, "--clickhouse" if sink else "store only", r["cpu"],
-                            ", %d spans, %.0f rows/s, %.1f B a span on the wire, %.1f on disk" % (
+                            ", %d spans, %.0f rows/s, %.1f B a row on the wire, %.1f on disk" % (
                                 r["rows"], r["rows_s"], r["wire"], r["disk"]) if sink else ""), flush=True)
                 med = lambda rs, k: statistics.median(r[k] for r in rs)  # noqa: E731
                 extra = statistics.median(b["cpu"] - a["cpu"] for a, b in zip(runs[False], runs[True]))
                 print("%s: eacgm %.2f%% of a core store only, %.2f%% with --clickhouse: the sink %+.2f%% "
-                      "(median of the rounds' differences); %.0f rows/s, %.1f B a span on the wire, "
+                      "(median of the rounds' differences); %.0f rows/s, %.1f B a row on the wire, "
                       "%.1f on ClickHouse's disk" % (workload, med(runs[False], "cpu"), med(runs[True], "cpu"),
                                                      extra, med(runs[True], "rows_s"), med(runs[True], "wire"),
                                                      med(runs[True], "disk")), flush=True)

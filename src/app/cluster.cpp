@@ -2,8 +2,10 @@
 // (docs/clickhouse.md), answered by ClickHouse's SQL over the spans table.
 // Each prints the SQL it ran with --show-sql, so an operator can start
 // their own queries from it.
+#include <cctype>
 #include <iomanip>
 #include <iostream>
+#include <set>
 #include <sstream>
 
 #include "app/commands.h"
@@ -89,10 +91,40 @@ std::string stragglers_sql(const ClusterArgs &a, const std::string &db, uint64_t
 		std::to_string(a.limit);
 }
 
-// ClickHouse's TabSeparatedWithNames as columns padded to their widest cell.
-void print_table(const std::string &tsv)
+// Calls in flight past an agent's hang limit: a "hang" event with no
+// "hang_over" for the same call (agent, pid, tid, start), per collective
+// (job, layer, call, seq, nranks): the ranks inside it, and for how long.
+// A hang in flight is one whatever its age: --since does not apply.
+std::string hangs_sql(const ClusterArgs &a, const std::string &db)
 {
-	std::vector<std::vector<std::string>> rows;
+	std::string events = rows_of(a, db, "job, host, rank, pid, tid, layer, kind, key, start_ns, seq, nranks",
+				     "kind IN ('hang', 'hang_over')", 0);
+	events.replace(events.find(".spans"), 6, ".events");
+	return "SELECT job, layer, call, seq, nranks, arraySort(groupArray(rank)) AS in_flight, "
+	       "groupUniqArray(host) AS hosts, round(toUInt64(now()) - min(start_ns) / 1e9, 1) AS for_s\nFROM "
+	       "(SELECT agent, pid, tid, start_ns, any(job) AS job, any(host) AS host, any(layer) AS layer, "
+	       "any(key) AS call, any(seq) AS seq, any(nranks) AS nranks, any(rank) AS rank, "
+	       "countIf(kind = 'hang_over') AS over\nFROM " +
+		events +
+		"\nGROUP BY agent, pid, tid, start_ns HAVING over = 0)\nGROUP BY job, layer, call, seq, nranks "
+		"ORDER BY for_s DESC, job, seq LIMIT " +
+		std::to_string(a.limit);
+}
+
+// The ranks of a job that finished the collective at seq: a span of it.
+std::string finished_sql(const std::string &db, const std::string &job, const std::string &layer,
+			 const std::string &seq)
+{
+	return "SELECT DISTINCT rank FROM " + db + ".spans WHERE job = " + literal(job) +
+		" AND layer = " + literal(layer) + " AND seq = " + seq + " AND rank >= 0 ORDER BY rank";
+}
+
+using Table = std::vector<std::vector<std::string>>;
+
+// ClickHouse's TabSeparated output as rows of cells.
+Table parse_tsv(const std::string &tsv)
+{
+	Table rows;
 	std::istringstream in(tsv);
 	std::string line;
 	while (std::getline(in, line)) {
@@ -103,6 +135,60 @@ void print_table(const std::string &tsv)
 			cells.push_back(c);
 		rows.push_back(std::move(cells));
 	}
+	return rows;
+}
+
+// "[0,3]" (ClickHouse's array text), or numbers a line each, as a set.
+std::set<long> ranks_of(const std::string &text)
+{
+	std::set<long> out;
+	std::string digits;
+	for (char c : text + ",") {
+		if (isdigit((unsigned char)c) || c == '-') {
+			digits += c;
+		} else if (!digits.empty()) {
+			out.insert(std::stol(digits));
+			digits.clear();
+		}
+	}
+	return out;
+}
+
+// Each hang's missing ranks: of 0..nranks-1, those neither inside the
+// collective nor past it (a span at its seq), on whichever node they run.
+Result<Table> with_missing_ranks(const ClickHouseClient &ch, Table t, bool show_sql)
+{
+	if (t.empty())
+		return t;
+	t[0].push_back("missing_ranks");
+	for (size_t i = 1; i < t.size(); i++) {
+		auto &r = t[i]; // job, layer, call, seq, nranks, in_flight, hosts, for_s
+		long nranks = std::stol(r[4]);
+		if (r[3] == "-1" || nranks <= 0) {
+			r.push_back("?"); // a wait without a sequence number: nothing to match ranks by
+			continue;
+		}
+		std::string sql = finished_sql(ch.target().database, r[0], r[1], r[3]);
+		if (show_sql)
+			std::cerr << sql << ";\n";
+		auto done = ch.query(sql + " FORMAT TabSeparated");
+		if (!done)
+			return done.error();
+		std::set<long> present = ranks_of(r[5]);
+		for (long k : ranks_of(done.value()))
+			present.insert(k);
+		std::vector<std::string> missing;
+		for (long k = 0; k < nranks; k++)
+			if (!present.count(k))
+				missing.push_back(std::to_string(k));
+		r.push_back("[" + join(missing, ",") + "]");
+	}
+	return t;
+}
+
+// Rows as columns padded to their widest cell.
+void print_table(const Table &rows)
+{
 	std::vector<size_t> width;
 	for (auto &r : rows)
 		for (size_t i = 0; i < r.size(); i++)
@@ -129,14 +215,24 @@ int run_cluster(const ClusterArgs &a)
 			return fail("cluster: --since " + a.since + ": give a duration such as 30s, 15m, 2h or 7d", 2);
 		since_s = *s;
 	}
-	std::string sql =
-		a.what == "summary" ? summary_sql(a, t->database, since_s) : stragglers_sql(a, t->database, since_s);
+	const std::string &db = t->database;
+	std::string sql = a.what == "summary" ? summary_sql(a, db, since_s)
+		: a.what == "stragglers"      ? stragglers_sql(a, db, since_s)
+					      : hangs_sql(a, db);
 	if (a.show_sql)
 		std::cerr << sql << ";\n";
-	auto r = ClickHouseClient(t.value()).query(sql + "\nFORMAT TabSeparatedWithNames");
+	ClickHouseClient ch(t.value());
+	auto r = ch.query(sql + "\nFORMAT TabSeparatedWithNames");
 	if (!r)
 		return fail("cluster " + a.what + ": " + r.error().message);
-	print_table(r.value());
+	Table table = parse_tsv(r.value());
+	if (a.what == "hangs") {
+		auto m = with_missing_ranks(ch, std::move(table), a.show_sql);
+		if (!m)
+			return fail("cluster hangs: " + m.error().message);
+		table = std::move(m.value());
+	}
+	print_table(table);
 	return 0;
 }
 

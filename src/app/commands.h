@@ -61,10 +61,10 @@ struct SqlArgs {
 };
 int run_sql(const SqlArgs &args);
 
-// eacgm cluster summary|stragglers: across the nodes that ship to one
+// eacgm cluster summary|stragglers|hangs: across the nodes that ship to one
 // ClickHouse (src/app/cluster.cpp).
 struct ClusterArgs {
-	std::string what; // "summary" or "stragglers"
+	std::string what; // "summary", "stragglers" or "hangs"
 	std::string clickhouse;
 	std::string job, host, since;
 	int rank = -1;

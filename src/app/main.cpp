@@ -348,7 +348,10 @@ void add_cluster(CLI::App &app, Commands &c)
 	     {What{"summary", "Per function across the nodes: calls, total and mean time, p99, hosts and ranks"},
 	      What{"stragglers",
 		   "Per collective round across ranks: the rank that arrived last, and by how much "
-		   "(the latest start less the earliest)"}}) {
+		   "(the latest start less the earliest)"},
+	      What{"hangs",
+		   "Collectives in flight past an agent's hang limit (--hang-after, hang_after_s): the "
+		   "ranks inside, and the ranks of the job that never arrived (missing_ranks)"}}) {
 		auto *s = c.cluster_cmd->add_subcommand(w.name, w.help);
 		s->callback([&ca, name = std::string(w.name)] { ca.what = name; });
 		s->add_option("--clickhouse", ca.clickhouse,

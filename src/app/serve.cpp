@@ -341,7 +341,7 @@ void ServeSession::publish_health()
 				  "The agent's peak resident memory.");
 		registry_.declare("eacgm_agent_rss_bytes", MetricsRegistry::gauge, "The agent's resident memory now.");
 		registry_.declare("eacgm_clickhouse_rows_sent_total", MetricsRegistry::counter,
-				  "Rows ClickHouse took ([clickhouse]).");
+				  "Rows ClickHouse took ([clickhouse]), by table.");
 		registry_.declare("eacgm_clickhouse_rows_dropped_total", MetricsRegistry::counter,
 				  "Rows never sent to ClickHouse: its queue was full while the server was away.");
 		registry_.declare("eacgm_clickhouse_retries_total", MetricsRegistry::counter,
@@ -382,7 +382,8 @@ void ServeSession::publish_health()
 	if (shipper_) {
 		clickhouse_->tick();
 		auto c = shipper_->counts();
-		registry_.set("eacgm_clickhouse_rows_sent_total", {}, double(c.rows_sent));
+		for (auto &[table, n] : c.sent)
+			registry_.set("eacgm_clickhouse_rows_sent_total", {{"table", table}}, double(n));
 		registry_.set("eacgm_clickhouse_rows_dropped_total", {}, double(c.rows_dropped));
 		registry_.set("eacgm_clickhouse_retries_total", {}, double(c.retries));
 	}

@@ -110,6 +110,15 @@ std::vector<std::string> clickhouse_schema(const std::string &db)
 			"layer String, name String, start_ns UInt64, dur_ns UInt64, seq Int64, bytes UInt64, "
 			"ret Int64, weight Float64, agent UInt64, row UInt64) "
 			"ENGINE = ReplacingMergeTree() PARTITION BY day ORDER BY (job, host, start_ns, agent, row)",
+		// kind: the event's name ("hang", "hang_over", "xid", ...); key:
+		// what it is about (the call in flight, "gpu0"); start_ns, seq and
+		// nranks: a hang's call (0, -1, -1 elsewhere); args: all of it, JSON.
+		"CREATE TABLE IF NOT EXISTS " + db +
+			".events (day Date, host String, job String, rank Int32, pid UInt32, tid UInt32, "
+			"layer String, kind String, key String, ts_ns UInt64, start_ns UInt64, seq Int64, nranks "
+			"Int32, "
+			"args String, agent UInt64, row UInt64) "
+			"ENGINE = ReplacingMergeTree() PARTITION BY day ORDER BY (job, host, ts_ns, agent, row)",
 	};
 }
 
@@ -214,11 +223,17 @@ bool ClickHouseShipper::send(const Batch &b)
 
 std::string ClickHouseShipper::Counts::describe(const std::string &url) const
 {
-	std::string out =
-		std::to_string(rows_sent) + " spans shipped to " + url + " (" + format_bytes(bytes_sent) + " sent";
+	auto n = [&](const char *table) {
+		auto it = sent.find(table);
+		return it == sent.end() ? uint64_t(0) : it->second;
+	};
+	std::string out = std::to_string(n("spans")) + " spans";
+	if (n("events"))
+		out += " and " + std::to_string(n("events")) + " events";
+	out += " shipped to " + url + " (" + format_bytes(bytes_sent) + " sent";
 	if (rows_sent) {
 		char per[32];
-		snprintf(per, sizeof per, ", %.1f B a span", double(bytes_sent) / double(rows_sent));
+		snprintf(per, sizeof per, ", %.1f B a row", double(bytes_sent) / double(rows_sent));
 		out += per;
 	}
 	out += ")";
@@ -261,6 +276,7 @@ void ClickHouseShipper::run()
 		}
 		std::lock_guard<std::mutex> l(mu_);
 		counts_.rows_sent += b.nrows;
+		counts_.sent[b.table] += b.nrows;
 		counts_.batches_sent++;
 		sending_ = false;
 		backoff = o_.first_retry_s;
@@ -311,6 +327,15 @@ void ClickHouseSink::forget_ended(uint64_t now_ns)
 			++it;
 }
 
+// The columns every table begins with: day, host, job.
+void ClickHouseSink::begin_row(Pending &p, uint64_t wall_ns, uint32_t pid)
+{
+	p.rows.fixed(uint16_t(wall_ns / 86'400'000'000'000ull)); // day
+	p.rows.string(id_.host);
+	p.rows.string(who(pid).job);
+	p.count++;
+}
+
 void ClickHouseSink::add_row(uint32_t pid, uint32_t tid, std::string_view layer, std::string_view name,
 			     uint64_t start_ns, uint64_t dur_ns, int64_t seq, int64_t rank, uint64_t bytes, int64_t ret,
 			     double weight)
@@ -319,10 +344,8 @@ void ClickHouseSink::add_row(uint32_t pid, uint32_t tid, std::string_view layer,
 	if (w.rank < 0 && rank >= 0)
 		w.rank = rank; // learned from a collective: the process's from now on
 	uint64_t wall = uint64_t(int64_t(start_ns) + wall_minus_mono_);
-	RowBinary &r = pending_;
-	r.fixed(uint16_t(wall / 86'400'000'000'000ull)); // day
-	r.string(id_.host);
-	r.string(w.job);
+	begin_row(spans_, wall, pid);
+	RowBinary &r = spans_.rows;
 	r.fixed(int32_t(w.rank >= 0 ? w.rank : rank));
 	r.fixed(pid);
 	r.fixed(tid);
@@ -336,7 +359,35 @@ void ClickHouseSink::add_row(uint32_t pid, uint32_t tid, std::string_view layer,
 	r.fixed(weight);
 	r.fixed(agent_);
 	r.fixed(row_++);
-	pending_rows_++;
+}
+
+Result<void> ClickHouseSink::measures(const std::vector<Metric> &, const std::vector<Event> &events)
+{
+	for (const Event &e : events) {
+		auto int_of = [&](const char *k, int64_t none) {
+			auto it = e.args.find(k);
+			return it != e.args.end() && it->is_number_integer() ? it->get<int64_t>() : none;
+		};
+		int64_t start = int_of("start_ns", 0);
+		uint64_t wall = uint64_t(int64_t(e.ts_ns) + wall_minus_mono_);
+		begin_row(events_, wall, e.pid);
+		RowBinary &r = events_.rows;
+		r.fixed(int32_t(int_of("rank", who(e.pid).rank)));
+		r.fixed(e.pid);
+		r.fixed(e.tid);
+		r.string(e.layer);
+		r.string(e.name);
+		r.string(e.key);
+		r.fixed(wall);
+		r.fixed(uint64_t(start ? start + wall_minus_mono_ : 0));
+		r.fixed(int_of("seq", -1));
+		r.fixed(int32_t(int_of("nranks", -1)));
+		r.string(e.args.dump());
+		r.fixed(agent_);
+		r.fixed(row_++);
+	}
+	tick();
+	return {};
 }
 
 void ClickHouseSink::add_typed(const TypedSpans &ts)
@@ -368,7 +419,7 @@ Result<void> ClickHouseSink::write(SpanBatch &b)
 	}
 	if (!b.typed.empty())
 		add_typed(b.typed);
-	if (pending_.size() >= kFlushAtBytes)
+	if (spans_.rows.size() >= kFlushAtBytes)
 		flush();
 	tick();
 	return {};
@@ -384,11 +435,12 @@ void ClickHouseSink::flush()
 {
 	last_flush_ns_ = mono_ns();
 	forget_ended(last_flush_ns_);
-	if (!pending_rows_)
-		return;
-	shipper_.push("spans", std::move(pending_.bytes()), pending_rows_);
-	pending_ = RowBinary();
-	pending_rows_ = 0;
+	for (auto [table, p] : {std::pair{"spans", &spans_}, std::pair{"events", &events_}}) {
+		if (!p->count)
+			continue;
+		shipper_.push(table, std::move(p->rows.bytes()), p->count);
+		*p = Pending();
+	}
 }
 
 } // namespace eacgm

@@ -14,6 +14,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -87,9 +88,10 @@ public:
 	};
 	struct Counts {
 		uint64_t rows_sent = 0, rows_dropped = 0, batches_sent = 0, retries = 0;
-		uint64_t bytes_sent = 0; // on the wire (compressed), of the batches taken
-		std::string last_error;  // the server's last complaint, "" once a batch went through
-		// "N spans shipped to URL (X sent, Y B a span)[, M dropped (why)]"
+		std::map<std::string, uint64_t> sent; // rows_sent by table
+		uint64_t bytes_sent = 0;              // on the wire (compressed), of the batches taken
+		std::string last_error;               // the server's last complaint, "" once a batch went through
+		// "N spans[ and E events] shipped to URL (X sent, Y B a row)[, M dropped (why)]"
 		std::string describe(const std::string &url) const;
 	};
 	ClickHouseShipper(ClickHouseTarget t, Options o);
@@ -133,6 +135,9 @@ public:
 	};
 	ClickHouseSink(ClickHouseShipper &shipper, Identity id);
 	Result<void> write(SpanBatch &b) override;
+	// Events (hangs and their end, XID errors, budget changes) as rows of
+	// `events`; the host and GPU measures are not shipped (yet).
+	Result<void> measures(const std::vector<Metric> &, const std::vector<Event> &events) override;
 	// Each process's job and rank, from its launcher's environment.
 	Result<void> process(const Process &p) override;
 	// What is gathered goes to the shipper now (at the end).
@@ -161,8 +166,13 @@ private:
 	uint64_t agent_ = 0;          // this run's id: (agent, row) is each row's key
 	uint64_t row_ = 0;            // rows made so far
 	int64_t wall_minus_mono_ = 0; // spans' CLOCK_MONOTONIC times to the wall clock, for cross-node rows
-	RowBinary pending_;
-	uint64_t pending_rows_ = 0;
+	// Rows made since the last flush, per table.
+	struct Pending {
+		RowBinary rows;
+		uint64_t count = 0;
+	};
+	Pending spans_, events_;
+	void begin_row(Pending &p, uint64_t wall_ns, uint32_t pid);
 	uint64_t last_flush_ns_ = 0;
 	TypedCollectives collectives_;
 	std::unordered_map<uint32_t, Who> who_;

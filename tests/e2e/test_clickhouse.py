@@ -96,21 +96,28 @@ def require_clickhouse():
         raise unittest.SkipTest("no %s: run scripts/setup.sh (Debian's clickhouse-server)" % SERVER)
 
 
+def server_for(owner):
+    """A ClickHouse of its own for a test (or a test class, from setUpClass),
+    killed at its end: (its temporary directory, the server)."""
+    E.require_root()
+    require_clickhouse()
+    tmp = E.make_tempdir(owner)
+    ch = ClickHouse(os.path.join(tmp, "ch"))
+    (owner.addClassCleanup if isinstance(owner, type) else owner.addCleanup)(ch.kill)
+    return tmp, ch
+
+
 class RecordShipsToClickHouse(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        E.require_root()
-        require_clickhouse()
-        cls.tmp = E.make_tempdir(cls)
-        cls.ch = ClickHouse(os.path.join(cls.tmp, "ch"))
-        cls.addClassCleanup(cls.ch.kill)
+        cls.tmp, cls.ch = server_for(cls)
 
     def test_every_call_arrives_as_the_recording_has_it(self):
         db = "rec%d" % os.getpid()
         r = E.record(self.tmp, [E.CUDA_CALLS, "0"], "--layers", "cuda", "--no-detect",
                      "--clickhouse", self.ch.url(db), name="cuda")
         self.assertEqual(r.rc, 0, r.stderr)
-        self.assertRegex(r.stderr, r"\nclickhouse: %d spans shipped to %s \([\d.]+ (B|KiB) sent, [\d.]+ B a span\)\n" %
+        self.assertRegex(r.stderr, r"\nclickhouse: %d spans shipped to %s \([\d.]+ (B|KiB) sent, [\d.]+ B a row\)\n" %
                          (E.CUDA_CALLS_SPANS, re.escape(self.ch.url(db))))
         want = collections.Counter()
         for (name, *_rest), n in (test_cuda.PARENT_CALLS + test_cuda.CHILD_CALLS).items():
@@ -180,11 +187,7 @@ class RecordShipsToClickHouse(unittest.TestCase):
 
 class ServeShipsToClickHouse(unittest.TestCase):
     def test_a_program_started_after_the_agent(self):
-        E.require_root()
-        require_clickhouse()
-        tmp = E.make_tempdir(self)
-        ch = ClickHouse(os.path.join(tmp, "ch"))
-        self.addCleanup(ch.kill)
+        tmp, ch = server_for(self)
         prog, tag = S.cuda_copy(tmp, "eh")
         rank_prog = os.path.join(tmp, tag + "r")  # a rank of a torchrun job: its job and rank in its environment
         shutil.copy(E.TESTLIB_CALLS, rank_prog)
@@ -207,7 +210,7 @@ class ServeShipsToClickHouse(unittest.TestCase):
         r = E.run([prog, "0"])
         self.assertEqual(r.returncode, 0, r.stderr)
         agent.wait_until("every row sent",
-                         lambda m: m.get(("eacgm_clickhouse_rows_sent_total", ())) == 100 + S.PER_RUN)
+                         lambda m: m.get(("eacgm_clickhouse_rows_sent_total", (("table", "spans"),))) == 100 + S.PER_RUN)
         self.assertEqual(agent.value("eacgm_clickhouse_rows_dropped_total"), 0)
         got = ch.query("SELECT host, job, rank, layer, uniqExact(agent, row) FROM %s.spans "
                        "GROUP BY host, job, rank, layer ORDER BY job" % db)
@@ -215,7 +218,7 @@ class ServeShipsToClickHouse(unittest.TestCase):
                                ["node-a", "te-42", "3", "testlib", "100"]])
         rc, err = agent.stop()
         self.assertEqual(rc, 0, err)
-        self.assertRegex(err, r"eacgm: clickhouse: %d spans shipped to %s \([\d.]+ (B|KiB) sent, [\d.]+ B a span\)\n" %
+        self.assertRegex(err, r"eacgm: clickhouse: %d spans(?: and \d+ events)? shipped to %s \([\d.]+ (B|KiB) sent, [\d.]+ B a row\)\n" %
                          (100 + S.PER_RUN, re.escape(ch.url(db))))
 
 
@@ -225,11 +228,7 @@ class ClusterAnswersAcrossRanks(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        E.require_root()
-        require_clickhouse()
-        cls.tmp = E.make_tempdir(cls)
-        cls.ch = ClickHouse(os.path.join(cls.tmp, "ch"))
-        cls.addClassCleanup(cls.ch.kill)
+        cls.tmp, cls.ch = server_for(cls)
         cls.url = cls.ch.url("cl%d" % os.getpid())
         cls.out = os.path.join(cls.tmp, "job.json")
         cls.rec = E.record(cls.tmp, ["/usr/bin/python3", GLOO_JOB, cls.out, "--delay-rank", "1", "--delay-ms", "100"],
@@ -286,6 +285,46 @@ class ClusterAnswersAcrossRanks(unittest.TestCase):
         r = self.cluster("summary", "--since", "yesterday")
         self.assertEqual(r.returncode, 2)
         self.assertIn("--since yesterday: give a duration such as 30s, 15m, 2h or 7d", r.stderr)
+
+
+class ClusterHangs(unittest.TestCase):
+    """A 2-rank gloo job whose rank 1 is held out of all_reduce 2 until the
+    test creates a file: while it lasts, `eacgm cluster hangs` (ClickHouse
+    alone) names the collective, its seq, the rank inside and the rank
+    missing; once it is over, nothing."""
+
+    def test_named_while_it_lasts_and_gone_after(self):
+        tmp, ch = server_for(self)
+        url = ch.url("hang%d" % os.getpid())
+        gate = os.path.join(tmp, "gate")
+        started = E.start_record(tmp, "--layers", "gloo", "--no-detect", "--hang-after", "1", "--clickhouse", url,
+                                 "--", "/usr/bin/python3", GLOO_JOB, os.path.join(tmp, "job.json"), "--steps", "1",
+                                 "--stall-rank", "1", "--gate", gate, env={"EACGM_JOB": "gh"})
+        try:
+            started.wait_for_line(r"eacgm: warning: hang: gloo allreduce in flight .* seq 2, missing_ranks \[1\]",
+                                  timeout=180)
+            # Shipped within about a second of the line: ClickHouse's answer is the signal.
+            deadline, rows = time.monotonic() + 30, []
+            while not rows:
+                self.assertLess(time.monotonic(), deadline, "cluster hangs never named the hang")
+                r = E.eacgm("cluster", "hangs", "--clickhouse", url, "--job", "gh")
+                self.assertEqual(r.returncode, 0, r.stderr)
+                rows = r.stdout.splitlines()[1:]
+                time.sleep(0.2)
+            head = r.stdout.splitlines()[0].split()
+            row = dict(zip(head, rows[0].split()))
+            self.assertEqual(len(rows), 1, r.stdout)
+            self.assertEqual({k: row[k] for k in ("job", "layer", "call", "seq", "nranks", "in_flight",
+                                                  "missing_ranks")},
+                             {"job": "gh", "layer": "gloo", "call": "allreduce", "seq": "2", "nranks": "2",
+                              "in_flight": "[0]", "missing_ranks": "[1]"})
+        finally:
+            open(gate, "w").close()
+        rec = started.wait(timeout=180)
+        self.assertEqual(rec.rc, 0, rec.stderr)
+        r = E.eacgm("cluster", "hangs", "--clickhouse", url, "--job", "gh")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.splitlines(), ["job  layer  call  seq  nranks  in_flight  hosts  for_s  missing_ranks"])
 
 
 class BadAddresses(unittest.TestCase):
