@@ -49,10 +49,10 @@ std::optional<uint64_t> parse_since(const std::string &s)
 	}
 }
 
-// The rows asked about, as a WHERE clause over `spans`: the filters given,
-// and rows sent twice counted once (the subquery's DISTINCT on agent, row).
-std::string rows_of(const ClusterArgs &a, const std::string &db, const std::string &columns, const std::string &extra,
-		    uint64_t since_s)
+// The rows of `table` asked about, as a subquery: the filters given, and
+// rows sent twice counted once (its DISTINCT on agent, row).
+std::string rows_of(const ClusterArgs &a, const std::string &table, const std::string &columns,
+		    const std::string &extra, uint64_t since_s)
 {
 	std::vector<std::string> where;
 	if (!a.job.empty())
@@ -65,7 +65,7 @@ std::string rows_of(const ClusterArgs &a, const std::string &db, const std::stri
 		where.push_back("start_ns >= toUInt64(now() - " + std::to_string(since_s) + ") * 1000000000");
 	if (!extra.empty())
 		where.push_back(extra);
-	return "(SELECT DISTINCT agent, row, " + columns + " FROM " + db + ".spans" +
+	return "(SELECT DISTINCT agent, row, " + columns + " FROM " + table +
 		(where.empty() ? "" : " WHERE " + join(where, " AND ")) + ")";
 }
 
@@ -74,7 +74,7 @@ std::string summary_sql(const ClusterArgs &a, const std::string &db, uint64_t si
 	return "SELECT layer, name, round(sum(weight)) AS calls, round(sum(dur_ns * weight) / 1e6, 3) AS total_ms, "
 	       "round(avg(dur_ns) / 1e3, 3) AS mean_us, round(quantile(0.99)(dur_ns) / 1e3, 3) AS p99_us, "
 	       "uniqExact(host) AS hosts, uniqExact(rank) AS ranks\nFROM " +
-		rows_of(a, db, "host, rank, layer, name, dur_ns, weight", "", since_s) +
+		rows_of(a, db + ".spans", "host, rank, layer, name, dur_ns, weight", "", since_s) +
 		"\nGROUP BY layer, name ORDER BY total_ms DESC, layer, name LIMIT " + std::to_string(a.limit);
 }
 
@@ -86,7 +86,7 @@ std::string stragglers_sql(const ClusterArgs &a, const std::string &db, uint64_t
 	return "SELECT job, layer, name, seq, count() AS ranks, argMax(rank, start_ns) AS last_rank, "
 	       "argMax(host, start_ns) AS last_host, round((max(start_ns) - min(start_ns)) / 1e6, 3) AS "
 	       "late_ms\nFROM " +
-		rows_of(a, db, "job, host, rank, layer, name, seq, start_ns", "seq >= 0", since_s) +
+		rows_of(a, db + ".spans", "job, host, rank, layer, name, seq, start_ns", "seq >= 0", since_s) +
 		"\nGROUP BY job, layer, name, seq HAVING ranks > 1 ORDER BY late_ms DESC, seq LIMIT " +
 		std::to_string(a.limit);
 }
@@ -97,9 +97,9 @@ std::string stragglers_sql(const ClusterArgs &a, const std::string &db, uint64_t
 // A hang in flight is one whatever its age: --since does not apply.
 std::string hangs_sql(const ClusterArgs &a, const std::string &db)
 {
-	std::string events = rows_of(a, db, "job, host, rank, pid, tid, layer, kind, key, start_ns, seq, nranks",
-				     "kind IN ('hang', 'hang_over')", 0);
-	events.replace(events.find(".spans"), 6, ".events");
+	std::string events =
+		rows_of(a, db + ".events", "job, host, rank, pid, tid, layer, kind, key, start_ns, seq, nranks",
+			"kind IN ('hang', 'hang_over')", 0);
 	return "SELECT job, layer, call, seq, nranks, arraySort(groupArray(rank)) AS in_flight, "
 	       "groupUniqArray(host) AS hosts, round(toUInt64(now()) - min(start_ns) / 1e9, 1) AS for_s\nFROM "
 	       "(SELECT agent, pid, tid, start_ns, any(job) AS job, any(host) AS host, any(layer) AS layer, "

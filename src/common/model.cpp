@@ -40,4 +40,10 @@ uint64_t runq_of(const Span &s)
 	return it != s.args.end() && it->is_number_unsigned() ? it->get<uint64_t>() : 0;
 }
 
+double weight_of(const Span &s)
+{
+	auto it = s.args.find(kWeightArg);
+	return it != s.args.end() && it->is_number() ? it->get<double>() : 1.0;
+}
+
 } // namespace eacgm

@@ -82,6 +82,9 @@ struct Span {
 // How long a span's thread waited to run during the call: its kRunqArg, 0
 // where it has none.
 uint64_t runq_of(const Span &s);
+// The calls a span stands for: its kWeightArg (the overhead budget sampled
+// its probe), 1 where it has none.
+double weight_of(const Span &s);
 
 // The order a trace nests spans in (SpanOrder::by_thread): by thread, then
 // start; a parent before a child that starts at the same time, hence longer

@@ -328,11 +328,11 @@ void ClickHouseSink::forget_ended(uint64_t now_ns)
 }
 
 // The columns every table begins with: day, host, job.
-void ClickHouseSink::begin_row(Pending &p, uint64_t wall_ns, uint32_t pid)
+void ClickHouseSink::begin_row(Pending &p, uint64_t wall_ns, const Who &w)
 {
 	p.rows.fixed(uint16_t(wall_ns / 86'400'000'000'000ull)); // day
 	p.rows.string(id_.host);
-	p.rows.string(who(pid).job);
+	p.rows.string(w.job);
 	p.count++;
 }
 
@@ -344,7 +344,7 @@ void ClickHouseSink::add_row(uint32_t pid, uint32_t tid, std::string_view layer,
 	if (w.rank < 0 && rank >= 0)
 		w.rank = rank; // learned from a collective: the process's from now on
 	uint64_t wall = uint64_t(int64_t(start_ns) + wall_minus_mono_);
-	begin_row(spans_, wall, pid);
+	begin_row(spans_, wall, w);
 	RowBinary &r = spans_.rows;
 	r.fixed(int32_t(w.rank >= 0 ? w.rank : rank));
 	r.fixed(pid);
@@ -370,9 +370,10 @@ Result<void> ClickHouseSink::measures(const std::vector<Metric> &, const std::ve
 		};
 		int64_t start = int_of("start_ns", 0);
 		uint64_t wall = uint64_t(int64_t(e.ts_ns) + wall_minus_mono_);
-		begin_row(events_, wall, e.pid);
+		const Who &w = who(e.pid);
+		begin_row(events_, wall, w);
 		RowBinary &r = events_.rows;
-		r.fixed(int32_t(int_of("rank", who(e.pid).rank)));
+		r.fixed(int32_t(int_of("rank", w.rank)));
 		r.fixed(e.pid);
 		r.fixed(e.tid);
 		r.string(e.layer);
@@ -412,10 +413,7 @@ Result<void> ClickHouseSink::write(SpanBatch &b)
 		int64_t seq = -1, rank = int_arg(s, "rank").value_or(-1);
 		if (auto c = collective_of(s))
 			seq = int64_t(c->key.seq);
-		double weight = 1.0;
-		if (auto w = s.args.find(kWeightArg); w != s.args.end() && w->is_number())
-			weight = w->get<double>();
-		add_row(s.pid, s.tid, s.layer, s.name, s.start_ns, s.dur_ns, seq, rank, s.bytes, s.ret, weight);
+		add_row(s.pid, s.tid, s.layer, s.name, s.start_ns, s.dur_ns, seq, rank, s.bytes, s.ret, weight_of(s));
 	}
 	if (!b.typed.empty())
 		add_typed(b.typed);

@@ -172,7 +172,8 @@ private:
 		uint64_t count = 0;
 	};
 	Pending spans_, events_;
-	void begin_row(Pending &p, uint64_t wall_ns, uint32_t pid);
+	void begin_row(Pending &p, uint64_t wall_ns, const Who &w); // day, host, job
+
 	uint64_t last_flush_ns_ = 0;
 	TypedCollectives collectives_;
 	std::unordered_map<uint32_t, Who> who_;

@@ -221,12 +221,8 @@ const std::string &MetricsSink::function_label(const std::string &layer, const s
 
 Result<void> MetricsSink::write(SpanBatch &b)
 {
-	for (const Span &s : b.spans) {
-		double w = 1;
-		if (auto it = s.args.find(kWeightArg); it != s.args.end() && it->is_number())
-			w = it->get<double>();
-		count(s.layer, s.name, w, is_error_span(s), s.dur_ns, s.bytes);
-	}
+	for (const Span &s : b.spans)
+		count(s.layer, s.name, weight_of(s), is_error_span(s), s.dur_ns, s.bytes);
 	for (const TypedSpan &t : b.typed.spans) {
 		const ProbeSpec &p = b.typed.specs->probes[t.spec_id];
 		count(p.layer, p.function, t.weight, failed(b.typed, t), t.dur_ns, t.bytes);
