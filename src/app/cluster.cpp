@@ -78,16 +78,39 @@ std::string summary_sql(const ClusterArgs &a, const std::string &db, uint64_t si
 		"\nGROUP BY layer, name ORDER BY total_ms DESC, layer, name LIMIT " + std::to_string(a.limit);
 }
 
+// Each agent's clock less its job's reference agent's (the least agent
+// id): over the collective rounds both took part in, the median of the
+// difference of their ends, as eacgm merge aligns recordings (a
+// collective ends at nearly the same time on every rank, as the last
+// rank to arrive releases them all; the median keeps a round whose rank
+// was descheduled at its end from moving the answer). Nodes' wall
+// clocks agree only as well as NTP keeps them (a millisecond or worse),
+// less well than the lateness asked about. Columns: agent, job, shift.
+std::string clock_shifts_sql(const std::string &rounds)
+{
+	std::string ends = "(SELECT job, layer, name, seq, agent, min(start_ns + dur_ns) AS end_ns FROM " + rounds +
+		" GROUP BY job, layer, name, seq, agent)";
+	std::string reference_ends = "(SELECT job, layer, name, seq, end_ns AS ref_end FROM " + ends +
+		"\n  ANY INNER JOIN (SELECT job, min(agent) AS agent FROM " + rounds +
+		" GROUP BY job) USING job, agent)";
+	return "(SELECT agent, job, quantileExact(0.5)(toInt64(end_ns) - toInt64(ref_end)) AS shift FROM " + ends +
+		"\n ANY INNER JOIN " + reference_ends + " USING job, layer, name, seq GROUP BY agent, job)";
+}
+
 // A round: one collective (layer, name, seq) of a job across its ranks; the
 // rank that started it last held every other up by late_ms (the latest
-// start less the earliest, as eacgm summary's arrival skew).
+// start less the earliest, as eacgm summary's arrival skew), the starts on
+// one clock (clock_shifts_sql).
 std::string stragglers_sql(const ClusterArgs &a, const std::string &db, uint64_t since_s)
 {
-	return "SELECT job, layer, name, seq, count() AS ranks, argMax(rank, start_ns) AS last_rank, "
-	       "argMax(host, start_ns) AS last_host, round((max(start_ns) - min(start_ns)) / 1e6, 3) AS "
-	       "late_ms\nFROM " +
-		rows_of(a, db + ".spans", "job, host, rank, layer, name, seq, start_ns", "seq >= 0", since_s) +
-		"\nGROUP BY job, layer, name, seq HAVING ranks > 1 ORDER BY late_ms DESC, seq LIMIT " +
+	std::string rounds =
+		rows_of(a, db + ".spans", "job, host, rank, layer, name, seq, start_ns, dur_ns", "seq >= 0", since_s);
+	return "SELECT job, layer, name, seq, count() AS ranks, argMax(rank, at) AS last_rank, "
+	       "argMax(host, at) AS last_host, round((max(at) - min(at)) / 1e6, 3) AS late_ms\nFROM "
+	       "(SELECT job, host, rank, layer, name, seq, toInt64(start_ns) - shift AS at FROM " +
+		rounds + "\nANY LEFT JOIN " + clock_shifts_sql(rounds) +
+		" USING agent, job)\nGROUP BY job, layer, name, seq HAVING ranks > 1 ORDER BY late_ms DESC, seq "
+		"LIMIT " +
 		std::to_string(a.limit);
 }
 

@@ -44,6 +44,7 @@ struct RecordArgs {
 	bool bpf_stats = false;             // the kernel's run-time accounting of our programs
 	std::string raw_dump;               // hidden: the span records decode saw (bench_pipeline_cost --replay)
 	std::string clickhouse;             // also ship every span to this ClickHouse HTTP address
+	std::string clickhouse_cluster;     // ... through Distributed tables over this cluster's shards
 	std::vector<std::string> command;   // after "--"
 };
 int run_record(const RecordArgs &args);
@@ -78,9 +79,10 @@ int run_doctor();
 
 // eacgm serve (src/app/serve.cpp): the node agent.
 struct ServeArgs {
-	std::string config;     // empty: /etc/eacgm/eacgm.toml when it exists, else the defaults
-	std::string listen;     // overrides the config's
-	std::string ready_file; // written once serving, with the port
+	std::string config;             // empty: /etc/eacgm/eacgm.toml when it exists, else the defaults
+	std::string listen;             // overrides the config's
+	std::string ready_file;         // written once serving, with the port
+	double test_clock_shift_ms = 0; // hidden: the wall clock of rows shipped is off by this (tests)
 };
 int run_serve(const ServeArgs &args);
 inline constexpr const char *kDefaultServeConfig = "/etc/eacgm/eacgm.toml";

@@ -118,6 +118,8 @@ Result<void> check_values(const ServeConfig &c, const std::string &path)
 	if (!c.clickhouse.url.empty())
 		if (auto r = parse_clickhouse_url(c.clickhouse.url); !r)
 			return make_error(path + ": clickhouse.url: " + r.error().message);
+	if (auto r = parse_clickhouse_url("http://h", c.clickhouse.cluster); !r)
+		return make_error(path + ": clickhouse.cluster: " + r.error().message);
 	for (auto &re : c.filter.comm) {
 		try {
 			std::regex test(re);
@@ -162,6 +164,7 @@ Result<ServeConfig> parse_serve_config(const std::string &text, const std::strin
 		{"url", string_of(c.clickhouse.url)},
 		{"host", string_of(c.clickhouse.host)},
 		{"job", string_of(c.clickhouse.job)},
+		{"cluster", string_of(c.clickhouse.cluster)},
 	};
 	std::map<std::string, Reader> top = {
 		{"listen", string_of(c.listen)},

@@ -41,9 +41,10 @@ struct ServeConfig {
 	bool bpf_stats = false; // the kernel's run-time accounting of eacgm's BPF programs
 	// Shipping to ClickHouse (docs/clickhouse.md); url "": off.
 	struct ClickHouse {
-		std::string url;  // http://[USER[:PASSWORD]@]HOST[:PORT][/DATABASE]
-		std::string host; // the node's name in every row; "": its host name
-		std::string job;  // the job's name in every row, where the launcher's environment gives none
+		std::string url;     // http://[USER[:PASSWORD]@]HOST[:PORT][/DATABASE]
+		std::string host;    // the node's name in every row; "": its host name
+		std::string job;     // the job's name in every row, where the launcher's environment gives none
+		std::string cluster; // remote_servers' name: ship through Distributed tables over its shards
 	} clickhouse;
 	// Which processes are traced: all of them must match where given.
 	struct Filter {

@@ -24,6 +24,8 @@ static CLI::App *add_serve(CLI::App &app, ServeArgs &sa)
 			  "Write this file once serving: one line of JSON with eacgm's pid, the port, the probes and "
 			  "processes traced. Wait on it (or on the stderr line 'eacgm: serving ...') rather than "
 			  "guessing when the agent is up");
+	// Tests only: a node whose wall clock is off, for the cluster's clock alignment.
+	serve->add_option("--test-clock-shift-ms", sa.test_clock_shift_ms)->group("");
 	serve->footer("SIGHUP reloads the configuration's filters; SIGTERM or SIGINT stops the agent, which "
 		      "flushes what it holds and exits 0.");
 	return serve;
@@ -69,6 +71,9 @@ void add_record_outputs(CLI::App *record, RecordArgs &rec)
 			   "http://[USER[:PASSWORD]@]HOST[:PORT][/DATABASE] (port 8123, database eacgm unless given); "
 			   "the tables are made on first use. The recording is written as without it; rows that "
 			   "cannot be sent within 10 s of the end are counted as dropped (docs/clickhouse.md)");
+	record->add_option("--clickhouse-cluster", rec.clickhouse_cluster,
+			   "With --clickhouse: ship through Distributed tables over this cluster of the server's "
+			   "remote_servers (spans_local and events_local hold the rows on each shard)");
 	record->add_option("-p,--pid", rec.pid, "Attach to this running process and its descendants");
 	record->add_option("--ready-file", rec.ready_file,
 			   "Write this file once every probe is attached (before the command starts; with -p, once "

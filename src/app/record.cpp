@@ -157,8 +157,10 @@ RecordSession::Stop RecordSession::check_args()
 		return fail("give either -p PID or -- COMMAND, not both", 2);
 	if (!a_.pid && a_.command.empty())
 		return fail("nothing to record: give -p PID or -- COMMAND [ARGS...]", 2);
+	if (a_.clickhouse.empty() && !a_.clickhouse_cluster.empty())
+		return fail("--clickhouse-cluster needs --clickhouse URL: the server whose cluster it names", 2);
 	if (!a_.clickhouse.empty()) {
-		auto t = parse_clickhouse_url(a_.clickhouse);
+		auto t = parse_clickhouse_url(a_.clickhouse, a_.clickhouse_cluster);
 		if (!t)
 			return fail("--clickhouse: " + t.error().message, 2);
 		clickhouse_target_ = std::move(t.value());

@@ -236,13 +236,16 @@ void ServeSession::open_clickhouse()
 {
 	if (config_.clickhouse.url.empty())
 		return;
-	auto t = parse_clickhouse_url(config_.clickhouse.url); // checked with the configuration
+	auto t = parse_clickhouse_url(config_.clickhouse.url,
+				      config_.clickhouse.cluster); // checked with the configuration
 	if (auto r = ClickHouseClient(t.value()).query("SELECT 1"); !r)
 		std::cerr << "eacgm: warning: " << r.error().message
 			  << "; spans are queued for it (up to 64 MB) and retried\n";
 	shipper_.emplace(t.value(), ClickHouseShipper::Options{});
 	std::string host = config_.clickhouse.host.empty() ? host_name() : config_.clickhouse.host;
-	clickhouse_.emplace(*shipper_, ClickHouseSink::Identity{host, config_.clickhouse.job});
+	clickhouse_.emplace(
+		*shipper_,
+		ClickHouseSink::Identity{host, config_.clickhouse.job, int64_t(a_.test_clock_shift_ms * 1e6)});
 	sinks_.add(&*clickhouse_);
 }
 

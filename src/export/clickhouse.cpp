@@ -13,8 +13,12 @@
 
 namespace eacgm {
 
-Result<ClickHouseTarget> parse_clickhouse_url(const std::string &url)
+Result<ClickHouseTarget> parse_clickhouse_url(const std::string &url, const std::string &cluster)
 {
+	static const std::regex identifier(R"(^[A-Za-z_][A-Za-z0-9_]*$)");
+	if (!cluster.empty() && !std::regex_match(cluster, identifier))
+		return make_error("ClickHouse cluster '" + cluster +
+				  "' is not a name of letters, digits and underscores, as remote_servers names it");
 	// scheme, user, password, host, port, database
 	static const std::regex form(
 		R"(^http://(?:([^:@/]+)(?::([^@/]*))?@)?([^:/@]+)(?::(\d{1,5}))?(?:/([A-Za-z_][A-Za-z0-9_]*)?)?/?$)");
@@ -40,6 +44,7 @@ Result<ClickHouseTarget> parse_clickhouse_url(const std::string &url)
 	}
 	if (m[5].matched && m[5].length())
 		t.database = m[5];
+	t.cluster = cluster;
 	return t;
 }
 
@@ -98,28 +103,44 @@ Result<std::string> ClickHouseClient::query(const std::string &sql, const std::s
 	return r->body;
 }
 
-std::vector<std::string> clickhouse_schema(const std::string &db)
+std::vector<std::string> clickhouse_schema(const ClickHouseTarget &t)
 {
+	const std::string &db = t.database;
+	// Where a cluster is named, each table is the Distributed one over its
+	// shards' `<table>_local`, which hold the rows; a row's shard is a hash
+	// of its (agent, row), so a batch sent twice lands where it did the
+	// first time and is folded there.
+	std::string suffix = t.cluster.empty() ? "" : "_local";
+	auto table = [&](const std::string &name, const std::string &columns, const std::string &order) {
+		std::vector<std::string> out = {
+			"CREATE TABLE IF NOT EXISTS " + db + "." + name + suffix + " (" + columns +
+			") ENGINE = ReplacingMergeTree() PARTITION BY day ORDER BY (" + order + ")"};
+		if (!t.cluster.empty())
+			out.push_back("CREATE TABLE IF NOT EXISTS " + db + "." + name + " AS " + db + "." + name +
+				      suffix + " ENGINE = Distributed(" + t.cluster + ", " + db + ", " + name + suffix +
+				      ", cityHash64(agent, row))");
+		return out;
+	};
 	// Ordered for the cluster's questions (a job's spans over time); a
 	// partition a day, which the agent drops past its age (18.16 has no
 	// TTL); ReplacingMergeTree folds a batch sent twice by its (agent, row).
-	return {
-		"CREATE DATABASE IF NOT EXISTS " + db,
-		"CREATE TABLE IF NOT EXISTS " + db +
-			".spans (day Date, host String, job String, rank Int32, pid UInt32, tid UInt32, "
-			"layer String, name String, start_ns UInt64, dur_ns UInt64, seq Int64, bytes UInt64, "
-			"ret Int64, weight Float64, agent UInt64, row UInt64) "
-			"ENGINE = ReplacingMergeTree() PARTITION BY day ORDER BY (job, host, start_ns, agent, row)",
-		// kind: the event's name ("hang", "hang_over", "xid", ...); key:
-		// what it is about (the call in flight, "gpu0"); start_ns, seq and
-		// nranks: a hang's call (0, -1, -1 elsewhere); args: all of it, JSON.
-		"CREATE TABLE IF NOT EXISTS " + db +
-			".events (day Date, host String, job String, rank Int32, pid UInt32, tid UInt32, "
-			"layer String, kind String, key String, ts_ns UInt64, start_ns UInt64, seq Int64, nranks "
-			"Int32, "
-			"args String, agent UInt64, row UInt64) "
-			"ENGINE = ReplacingMergeTree() PARTITION BY day ORDER BY (job, host, ts_ns, agent, row)",
-	};
+	std::vector<std::string> out = {"CREATE DATABASE IF NOT EXISTS " + db};
+	for (auto &sql : table("spans",
+			       "day Date, host String, job String, rank Int32, pid UInt32, tid UInt32, "
+			       "layer String, name String, start_ns UInt64, dur_ns UInt64, seq Int64, bytes UInt64, "
+			       "ret Int64, weight Float64, agent UInt64, row UInt64",
+			       "job, host, start_ns, agent, row"))
+		out.push_back(sql);
+	// kind: the event's name ("hang", "hang_over", "xid", ...); key: what
+	// it is about (the call in flight, "gpu0"); start_ns, seq and nranks:
+	// a hang's call (0, -1, -1 elsewhere); args: all of it, JSON.
+	for (auto &sql : table("events",
+			       "day Date, host String, job String, rank Int32, pid UInt32, tid UInt32, "
+			       "layer String, kind String, key String, ts_ns UInt64, start_ns UInt64, seq Int64, "
+			       "nranks Int32, args String, agent UInt64, row UInt64",
+			       "job, host, ts_ns, agent, row"))
+		out.push_back(sql);
+	return out;
 }
 
 void RowBinary::string(std::string_view s)
@@ -197,7 +218,7 @@ bool ClickHouseShipper::ensure_schema()
 {
 	if (schema_ok_)
 		return true;
-	for (auto &sql : clickhouse_schema(client_.target().database))
+	for (auto &sql : clickhouse_schema(client_.target()))
 		if (auto r = client_.query(sql); !r) {
 			std::lock_guard<std::mutex> l(mu_);
 			counts_.last_error = r.error().message;
@@ -248,6 +269,10 @@ std::string ClickHouseShipper::Counts::describe(const std::string &url) const
 // as dropped).
 void ClickHouseShipper::run()
 {
+	// The tables from the start, not from the first row: an agent whose
+	// node is idle still makes its shard's tables, which queries through a
+	// Distributed table over every shard need. Tried again with each batch.
+	ensure_schema();
 	double backoff = o_.first_retry_s;
 	while (true) {
 		Batch b;
@@ -294,7 +319,7 @@ constexpr size_t kFlushAtBytes = 8u << 20;
 ClickHouseSink::ClickHouseSink(ClickHouseShipper &shipper, Identity id)
 	: shipper_(shipper), id_(std::move(id)), agent_(random_u64())
 {
-	wall_minus_mono_ = int64_t(clock_ns(CLOCK_REALTIME)) - int64_t(mono_ns());
+	wall_minus_mono_ = int64_t(clock_ns(CLOCK_REALTIME)) - int64_t(mono_ns()) + id_.clock_shift_ns;
 	last_flush_ns_ = mono_ns();
 }
 

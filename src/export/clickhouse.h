@@ -36,8 +36,11 @@ struct ClickHouseTarget {
 	std::string database = "eacgm";
 	std::string user, password;
 	std::string url; // as given, for messages
+	// A cluster of the server's remote_servers: the tables are Distributed
+	// ones over its shards (clickhouse_schema); "": plain tables.
+	std::string cluster;
 };
-Result<ClickHouseTarget> parse_clickhouse_url(const std::string &url);
+Result<ClickHouseTarget> parse_clickhouse_url(const std::string &url, const std::string &cluster = "");
 
 // One statement at a time over HTTP: the answer's text, or an error that
 // names the server and what it said.
@@ -56,8 +59,12 @@ private:
 
 // The tables eacgm ships to, created on first use (IF NOT EXISTS: an
 // operator's own tables of these names, such as Distributed ones over a
-// cluster's shards, are used as they are).
-std::vector<std::string> clickhouse_schema(const std::string &database);
+// cluster's shards, are used as they are). With t.cluster, the rows'
+// tables are `<table>_local` on the server shipped to, and `<table>` the
+// Distributed one over the cluster's shards, which every insert and query
+// goes through; each shard needs its own `_local` tables (an agent
+// shipping to it makes them, or `eacgm cluster schema` prints them).
+std::vector<std::string> clickhouse_schema(const ClickHouseTarget &t);
 
 // ClickHouse's RowBinary: little-endian integers, strings as a LEB128
 // length and their bytes, a Date as days since 1970-01-01 (UInt16).
@@ -130,8 +137,9 @@ private:
 class ClickHouseSink : public Sink {
 public:
 	struct Identity {
-		std::string host; // the node's name in every row
-		std::string job;  // where a process's launcher gave none; "": none known
+		std::string host;           // the node's name in every row
+		std::string job;            // where a process's launcher gave none; "": none known
+		int64_t clock_shift_ns = 0; // added to every wall time (tests: a node whose clock is off)
 	};
 	ClickHouseSink(ClickHouseShipper &shipper, Identity id);
 	Result<void> write(SpanBatch &b) override;

@@ -33,9 +33,11 @@ CONFIG = """<yandex>
   <users_config>{dir}/users.xml</users_config>
   <default_profile>default</default_profile>
   <default_database>default</default_database>
-  <mark_cache_size>5368709120</mark_cache_size>
+  <mark_cache_size>5368709120</mark_cache_size>{remote}
 </yandex>
 """
+# remote_servers: a cluster whose shards are the servers at these native (tcp) ports.
+SHARD = "<shard><replica><host>127.0.0.1</host><port>{tcp}</port></replica></shard>"
 USERS = """<yandex>
   <profiles><default></default></profiles>
   <users><default><password></password><networks><ip>127.0.0.1</ip></networks>
@@ -46,15 +48,20 @@ USERS = """<yandex>
 
 
 class ClickHouse:
-    """A clickhouse-server of this test's own (its data under dir), on loopback."""
+    """A clickhouse-server of this test's own (its data under dir), on loopback;
+    its (http, tcp) ports free ones unless given; clusters: {name: [the tcp
+    ports of its shards]}, its remote_servers."""
 
-    def __init__(self, dir):
+    def __init__(self, dir, ports=None, clusters=None):
         self.dir = dir
         os.makedirs(dir, exist_ok=True)
-        self.http, self.tcp = S.free_port(), S.free_port()
+        self.http, self.tcp = ports or (S.free_port(), S.free_port())
+        remote = "".join("<%s>%s</%s>" % (name, "".join(SHARD.format(tcp=t) for t in shards), name)
+                         for name, shards in (clusters or {}).items())
         self.config = os.path.join(dir, "config.xml")
         with open(self.config, "w") as f:
-            f.write(CONFIG.format(dir=dir, http=self.http, tcp=self.tcp))
+            f.write(CONFIG.format(dir=dir, http=self.http, tcp=self.tcp,
+                                  remote="\n  <remote_servers>%s</remote_servers>" % remote if remote else ""))
         with open(os.path.join(dir, "users.xml"), "w") as f:
             f.write(USERS)
         self.proc = None
@@ -337,6 +344,16 @@ class BadAddresses(unittest.TestCase):
             self.assertEqual(r.returncode, 2, (url, r.stderr))
             self.assertIn("--clickhouse: ClickHouse address '%s%s" % (url, why), r.stderr)
             self.assertEqual(r.stderr.count("\n"), 1, r.stderr)
+
+    def test_a_cluster_needs_an_address_and_a_name(self):
+        r = E.eacgm("record", "--clickhouse-cluster", "two", "--", "/bin/true")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--clickhouse-cluster needs --clickhouse URL", r.stderr)
+        r = E.eacgm("record", "--clickhouse", "http://ch:8123", "--clickhouse-cluster", "two shards", "--",
+                    "/bin/true")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--clickhouse: ClickHouse cluster 'two shards' is not a name of letters, digits and "
+                      "underscores, as remote_servers names it", r.stderr)
 
 
 if __name__ == "__main__":

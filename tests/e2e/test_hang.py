@@ -51,7 +51,7 @@ class HangWhileItLasts(unittest.TestCase):
         self.assertEqual((a["rank"], a["nranks"], a["seq"], a["missing_ranks"], a["ranks_not_seen"]),
                          (0, 2, 2, [1], []))
         self.assertGreaterEqual(a["age_s"], 1.0)
-        stall = self.job[1]["delay"]  # rank 1's wait at the gate, as it measured it
+        stall = self.job[1]["stall"]  # rank 1's wait at the gate, as it measured it
         self.assertTrue(stall[0] < h["ts_ns"] < stall[1], (stall, h["ts_ns"]))
         self.assertTrue(any("gloo_job.py" in f for f in a["python_stack"]), a["python_stack"])
 
@@ -59,7 +59,7 @@ class HangWhileItLasts(unittest.TestCase):
         over = [e for e in self.events if e["name"] == "hang_over"]
         self.assertEqual(len(over), 1, self.events)
         self.assertEqual((over[0]["key"], over[0]["pid"]), ("allreduce", self.job[0]["pid"]))
-        self.assertGreater(over[0]["ts_ns"], self.job[1]["delay"][1])
+        self.assertGreater(over[0]["ts_ns"], self.job[1]["stall"][1])
         span = E.load_spans(self.rec.db, "layer = 'gloo' AND pid = ? AND name = 'allreduce'",
                             (self.job[0]["pid"],))
         seq2 = [s for s in span if s["args"]["seq"] == 2]

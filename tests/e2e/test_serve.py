@@ -64,7 +64,7 @@ def parse_metrics(text):
 class Agent:
     """`eacgm serve --config CONFIG --listen 127.0.0.1:0`, returned once it says it serves."""
 
-    def __init__(self, tmp, config, wrapper=(), env=None):
+    def __init__(self, tmp, config, wrapper=(), env=None, args=()):
         self.cfg = os.path.join(tmp, "eacgm.toml")
         with open(self.cfg, "w") as f:
             f.write(config)
@@ -72,7 +72,8 @@ class Agent:
         self.err = os.path.join(tmp, "serve.err")
         with open(self.err, "w") as err:
             self.proc = subprocess.Popen([*wrapper, E.EACGM, "serve", "--config", self.cfg, "--listen", "127.0.0.1:0",
-                                          "--ready-file", self.ready_file], stdout=subprocess.DEVNULL, stderr=err,
+                                          "--ready-file", self.ready_file, *args], stdout=subprocess.DEVNULL,
+                                         stderr=err,
                                          env=dict(os.environ, **(env or {})))
         E.wait_for_text(self.err, SERVING, self.proc)
         with open(self.ready_file) as f:

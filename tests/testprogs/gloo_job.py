@@ -7,17 +7,19 @@ rank runs, in this order:
 and measures each explicit collective itself (CLOCK_MONOTONIC, the clock
 eacgm's spans use) around the call. --delay-rank R sleeps on rank R before
 its all_reduce number 2, measuring the sleep too. --stall-rank R --gate PATH
-makes rank R wait before its all_reduce number 2 until PATH exists (a test
-creates it once eacgm has reported the hang), measuring the wait as the delay.
+makes rank R wait before its all_reduce number 2 (or --stall-at I) until PATH
+exists (a test creates it once eacgm has reported the hang), measuring the
+wait too.
 --rank R runs that one rank in this process (no fork): each rank of a job may
 then run elsewhere (its own network namespace), all meeting through the same
 FileStore path, which the first rank to start must not find stale (the caller
 removes it).
 Writes OUT as JSON: per rank, its pid, its collectives [op, index, start_ns,
-end_ns] and the sleep it measured [start_ns, end_ns] ([0, 0] if none); with
---rank, OUT.R with that rank's part.
+end_ns], the sleep it measured as "delay" and the wait at the gate as "stall"
+(each [start_ns, end_ns], [0, 0] if none); with --rank, OUT.R with that
+rank's part.
 Usage: gloo_job.py OUT [--world N (2)] [--steps S (3)] [--delay-rank R --delay-ms MS]
-                       [--stall-rank R --gate PATH] [--rank R --store PATH]"""
+                       [--stall-rank R --gate PATH [--stall-at I (2)]] [--rank R --store PATH]"""
 import argparse
 import json
 import os
@@ -38,18 +40,18 @@ def rank_main(rank, a, store):
     torch.manual_seed(0)
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=a.world)
-    log, delay = [], [0, 0]
+    log, delay, stall = [], [0, 0], [0, 0]
     for i in range(4):
         t = torch.ones(1000, dtype=torch.float32) * (rank + 1)
         if rank == a.delay_rank and i == 2:
             delay[0] = time.monotonic_ns()
             time.sleep(a.delay_ms / 1000)
             delay[1] = time.monotonic_ns()
-        if rank == a.stall_rank and i == 2:
-            delay[0] = time.monotonic_ns()
+        if rank == a.stall_rank and i == a.stall_at:
+            stall[0] = time.monotonic_ns()
             while not os.path.exists(a.gate):
                 time.sleep(0.01)
-            delay[1] = time.monotonic_ns()
+            stall[1] = time.monotonic_ns()
         timed(log, "all_reduce", i, lambda: dist.all_reduce(t))
         assert t[0].item() == a.world * (a.world + 1) / 2, t[0].item()
     for i in range(3):
@@ -65,7 +67,7 @@ def rank_main(rank, a, store):
         opt.step()
     dist.destroy_process_group()
     with open("%s.%d" % (a.out, rank), "w") as f:
-        json.dump({"collectives": log, "delay": delay, "pid": os.getpid()}, f)
+        json.dump({"collectives": log, "delay": delay, "stall": stall, "pid": os.getpid()}, f)
 
 
 def main():
@@ -77,6 +79,7 @@ def main():
     p.add_argument("--delay-ms", type=float, default=0)
     p.add_argument("--stall-rank", type=int, default=-1)
     p.add_argument("--gate")
+    p.add_argument("--stall-at", type=int, default=2, choices=range(4))
     p.add_argument("--rank", type=int, default=-1)
     p.add_argument("--store")
     a = p.parse_args()

@@ -46,6 +46,28 @@ TEST(ClickHouseUrl, BadOnesNamedWithTheForm)
 	EXPECT_NE(tls.error().message.find("https is not supported"), std::string::npos) << tls.error().message;
 }
 
+TEST(ClickHouseSchema, PlainTablesOrDistributedOnesOverACluster)
+{
+	auto plain = clickhouse_schema(parse_clickhouse_url("http://ch/prod").value());
+	ASSERT_EQ(plain.size(), 3u);
+	EXPECT_EQ(plain[0], "CREATE DATABASE IF NOT EXISTS prod");
+	EXPECT_EQ(plain[1].rfind("CREATE TABLE IF NOT EXISTS prod.spans (day Date, host String, job String, ", 0), 0u)
+		<< plain[1];
+	EXPECT_EQ(plain[2].rfind("CREATE TABLE IF NOT EXISTS prod.events (", 0), 0u) << plain[2];
+	auto sharded = clickhouse_schema(parse_clickhouse_url("http://ch/prod", "two").value());
+	ASSERT_EQ(sharded.size(), 5u);
+	EXPECT_EQ(sharded[1], plain[1].substr(0, 37) + "_local" + plain[1].substr(37)) << sharded[1];
+	EXPECT_EQ(sharded[2],
+		  "CREATE TABLE IF NOT EXISTS prod.spans AS prod.spans_local ENGINE = "
+		  "Distributed(two, prod, spans_local, cityHash64(agent, row))");
+	EXPECT_EQ(sharded[4],
+		  "CREATE TABLE IF NOT EXISTS prod.events AS prod.events_local ENGINE = "
+		  "Distributed(two, prod, events_local, cityHash64(agent, row))");
+	auto bad = parse_clickhouse_url("http://ch", "two; DROP");
+	ASSERT_FALSE(bad);
+	EXPECT_NE(bad.error().message.find("ClickHouse cluster 'two; DROP' is not a name"), std::string::npos);
+}
+
 TEST(RowBinary, KnownBytes)
 {
 	RowBinary r;
