@@ -38,7 +38,7 @@ from train_cost import cpu_s  # noqa: E402
 PYTHON = "/usr/bin/python3"
 WORKLOADS = {"resnet18": os.path.join(HERE, "workloads", "resnet18_train.py"),
              "gpt": os.path.join(HERE, "workloads", "gpt_train.py")}
-SHIPPED = re.compile(r"clickhouse: (\d+) spans(?: and \d+ events)? shipped to \S+ \((\S+ \S+) sent(?:, ([\d.]+) B a row)?\)")
+SHIPPED = re.compile(r"clickhouse: (\d+) spans(?: and \d+ more rows \([^)]*\))? shipped to \S+ \((\S+ \S+) sent(?:, ([\d.]+) B a row)?\)")
 
 
 def wait_for(what, check, proc, timeout=300):

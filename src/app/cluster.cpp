@@ -1,5 +1,6 @@
 // eacgm cluster: questions across every node that ships to one ClickHouse
-// (docs/clickhouse.md), answered by ClickHouse's SQL over the spans table.
+// (docs/clickhouse.md), answered by ClickHouse's SQL over the small rows
+// every agent ships whatever spans it ships: rounds, aggregates, events.
 // Each prints the SQL it ran with --show-sql, so an operator can start
 // their own queries from it.
 #include <cctype>
@@ -69,12 +70,15 @@ std::string rows_of(const ClusterArgs &a, const std::string &table, const std::s
 		(where.empty() ? "" : " WHERE " + join(where, " AND ")) + ")";
 }
 
+// From the aggregates every agent ships (a row per function and process
+// every 10 s), whatever spans it ships.
 std::string summary_sql(const ClusterArgs &a, const std::string &db, uint64_t since_s)
 {
-	return "SELECT layer, name, round(sum(weight)) AS calls, round(sum(dur_ns * weight) / 1e6, 3) AS total_ms, "
-	       "round(avg(dur_ns) / 1e3, 3) AS mean_us, round(quantile(0.99)(dur_ns) / 1e3, 3) AS p99_us, "
+	return "SELECT layer, name, round(sum(n)) AS calls, round(sum(t) / 1e6, 3) AS total_ms, "
+	       "round(sum(t) / sum(n) / 1e3, 3) AS mean_us, round(max(m) / 1e3, 3) AS max_us, "
 	       "uniqExact(host) AS hosts, uniqExact(rank) AS ranks\nFROM " +
-		rows_of(a, db + ".spans", "host, rank, layer, name, dur_ns, weight", "", since_s) +
+		rows_of(a, db + ".aggregates", "host, rank, layer, name, calls AS n, total_ns AS t, max_ns AS m", "",
+			since_s) +
 		"\nGROUP BY layer, name ORDER BY total_ms DESC, layer, name LIMIT " + std::to_string(a.limit);
 }
 
@@ -134,11 +138,11 @@ std::string hangs_sql(const ClusterArgs &a, const std::string &db)
 		std::to_string(a.limit);
 }
 
-// The ranks of a job that finished the collective at seq: a span of it.
+// The ranks of a job that finished the collective at seq: a round of it.
 std::string finished_sql(const std::string &db, const std::string &job, const std::string &layer,
 			 const std::string &seq)
 {
-	return "SELECT DISTINCT rank FROM " + db + ".spans WHERE job = " + literal(job) +
+	return "SELECT DISTINCT rank FROM " + db + ".rounds WHERE job = " + literal(job) +
 		" AND layer = " + literal(layer) + " AND seq = " + seq + " AND rank >= 0 ORDER BY rank";
 }
 

@@ -18,6 +18,7 @@
 #include "common/fs.h"
 #include "common/text.h"
 #include "export/clickhouse.h"
+#include "export/clickhouse_sink.h"
 #include "export/http.h"
 
 namespace eacgm {
@@ -120,6 +121,10 @@ Result<void> check_values(const ServeConfig &c, const std::string &path)
 			return make_error(path + ": clickhouse.url: " + r.error().message);
 	if (auto r = parse_clickhouse_url("http://h", c.clickhouse.cluster); !r)
 		return make_error(path + ": clickhouse.cluster: " + r.error().message);
+	if (!ClickHouseSink::spans_of(c.clickhouse.spans))
+		return make_error(path + ": clickhouse.spans: '" + c.clickhouse.spans +
+				  "' is not one of \"all\", \"around\" (the seconds around an anomaly or a hang) or "
+				  "\"none\"");
 	for (auto &re : c.filter.comm) {
 		try {
 			std::regex test(re);
@@ -161,10 +166,9 @@ Result<ServeConfig> parse_serve_config(const std::string &text, const std::strin
 		 }},
 	};
 	std::map<std::string, Reader> clickhouse = {
-		{"url", string_of(c.clickhouse.url)},
-		{"host", string_of(c.clickhouse.host)},
-		{"job", string_of(c.clickhouse.job)},
-		{"cluster", string_of(c.clickhouse.cluster)},
+		{"url", string_of(c.clickhouse.url)},     {"host", string_of(c.clickhouse.host)},
+		{"job", string_of(c.clickhouse.job)},     {"cluster", string_of(c.clickhouse.cluster)},
+		{"spans", string_of(c.clickhouse.spans)},
 	};
 	std::map<std::string, Reader> top = {
 		{"listen", string_of(c.listen)},

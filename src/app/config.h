@@ -45,6 +45,9 @@ struct ServeConfig {
 		std::string host;    // the node's name in every row; "": its host name
 		std::string job;     // the job's name in every row, where the launcher's environment gives none
 		std::string cluster; // remote_servers' name: ship through Distributed tables over its shards
+		// Spans shipped besides the small rows (rounds, aggregates, ...):
+		// "all", "around" (the seconds around an anomaly or a hang) or "none".
+		std::string spans = "around";
 	} clickhouse;
 	// Which processes are traced: all of them must match where given.
 	struct Filter {

@@ -338,7 +338,7 @@ void add_probes(CLI::App &app, Commands &c)
 	pgen->add_option("--layer", pa.layer, "Layer name of the spec's spans")->capture_default_str();
 }
 
-// cluster summary|stragglers: one subcommand each, the same options.
+// cluster summary|stragglers|hangs: one subcommand each, the same options.
 void add_cluster(CLI::App &app, Commands &c)
 {
 	ClusterArgs &ca = c.cluster;
@@ -350,7 +350,7 @@ void add_cluster(CLI::App &app, Commands &c)
 		const char *name, *help;
 	};
 	for (What w :
-	     {What{"summary", "Per function across the nodes: calls, total and mean time, p99, hosts and ranks"},
+	     {What{"summary", "Per function across the nodes: calls, total, mean and longest time, hosts and ranks"},
 	      What{"stragglers",
 		   "Per collective round across ranks: the rank that arrived last, and by how much "
 		   "(the latest start less the earliest)"},

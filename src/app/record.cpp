@@ -20,6 +20,7 @@
 #include "app/commands.h"
 #include "app/pipeline.h"
 #include "export/clickhouse.h"
+#include "export/clickhouse_sink.h"
 #include "export/pftrace.h"
 #include "app/privileges.h"
 #include "app/target.h"
@@ -255,7 +256,9 @@ RecordSession::Stop RecordSession::open_clickhouse()
 		std::cerr << "eacgm: warning: " << r.error().message
 			  << "; spans are queued for it (up to 64 MB) and retried until 10 s after the end\n";
 	shipper_.emplace(*clickhouse_target_, ClickHouseShipper::Options{});
-	clickhouse_.emplace(*shipper_, ClickHouseSink::Identity{host_name(), ""});
+	// Everything it records, as its own store keeps it.
+	clickhouse_.emplace(*shipper_, ClickHouseSink::Identity{host_name(), ""},
+			    ClickHouseSink::Options{.spans = ClickHouseSink::Spans::all});
 	sinks_.add(&*clickhouse_);
 	return {};
 }
@@ -269,10 +272,10 @@ RecordSession::Stop RecordSession::finish_clickhouse()
 	clickhouse_->flush();
 	auto c = shipper_->finish(10);
 	std::cerr << "clickhouse: " << c.describe(a_.clickhouse) << "\n";
-	if (!c.rows_dropped)
+	if (!c.dropped["spans"])
 		return {};
 	auto drops = pipeline_.recorder().drops();
-	drops.push_back({"clickhouse", "not shipped", c.rows_dropped});
+	drops.push_back({"clickhouse", "not shipped", c.dropped["spans"]}); // the recording's own records
 	if (auto r = store_->set_drops(drops); !r)
 		return fail(r.error().message);
 	return {};

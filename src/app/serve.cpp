@@ -24,6 +24,7 @@
 #include "common/text.h"
 #include "common/usage.h"
 #include "export/clickhouse.h"
+#include "export/clickhouse_sink.h"
 #include "export/http.h"
 #include "export/metrics.h"
 #include "pipeline/recorder.h"
@@ -245,7 +246,8 @@ void ServeSession::open_clickhouse()
 	std::string host = config_.clickhouse.host.empty() ? host_name() : config_.clickhouse.host;
 	clickhouse_.emplace(
 		*shipper_,
-		ClickHouseSink::Identity{host, config_.clickhouse.job, int64_t(a_.test_clock_shift_ms * 1e6)});
+		ClickHouseSink::Identity{host, config_.clickhouse.job, int64_t(a_.test_clock_shift_ms * 1e6)},
+		ClickHouseSink::Options{.spans = *ClickHouseSink::spans_of(config_.clickhouse.spans)});
 	sinks_.add(&*clickhouse_);
 }
 
@@ -349,6 +351,9 @@ void ServeSession::publish_health()
 				  "Rows never sent to ClickHouse: its queue was full while the server was away.");
 		registry_.declare("eacgm_clickhouse_retries_total", MetricsRegistry::counter,
 				  "Batches ClickHouse did not take at a try (each tried again after a back-off).");
+		registry_.declare(
+			"eacgm_clickhouse_spans_let_go_total", MetricsRegistry::counter,
+			"Spans held for [clickhouse] spans = \"around\" and let go: no anomaly or hang near them.");
 	}
 	Recorder &rec = pipeline_->recorder();
 	SelfUsage u = self_usage();
@@ -389,6 +394,7 @@ void ServeSession::publish_health()
 			registry_.set("eacgm_clickhouse_rows_sent_total", {{"table", table}}, double(n));
 		registry_.set("eacgm_clickhouse_rows_dropped_total", {}, double(c.rows_dropped));
 		registry_.set("eacgm_clickhouse_retries_total", {}, double(c.retries));
+		registry_.set("eacgm_clickhouse_spans_let_go_total", {}, double(clickhouse_->spans_let_go()));
 	}
 	registry_.set("eacgm_agent_cpu_seconds_total", {}, u.cpu_s);
 	registry_.set("eacgm_agent_max_rss_bytes", {}, double(u.max_rss_kb) * 1024);

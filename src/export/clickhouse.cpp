@@ -3,11 +3,11 @@
 #include <chrono>
 #include <cstdio>
 #include <regex>
-#include <sys/random.h>
 #include <zlib.h>
 #include <httplib.h>
 
 #include "common/clock.h"
+#include "common/text.h"
 #include "common/units.h"
 #include "probe/spec.h"
 
@@ -66,14 +66,6 @@ std::string gzip(const std::string &in)
 	return out;
 }
 
-uint64_t random_u64()
-{
-	uint64_t v = 0;
-	while (getrandom(&v, sizeof v, 0) != sizeof v) {
-	}
-	return v;
-}
-
 } // namespace
 
 Result<std::string> ClickHouseClient::query(const std::string &sql, const std::string &body, uint64_t *sent_bytes) const
@@ -103,6 +95,52 @@ Result<std::string> ClickHouseClient::query(const std::string &sql, const std::s
 	return r->body;
 }
 
+namespace {
+// The columns every row begins and ends with.
+#define EACGM_CH_HEAD "day Date, host String, job String, "
+#define EACGM_CH_TAIL ", agent UInt64, row UInt64"
+// spans and rounds: a traced call each.
+constexpr const char *kSpanColumns =
+	EACGM_CH_HEAD "rank Int32, pid UInt32, tid UInt32, layer String, name String, start_ns UInt64, dur_ns UInt64, "
+		      "seq Int64, bytes UInt64, ret Int64, weight Float64" EACGM_CH_TAIL;
+} // namespace
+
+// In ClickHouseTable's order (the static_assert below and the sink's
+// rows_of check it); docs/clickhouse.md has each column's meaning.
+extern constexpr std::array<ClickHouseTableDef, kClickHouseTableCount> kClickHouseTables = {{
+	{ClickHouseTable::spans, "spans", kSpanColumns, "job, host, start_ns, agent, row"},
+	{ClickHouseTable::rounds, "rounds", kSpanColumns, "job, seq, rank, agent, row"},
+	{ClickHouseTable::aggregates, "aggregates",
+	 EACGM_CH_HEAD "rank Int32, pid UInt32, layer String, name String, start_ns UInt64, interval_ns UInt64, "
+		       "calls Float64, total_ns Float64, max_ns UInt64, bytes Float64" EACGM_CH_TAIL,
+	 "job, host, start_ns, agent, row"},
+	{ClickHouseTable::anomalies, "anomalies",
+	 EACGM_CH_HEAD
+	 "rank Int32, pid UInt32, tid UInt32, layer String, name String, start_ns UInt64, dur_ns UInt64, "
+	 "score Float64, threshold Float64, cause String, causes String, detected_ns UInt64" EACGM_CH_TAIL,
+	 "job, host, start_ns, agent, row"},
+	{ClickHouseTable::events, "events",
+	 EACGM_CH_HEAD "rank Int32, pid UInt32, tid UInt32, layer String, kind String, key String, ts_ns UInt64, "
+		       "start_ns UInt64, seq Int64, nranks Int32, args String" EACGM_CH_TAIL,
+	 "job, host, ts_ns, agent, row"},
+	{ClickHouseTable::metrics, "metrics",
+	 EACGM_CH_HEAD "pid UInt32, layer String, name String, key String, ts_ns UInt64, value Float64" EACGM_CH_TAIL,
+	 "host, name, ts_ns, agent, row"},
+	{ClickHouseTable::processes, "processes",
+	 EACGM_CH_HEAD "rank Int32, pid UInt32, ppid UInt32, comm String, cmdline String, start_ns UInt64, "
+		       "end_ns UInt64, exit_code Int32" EACGM_CH_TAIL,
+	 "job, host, pid, agent, row"},
+}};
+#undef EACGM_CH_HEAD
+#undef EACGM_CH_TAIL
+
+static_assert([] {
+	for (size_t i = 0; i < kClickHouseTableCount; i++)
+		if (size_t(kClickHouseTables[i].table) != i)
+			return false;
+	return true;
+}());
+
 std::vector<std::string> clickhouse_schema(const ClickHouseTarget &t)
 {
 	const std::string &db = t.database;
@@ -111,35 +149,19 @@ std::vector<std::string> clickhouse_schema(const ClickHouseTarget &t)
 	// of its (agent, row), so a batch sent twice lands where it did the
 	// first time and is folded there.
 	std::string suffix = t.cluster.empty() ? "" : "_local";
-	auto table = [&](const std::string &name, const std::string &columns, const std::string &order) {
-		std::vector<std::string> out = {
-			"CREATE TABLE IF NOT EXISTS " + db + "." + name + suffix + " (" + columns +
-			") ENGINE = ReplacingMergeTree() PARTITION BY day ORDER BY (" + order + ")"};
+	// Ordered for the cluster's questions (a job's rows over time); a
+	// partition a day, which the agent drops past its age (18.16 has no
+	// TTL); ReplacingMergeTree folds a batch sent twice by its (agent, row).
+	std::vector<std::string> out = {"CREATE DATABASE IF NOT EXISTS " + db};
+	for (const ClickHouseTableDef &d : kClickHouseTables) {
+		std::string name = d.name;
+		out.push_back("CREATE TABLE IF NOT EXISTS " + db + "." + name + suffix + " (" + d.columns +
+			      ") ENGINE = ReplacingMergeTree() PARTITION BY day ORDER BY (" + d.order + ")");
 		if (!t.cluster.empty())
 			out.push_back("CREATE TABLE IF NOT EXISTS " + db + "." + name + " AS " + db + "." + name +
 				      suffix + " ENGINE = Distributed(" + t.cluster + ", " + db + ", " + name + suffix +
 				      ", cityHash64(agent, row))");
-		return out;
-	};
-	// Ordered for the cluster's questions (a job's spans over time); a
-	// partition a day, which the agent drops past its age (18.16 has no
-	// TTL); ReplacingMergeTree folds a batch sent twice by its (agent, row).
-	std::vector<std::string> out = {"CREATE DATABASE IF NOT EXISTS " + db};
-	for (auto &sql : table("spans",
-			       "day Date, host String, job String, rank Int32, pid UInt32, tid UInt32, "
-			       "layer String, name String, start_ns UInt64, dur_ns UInt64, seq Int64, bytes UInt64, "
-			       "ret Int64, weight Float64, agent UInt64, row UInt64",
-			       "job, host, start_ns, agent, row"))
-		out.push_back(sql);
-	// kind: the event's name ("hang", "hang_over", "xid", ...); key: what
-	// it is about (the call in flight, "gpu0"); start_ns, seq and nranks:
-	// a hang's call (0, -1, -1 elsewhere); args: all of it, JSON.
-	for (auto &sql : table("events",
-			       "day Date, host String, job String, rank Int32, pid UInt32, tid UInt32, "
-			       "layer String, kind String, key String, ts_ns UInt64, start_ns UInt64, seq Int64, "
-			       "nranks Int32, args String, agent UInt64, row UInt64",
-			       "job, host, ts_ns, agent, row"))
-		out.push_back(sql);
+	}
 	return out;
 }
 
@@ -177,6 +199,7 @@ void ClickHouseShipper::push(std::string table, std::string rows, uint64_t nrows
 	while (queued_bytes_ > o_.max_queued_bytes && queue_.size() > 1) {
 		queued_bytes_ -= queue_.front().rows.size();
 		counts_.rows_dropped += queue_.front().nrows;
+		counts_.dropped[queue_.front().table] += queue_.front().nrows;
 		queue_.pop_front();
 	}
 	cv_.notify_all();
@@ -201,8 +224,10 @@ ClickHouseShipper::Counts ClickHouseShipper::finish(double deadline_s)
 	cv_.notify_all();
 	thread_.join();
 	std::lock_guard<std::mutex> l(mu_);
-	for (auto &b : queue_)
+	for (auto &b : queue_) {
 		counts_.rows_dropped += b.nrows;
+		counts_.dropped[b.table] += b.nrows;
+	}
 	queue_.clear();
 	queued_bytes_ = 0;
 	return counts_;
@@ -244,13 +269,17 @@ bool ClickHouseShipper::send(const Batch &b)
 
 std::string ClickHouseShipper::Counts::describe(const std::string &url) const
 {
-	auto n = [&](const char *table) {
-		auto it = sent.find(table);
-		return it == sent.end() ? uint64_t(0) : it->second;
+	auto n = [](const std::map<std::string, uint64_t> &by, const char *table) {
+		auto it = by.find(table);
+		return it == by.end() ? uint64_t(0) : it->second;
 	};
-	std::string out = std::to_string(n("spans")) + " spans";
-	if (n("events"))
-		out += " and " + std::to_string(n("events")) + " events";
+	std::string out = std::to_string(n(sent, "spans")) + " spans";
+	std::vector<std::string> more;
+	for (auto &[table, rows] : sent)
+		if (table != "spans" && rows)
+			more.push_back(table + " " + std::to_string(rows));
+	if (!more.empty())
+		out += " and " + std::to_string(rows_sent - n(sent, "spans")) + " more rows (" + join(more, ", ") + ")";
 	out += " shipped to " + url + " (" + format_bytes(bytes_sent) + " sent";
 	if (rows_sent) {
 		char per[32];
@@ -259,7 +288,8 @@ std::string ClickHouseShipper::Counts::describe(const std::string &url) const
 	}
 	out += ")";
 	if (rows_dropped)
-		out += ", " + std::to_string(rows_dropped) + " dropped (" + last_error + ")";
+		out += ", " + std::to_string(rows_dropped) + " dropped (" + std::to_string(n(dropped, "spans")) +
+			" of them spans; " + last_error + ")";
 	return out;
 }
 
@@ -292,6 +322,7 @@ void ClickHouseShipper::run()
 				counts_.retries++;
 				if (abandon_) {
 					counts_.rows_dropped += b.nrows;
+					counts_.dropped[b.table] += b.nrows;
 					sending_ = false;
 					return;
 				}
@@ -306,163 +337,6 @@ void ClickHouseShipper::run()
 		sending_ = false;
 		backoff = o_.first_retry_s;
 		cv_.notify_all(); // finish() waits for an empty queue
-	}
-}
-
-// --- the sink
-
-namespace {
-constexpr uint64_t kFlushEveryNs = 1'000'000'000;
-constexpr size_t kFlushAtBytes = 8u << 20;
-} // namespace
-
-ClickHouseSink::ClickHouseSink(ClickHouseShipper &shipper, Identity id)
-	: shipper_(shipper), id_(std::move(id)), agent_(random_u64())
-{
-	wall_minus_mono_ = int64_t(clock_ns(CLOCK_REALTIME)) - int64_t(mono_ns()) + id_.clock_shift_ns;
-	last_flush_ns_ = mono_ns();
-}
-
-Result<void> ClickHouseSink::process(const Process &p)
-{
-	Who &w = who(p.pid);
-	if (!p.job.empty())
-		w.job = p.job;
-	if (p.rank >= 0)
-		w.rank = p.rank;
-	if (p.end_ns && !w.ended_ns)
-		w.ended_ns = mono_ns();
-	return {};
-}
-
-ClickHouseSink::Who &ClickHouseSink::who(uint32_t pid)
-{
-	auto [it, fresh] = who_.try_emplace(pid);
-	if (fresh)
-		it->second.job = id_.job;
-	return it->second;
-}
-
-void ClickHouseSink::forget_ended(uint64_t now_ns)
-{
-	for (auto it = who_.begin(); it != who_.end();)
-		if (it->second.ended_ns && now_ns - it->second.ended_ns > 10'000'000'000ull)
-			it = who_.erase(it);
-		else
-			++it;
-}
-
-// The columns every table begins with: day, host, job.
-void ClickHouseSink::begin_row(Pending &p, uint64_t wall_ns, const Who &w)
-{
-	p.rows.fixed(uint16_t(wall_ns / 86'400'000'000'000ull)); // day
-	p.rows.string(id_.host);
-	p.rows.string(w.job);
-	p.count++;
-}
-
-void ClickHouseSink::add_row(uint32_t pid, uint32_t tid, std::string_view layer, std::string_view name,
-			     uint64_t start_ns, uint64_t dur_ns, int64_t seq, int64_t rank, uint64_t bytes, int64_t ret,
-			     double weight)
-{
-	Who &w = who(pid);
-	if (w.rank < 0 && rank >= 0)
-		w.rank = rank; // learned from a collective: the process's from now on
-	uint64_t wall = uint64_t(int64_t(start_ns) + wall_minus_mono_);
-	begin_row(spans_, wall, w);
-	RowBinary &r = spans_.rows;
-	r.fixed(int32_t(w.rank >= 0 ? w.rank : rank));
-	r.fixed(pid);
-	r.fixed(tid);
-	r.string(layer);
-	r.string(name);
-	r.fixed(wall);
-	r.fixed(dur_ns);
-	r.fixed(seq);
-	r.fixed(bytes);
-	r.fixed(ret);
-	r.fixed(weight);
-	r.fixed(agent_);
-	r.fixed(row_++);
-}
-
-Result<void> ClickHouseSink::measures(const std::vector<Metric> &, const std::vector<Event> &events)
-{
-	for (const Event &e : events) {
-		auto int_of = [&](const char *k, int64_t none) {
-			auto it = e.args.find(k);
-			return it != e.args.end() && it->is_number_integer() ? it->get<int64_t>() : none;
-		};
-		int64_t start = int_of("start_ns", 0);
-		uint64_t wall = uint64_t(int64_t(e.ts_ns) + wall_minus_mono_);
-		const Who &w = who(e.pid);
-		begin_row(events_, wall, w);
-		RowBinary &r = events_.rows;
-		r.fixed(int32_t(int_of("rank", w.rank)));
-		r.fixed(e.pid);
-		r.fixed(e.tid);
-		r.string(e.layer);
-		r.string(e.name);
-		r.string(e.key);
-		r.fixed(wall);
-		r.fixed(uint64_t(start ? start + wall_minus_mono_ : 0));
-		r.fixed(int_of("seq", -1));
-		r.fixed(int32_t(int_of("nranks", -1)));
-		r.string(e.args.dump());
-		r.fixed(agent_);
-		r.fixed(row_++);
-	}
-	tick();
-	return {};
-}
-
-void ClickHouseSink::add_typed(const TypedSpans &ts)
-{
-	for (size_t i = 0; i < ts.size(); i++) {
-		const TypedSpan &t = ts.spans[i];
-		const ProbeSpec &p = ts.specs->probes[t.spec_id];
-		int64_t seq = -1, rank = -1;
-		if (auto c = collectives_.of(ts, i)) {
-			seq = int64_t(c->key.seq);
-			rank = c->arrival.rank;
-		} else if (auto r = collectives_.rank(ts, i)) {
-			rank = *r;
-		}
-		add_row(t.pid, t.tid, p.layer, p.function, t.start_ns, t.dur_ns, seq, rank, t.bytes, t.ret, t.weight);
-	}
-}
-
-Result<void> ClickHouseSink::write(SpanBatch &b)
-{
-	for (const Span &s : b.spans) {
-		int64_t seq = -1, rank = int_arg(s, "rank").value_or(-1);
-		if (auto c = collective_of(s))
-			seq = int64_t(c->key.seq);
-		add_row(s.pid, s.tid, s.layer, s.name, s.start_ns, s.dur_ns, seq, rank, s.bytes, s.ret, weight_of(s));
-	}
-	if (!b.typed.empty())
-		add_typed(b.typed);
-	if (spans_.rows.size() >= kFlushAtBytes)
-		flush();
-	tick();
-	return {};
-}
-
-void ClickHouseSink::tick()
-{
-	if (mono_ns() - last_flush_ns_ >= kFlushEveryNs)
-		flush();
-}
-
-void ClickHouseSink::flush()
-{
-	last_flush_ns_ = mono_ns();
-	forget_ended(last_flush_ns_);
-	for (auto [table, p] : {std::pair{"spans", &spans_}, std::pair{"events", &events_}}) {
-		if (!p->count)
-			continue;
-		shipper_.push(table, std::move(p->rows.bytes()), p->count);
-		*p = Pending();
 	}
 }
 

@@ -10,6 +10,7 @@
 // (agent, row), unique per agent run, which the tables' ReplacingMergeTree
 // folds and queries count by (docs/clickhouse.md).
 #pragma once
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -23,8 +24,6 @@
 #include <vector>
 
 #include "common/result.h"
-#include "ingest/collectives.h"
-#include "pipeline/sink.h"
 
 namespace eacgm {
 
@@ -66,6 +65,18 @@ private:
 // shipping to it makes them, or `eacgm cluster schema` prints them).
 std::vector<std::string> clickhouse_schema(const ClickHouseTarget &t);
 
+// Every table eacgm ships to (docs/clickhouse.md): each row begins with
+// (day, host, job) and ends with (agent, row).
+enum class ClickHouseTable { spans, rounds, aggregates, anomalies, events, metrics, processes };
+inline constexpr size_t kClickHouseTableCount = size_t(ClickHouseTable::processes) + 1;
+struct ClickHouseTableDef {
+	ClickHouseTable table;
+	const char *name;
+	const char *columns; // as CREATE TABLE has them, in the order RowBinary rows give them
+	const char *order;   // the MergeTree key
+};
+extern const std::array<ClickHouseTableDef, kClickHouseTableCount> kClickHouseTables;
+
 // ClickHouse's RowBinary: little-endian integers, strings as a LEB128
 // length and their bytes, a Date as days since 1970-01-01 (UInt16).
 class RowBinary {
@@ -95,10 +106,11 @@ public:
 	};
 	struct Counts {
 		uint64_t rows_sent = 0, rows_dropped = 0, batches_sent = 0, retries = 0;
-		std::map<std::string, uint64_t> sent; // rows_sent by table
-		uint64_t bytes_sent = 0;              // on the wire (compressed), of the batches taken
-		std::string last_error;               // the server's last complaint, "" once a batch went through
-		// "N spans[ and E events] shipped to URL (X sent, Y B a row)[, M dropped (why)]"
+		std::map<std::string, uint64_t> sent, dropped; // rows_sent and rows_dropped by table
+		uint64_t bytes_sent = 0;                       // on the wire (compressed), of the batches taken
+		std::string last_error; // the server's last complaint, "" once a batch went through
+		// "N spans[ and K more rows (TABLE n, ...)] shipped to URL (X sent, Y B a row)[, M dropped (S of
+		// them spans; why)]"
 		std::string describe(const std::string &url) const;
 	};
 	ClickHouseShipper(ClickHouseTarget t, Options o);
@@ -130,61 +142,6 @@ private:
 	bool stopping_ = false, abandon_ = false, sending_ = false, schema_ok_ = false;
 	Counts counts_;
 	std::thread thread_;
-};
-
-// The sink: spans (traced calls and Python's sampled ones) as rows of
-// `spans`, handed to the shipper about once a second.
-class ClickHouseSink : public Sink {
-public:
-	struct Identity {
-		std::string host;           // the node's name in every row
-		std::string job;            // where a process's launcher gave none; "": none known
-		int64_t clock_shift_ns = 0; // added to every wall time (tests: a node whose clock is off)
-	};
-	ClickHouseSink(ClickHouseShipper &shipper, Identity id);
-	Result<void> write(SpanBatch &b) override;
-	// Events (hangs and their end, XID errors, budget changes) as rows of
-	// `events`; the host and GPU measures are not shipped (yet).
-	Result<void> measures(const std::vector<Metric> &, const std::vector<Event> &events) override;
-	// Each process's job and rank, from its launcher's environment.
-	Result<void> process(const Process &p) override;
-	// What is gathered goes to the shipper now (at the end).
-	void flush();
-	// ... or once it is a second old: called when no batch comes (an idle
-	// node's last rows must not wait for its next span).
-	void tick();
-	uint64_t rows() const { return row_; }
-
-private:
-	void add_row(uint32_t pid, uint32_t tid, std::string_view layer, std::string_view name, uint64_t start_ns,
-		     uint64_t dur_ns, int64_t seq, int64_t rank, uint64_t bytes, int64_t ret, double weight);
-	void add_typed(const TypedSpans &ts);
-	// A process's job, and its rank: its launcher's, else the one its
-	// collectives said (mp.spawn sets no RANK), else -1.
-	struct Who {
-		std::string job;
-		int64_t rank = -1;
-		uint64_t ended_ns = 0; // forgotten 10 s after its exit (late spans still find it)
-	};
-	Who &who(uint32_t pid);
-	void forget_ended(uint64_t now_ns);
-
-	ClickHouseShipper &shipper_;
-	Identity id_;
-	uint64_t agent_ = 0;          // this run's id: (agent, row) is each row's key
-	uint64_t row_ = 0;            // rows made so far
-	int64_t wall_minus_mono_ = 0; // spans' CLOCK_MONOTONIC times to the wall clock, for cross-node rows
-	// Rows made since the last flush, per table.
-	struct Pending {
-		RowBinary rows;
-		uint64_t count = 0;
-	};
-	Pending spans_, events_;
-	void begin_row(Pending &p, uint64_t wall_ns, const Who &w); // day, host, job
-
-	uint64_t last_flush_ns_ = 0;
-	TypedCollectives collectives_;
-	std::unordered_map<uint32_t, Who> who_;
 };
 
 } // namespace eacgm

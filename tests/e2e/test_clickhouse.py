@@ -124,7 +124,8 @@ class RecordShipsToClickHouse(unittest.TestCase):
         r = E.record(self.tmp, [E.CUDA_CALLS, "0"], "--layers", "cuda", "--no-detect",
                      "--clickhouse", self.ch.url(db), name="cuda")
         self.assertEqual(r.rc, 0, r.stderr)
-        self.assertRegex(r.stderr, r"\nclickhouse: %d spans shipped to %s \([\d.]+ (B|KiB) sent, [\d.]+ B a row\)\n" %
+        self.assertRegex(r.stderr, r"\nclickhouse: %d spans and \d+ more rows \(aggregates \d+, processes \d+\) shipped to "
+                                   r"%s \([\d.]+ (B|KiB) sent, [\d.]+ B a row\)\n" %
                          (E.CUDA_CALLS_SPANS, re.escape(self.ch.url(db))))
         want = collections.Counter()
         for (name, *_rest), n in (test_cuda.PARENT_CALLS + test_cuda.CHILD_CALLS).items():
@@ -149,6 +150,17 @@ class RecordShipsToClickHouse(unittest.TestCase):
         meta = E.meta(r.db)
         self.assertEqual({tuple(row[8:]) for row in rows}, {(meta["hostname"], "", "-1", "-1")})
         self.assertEqual(E.drops(r.db, "clickhouse"), {})
+        # The small rows: each function's calls in its aggregates, and each
+        # process as the recording has it (the last row told of it: its exit).
+        aggregates = self.ch.query("SELECT name, sum(calls) FROM (SELECT DISTINCT agent, row, name, calls FROM "
+                                   "%s.aggregates) GROUP BY name" % db)
+        self.assertEqual({name: float(n) for name, n in aggregates}, {k: float(v) for k, v in want.items()})
+        processes = self.ch.query("SELECT pid, argMax(comm, row), argMax(exit_code, row) FROM %s.processes "
+                                  "GROUP BY pid ORDER BY pid" % db)
+        self.assertEqual([(int(p), c, int(x)) for p, c, x in processes],
+                         [(p["pid"], p["comm"], p["exit_code"])
+                          for p in E.query(r.db, "SELECT pid, comm, exit_code FROM processes ORDER BY pid")])
+        self.assertEqual(self.ch.query("SELECT count() FROM %s.rounds" % db), [["0"]])  # no collective
 
     def test_a_server_stopped_mid_run_loses_nothing_unaccounted(self):
         db = "stop%d" % os.getpid()
@@ -179,8 +191,8 @@ class RecordShipsToClickHouse(unittest.TestCase):
                      name="away")
         self.assertEqual(r.rc, 0, r.stderr)
         self.assertIn("eacgm: warning: ClickHouse at %s did not answer" % url, r.stderr)
-        self.assertIn("clickhouse: 0 spans shipped to %s (0 B sent), %d dropped (ClickHouse at %s did not answer" %
-                      (url, E.CUDA_CALLS_SPANS, url), r.stderr)
+        self.assertRegex(r.stderr, r"clickhouse: 0 spans shipped to %s \(0 B sent\), \d+ dropped \(%d of them spans; "
+                         r"ClickHouse at %s did not answer" % (re.escape(url), E.CUDA_CALLS_SPANS, re.escape(url)))
         self.assertEqual(E.drops(r.db, "clickhouse"), {"not shipped": E.CUDA_CALLS_SPANS})
         # The recording itself is whole.
         self.assertEqual(len(E.query(r.db, "SELECT 1 FROM spans")), E.CUDA_CALLS_SPANS)
@@ -201,7 +213,7 @@ class ServeShipsToClickHouse(unittest.TestCase):
         spec = E.write_json(os.path.join(tmp, "testlib.json"), E.TESTLIB_SPEC)
         db = "serve%d" % os.getpid()
         agent = S.started_agent(self, tmp, 'layers = ["cuda"]\nspecs = ["%s"]\ndetect = false\nstore = ""\n'
-                                '[clickhouse]\nurl = "%s"\nhost = "node-a"\njob = "job-%s"\n'
+                                '[clickhouse]\nurl = "%s"\nhost = "node-a"\njob = "job-%s"\nspans = "all"\n'
                                 '[filter]\ncomm = ["%sr?"]\n' % (spec, ch.url(db), tag, tag))
         gate = os.path.join(tmp, "gate")
         rank = subprocess.Popen([rank_prog, "noop", "100"], stdout=subprocess.PIPE, text=True,
@@ -225,8 +237,93 @@ class ServeShipsToClickHouse(unittest.TestCase):
                                ["node-a", "te-42", "3", "testlib", "100"]])
         rc, err = agent.stop()
         self.assertEqual(rc, 0, err)
-        self.assertRegex(err, r"eacgm: clickhouse: %d spans(?: and \d+ events)? shipped to %s \([\d.]+ (B|KiB) sent, [\d.]+ B a row\)\n" %
+        self.assertRegex(err, r"eacgm: clickhouse: %d spans(?: and \d+ more rows \([^)]*\))? shipped to %s \([\d.]+ (B|KiB) sent, [\d.]+ B a row\)\n" %
                          (100 + S.PER_RUN, re.escape(ch.url(db))))
+
+
+class RecordShipsAnomalies(unittest.TestCase):
+    """Live detection on a run with a slowed matmul (tests/testprogs/
+    torch_slow.py): the anomalies the recording keeps reach ClickHouse row
+    for row, each with its causes, its top cause named apart."""
+
+    def test_each_anomaly_as_the_recording_has_it(self):
+        tmp, ch = server_for(self)
+        db = "anom%d" % os.getpid()
+        prog = os.path.join(E.SOURCE_DIR, "tests", "testprogs", "torch_slow.py")
+        r = E.record(tmp, ["/usr/bin/python3", prog, "400", ",".join(str(s) for s in range(50, 400, 25)), "16384"],
+                     "--layers", "torch", "--sample-hz", "0", "--clickhouse", ch.url(db), name="anom")
+        self.assertEqual(r.rc, 0, r.stderr)
+        want = E.query(r.db, "SELECT ts_ns, dur_ns, pid, tid, layer, name, score, threshold, causes, detected_ns "
+                             "FROM anomalies ORDER BY ts_ns, pid, tid")
+        self.assertGreater(len(want), 0)  # the slowed matmuls: some are flagged live
+        got = ch.query("SELECT DISTINCT start_ns, dur_ns, pid, tid, layer, name, score, threshold, cause, causes, "
+                       "detected_ns FROM %s.anomalies ORDER BY start_ns, pid, tid" % db)
+        offset = int(got[0][0]) - want[0]["ts_ns"]  # the run's one wall-clock offset
+        self.assertEqual(
+            [(int(g[0]) - offset, int(g[1]), int(g[2]), int(g[3]), g[4], g[5], float(g[6]), float(g[7]), g[8],
+              json.loads(g[9]), int(g[10]) - offset) for g in got],
+            [(w["ts_ns"], w["dur_ns"], w["pid"], w["tid"], w["layer"], w["name"], w["score"], w["threshold"],
+              json.loads(w["causes"])[0]["kind"] if json.loads(w["causes"]) else "", json.loads(w["causes"]),
+              w["detected_ns"]) for w in want])
+
+
+class ServeShipsSpansAroundAHang(unittest.TestCase):
+    """serve's default, spans = "around": a program's calls with nothing
+    wrong near them reach ClickHouse as aggregates only (its spans held,
+    then let go: the agent's count of them is its signal); a hang ships the
+    spans of the seconds around it; collective rounds, processes and host
+    metrics are shipped whatever the choice."""
+
+    def test_only_the_seconds_around_a_hang(self):
+        tmp, ch = server_for(self)
+        db = "around%d" % os.getpid()
+        spec = E.write_json(os.path.join(tmp, "testlib.json"), E.TESTLIB_SPEC)
+        prog = os.path.join(tmp, "quiet%d" % (os.getpid() % 100000))
+        shutil.copy(E.TESTLIB_CALLS, prog)
+        agent = S.started_agent(self, tmp, 'layers = ["gloo", "host"]\nspecs = ["%s"]\ndetect = false\nstore = ""\n'
+                                'hang_after_s = 1\n[clickhouse]\nurl = "%s"\nhost = "node-a"\n' % (spec, ch.url(db)))
+        start = os.path.join(tmp, "start")
+        quiet = subprocess.Popen([prog, "noop", "200"], stdout=subprocess.PIPE, text=True,
+                                 env=dict(os.environ, WAIT_FILE=start))
+        self.addCleanup(quiet.stdout.close)
+        self.addCleanup(quiet.kill)
+        self.assertTrue(quiet.stdout.readline().startswith("waiting"))
+        agent.wait_until("the program traced", lambda m: m.get(("eacgm_agent_processes_traced", ())) == 1)
+        open(start, "w").close()
+        self.assertEqual(quiet.wait(timeout=60), 0)
+        agent.wait_until("the quiet program's spans let go",
+                         lambda m: m.get(("eacgm_clickhouse_spans_let_go_total", ())) == 200)
+        gate = os.path.join(tmp, "gate")
+        job = subprocess.Popen(["/usr/bin/python3", GLOO_JOB, os.path.join(tmp, "job.json"), "--steps", "1",
+                                "--stall-rank", "1", "--gate", gate], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env=dict(os.environ, EACGM_JOB="ga"), start_new_session=True)
+        self.addCleanup(E.kill_group, job.pid)
+        try:
+            E.wait_for_text(agent.err, r"eacgm: warning: hang: gloo allreduce in flight", agent.proc, timeout=180)
+        finally:
+            open(gate, "w").close()
+        out, err = job.communicate(timeout=120)
+        self.assertEqual(job.returncode, 0, err)
+        rc, err = agent.stop()
+        self.assertEqual(rc, 0, err)
+        q = lambda sql: ch.query(sql % {"db": db})
+        self.assertEqual(q("SELECT count() FROM %(db)s.spans WHERE name = 'tl_noop'"), [["0"]])
+        self.assertEqual(q("SELECT round(sum(calls)) FROM (SELECT DISTINCT agent, row, calls FROM %(db)s.aggregates "
+                           "WHERE name = 'tl_noop')"), [["200"]])
+        # The job's spans around the hang went: its all_reduce 2, which both
+        # ranks finished once the gate opened, among them.
+        self.assertEqual(q("SELECT DISTINCT rank FROM %(db)s.spans WHERE job = 'ga' AND name = 'allreduce' "
+                           "AND seq = 2 ORDER BY rank"), [["0"], ["1"]])
+        # Every round of both ranks, spans or not: the four all_reduce.
+        rounds = q("SELECT DISTINCT rank, seq FROM %(db)s.rounds WHERE job = 'ga' AND name = 'allreduce' AND seq < 4 "
+                   "ORDER BY rank, seq")
+        self.assertEqual(rounds, [[str(r), str(k)] for r in (0, 1) for k in range(4)])
+        self.assertEqual(ch.query("SELECT argMax(exit_code, row) FROM %s.processes WHERE comm = '%s' GROUP BY pid" %
+                                  (db, os.path.basename(prog))), [["0"]])
+        self.assertGreater(int(q("SELECT count() FROM %(db)s.metrics WHERE layer = 'host' AND host = 'node-a'")[0][0]),
+                           0)
+        self.assertRegex(err, r"eacgm: clickhouse: \d+ spans and \d+ more rows \(aggregates \d+, events \d+, "
+                              r"metrics \d+, processes \d+, rounds \d+\) shipped to ")
 
 
 class ClusterAnswersAcrossRanks(unittest.TestCase):

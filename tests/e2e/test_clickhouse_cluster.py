@@ -115,7 +115,7 @@ class TwoNodesTwoShards(unittest.TestCase):
             d = os.path.join(cls.tmp, host)
             os.makedirs(d)
             config = ('layers = ["gloo"]\nspecs = ["%s"]\ndetect = false\nstore = ""\nhang_after_s = 1\n'
-                      '[clickhouse]\nurl = "%s"\nhost = "%s"\ncluster = "%s"\n[filter]\npid_namespace = [%d]\n' %
+                      '[clickhouse]\nurl = "%s"\nhost = "%s"\ncluster = "%s"\nspans = "all"\n[filter]\npid_namespace = [%d]\n' %
                       (spec, cls.shards[i].url(cls.db), host, CLUSTER, node.pid_namespace))
             agent = S.Agent(d, config, args=["--test-clock-shift-ms", str(SHIFT_MS)] if i else [])
             cls.addClassCleanup(lambda a=agent: a.proc.poll() is None and a.proc.kill())
@@ -221,7 +221,7 @@ class TwoNodesTwoShards(unittest.TestCase):
         for agent in self.agents:
             rc, err = agent.stop()
             self.assertEqual(rc, 0, err)
-            m = re.search(r"eacgm: clickhouse: (\d+) spans(?: and \d+ events)? shipped", err)
+            m = re.search(r"eacgm: clickhouse: (\d+) spans(?: and \d+ more rows \([^)]*\))? shipped", err)
             shipped += int(m.group(1))
         wait_for("every span shipped", lambda: count(self.shards[0], self.db, "1") == shipped)
         seq2 = [r for r in self.cluster("stragglers", "--limit", "1000") if r["seq"] == "2" and r["name"] == "allreduce"]
