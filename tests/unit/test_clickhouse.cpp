@@ -49,23 +49,34 @@ TEST(ClickHouseUrl, BadOnesNamedWithTheForm)
 TEST(ClickHouseSchema, PlainTablesOrDistributedOnesOverACluster)
 {
 	auto plain = clickhouse_schema(parse_clickhouse_url("http://ch/prod").value());
-	ASSERT_EQ(plain.size(), 3u);
+	ASSERT_EQ(plain.size(), 1 + kClickHouseTableCount);
 	EXPECT_EQ(plain[0], "CREATE DATABASE IF NOT EXISTS prod");
 	EXPECT_EQ(plain[1].rfind("CREATE TABLE IF NOT EXISTS prod.spans (day Date, host String, job String, ", 0), 0u)
 		<< plain[1];
-	EXPECT_EQ(plain[2].rfind("CREATE TABLE IF NOT EXISTS prod.events (", 0), 0u) << plain[2];
+	EXPECT_EQ(plain[5].rfind("CREATE TABLE IF NOT EXISTS prod.events (", 0), 0u) << plain[5];
 	auto sharded = clickhouse_schema(parse_clickhouse_url("http://ch/prod", "two").value());
-	ASSERT_EQ(sharded.size(), 5u);
+	ASSERT_EQ(sharded.size(), 1 + 2 * kClickHouseTableCount);
 	EXPECT_EQ(sharded[1], plain[1].substr(0, 37) + "_local" + plain[1].substr(37)) << sharded[1];
-	EXPECT_EQ(sharded[2],
-		  "CREATE TABLE IF NOT EXISTS prod.spans AS prod.spans_local ENGINE = "
-		  "Distributed(two, prod, spans_local, cityHash64(agent, row))");
-	EXPECT_EQ(sharded[4],
-		  "CREATE TABLE IF NOT EXISTS prod.events AS prod.events_local ENGINE = "
-		  "Distributed(two, prod, events_local, cityHash64(agent, row))");
+	EXPECT_EQ(sharded[2], "CREATE TABLE IF NOT EXISTS prod.spans AS prod.spans_local ENGINE = "
+			      "Distributed(two, prod, spans_local, cityHash64(agent, row))");
+	EXPECT_EQ(sharded[10], "CREATE TABLE IF NOT EXISTS prod.events AS prod.events_local ENGINE = "
+			       "Distributed(two, prod, events_local, cityHash64(agent, row))");
 	auto bad = parse_clickhouse_url("http://ch", "two; DROP");
 	ASSERT_FALSE(bad);
 	EXPECT_NE(bad.error().message.find("ClickHouse cluster 'two; DROP' is not a name"), std::string::npos);
+}
+
+// The sink writes each row as (day, host, job, ..., agent, row): every
+// table's columns begin and end so, and its key ends in (agent, row),
+// which a batch sent twice is folded by.
+TEST(ClickHouseSchema, EveryTableBeginsAndEndsAlike)
+{
+	for (const ClickHouseTableDef &d : kClickHouseTables) {
+		std::string columns = d.columns, order = d.order;
+		EXPECT_EQ(columns.rfind("day Date, host String, job String, ", 0), 0u) << d.name;
+		EXPECT_EQ(columns.substr(columns.size() - 26), ", agent UInt64, row UInt64") << d.name;
+		EXPECT_EQ(order.substr(order.size() - 10), "agent, row") << d.name;
+	}
 }
 
 TEST(RowBinary, KnownBytes)
@@ -113,13 +124,16 @@ TEST(ClickHouseShipper, NoServerEveryRowCountedAsDropped)
 	o.first_retry_s = 0.01;
 	ClickHouseShipper s(t.value(), o);
 	for (uint64_t i = 0; i < 10; i++)
-		s.push("spans", std::string(400, 'r'), 10 + i);
+		s.push(i % 2 ? "rounds" : "spans", std::string(400, 'r'), 10 + i);
 	auto c = s.finish(0.2);
 	EXPECT_EQ(c.rows_sent, 0u);
 	EXPECT_EQ(c.rows_dropped, 10u * 10 + 45); // all of them: the oldest for room, the rest at the end
+	EXPECT_EQ(c.dropped, (std::map<std::string, uint64_t>{{"spans", 10 + 12 + 14 + 16 + 18},
+							       {"rounds", 11 + 13 + 15 + 17 + 19}}));
 	EXPECT_EQ(c.batches_sent, 0u);
 	EXPECT_GE(c.retries, 1u);
 	EXPECT_NE(c.last_error.find("did not answer"), std::string::npos) << c.last_error;
 	EXPECT_EQ(c.bytes_sent, 0u);
-	EXPECT_EQ(c.describe("http://x"), "0 spans shipped to http://x (0 B sent), 145 dropped (" + c.last_error + ")");
+	EXPECT_EQ(c.describe("http://x"),
+		  "0 spans shipped to http://x (0 B sent), 145 dropped (70 of them spans; " + c.last_error + ")");
 }

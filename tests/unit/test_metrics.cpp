@@ -321,8 +321,14 @@ TEST(ServeConfig, ErrorsNameTheKeyAndLine)
 	       "c.toml: clickhouse.url: ClickHouse address 'ch:8123' is not of the form "
 	       "http://[USER[:PASSWORD]@]HOST[:PORT][/DATABASE] (e.g. http://ch.example:8123/prod)");
 	expect("[clickhouse]\nshard = 1\n",
-	       "c.toml:2: clickhouse.shard: unknown key; the keys here are clickhouse.host, clickhouse.job, "
-	       "clickhouse.url");
+	       "c.toml:2: clickhouse.shard: unknown key; the keys here are clickhouse.cluster, clickhouse.host, "
+	       "clickhouse.job, clickhouse.spans, clickhouse.url");
+	expect("[clickhouse]\nspans = \"some\"\n",
+	       "c.toml: clickhouse.spans: 'some' is not one of \"all\", \"around\" (the seconds around an anomaly or "
+	       "a hang) or \"none\"");
+	expect("[clickhouse]\ncluster = \"a-b\"\n",
+	       "c.toml: clickhouse.cluster: ClickHouse cluster 'a-b' is not a name of letters, digits and underscores, "
+	       "as remote_servers names it");
 	expect("[filter]\npid_namespace = [\"x\"]\n",
 	       "c.toml:2: filter.pid_namespace must be an array of whole numbers (pid namespace inodes)");
 	expect("[filter]\n\n\ncgroups = []\n",
