@@ -168,7 +168,7 @@ Result<ServeConfig> parse_serve_config(const std::string &text, const std::strin
 	std::map<std::string, Reader> clickhouse = {
 		{"url", string_of(c.clickhouse.url)},     {"host", string_of(c.clickhouse.host)},
 		{"job", string_of(c.clickhouse.job)},     {"cluster", string_of(c.clickhouse.cluster)},
-		{"spans", string_of(c.clickhouse.spans)},
+		{"spans", string_of(c.clickhouse.spans)}, {"keep_days", number_of(c.clickhouse.keep_days, 0, 36500)},
 	};
 	std::map<std::string, Reader> top = {
 		{"listen", string_of(c.listen)},

@@ -48,6 +48,7 @@ struct ServeConfig {
 		// Spans shipped besides the small rows (rounds, aggregates, ...):
 		// "all", "around" (the seconds around an anomaly or a hang) or "none".
 		std::string spans = "around";
+		double keep_days = 0; // older day partitions dropped (a TTL where the server has them); 0: all kept
 	} clickhouse;
 	// Which processes are traced: all of them must match where given.
 	struct Filter {

@@ -242,7 +242,9 @@ void ServeSession::open_clickhouse()
 	if (auto r = ClickHouseClient(t.value()).query("SELECT 1"); !r)
 		std::cerr << "eacgm: warning: " << r.error().message
 			  << "; spans are queued for it (up to 64 MB) and retried\n";
-	shipper_.emplace(t.value(), ClickHouseShipper::Options{});
+	ClickHouseShipper::Options o;
+	o.keep_days = unsigned(config_.clickhouse.keep_days);
+	shipper_.emplace(t.value(), o);
 	std::string host = config_.clickhouse.host.empty() ? host_name() : config_.clickhouse.host;
 	clickhouse_.emplace(
 		*shipper_,
@@ -354,6 +356,8 @@ void ServeSession::publish_health()
 		registry_.declare(
 			"eacgm_clickhouse_spans_let_go_total", MetricsRegistry::counter,
 			"Spans held for [clickhouse] spans = \"around\" and let go: no anomaly or hang near them.");
+		registry_.declare("eacgm_clickhouse_partitions_dropped_total", MetricsRegistry::counter,
+				  "Day partitions dropped past [clickhouse] keep_days (servers without TTL).");
 	}
 	Recorder &rec = pipeline_->recorder();
 	SelfUsage u = self_usage();
@@ -395,6 +399,7 @@ void ServeSession::publish_health()
 		registry_.set("eacgm_clickhouse_rows_dropped_total", {}, double(c.rows_dropped));
 		registry_.set("eacgm_clickhouse_retries_total", {}, double(c.retries));
 		registry_.set("eacgm_clickhouse_spans_let_go_total", {}, double(clickhouse_->spans_let_go()));
+		registry_.set("eacgm_clickhouse_partitions_dropped_total", {}, double(c.partitions_dropped));
 	}
 	registry_.set("eacgm_agent_cpu_seconds_total", {}, u.cpu_s);
 	registry_.set("eacgm_agent_max_rss_bytes", {}, double(u.max_rss_kb) * 1024);

@@ -1,8 +1,10 @@
 #include "export/clickhouse.h"
 
 #include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <regex>
+#include <sstream>
 #include <zlib.h>
 #include <httplib.h>
 
@@ -141,7 +143,15 @@ static_assert([] {
 	return true;
 }());
 
-std::vector<std::string> clickhouse_schema(const ClickHouseTarget &t)
+bool clickhouse_has_ttl(const std::string &version)
+{
+	int major = 0, minor = 0;
+	if (sscanf(version.c_str(), "%d.%d", &major, &minor) != 2)
+		return false;
+	return major > 19 || (major == 19 && minor >= 6);
+}
+
+std::vector<std::string> clickhouse_schema(const ClickHouseTarget &t, unsigned ttl_days)
 {
 	const std::string &db = t.database;
 	// Where a cluster is named, each table is the Distributed one over its
@@ -156,7 +166,8 @@ std::vector<std::string> clickhouse_schema(const ClickHouseTarget &t)
 	for (const ClickHouseTableDef &d : kClickHouseTables) {
 		std::string name = d.name;
 		out.push_back("CREATE TABLE IF NOT EXISTS " + db + "." + name + suffix + " (" + d.columns +
-			      ") ENGINE = ReplacingMergeTree() PARTITION BY day ORDER BY (" + d.order + ")");
+			      ") ENGINE = ReplacingMergeTree() PARTITION BY day ORDER BY (" + d.order + ")" +
+			      (ttl_days ? " TTL day + toIntervalDay(" + std::to_string(ttl_days) + ")" : ""));
 		if (!t.cluster.empty())
 			out.push_back("CREATE TABLE IF NOT EXISTS " + db + "." + name + " AS " + db + "." + name +
 				      suffix + " ENGINE = Distributed(" + t.cluster + ", " + db + ", " + name + suffix +
@@ -243,13 +254,49 @@ bool ClickHouseShipper::ensure_schema()
 {
 	if (schema_ok_)
 		return true;
-	for (auto &sql : clickhouse_schema(client_.target()))
-		if (auto r = client_.query(sql); !r) {
-			std::lock_guard<std::mutex> l(mu_);
-			counts_.last_error = r.error().message;
-			return false;
-		}
+	auto failed = [&](const Error &e) {
+		std::lock_guard<std::mutex> l(mu_);
+		counts_.last_error = e.message;
+		return false;
+	};
+	auto version = client_.query("SELECT version()");
+	if (!version)
+		return failed(version.error());
+	ttl_ = clickhouse_has_ttl(version.value());
+	for (auto &sql : clickhouse_schema(client_.target(), ttl_ ? o_.keep_days : 0))
+		if (auto r = client_.query(sql); !r)
+			return failed(r.error());
 	return schema_ok_ = true;
+}
+
+// The day partitions older than keep_days, of this server's tables (the
+// `_local` ones where they are Distributed), dropped: 18.16 has no TTL.
+// A failure is tried again at the next hour.
+void ClickHouseShipper::drop_old_days()
+{
+	if (!o_.keep_days || ttl_ || !schema_ok_)
+		return;
+	time_t first_kept = time(nullptr) - time_t(o_.keep_days) * 86400;
+	struct tm day;
+	gmtime_r(&first_kept, &day);
+	char cutoff[16];
+	strftime(cutoff, sizeof cutoff, "%Y-%m-%d", &day);
+	const ClickHouseTarget &t = client_.target();
+	for (const ClickHouseTableDef &d : kClickHouseTables) {
+		std::string table = std::string(d.name) + (t.cluster.empty() ? "" : "_local");
+		auto old = client_.query("SELECT DISTINCT partition FROM system.parts WHERE database = '" + t.database +
+					 "' AND table = '" + table + "' AND active AND partition < '" + cutoff +
+					 "' ORDER BY partition FORMAT TabSeparated");
+		if (!old)
+			return;
+		std::istringstream in(old.value());
+		for (std::string p; std::getline(in, p);) {
+			if (!client_.query("ALTER TABLE " + t.database + "." + table + " DROP PARTITION '" + p + "'"))
+				return;
+			std::lock_guard<std::mutex> l(mu_);
+			counts_.partitions_dropped++;
+		}
+	}
 }
 
 bool ClickHouseShipper::send(const Batch &b)
@@ -303,12 +350,19 @@ void ClickHouseShipper::run()
 	// node is idle still makes its shard's tables, which queries through a
 	// Distributed table over every shard need. Tried again with each batch.
 	ensure_schema();
+	drop_old_days();
+	auto next_drop = std::chrono::steady_clock::now() + std::chrono::hours(1);
 	double backoff = o_.first_retry_s;
 	while (true) {
 		Batch b;
 		{
 			std::unique_lock<std::mutex> l(mu_);
-			cv_.wait(l, [&] { return abandon_ || !queue_.empty() || stopping_; });
+			if (!cv_.wait_until(l, next_drop, [&] { return abandon_ || !queue_.empty() || stopping_; })) {
+				l.unlock();
+				drop_old_days();
+				next_drop = std::chrono::steady_clock::now() + std::chrono::hours(1);
+				continue;
+			}
 			if (abandon_ || queue_.empty())
 				return;
 			b = std::move(queue_.front());

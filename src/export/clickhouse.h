@@ -63,7 +63,9 @@ private:
 // Distributed one over the cluster's shards, which every insert and query
 // goes through; each shard needs its own `_local` tables (an agent
 // shipping to it makes them, or `eacgm cluster schema` prints them).
-std::vector<std::string> clickhouse_schema(const ClickHouseTarget &t);
+std::vector<std::string> clickhouse_schema(const ClickHouseTarget &t, unsigned ttl_days = 0);
+// Whether a server of this version() has table TTLs (19.6 on).
+bool clickhouse_has_ttl(const std::string &version);
 
 // Every table eacgm ships to (docs/clickhouse.md): each row begins with
 // (day, host, job) and ends with (agent, row).
@@ -103,9 +105,15 @@ public:
 		size_t max_queued_bytes = 64u << 20; // past it the oldest batch waiting is dropped
 		double first_retry_s = 0.5;          // doubled per failure, up to max_retry_s
 		double max_retry_s = 30;
+		// Days of rows kept: older day partitions are dropped, by a TTL
+		// where the server has them (19.6 on), else by this thread at its
+		// start and every hour (of the tables on the server it ships to:
+		// each shard's agents drop its own). 0: every day kept.
+		unsigned keep_days = 0;
 	};
 	struct Counts {
 		uint64_t rows_sent = 0, rows_dropped = 0, batches_sent = 0, retries = 0;
+		uint64_t partitions_dropped = 0;               // day partitions past keep_days
 		std::map<std::string, uint64_t> sent, dropped; // rows_sent and rows_dropped by table
 		uint64_t bytes_sent = 0;                       // on the wire (compressed), of the batches taken
 		std::string last_error; // the server's last complaint, "" once a batch went through
@@ -130,6 +138,8 @@ private:
 	};
 	void run();
 	bool ensure_schema();
+	void drop_old_days();
+	bool ttl_ = false; // the server has TTL (and the tables were made with one)
 	bool send(const Batch &b);
 	void wait_before_retry(double s);
 

@@ -326,6 +326,29 @@ class ServeShipsSpansAroundAHang(unittest.TestCase):
                               r"metrics \d+, processes \d+, rounds \d+\) shipped to ")
 
 
+class ServeDropsOldDays(unittest.TestCase):
+    def test_day_partitions_past_keep_days(self):
+        # 18.16 has no TTL: the agent drops the day partitions older than
+        # keep_days itself, at its start (and every hour).
+        tmp, ch = server_for(self)
+        db = "keep%d" % os.getpid()
+        r = E.eacgm("record", "--layers", "cuda", "--no-detect", "--clickhouse", ch.url(db), "-o",
+                    os.path.join(tmp, "r.db"), "--", "/bin/true")  # the tables, as an agent makes them
+        self.assertEqual(r.returncode, 0, r.stderr)
+        for table in ("spans", "events"):
+            ch.query("INSERT INTO %s.%s (day, host) VALUES (today() - 10, 'a'), (today() - 8, 'b'), "
+                     "(today() - 7, 'c'), (today() - 3, 'd')" % (db, table))
+        agent = S.started_agent(self, tmp, 'layers = ["cuda"]\ndetect = false\nstore = ""\n'
+                                '[clickhouse]\nurl = "%s"\nkeep_days = 7\n' % ch.url(db))
+        agent.wait_until("the old days dropped",
+                         lambda m: m.get(("eacgm_clickhouse_partitions_dropped_total", ())) == 4)
+        for table in ("spans", "events"):
+            self.assertEqual(ch.query("SELECT host, today() - day FROM %s.%s ORDER BY host" % (db, table)),
+                             [["c", "7"], ["d", "3"]])
+        rc, err = agent.stop()
+        self.assertEqual(rc, 0, err)
+
+
 class ClusterAnswersAcrossRanks(unittest.TestCase):
     """A 2-rank gloo job recorded with --clickhouse, rank 1 delayed before its
     all_reduce 2 (seq 2): `eacgm cluster` reads ClickHouse alone."""

@@ -57,13 +57,30 @@ TEST(ClickHouseSchema, PlainTablesOrDistributedOnesOverACluster)
 	auto sharded = clickhouse_schema(parse_clickhouse_url("http://ch/prod", "two").value());
 	ASSERT_EQ(sharded.size(), 1 + 2 * kClickHouseTableCount);
 	EXPECT_EQ(sharded[1], plain[1].substr(0, 37) + "_local" + plain[1].substr(37)) << sharded[1];
-	EXPECT_EQ(sharded[2], "CREATE TABLE IF NOT EXISTS prod.spans AS prod.spans_local ENGINE = "
-			      "Distributed(two, prod, spans_local, cityHash64(agent, row))");
-	EXPECT_EQ(sharded[10], "CREATE TABLE IF NOT EXISTS prod.events AS prod.events_local ENGINE = "
-			       "Distributed(two, prod, events_local, cityHash64(agent, row))");
+	EXPECT_EQ(sharded[2],
+		  "CREATE TABLE IF NOT EXISTS prod.spans AS prod.spans_local ENGINE = "
+		  "Distributed(two, prod, spans_local, cityHash64(agent, row))");
+	EXPECT_EQ(sharded[10],
+		  "CREATE TABLE IF NOT EXISTS prod.events AS prod.events_local ENGINE = "
+		  "Distributed(two, prod, events_local, cityHash64(agent, row))");
 	auto bad = parse_clickhouse_url("http://ch", "two; DROP");
 	ASSERT_FALSE(bad);
 	EXPECT_NE(bad.error().message.find("ClickHouse cluster 'two; DROP' is not a name"), std::string::npos);
+}
+
+TEST(ClickHouseSchema, ATtlWhereTheServerHasThem)
+{
+	EXPECT_FALSE(clickhouse_has_ttl("18.16.1"));
+	EXPECT_FALSE(clickhouse_has_ttl("19.5.4.22"));
+	EXPECT_TRUE(clickhouse_has_ttl("19.6.2.11"));
+	EXPECT_TRUE(clickhouse_has_ttl("23.8.2.7"));
+	EXPECT_FALSE(clickhouse_has_ttl("garbage"));
+	auto t = parse_clickhouse_url("http://ch").value();
+	for (auto &sql : clickhouse_schema(t, 7))
+		if (sql.rfind("CREATE TABLE", 0) == 0)
+			EXPECT_EQ(sql.substr(sql.size() - 28), ") TTL day + toIntervalDay(7)") << sql;
+	for (auto &sql : clickhouse_schema(t))
+		EXPECT_EQ(sql.find("TTL"), std::string::npos) << sql;
 }
 
 // The sink writes each row as (day, host, job, ..., agent, row): every
@@ -128,8 +145,9 @@ TEST(ClickHouseShipper, NoServerEveryRowCountedAsDropped)
 	auto c = s.finish(0.2);
 	EXPECT_EQ(c.rows_sent, 0u);
 	EXPECT_EQ(c.rows_dropped, 10u * 10 + 45); // all of them: the oldest for room, the rest at the end
-	EXPECT_EQ(c.dropped, (std::map<std::string, uint64_t>{{"spans", 10 + 12 + 14 + 16 + 18},
-							       {"rounds", 11 + 13 + 15 + 17 + 19}}));
+	EXPECT_EQ(c.dropped,
+		  (std::map<std::string, uint64_t>{{"spans", 10 + 12 + 14 + 16 + 18},
+						   {"rounds", 11 + 13 + 15 + 17 + 19}}));
 	EXPECT_EQ(c.batches_sent, 0u);
 	EXPECT_GE(c.retries, 1u);
 	EXPECT_NE(c.last_error.find("did not answer"), std::string::npos) << c.last_error;
