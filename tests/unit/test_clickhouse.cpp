@@ -76,9 +76,11 @@ TEST(ClickHouseSchema, ATtlWhereTheServerHasThem)
 	EXPECT_TRUE(clickhouse_has_ttl("23.8.2.7"));
 	EXPECT_FALSE(clickhouse_has_ttl("garbage"));
 	auto t = parse_clickhouse_url("http://ch").value();
-	for (auto &sql : clickhouse_schema(t, 7))
-		if (sql.rfind("CREATE TABLE", 0) == 0)
+	for (auto &sql : clickhouse_schema(t, 7)) {
+		if (sql.rfind("CREATE TABLE", 0) == 0) {
 			EXPECT_EQ(sql.substr(sql.size() - 28), ") TTL day + toIntervalDay(7)") << sql;
+		}
+	}
 	for (auto &sql : clickhouse_schema(t))
 		EXPECT_EQ(sql.find("TTL"), std::string::npos) << sql;
 }
