@@ -16,7 +16,9 @@ second over the time attached, and ClickHouse's bytes on disk per row
 Printed per workload: each round, then the median CPU of each configuration
 (% of one core), the extra CPU the sink costs (median of the per-round
 differences B - A, rounds paired in order), rows per second, wire and disk
-bytes per span. Usage: bench/clickhouse_cost.py EACGM [ROUNDS (3)]
+bytes per span, and per table its rows and bytes on disk a second (what
+each of serve's `spans` choices ships: the small tables always, spans as
+chosen). Usage: bench/clickhouse_cost.py EACGM [ROUNDS (3)]
 [--only resnet18|gpt] [--settle-s 12] [--window-s 20]   (needs root)"""
 import argparse
 import os
@@ -88,6 +90,12 @@ def one_round(args, eacgm, workload, tmp, ch, rnd, sink):
             disk = ch.query("SELECT sum(bytes_on_disk), sum(rows) FROM system.parts WHERE active AND "
                             "database = '%s' AND table = 'spans'" % table)[0]
             out["disk"] = int(disk[0]) / max(1, int(disk[1]))
+            # Every table's rows a second and bytes on disk a second: what
+            # each `spans` choice of serve costs (docs/clickhouse.md).
+            out["tables"] = {}
+            for name, rows, size in ch.query("SELECT table, sum(rows), sum(bytes_on_disk) FROM system.parts WHERE "
+                                             "active AND database = '%s' GROUP BY table" % table):
+                out["tables"][name] = (int(rows) / attached, int(size) / attached)
         return out
     finally:
         work.kill()
@@ -120,6 +128,10 @@ def main():
                             ", %d spans, %.0f rows/s, %.1f B a row on the wire, %.1f on disk" % (
                                 r["rows"], r["rows_s"], r["wire"], r["disk"]) if sink else ""), flush=True)
                 med = lambda rs, k: statistics.median(r[k] for r in rs)  # noqa: E731
+                for name in sorted(runs[True][0]["tables"]):
+                    got = [r["tables"].get(name, (0, 0)) for r in runs[True]]
+                    print("  %s table %-10s %8.1f rows/s, %8.0f B/s on disk (medians)" % (
+                        workload, name, statistics.median(g[0] for g in got), statistics.median(g[1] for g in got)))
                 extra = statistics.median(b["cpu"] - a["cpu"] for a, b in zip(runs[False], runs[True]))
                 print("%s: eacgm %.2f%% of a core store only, %.2f%% with --clickhouse: the sink %+.2f%% "
                       "(median of the rounds' differences); %.0f rows/s, %.1f B a row on the wire, "

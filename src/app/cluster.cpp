@@ -232,9 +232,16 @@ void print_table(const Table &rows)
 
 int run_cluster(const ClusterArgs &a)
 {
-	auto t = parse_clickhouse_url(a.clickhouse);
+	auto t = parse_clickhouse_url(a.clickhouse, a.cluster);
 	if (!t)
-		return fail("cluster: --clickhouse: " + t.error().message, 2);
+		return fail("cluster: " + std::string(a.cluster.empty() ? "--clickhouse" : "--cluster") + ": " +
+				    t.error().message,
+			    2);
+	if (a.what == "schema") {
+		for (auto &sql : clickhouse_schema(t.value(), a.ttl_days))
+			std::cout << sql << ";\n";
+		return 0;
+	}
 	uint64_t since_s = 0;
 	if (!a.since.empty()) {
 		auto s = parse_since(a.since);

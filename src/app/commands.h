@@ -62,11 +62,13 @@ struct SqlArgs {
 };
 int run_sql(const SqlArgs &args);
 
-// eacgm cluster summary|stragglers|hangs: across the nodes that ship to one
+// eacgm cluster summary|stragglers|hangs|schema: across the nodes that ship to one
 // ClickHouse (src/app/cluster.cpp).
 struct ClusterArgs {
-	std::string what; // "summary", "stragglers" or "hangs"
+	std::string what; // "summary", "stragglers", "hangs" or "schema"
 	std::string clickhouse;
+	std::string cluster;   // schema: Distributed tables over this cluster
+	unsigned ttl_days = 0; // schema: with a TTL
 	std::string job, host, since;
 	int rank = -1;
 	size_t limit = 20;

@@ -369,6 +369,22 @@ void add_cluster(CLI::App &app, Commands &c)
 		s->add_option("--limit", ca.limit, "Rows printed")->capture_default_str()->check(CLI::PositiveNumber);
 		s->add_flag("--show-sql", ca.show_sql, "Print the SQL run (on stderr), to start your own queries from");
 	}
+	auto *schema = c.cluster_cmd->add_subcommand(
+		"schema",
+		"Print the statements that make eacgm's tables in ClickHouse: an agent runs them on the "
+		"server it ships to; a shard of a cluster that no agent ships to needs them run by hand");
+	schema->callback([&ca] { ca.what = "schema"; });
+	schema->add_option("--clickhouse", ca.clickhouse,
+			   "ClickHouse's HTTP address, http://[USER[:PASSWORD]@]HOST[:PORT][/DATABASE] (its "
+			   "database is the one named; nothing is sent to it)")
+		->required();
+	schema->add_option("--cluster", ca.cluster,
+			   "The tables as [clickhouse] cluster makes them: TABLE_local, and TABLE Distributed over "
+			   "this cluster of remote_servers");
+	schema->add_option("--ttl-days", ca.ttl_days,
+			   "With a TTL of this many days (servers from 19.6; on older ones the agent drops day "
+			   "partitions past keep_days itself)")
+		->check(CLI::NonNegativeNumber);
 	c.cluster_cmd->footer("The tables and the columns the SQL reads: docs/clickhouse.md.");
 }
 

@@ -454,6 +454,24 @@ class ClusterHangs(unittest.TestCase):
         self.assertEqual(r.stdout.splitlines(), ["job  layer  call  seq  nranks  in_flight  hosts  for_s  missing_ranks"])
 
 
+class SchemaAsDocumented(unittest.TestCase):
+    def test_docs_show_what_cluster_schema_prints_and_it_runs(self):
+        r = E.eacgm("cluster", "schema", "--clickhouse", "http://ch:8123/eacgm")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(os.path.join(E.SOURCE_DIR, "docs", "clickhouse.md")) as f:
+            docs = f.read()
+        block = re.search(r"## The schema\n.*?```sql\n(.*?)```", docs, re.S).group(1)
+        self.assertEqual(" ".join(block.split()).replace("( ", "(").replace(" )", ")"), " ".join(r.stdout.split()))
+        tmp, ch = server_for(self)
+        db = "schema%d" % os.getpid()
+        r = E.eacgm("cluster", "schema", "--clickhouse", ch.url(db), "--ttl-days", "0")
+        for sql in r.stdout.split(";\n")[:-1]:
+            ch.query(sql)
+        self.assertEqual(ch.query("SELECT name FROM system.tables WHERE database = '%s' ORDER BY name" % db),
+                         [["aggregates"], ["anomalies"], ["events"], ["metrics"], ["processes"], ["rounds"],
+                          ["spans"]])
+
+
 class BadAddresses(unittest.TestCase):
     def test_named_with_the_form(self):
         form = "' is not of the form http://[USER[:PASSWORD]@]HOST[:PORT][/DATABASE]"
