@@ -13,6 +13,10 @@ namespace {
 constexpr uint64_t kFlushEveryNs = 1'000'000'000;
 constexpr size_t kFlushAtBytes = 8u << 20;
 constexpr uint64_t kForgetAfterNs = 10'000'000'000;
+// Spans::around holds at most this many bytes of span rows (at a burst's
+// half a million spans a second, 4 s of them would be some 180 MB): past
+// it the oldest second held is let go, as if no anomaly came near it.
+constexpr size_t kMaxHeldBytes = 32u << 20;
 
 uint64_t random_u64()
 {
@@ -281,7 +285,10 @@ Result<void> ClickHouseSink::write(SpanBatch &b)
 		add_typed(b.typed);
 	for (const Anomaly &a : b.anomalies)
 		add_anomaly(a);
-	if (rows_of(ClickHouseTable::spans).rows.size() >= kFlushAtBytes)
+	size_t pending = 0;
+	for (const Pending &p : pending_)
+		pending += p.rows.size();
+	if (pending >= kFlushAtBytes)
 		ship(mono_ns(), false);
 	tick();
 	return {};
@@ -301,6 +308,7 @@ void ClickHouseSink::asked_around(uint64_t at_ns)
 	for (Held &h : held_)
 		shipper_.push("spans", std::move(h.rows.rows.bytes()), h.rows.count);
 	held_.clear();
+	held_bytes_ = 0;
 }
 
 void ClickHouseSink::ship_spans(uint64_t now_ns, bool end)
@@ -309,6 +317,7 @@ void ClickHouseSink::ship_spans(uint64_t now_ns, bool end)
 	if (p.count && (o_.spans == Spans::all || spans_first_ns_ <= ship_until_ns_)) {
 		shipper_.push("spans", std::move(p.rows.bytes()), p.count);
 	} else if (p.count) {
+		held_bytes_ += p.rows.size();
 		held_.push_back({std::move(p), spans_first_ns_, spans_last_ns_});
 	}
 	p = Pending();
@@ -318,11 +327,14 @@ void ClickHouseSink::ship_spans(uint64_t now_ns, bool end)
 	// started before now), or at the end: let go, never asked for.
 	while (!held_.empty() && (end || held_.front().last_ns + 2 * o_.around_ns < now_ns))
 		let_go_front();
+	while (held_bytes_ > kMaxHeldBytes)
+		let_go_front();
 }
 
 void ClickHouseSink::let_go_front()
 {
 	let_go_ += held_.front().rows.count;
+	held_bytes_ -= held_.front().rows.rows.size();
 	held_.pop_front();
 }
 

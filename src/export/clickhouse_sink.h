@@ -120,7 +120,8 @@ private:
 	std::array<Pending, kClickHouseTableCount> pending_;
 	uint64_t spans_first_ns_ = UINT64_MAX, spans_last_ns_ = 0; // pending spans' starts
 	std::deque<Held> held_;                                    // Spans::around
-	uint64_t ship_until_ns_ = 0;                               // Spans::around: spans starting before this go
+	size_t held_bytes_ = 0;
+	uint64_t ship_until_ns_ = 0; // Spans::around: spans starting before this go
 	uint64_t let_go_ = 0;
 	std::unordered_map<std::string, Aggregate> aggregates_;
 	std::string key_; // aggregates_' key, reused

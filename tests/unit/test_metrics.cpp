@@ -322,10 +322,11 @@ TEST(ServeConfig, ErrorsNameTheKeyAndLine)
 	       "http://[USER[:PASSWORD]@]HOST[:PORT][/DATABASE] (e.g. http://ch.example:8123/prod)");
 	expect("[clickhouse]\nshard = 1\n",
 	       "c.toml:2: clickhouse.shard: unknown key; the keys here are clickhouse.cluster, clickhouse.host, "
-	       "clickhouse.job, clickhouse.spans, clickhouse.url");
+	       "clickhouse.job, clickhouse.keep_days, clickhouse.spans, clickhouse.url");
 	expect("[clickhouse]\nspans = \"some\"\n",
 	       "c.toml: clickhouse.spans: 'some' is not one of \"all\", \"around\" (the seconds around an anomaly or "
 	       "a hang) or \"none\"");
+	expect("[clickhouse]\nkeep_days = -1\n", "c.toml:2: clickhouse.keep_days must be from 0 to 36500");
 	expect("[clickhouse]\ncluster = \"a-b\"\n",
 	       "c.toml: clickhouse.cluster: ClickHouse cluster 'a-b' is not a name of letters, digits and underscores, "
 	       "as remote_servers names it");
