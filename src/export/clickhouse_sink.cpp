@@ -106,17 +106,25 @@ void ClickHouseSink::end_row(RowBinary &r)
 	r.fixed(row_++);
 }
 
+// The columns a call's rows (spans, rounds, anomalies) begin with after
+// (day, host, job): rank, pid, tid, layer, name, start_ns, dur_ns.
+void ClickHouseSink::call_columns(RowBinary &r, int64_t rank, uint32_t pid, uint32_t tid, std::string_view layer,
+				  std::string_view name, uint64_t start_ns, uint64_t dur_ns) const
+{
+	r.fixed(int32_t(rank));
+	r.fixed(pid);
+	r.fixed(tid);
+	r.string(layer);
+	r.string(name);
+	r.fixed(wall(start_ns));
+	r.fixed(dur_ns);
+}
+
 void ClickHouseSink::add_span_row(Pending &p, const Call &c, const Who &w)
 {
 	begin_row(p, wall(c.start_ns), w.job);
 	RowBinary &r = p.rows;
-	r.fixed(int32_t(w.rank >= 0 ? w.rank : c.rank));
-	r.fixed(c.pid);
-	r.fixed(c.tid);
-	r.string(c.layer);
-	r.string(c.name);
-	r.fixed(wall(c.start_ns));
-	r.fixed(c.dur_ns);
+	call_columns(r, w.rank >= 0 ? w.rank : c.rank, c.pid, c.tid, c.layer, c.name, c.start_ns, c.dur_ns);
 	r.fixed(c.seq);
 	r.fixed(c.bytes);
 	r.fixed(c.ret);
@@ -186,13 +194,7 @@ void ClickHouseSink::add_anomaly(const Anomaly &a)
 	Pending &out = rows_of(ClickHouseTable::anomalies);
 	begin_row(out, wall(a.ts_ns), w.job);
 	RowBinary &r = out.rows;
-	r.fixed(int32_t(w.rank));
-	r.fixed(a.pid);
-	r.fixed(a.tid);
-	r.string(a.layer);
-	r.string(a.name);
-	r.fixed(wall(a.ts_ns));
-	r.fixed(a.dur_ns);
+	call_columns(r, w.rank, a.pid, a.tid, a.layer, a.name, a.ts_ns, a.dur_ns);
 	r.fixed(a.score);
 	r.fixed(a.threshold);
 	const nlohmann::json &top = a.causes.empty() ? nlohmann::json() : a.causes[0];

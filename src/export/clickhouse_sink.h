@@ -94,6 +94,8 @@ private:
 	void add_call(const Call &c);
 	void add_typed(const TypedSpans &ts);
 	void add_span_row(Pending &p, const Call &c, const Who &w);
+	void call_columns(RowBinary &r, int64_t rank, uint32_t pid, uint32_t tid, std::string_view layer,
+			  std::string_view name, uint64_t start_ns, uint64_t dur_ns) const;
 	void add_anomaly(const Anomaly &a);
 	void add_event(const Event &e);
 	void add_metric(const Metric &m);
