@@ -108,7 +108,7 @@ std::string clock_shifts_sql(const std::string &rounds)
 std::string stragglers_sql(const ClusterArgs &a, const std::string &db, uint64_t since_s)
 {
 	std::string rounds =
-		rows_of(a, db + ".spans", "job, host, rank, layer, name, seq, start_ns, dur_ns", "seq >= 0", since_s);
+		rows_of(a, db + ".rounds", "job, host, rank, layer, name, seq, start_ns, dur_ns", "", since_s);
 	return "SELECT job, layer, name, seq, count() AS ranks, argMax(rank, at) AS last_rank, "
 	       "argMax(host, at) AS last_host, round((max(at) - min(at)) / 1e6, 3) AS late_ms\nFROM "
 	       "(SELECT job, host, rank, layer, name, seq, toInt64(start_ns) - shift AS at FROM " +
