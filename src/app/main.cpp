@@ -73,7 +73,7 @@ void add_record_outputs(CLI::App *record, RecordArgs &rec)
 			   "cannot be sent within 10 s of the end are counted as dropped (docs/clickhouse.md)");
 	record->add_option("--clickhouse-cluster", rec.clickhouse_cluster,
 			   "With --clickhouse: ship through Distributed tables over this cluster of the server's "
-			   "remote_servers (spans_local and events_local hold the rows on each shard)");
+			   "remote_servers (each table's rows in TABLE_local on every shard)");
 	record->add_option("-p,--pid", rec.pid, "Attach to this running process and its descendants");
 	record->add_option("--ready-file", rec.ready_file,
 			   "Write this file once every probe is attached (before the command starts; with -p, once "

@@ -8,10 +8,8 @@
 #include <zlib.h>
 #include <httplib.h>
 
-#include "common/clock.h"
 #include "common/text.h"
 #include "common/units.h"
-#include "probe/spec.h"
 
 namespace eacgm {
 
@@ -107,8 +105,9 @@ constexpr const char *kSpanColumns =
 		      "seq Int64, bytes UInt64, ret Int64, weight Float64" EACGM_CH_TAIL;
 } // namespace
 
-// In ClickHouseTable's order (the static_assert below and the sink's
-// rows_of check it); docs/clickhouse.md has each column's meaning.
+// In ClickHouseTable's order (the static_assert below checks it; the sink
+// indexes its pending rows by the enum); docs/clickhouse.md has each
+// column's meaning.
 extern constexpr std::array<ClickHouseTableDef, kClickHouseTableCount> kClickHouseTables = {{
 	{ClickHouseTable::spans, "spans", kSpanColumns, "job, host, start_ns, agent, row"},
 	{ClickHouseTable::rounds, "rounds", kSpanColumns, "job, seq, rank, agent, row"},
@@ -143,6 +142,11 @@ static_assert([] {
 	return true;
 }());
 
+std::string clickhouse_rows_table(const ClickHouseTarget &t, const ClickHouseTableDef &d)
+{
+	return std::string(d.name) + (t.cluster.empty() ? "" : "_local");
+}
+
 bool clickhouse_has_ttl(const std::string &version)
 {
 	int major = 0, minor = 0;
@@ -158,19 +162,18 @@ std::vector<std::string> clickhouse_schema(const ClickHouseTarget &t, unsigned t
 	// shards' `<table>_local`, which hold the rows; a row's shard is a hash
 	// of its (agent, row), so a batch sent twice lands where it did the
 	// first time and is folded there.
-	std::string suffix = t.cluster.empty() ? "" : "_local";
 	// Ordered for the cluster's questions (a job's rows over time); a
 	// partition a day, which the agent drops past its age (18.16 has no
 	// TTL); ReplacingMergeTree folds a batch sent twice by its (agent, row).
 	std::vector<std::string> out = {"CREATE DATABASE IF NOT EXISTS " + db};
 	for (const ClickHouseTableDef &d : kClickHouseTables) {
-		std::string name = d.name;
-		out.push_back("CREATE TABLE IF NOT EXISTS " + db + "." + name + suffix + " (" + d.columns +
+		std::string name = d.name, rows = clickhouse_rows_table(t, d);
+		out.push_back("CREATE TABLE IF NOT EXISTS " + db + "." + rows + " (" + d.columns +
 			      ") ENGINE = ReplacingMergeTree() PARTITION BY day ORDER BY (" + d.order + ")" +
 			      (ttl_days ? " TTL day + toIntervalDay(" + std::to_string(ttl_days) + ")" : ""));
 		if (!t.cluster.empty())
-			out.push_back("CREATE TABLE IF NOT EXISTS " + db + "." + name + " AS " + db + "." + name +
-				      suffix + " ENGINE = Distributed(" + t.cluster + ", " + db + ", " + name + suffix +
+			out.push_back("CREATE TABLE IF NOT EXISTS " + db + "." + name + " AS " + db + "." + rows +
+				      " ENGINE = Distributed(" + t.cluster + ", " + db + ", " + rows +
 				      ", cityHash64(agent, row))");
 	}
 	return out;
@@ -283,7 +286,7 @@ void ClickHouseShipper::drop_old_days()
 	strftime(cutoff, sizeof cutoff, "%Y-%m-%d", &day);
 	const ClickHouseTarget &t = client_.target();
 	for (const ClickHouseTableDef &d : kClickHouseTables) {
-		std::string table = std::string(d.name) + (t.cluster.empty() ? "" : "_local");
+		std::string table = clickhouse_rows_table(t, d);
 		auto old = client_.query("SELECT DISTINCT partition FROM system.parts WHERE database = '" + t.database +
 					 "' AND table = '" + table + "' AND active AND partition < '" + cutoff +
 					 "' ORDER BY partition FORMAT TabSeparated");

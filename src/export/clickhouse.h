@@ -78,6 +78,9 @@ struct ClickHouseTableDef {
 	const char *order;   // the MergeTree key
 };
 extern const std::array<ClickHouseTableDef, kClickHouseTableCount> kClickHouseTables;
+// The table on a server that holds a table's rows: `<table>_local` where
+// t.cluster makes `<table>` the Distributed one over the shards, else it.
+std::string clickhouse_rows_table(const ClickHouseTarget &t, const ClickHouseTableDef &d);
 
 // ClickHouse's RowBinary: little-endian integers, strings as a LEB128
 // length and their bytes, a Date as days since 1970-01-01 (UInt16).
