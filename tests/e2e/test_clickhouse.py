@@ -103,6 +103,27 @@ def require_clickhouse():
         raise unittest.SkipTest("no %s: run scripts/setup.sh (Debian's clickhouse-server)" % SERVER)
 
 
+def popen(args, env=None, **kw):
+    """subprocess.Popen with env added to this process's environment, text
+    mode (as the test's nodes start their programs: test_clickhouse_cluster)."""
+    return subprocess.Popen(args, env=dict(os.environ, **(env or {})), text=True, **kw)
+
+
+def start_when_traced(test, agent, gate, args, env=None, start=popen):
+    """Starts args (testlib_calls, which waits for WAIT_FILE before its first
+    call), waits until the agent traces one process more, then creates the
+    file: no call is made before the agent has it. start: how the program
+    is started (popen's arguments)."""
+    before = agent.value("eacgm_agent_processes_traced")
+    p = start(args, env=dict(env or {}, WAIT_FILE=gate), stdout=subprocess.PIPE)
+    test.addCleanup(p.stdout.close)
+    test.addCleanup(p.kill)
+    test.assertTrue(p.stdout.readline().startswith("waiting"))
+    agent.wait_until("the program traced", lambda m: m.get(("eacgm_agent_processes_traced", ())) == before + 1)
+    open(gate, "w").close()
+    return p
+
+
 def server_for(owner):
     """A ClickHouse of its own for a test (or a test class, from setUpClass),
     killed at its end: (its temporary directory, the server)."""
@@ -215,15 +236,9 @@ class ServeShipsToClickHouse(unittest.TestCase):
         agent = S.started_agent(self, tmp, 'layers = ["cuda"]\nspecs = ["%s"]\ndetect = false\nstore = ""\n'
                                 '[clickhouse]\nurl = "%s"\nhost = "node-a"\njob = "job-%s"\nspans = "all"\n'
                                 '[filter]\ncomm = ["%sr?"]\n' % (spec, ch.url(db), tag, tag))
-        gate = os.path.join(tmp, "gate")
-        rank = subprocess.Popen([rank_prog, "noop", "100"], stdout=subprocess.PIPE, text=True,
-                                env=dict(os.environ, WAIT_FILE=gate, TORCHELASTIC_RUN_ID="te-42", RANK="3"))
-        self.addCleanup(rank.stdout.close)
-        self.addCleanup(rank.kill)
-        self.assertTrue(rank.stdout.readline().startswith("waiting"))
         # The agent has it in its table (its environment read), then it calls.
-        agent.wait_until("the rank traced", lambda m: m.get(("eacgm_agent_processes_traced", ())) == 1)
-        open(gate, "w").close()
+        rank = start_when_traced(self, agent, os.path.join(tmp, "gate"), [rank_prog, "noop", "100"],
+                                 env={"TORCHELASTIC_RUN_ID": "te-42", "RANK": "3"})
         self.assertEqual(rank.wait(timeout=60), 0)
         # A program whose environment names no job: the configuration's, no rank.
         r = E.run([prog, "0"])
@@ -282,14 +297,7 @@ class ServeShipsSpansAroundAHang(unittest.TestCase):
         shutil.copy(E.TESTLIB_CALLS, prog)
         agent = S.started_agent(self, tmp, 'layers = ["gloo", "host"]\nspecs = ["%s"]\ndetect = false\nstore = ""\n'
                                 'hang_after_s = 1\n[clickhouse]\nurl = "%s"\nhost = "node-a"\n' % (spec, ch.url(db)))
-        start = os.path.join(tmp, "start")
-        quiet = subprocess.Popen([prog, "noop", "200"], stdout=subprocess.PIPE, text=True,
-                                 env=dict(os.environ, WAIT_FILE=start))
-        self.addCleanup(quiet.stdout.close)
-        self.addCleanup(quiet.kill)
-        self.assertTrue(quiet.stdout.readline().startswith("waiting"))
-        agent.wait_until("the program traced", lambda m: m.get(("eacgm_agent_processes_traced", ())) == 1)
-        open(start, "w").close()
+        quiet = start_when_traced(self, agent, os.path.join(tmp, "start"), [prog, "noop", "200"])
         self.assertEqual(quiet.wait(timeout=60), 0)
         agent.wait_until("the quiet program's spans let go",
                          lambda m: m.get(("eacgm_clickhouse_spans_let_go_total", ())) == 200)

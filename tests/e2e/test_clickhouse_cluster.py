@@ -58,8 +58,7 @@ class Node:
         self.inside = E.children(self.holder.pid)[0]  # the sleeper, pid 1 of the namespace
 
     def run(self, args, env=None, **kw):
-        return subprocess.Popen(["nsenter", "-t", str(self.inside), "-p", "-n", "-m", "--", *args],
-                                env=dict(os.environ, **(env or {})), text=True, **kw)
+        return C.popen(["nsenter", "-t", str(self.inside), "-p", "-n", "-m", "--", *args], env=env, **kw)
 
 
 def count(shard, db, where):
@@ -123,14 +122,8 @@ class TwoNodesTwoShards(unittest.TestCase):
 
     def known_program(self, node, agent, n, env=None):
         """testlib_calls noop N in `node`, started once the agent traces it."""
-        gate = os.path.join(self.tmp, "start%d" % n)
-        before = agent.value("eacgm_agent_processes_traced")
-        p = node.run([E.TESTLIB_CALLS, "noop", str(n)], env=dict(env or {}, WAIT_FILE=gate), stdout=subprocess.PIPE)
-        self.addCleanup(p.stdout.close)
-        self.assertTrue(p.stdout.readline().startswith("waiting"))
-        agent.wait_until("the program traced", lambda m: m.get(("eacgm_agent_processes_traced", ())) == before + 1)
-        open(gate, "w").close()
-        return p
+        return C.start_when_traced(self, agent, os.path.join(self.tmp, "start%d" % n), [E.TESTLIB_CALLS, "noop", str(n)],
+                                   env=env, start=node.run)
 
     def test_1_a_known_program_counted_exactly_through_the_distributed_table(self):
         p = self.known_program(self.nodes[0], self.agents[0], KNOWN)
