@@ -320,7 +320,7 @@ void ClickHouseSink::ship_spans(uint64_t now_ns, bool end)
 		shipper_.push("spans", std::move(p.rows.bytes()), p.count);
 	} else if (p.count) {
 		held_bytes_ += p.rows.size();
-		held_.push_back({std::move(p), spans_first_ns_, spans_last_ns_});
+		held_.push_back({std::move(p), spans_last_ns_});
 	}
 	p = Pending();
 	spans_first_ns_ = UINT64_MAX;

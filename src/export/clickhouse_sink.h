@@ -70,10 +70,11 @@ private:
 		RowBinary rows;
 		uint64_t count = 0;
 	};
-	// A second's span rows held for Spans::around, with their starts' range (CLOCK_MONOTONIC).
+	// A second's span rows held for Spans::around, with their latest start
+	// (CLOCK_MONOTONIC): they are let go once no window can reach it.
 	struct Held {
 		Pending rows;
-		uint64_t first_ns = 0, last_ns = 0;
+		uint64_t last_ns = 0;
 	};
 	// One aggregates row in the making: a function's calls in one process.
 	struct Aggregate {
