@@ -25,13 +25,26 @@ A call of the row's layer is labelled
      when a window fault was in force but did not slow it, or when it is a
      warm-up call (its function's first calls in its process, which eacgm
      does not score: every detector is scored on the same calls);
-  0  otherwise.
+  0  otherwise, outside every episode: a flag on it is a false alarm.
+
+An injected fault's episode, fixed before any detector's output is looked
+at: a point fault's (an operator slowed, a Python function spinning, a
+straggling rank's extra work) runs from its onset to the end of its step; a
+window fault's (CPU contention, network delay and loss) from its start to
+the end of the step after its end (a slowed rank slows its peers, and a
+window's last packets and hogs drain into the next step). An episode covers
+every process of the job, and its steps are those the workload logged
+itself. A call of an episode that is not a fault's call is not scored
+(None), for any method: whether the fault slowed it is not known, and flags
+on such calls are counted apart (`in_episode`).
 """
 import collections
 import json
 import statistics
 
 POINT = {"op", "py"}
+# Faults of one step (their episode ends with it); the others hold for a window of steps.
+POINT_EPISODE = {"op", "py", "straggle"}
 SLOWED = 2.0
 MIN_EXCESS = 100_000  # ns
 HELD = 0.8  # a point fault is in a call that spans this much of it at least
@@ -40,24 +53,58 @@ EXPECTED = {"op": "operator_slow", "py": "python_slow", "cpu": "cpu_contention",
             "straggle": "straggling_rank"}
 
 
-def read_faults(paths, shifts=None):
-    """Fault records of the workload's logs (one per rank), times moved by
-    shifts[i] (a merge's clock shift of input i) and pids by the merge's
-    pid map {(input, pid): merged pid}."""
-    faults = []
+def _read_log(paths, shifts, want):
+    """Records of the workload's logs (one per rank) that `want` keeps, times
+    moved by shifts[i] (a merge's clock shift of input i: (shift ns, {its
+    pid: merged pid})) and pids mapped to the merged recording's."""
+    out = []
     for i, path in enumerate(paths):
         with open(path) as f:
             for line in f:
                 d = json.loads(line)
-                if "fault" not in d:
+                if not want(d):
                     continue
                 if shifts:
                     d["t0"] += shifts[i][0]
                     d["t1"] += shifts[i][0]
                     d["parts"] = [(t0 + shifts[i][0], t1 + shifts[i][0]) for t0, t1 in d.get("parts", ())]
                     d["pid"] = shifts[i][1].get(d["pid"], d["pid"])
-                faults.append(d)
-    return faults
+                out.append(d)
+    return out
+
+
+def read_faults(paths, shifts=None):
+    """The injected faults of the workload's logs, in the recording's times and pids."""
+    return _read_log(paths, shifts, lambda d: "fault" in d)
+
+
+def read_steps(paths, shifts=None):
+    """The steps the workload timed, one record per process and step:
+    {"step", "t0", "t1", "rank", "pid"}, in the recording's times and pids."""
+    return _read_log(paths, shifts, lambda d: "step" in d and "fault" not in d)
+
+
+def episodes(faults, steps):
+    """Each fault's episode (t0, t1), in the faults' order (see above).
+    steps: read_steps' records of every process of the job."""
+    ends = collections.defaultdict(int)  # step -> its latest end over the job's processes
+    starts = collections.defaultdict(list)  # pid -> its steps' (t0, step), in order
+    for s in steps:
+        ends[s["step"]] = max(ends[s["step"]], s["t1"])
+        starts[s["pid"]].append((s["t0"], s["step"]))
+    for v in starts.values():
+        v.sort()
+    last = max(ends) if ends else 0
+    out = []
+    for f in faults:
+        if f["fault"] in POINT_EPISODE:
+            step = f["step"]
+        else:  # the step after the window: the first the fault's process began after it ended
+            mine = starts.get(f["pid"], [])
+            after = [s for t0, s in mine if t0 >= f["t1"]]
+            step = after[0] if after else last
+        out.append((f["t0"], max(ends.get(min(step, last), f["t1"]), f["t1"])))
+    return out
 
 
 def _overlap(r, f):
@@ -73,14 +120,17 @@ def _window_medians(rows, windows):
     return {k: statistics.median(v) for k, v in durs.items()}
 
 
-def label(rows, faults):
-    """Sets r["label"] (1, 0 or None) and r["fault_id"] (the index of the
-    fault it belongs to) on each row of one recording's evaluated layer."""
+def label(rows, faults, eps=()):
+    """Sets r["label"] (1, 0 or None), r["fault_id"] (the index of the
+    fault it belongs to) and r["in_episode"] (the index of the episode it
+    overlaps, or None) on each row of one recording's evaluated layer.
+    eps: the faults' episodes (episodes()); none, for a fault-free run."""
     windows = [f for f in faults if f["fault"] not in POINT]
     medians = _window_medians(rows, windows)
     for r in rows:
         r["label"], r["fault_id"] = (None, None) if r["warmup"] else (0, None)
         r["holds"] = None
+        r["in_episode"] = next((i for i, (e0, e1) in enumerate(eps) if r["start"] < e1 and r["end"] > e0), None)
     for i, f in enumerate(faults):
         if f["fault"] in POINT:
             _label_point(rows, f, i)
@@ -95,6 +145,9 @@ def label(rows, faults):
                 r["label"], r["fault_id"] = (1, i) if slowed else (None, None)
                 break
     _unscore_callers(rows)
+    for r in rows:
+        if r["label"] == 0 and r["in_episode"] is not None:
+            r["label"] = None
 
 
 def _label_point(rows, f, i):

@@ -27,7 +27,7 @@ With --fault-rank R a fault applies on rank R only (default: every rank).
 
 Each step's data is built by `encode` (map over the batch's texts) and the
 step is timed (CLOCK_MONOTONIC, the clock of eacgm's spans). OUT gets one
-JSON line per step {"step", "t0", "t1"} and per injected fault {"fault",
+JSON line per step {"step", "t0", "t1", "rank", "pid"} and per injected fault {"fault",
 "step", "t0", "t1", "rank", "pid"}: t0..t1 is the injected work itself (the
 slowed operator call, the spin) or the window the fault was in force (cpu,
 net). The first --warmup steps are not faulted."""
@@ -313,7 +313,7 @@ def main():
             log.fault("straggle", step, *spin(a.straggle_ms))
         loss.backward()
         opt.step()
-        log.write(step=step, t0=t0, t1=time.monotonic_ns())
+        log.write(step=step, t0=t0, t1=time.monotonic_ns(), rank=log.rank, pid=os.getpid())
     for w in windows.values():
         w.step(a.steps, False)
     log.f.close()
