@@ -592,6 +592,19 @@ bool far_slower(const Anomaly &a)
 	return f && f->second > 0 && f->first >= kOwnSlowdown * f->second;
 }
 
+// Whether the call's duration is a cause of its score: slower by kOwnZ
+// standard deviations at least than its other features predict. A call
+// flagged for a wait of a step, 2x its 0.55 us usual duration, is -45 sd
+// given that wait (a generator of the optimizer, make eval's tuning seed):
+// its duration is no reason to tell it for its own sake.
+constexpr double kOwnZ = 3;
+
+bool duration_a_cause(const Anomaly &a)
+{
+	auto it = a.features.find("log_duration");
+	return it != a.features.end() && it->value("z", 0.0) >= kOwnZ;
+}
+
 Weighed weigh(Anomaly &a, const ThreadLateness &threads, const Worth &worth)
 {
 	double own = excess(a, "log_duration"), late = excess(a, "log_gap");
@@ -631,7 +644,8 @@ Weighed weigh(Anomaly &a, const ThreadLateness &threads, const Worth &worth)
 	// 180 us late, which made it the echo of its caller) is told for its
 	// duration; a call somewhat slower in a step made late by another is
 	// that one's echo.
-	w.own = own > 0 && 2 * inside < own && (own >= late || slow_enough(a, worth) || far_slower(a));
+	w.own = own > 0 && 2 * inside < own &&
+		(own >= late || (duration_a_cause(a) && (slow_enough(a, worth) || far_slower(a))));
 	// Late for a stall only when half its lateness at least is time its
 	// thread ran no traced call: a function called at many points of a step
 	// (a generator of the optimizer 90 times a step, _to_copy 326 times)
