@@ -33,7 +33,7 @@ row's calls, stratified, seeded, their probability of the faulty class:
 import warnings
 
 import numpy as np
-from sklearn.cluster import DBSCAN, KMeans
+from sklearn.cluster import KMeans
 from sklearn.ensemble import IsolationForest, RandomForestClassifier
 from sklearn.metrics import average_precision_score
 from sklearn.model_selection import StratifiedKFold
@@ -89,7 +89,9 @@ def _dbscan(fit, x, _seed):
     nn = NearestNeighbors(n_neighbors=k).fit(fit)
     dist, _ = nn.kneighbors(fit)
     eps = max(float(np.percentile(dist[:, -1], 95)), 1e-9)
-    DBSCAN(eps=eps, min_samples=k).fit(fit)  # the clustering the score stands for
+    # DBSCAN(eps, min_samples=k) calls noise a point with fewer than k
+    # neighbours within eps: this distance over eps is that rule made a
+    # score (the clustering itself is not needed for it).
     d, _ = nn.kneighbors(x)
     return d[:, -1] / eps
 

@@ -73,8 +73,9 @@ class Steps:
 
 
 def alerts(rows, flags, steps):
-    """The alerts of one run: {(pid, step): {"hits": {fault: first start},
-    "inside": n, "false": n}} from the flags (one per row)."""
+    """The alerts of one run: {(pid, step): {"hits": {fault: the earliest
+    end of its flagged calls}, "inside": n, "false": n}} from the flags
+    (one per row)."""
     out = {}
     for r, flag in zip(rows, flags):
         if not flag:
@@ -83,10 +84,9 @@ def alerts(rows, flags, steps):
         if kind == "ignored":
             continue
         a = out.setdefault((r["pid"], steps.of(r["pid"], r["start"])),
-                           {"hits": {}, "inside": 0, "false": 0, "hit_ends": {}})
+                           {"hits": {}, "inside": 0, "false": 0})
         if kind == "hit":
-            a["hits"][fault] = min(a["hits"].get(fault, r["start"]), r["start"])
-            a["hit_ends"][fault] = min(a["hit_ends"].get(fault, r["end"]), r["end"])
+            a["hits"][fault] = min(a["hits"].get(fault, r["end"]), r["end"])
         else:
             a[kind] += 1
     return out
@@ -111,8 +111,9 @@ def step_classes(steps, eps):
 
 def run_events(run, flags):
     """One run's event counts for one method: its alerts by verdict, its
-    false alarms by the class of their step, and per fault whether it was
-    found and when (the earliest start and end of a flagged hit)."""
+    false alarms by the class of their step, and the faults found, each
+    with the earliest end of its flagged calls (when a judge after the fact
+    could know)."""
     al = alerts(run.rows, flags, run.steps)
     classes = step_classes(run.steps, run.eps)
     false_in = collections.Counter()
@@ -124,9 +125,8 @@ def run_events(run, flags):
             false_steps.append(step if step is not None else -1)
     found = {}
     for a in al.values():
-        for f, t in a["hits"].items():
-            first = found.setdefault(f, {"start": t, "end": a["hit_ends"][f]})
-            first["start"], first["end"] = min(first["start"], t), min(first["end"], a["hit_ends"][f])
+        for f, end in a["hits"].items():
+            found[f] = min(found.get(f, end), end)
     true_of = collections.Counter()
     for a in al.values():
         if a["hits"]:

@@ -70,9 +70,16 @@ class Run:
         labels.label(rows, self.faults, self.eps)
         self.scores = scores
         self.flags = {}
+        self._events = {}
 
     def scored(self):
         return [i for i, r in enumerate(self.rows) if r["label"] is not None]
+
+    def events(self, method):
+        """events.run_events of the method's flags, made once."""
+        if method not in self._events:
+            self._events[method] = events.run_events(self, self.flags[method])
+        return self._events[method]
 
 
 def scores_of(rows, feats, seed):
@@ -111,19 +118,19 @@ def cut(runs, seed):
     calls as eacgm does; the supervised ones on the faulted runs only
     (cross-validated probabilities). Returns per method its per-call truth
     and score over the faulted runs (for AUPRC)."""
-    faulted = [r for r in runs if not r.control]
-    truth, score = [], {m: [] for m in METHODS}
+    faulted = [(r, r.scored()) for r in runs if not r.control]
+    truth, flagged, score = [], [], {m: [] for m in METHODS}
     x = []
-    for r in faulted:
-        idx = r.scored()
+    for r, idx in faulted:
         truth += [r.rows[i]["label"] for i in idx]
+        flagged += [r.rows[i]["flagged"] for i in idx]
         for m in ("eacgm",) + baselines.UNSUPERVISED:
             score[m] += list(r.scores[m][idx])
         if idx:
             x += list(baselines.matrix([r.rows[i] for i in idx], r.feats)[0])
     truth = np.array(truth)
     neg = truth == 0
-    n_false = int(sum(1 for r in faulted for i in r.scored() if r.rows[i]["label"] == 0 and r.rows[i]["flagged"]))
+    n_false = int(np.sum(neg & np.array(flagged, dtype=bool)))
     for r in runs:
         r.flags["eacgm"] = [row["flagged"] for row in r.rows]
     for m in baselines.UNSUPERVISED:
@@ -139,11 +146,9 @@ def cut(runs, seed):
         score[m] = list(v)
         tau = baselines.cut_at(v, neg, n_false)
         k = 0
-        for r in faulted:
-            idx = set(r.scored())
-            flags = []
-            for i in range(len(r.rows)):
-                flags.append(bool(i in idx and v[k] > tau))
-                k += i in idx
-            r.flags[m] = flags
+        for r, idx in faulted:
+            r.flags[m] = [False] * len(r.rows)
+            for i, p in zip(idx, v[k:k + len(idx)]):
+                r.flags[m][i] = bool(p > tau)
+            k += len(idx)
     return truth, score

@@ -198,6 +198,11 @@ def verdicts(rows, flags):
             if r["label"] is not None]
 
 
+def truth_and_verdicts(rows, flags):
+    """The labels of a run's scored rows and the verdicts of these flags on them."""
+    return [r["label"] for r in rows if r["label"] is not None], verdicts(rows, flags)
+
+
 def scores(truth, verdict):
     """Accuracy, precision, recall and F1 of verdicts (bools) against labels (0/1)."""
     tp = sum(1 for t, v in zip(truth, verdict) if t and v)

@@ -31,11 +31,12 @@ def row_metrics(runs, seed):
             continue
         t, v = [], []
         for r in faulted:
-            t += [row["label"] for row in r.rows if row["label"] is not None]
-            v += labels.verdicts(r.rows, r.flags[m])
+            rt, rv = labels.truth_and_verdicts(r.rows, r.flags[m])
+            t += rt
+            v += rv
         call = labels.scores(t, v)
-        evs = [events.run_events(r, r.flags[m]) for r in faulted]
-        cevs = [events.run_events(r, r.flags[m]) for r in controls if m in r.flags]
+        evs = [r.events(m) for r in faulted]
+        cevs = [r.events(m) for r in controls if m in r.flags]
         fpr = call["fp"] / (call["fp"] + call["tn"]) if call["fp"] + call["tn"] else 0.0
         out[m] = {"call": call, "fpr": fpr, "auprc": baselines.auprc(truth, score[m]),
                   "event": events.event_scores(evs), "evs": evs,
@@ -136,9 +137,8 @@ def runs_table(all_runs):
     for r in all_runs:
         if "eacgm" not in r.flags:  # a control run of a row no faulted run was judged on
             continue
-        t = [row["label"] for row in r.rows if row["label"] is not None]
-        s = labels.scores(t, labels.verdicts(r.rows, r.flags["eacgm"]))
-        ev = events.run_events(r, r.flags["eacgm"])
+        s = labels.scores(*labels.truth_and_verdicts(r.rows, r.flags["eacgm"]))
+        ev = r.events("eacgm")
         out.append("| %s | %d | %s | %d | %s | %.0f s | %.2f%% | %d / %d / %d | %d / %d |" % (
             r.name, r.seed, ROWS[r.row][0], r.steps.count, "`%s`" % " ".join(r.rec["faults"]) if r.rec["faults"]
             else "none (control)", r.rec["secs"], 100 * r.rec["steal"], s["tp"], s["fp"], s["fn"],
@@ -199,12 +199,12 @@ def latency(runs):
         if r.control:
             continue
         online = judge.online_flags(r.rec["db"])
-        ev = events.run_events(r, r.flags["eacgm"])
+        ev = r.events("eacgm")
         d = by[r.row]
         d["n"] += len(r.faults)
         for i, f in enumerate(r.faults):
             if i in ev["found"]:
-                d["off"].append(ev["found"][i]["end"] - f["t0"])
+                d["off"].append(ev["found"][i] - f["t0"])
             live = [online[k] for k in ((row["pid"], row["tid"], row["start"]) for row in r.rows
                                         if events.flag_class(row) == ("hit", i)) if k in online]
             if live:
