@@ -94,9 +94,12 @@ void OverheadKeeper::measure_programs(bool update)
 void OverheadKeeper::tick(Recorder &rec, std::vector<std::string> &notes, std::vector<Event> &events)
 {
 	uint64_t now = mono_ns();
-	if (cycler_)
+	if (cycler_) {
 		if (auto e = cycler_->take_error(); !e.empty())
 			notes.push_back("warning: " + e);
+		for (auto [from, to] : cycler_->take_detaches())
+			events.push_back(detach_event(from, to));
+	}
 	if (now < next_ns_)
 		return;
 	next_ns_ = now + kIntervalNs;
@@ -327,6 +330,18 @@ Event OverheadKeeper::change_event(const BudgetDecision &d, double hit_ns, uint6
 		  {"throttled", nlohmann::json::array()}};
 	for (uint32_t id : d.throttled)
 		e.args["throttled"].push_back(specs_.probes[id].layer + "/" + specs_.probes[id].function);
+	return e;
+}
+
+// A detach of the throttled probes (DutyCycler::take_detaches says why the
+// recording keeps them): detect reads them (offline.cpp, Agent).
+Event OverheadKeeper::detach_event(uint64_t from_ns, uint64_t to_ns)
+{
+	Event e;
+	e.ts_ns = from_ns;
+	e.layer = "eacgm";
+	e.name = "probe_detach";
+	e.args = {{"end_ns", to_ns}, {"dur_ns", to_ns - from_ns}};
 	return e;
 }
 

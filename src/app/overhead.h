@@ -46,6 +46,7 @@ private:
 	double agent_ns_per_call(const Recorder &rec, const std::map<uint32_t, uint64_t> &hits);
 	std::optional<BudgetSample> take_sample(Recorder &rec, uint64_t now, std::vector<std::string> &notes);
 	Event change_event(const BudgetDecision &d, double hit_ns, uint64_t now) const;
+	static Event detach_event(uint64_t from_ns, uint64_t to_ns);
 	std::string describe(const BudgetDecision &d) const;
 	void set_weights(Recorder &rec, const BudgetDecision &d, uint64_t from_ns);
 	void steer_sampler(Recorder &rec, uint64_t now, double pct, std::vector<std::string> &notes,

@@ -225,6 +225,12 @@ std::string DutyCycler::take_error()
 	return std::exchange(error_, {});
 }
 
+std::vector<std::pair<uint64_t, uint64_t>> DutyCycler::take_detaches()
+{
+	std::lock_guard<std::mutex> lock(mu_);
+	return std::exchange(detaches_, {});
+}
+
 // Waits `ns` or until stopped or told something new.
 void DutyCycler::wait_for(uint64_t ns, std::unique_lock<std::mutex> &lock)
 {
@@ -251,8 +257,11 @@ void DutyCycler::run()
 			have_ = want;
 			since_ns_ = 0;
 			lock.unlock();
+			uint64_t from = mono_ns();
 			old.value().reset(); // waits for the kernel's grace periods
+			uint64_t to = mono_ns();
 			lock.lock();
+			detaches_.emplace_back(from, to);
 			continue;
 		}
 		if (have_.empty()) {
@@ -282,8 +291,9 @@ void DutyCycler::run()
 		uint64_t off_at = mono_ns();
 		lock.unlock();
 		burst.value().reset(); // the breakpoints go first, then the grace periods pass
-		lock.lock();
 		uint64_t now = mono_ns();
+		lock.lock();
+		detaches_.emplace_back(off_at, now);
 		if (now < start + period_ns_)
 			wait_for(start + period_ns_ - now, lock);
 		// A whole period more, burst and gap together (unless the set or

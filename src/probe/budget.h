@@ -15,6 +15,8 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "common/result.h"
 #include "probe/span_engine.h"
@@ -184,6 +186,17 @@ public:
 	std::pair<uint64_t, uint64_t> coverage_ns() const;
 	// An error of a burst or a relink, once (the cycler then stops throttling).
 	std::string take_error();
+	// The times the throttled probes were detached since the last call,
+	// [start, end] each in CLOCK_MONOTONIC ns: the release of a burst or of
+	// a relink's old links, which waits for the kernel's grace periods. On
+	// kernels whose uretprobes are SRCU-protected (6.12+), each grace period
+	// makes a kworker poll for the readers, every traced call still in
+	// flight, spinning up to srcutree's srcu_max_nodelay_phase x
+	// srcu_retry_check_delay (1000 x 5 us) on a CPU the job may be waiting
+	// for: the recording keeps these windows (`probe_detach` events) so that
+	// detect charges that kworker's time to eacgm, not to the job's
+	// neighbours.
+	std::vector<std::pair<uint64_t, uint64_t>> take_detaches();
 
 private:
 	void run();
@@ -198,6 +211,7 @@ private:
 	double duty_ = 1;
 	uint64_t since_ns_ = 0, on_ns_ = 0, until_ns_ = 0; // coverage since the set last changed
 	std::string error_;
+	std::vector<std::pair<uint64_t, uint64_t>> detaches_;
 	std::thread thread_;
 };
 

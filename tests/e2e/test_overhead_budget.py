@@ -53,6 +53,26 @@ class OverheadBudget(unittest.TestCase):
         estimate = sum(s["args"].get("weight", 1) for s in work)
         self.assertAlmostEqual(estimate / self.made["work_calls"], 1.0, delta=0.35)
 
+    def test_each_detach_between_bursts_is_kept(self):
+        # detect charges a kworker's run while eacgm detached probes to eacgm
+        # (the kernel's grace period polls for the calls in flight): the
+        # recording keeps every detach, one in each gap between two bursts.
+        # A detach ends in the gap; calls still trap while it removes the
+        # breakpoints, so a burst's last call may start after it began.
+        starts = sorted(s["start_ns"] for s in self.rec.spans("name = 'bl_work'") if "weight" in s["args"])
+        gaps = [(a, b) for a, b in zip(starts, starts[1:]) if b - a > 100 * 1000 * 1000]
+        self.assertGreater(len(gaps), 3, self.rec.stderr)
+        detaches = [(e["ts_ns"], json.loads(e["args"])) for e in self.rec.query(
+            "SELECT ts_ns, args FROM events WHERE layer = 'eacgm' AND name = 'probe_detach' ORDER BY ts_ns")]
+        for ts, args in detaches:
+            self.assertEqual(args["end_ns"] - ts, args["dur_ns"])
+            self.assertGreater(args["dur_ns"], 0)
+        for a, b in gaps:
+            self.assertEqual(len([ts for ts, x in detaches if a < x["end_ns"] < b]), 1, (a, b, detaches))
+        # and two more at most: the relink that set the hot probe apart
+        # (its calls are weighted from the decision on) and the last burst's
+        self.assertLessEqual(len(detaches), len(gaps) + 2, detaches)
+
     def test_what_was_throttled_is_said(self):
         meta = E.meta(self.rec.db)
         self.assertEqual(float(meta["overhead_budget_pct"]), 2.0)

@@ -312,11 +312,13 @@ TEST(OfflineDetect, ASporadicSlowdownIsNotLearntARecurringModeIs)
 // else is. Were it every third interval, the process would be
 // overcommitted rather than contended now and then: not reported. Nor
 // when the one taking the CPU is the recording agent (its pid in meta, or
-// an eacgm by name) or the process's own other threads.
+// an eacgm by name) or the process's own other threads, nor a kworker while
+// the agent detached probes (its grace-period poll: offline.cpp's Agent),
+// though a kworker is another at any other time.
 TEST(OfflineDetect, CallsSlowedWhileOthersTookTheProcesssCPUsAreReported)
 {
 	constexpr uint64_t kInterval = 100 * kUs * 1000, kStep = 5 * kUs * 1000, kT0 = 2'000'000'000;
-	auto run = [&](unsigned every, const std::string &culprit) {
+	auto run = [&](unsigned every, const std::string &culprit, bool agent_detached = false) {
 		std::mt19937_64 rng(3);
 		std::normal_distribution<double> jitter(0, 0.05);
 		Recording rec;
@@ -343,6 +345,14 @@ TEST(OfflineDetect, CallsSlowedWhileOthersTookTheProcesssCPUsAreReported)
 			rec.metrics.push_back(Metric{ts, "host", "interference_ns", "eacgm:77", 1, 5e6});
 			if (contended)
 				rec.metrics.push_back(Metric{ts, "host", "interference_ns", culprit, 1, 85e6});
+			if (contended && agent_detached) {
+				Event e;
+				e.ts_ns = ts - 60 * kUs * 1000; // 40 to 60 ms into the interval
+				e.layer = "eacgm";
+				e.name = "probe_detach";
+				e.args = {{"end_ns", ts - 40 * kUs * 1000}, {"dur_ns", 20 * kUs * 1000}};
+				rec.events.push_back(e);
+			}
 		}
 		return std::make_pair(detect_recording(rec, options()), slowed);
 	};
@@ -360,6 +370,9 @@ TEST(OfflineDetect, CallsSlowedWhileOthersTookTheProcesssCPUsAreReported)
 	EXPECT_TRUE(run(5, "eacgm-agent:77").first.anomalies.empty()); // the agent, renamed
 	EXPECT_TRUE(run(5, "eacgm:78").first.anomalies.empty());       // another eacgm
 	EXPECT_TRUE(run(5, "python3:1").first.anomalies.empty());      // itself
+	EXPECT_TRUE(run(5, "kworker/1:0:30036", true).first.anomalies.empty());
+	EXPECT_EQ(run(5, "kworker/1:0:30036").first.anomalies.size(), slowed.size());
+	EXPECT_EQ(run(5, "stress-ng-cpu:99", true).first.anomalies.size(), slowed.size()); // not the agent's
 }
 
 // The same recording replayed as the live agent saw it: the first 200
