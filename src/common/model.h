@@ -62,6 +62,9 @@ inline constexpr const char *kRunqArg = "runq_ns";
 // overhead budget throttles: those its probe was detached for). A spec
 // argument of that name gives way to it.
 inline constexpr const char *kWeightArg = "weight";
+// A Python span measured at both ends (the eval loop's entry probe), not
+// inferred from the stacks behind other calls and the sampler's.
+inline constexpr const char *kExactArg = "exact";
 
 struct Span {
 	uint64_t start_ns = 0;

@@ -97,7 +97,9 @@ struct TracedCall {
 	uint32_t pid = 0, tid = 0;
 	uint64_t start_ns = 0, dur_ns = 0, bytes = 0;
 	const PyStack *stack = nullptr; // null or empty: outside Python
-	bool weighted = false;          // seen in a throttled probe's burst (args.weight)
+	// The gap before it is not the program's: seen in a throttled probe's burst
+	// (args.weight), or, offline, revealed by throttled calls (gap_unknown).
+	bool weighted = false;
 };
 TracedCall call_of(const Span &s);
 

@@ -52,11 +52,48 @@ struct KeyCalls {
 	std::optional<KeyModel> model;
 };
 
+// When the overhead budget had probes throttled: from each decision that
+// throttled some to the next that throttled none (`overhead_budget` events).
+std::vector<std::pair<uint64_t, uint64_t>> throttled_periods(const Recording &rec)
+{
+	std::vector<std::pair<uint64_t, uint64_t>> out;
+	bool on = false;
+	for (const Event &e : rec.events) {
+		if (e.layer != "eacgm" || e.name != "overhead_budget")
+			continue;
+		const auto t = e.args.find("throttled");
+		const bool now = t != e.args.end() && t->is_array() && !t->empty();
+		if (now && !on)
+			out.emplace_back(e.ts_ns, UINT64_MAX);
+		else if (!now && on)
+			out.back().second = e.ts_ns;
+		on = now;
+	}
+	return out;
+}
+
+// Whether the gap before a call is unknown: a call seen in a throttled
+// probe's burst (args.weight), or a Python function that the stacks behind
+// other calls revealed (not kExactArg) while probes were throttled, whose
+// calls go unseen while those probes are detached. On a Python control run
+// the stacks behind throttled torch calls made AdamW's span vanish for 9 s
+// (a gap 86 times its usual, flagged with the 4 functions around it).
+bool gap_unknown(const Span &s, const std::vector<std::pair<uint64_t, uint64_t>> &throttled)
+{
+	if (s.args.contains(kWeightArg))
+		return true;
+	if (s.layer != "python" || s.args.contains(kExactArg))
+		return false;
+	auto after = std::upper_bound(throttled.begin(), throttled.end(), std::pair{s.start_ns, UINT64_MAX});
+	return after != throttled.begin() && std::prev(after)->second > s.start_ns;
+}
+
 // Every call's features, by key, in start order (the order gaps are
 // defined in), with the first call of each key in each process marked.
 std::map<std::string, KeyCalls> observe_all(const Recording &rec, const Context &ctx,
 					    const std::vector<std::string> &layers, size_t &spans)
 {
+	const auto throttled = throttled_periods(rec);
 	Extractor ext;
 	std::map<std::string, KeyCalls> keys;
 	std::map<std::pair<std::string, uint32_t>, size_t> started; // (key, pid) -> calls
@@ -70,7 +107,9 @@ std::map<std::string, KeyCalls> observe_all(const Recording &rec, const Context 
 		kc.st.key = key;
 		kc.layer = s.layer;
 		kc.st.seen++;
-		Call &c = kc.calls.emplace_back(Call{&s, ext.observe(s, ctx, key)});
+		TracedCall call = call_of(s);
+		call.weighted = gap_unknown(s, throttled);
+		Call &c = kc.calls.emplace_back(Call{&s, ext.observe(call, ctx, key)});
 		c.warmup = ++started[{key, s.pid}] <= kWarmupCalls;
 	}
 	return keys;
@@ -1270,8 +1309,11 @@ OfflineReport detect_recording(const Recording &rec, DetectOptions opt, const st
 	// The machine's stalls, from every function's calls past warm-up.
 	Noise noise;
 	const std::set<std::string> calling = callers(rec);
-	for (const auto &[key, kc] : keys)
-		noise.set(key, scored_rows(kc), calling.count(key) != 0 || !measures_machine(kc.layer));
+	for (const auto &[key, kc] : keys) {
+		const bool exact = std::all_of(kc.calls.begin(), kc.calls.end(),
+					       [](const Call &c) { return c.span->args.contains(kExactArg); });
+		noise.set(key, scored_rows(kc), calling.count(key) != 0 || !measures_machine(kc.layer, exact));
+	}
 	opt.worth.noise = &noise;
 	std::set<std::string> layer_names;
 	for (auto &[key, kc] : keys) {

@@ -128,9 +128,11 @@ void OnlineDetector::run_job(Job job)
 	std::lock_guard lk(mu_);
 	KeyState &ks = keys_[job.key];
 	ks.pending = false;
-	// What the machine did to this key's window.
+	// What the machine did to this key's window. The live detector scores
+	// the traced calls (CUDA, NCCL, torch), not Python spans, so no key of
+	// its is an exact Python function.
 	noise_.set(job.key, rows,
-		   2 * ks.holding >= ks.st.seen || !measures_machine(job.key.substr(0, job.key.find('/'))));
+		   2 * ks.holding >= ks.st.seen || !measures_machine(job.key.substr(0, job.key.find('/')), false));
 	if (!m) {
 		ks.st.note = "not trained: " + m.error().message;
 		return;

@@ -355,7 +355,7 @@ std::vector<Span> python_function_spans(uint32_t pid, uint32_t tid, const std::v
 	for (size_t i = 0; i < calls.size(); i++) {
 		const PyCall &c = calls[i];
 		out.push_back(function_span(pid, tid, c.frame, c.start_ns, std::max(c.end_ns, c.start_ns)));
-		out.back().args["exact"] = true;
+		out.back().args[kExactArg] = true;
 		out.back().depth = call_depth[i]; // orders ties below; set anew below
 	}
 
@@ -375,9 +375,9 @@ std::vector<Span> python_function_spans(uint32_t pid, uint32_t tid, const std::v
 		       (end_of(stack.back()) < x.start_ns || (end_of(stack.back()) == x.start_ns && x.dur_ns > 0)))
 			stack.pop_back();
 		if (!stack.empty() && x.start_ns + x.dur_ns > end_of(stack.back())) {
-			if (x.args.contains("exact")) {
+			if (x.args.contains(kExactArg)) {
 				for (size_t a : stack) // ancestors ran at least as long as the call
-					if (!out[a].args.contains("exact") && end_of(a) < x.start_ns + x.dur_ns)
+					if (!out[a].args.contains(kExactArg) && end_of(a) < x.start_ns + x.dur_ns)
 						out[a].dur_ns = x.start_ns + x.dur_ns - out[a].start_ns;
 			}
 			if (x.start_ns + x.dur_ns > end_of(stack.back()))

@@ -1040,3 +1040,82 @@ TEST(OfflineDetect, ACallsOwnWaitToRunSaysWhetherItWaitedOrWasSlow)
 		EXPECT_EQ(rep.waited_behind_own, 0u) << always;
 	}
 }
+
+// A Python function that the stacks behind other calls reveal (not measured
+// at both ends) is unseen while the probes under it are detached: with the
+// overhead budget throttling probes, the gap before such a call is not the
+// program's, and a 1 ms hole in its calls is no stall. Measured at both
+// ends (exact), or with nothing throttled, the same hole is one.
+TEST(OfflineDetect, AGapOfAPythonFunctionSeenThroughThrottledProbesIsUnknown)
+{
+	auto run = [](bool exact, bool throttled) {
+		Steps s = steps(60, {}, 1);
+		const uint64_t stall = s.spans[3 * 30].start_ns;
+		for (Span &sp : s.spans) {
+			if (sp.start_ns >= stall)
+				sp.start_ns += 1'000 * kUs;
+			sp.layer = "python";
+			if (exact)
+				sp.args[kExactArg] = true;
+		}
+		Recording rec;
+		rec.spans = s.spans;
+		if (throttled) {
+			Event e;
+			e.ts_ns = s.spans[3 * 20].start_ns;
+			e.layer = "eacgm";
+			e.name = "overhead_budget";
+			e.args = {{"throttled", {"torch/aten::linear"}}};
+			rec.events.push_back(e);
+		}
+		return detect_recording(rec, options()).anomalies;
+	};
+	EXPECT_EQ(run(false, true).size(), 0u);
+	ASSERT_EQ(run(true, true).size(), 1u);
+	EXPECT_EQ(run(true, true)[0].causes[0]["feature"], "log_gap");
+	ASSERT_EQ(run(false, false).size(), 1u);
+	EXPECT_EQ(run(false, false)[0].causes[0]["feature"], "log_gap");
+}
+
+// The machine stalls a call now and then by a few microseconds (an
+// interrupt, a page fault): a 0.5 us Python function measured at both ends
+// (exact) then takes 5x its usual. Such functions are the only measure of
+// stalls that short, so theirs are taken as the machine's: two of them,
+// each stalled in one call of 50 by 2 us, are not told. Built from the
+// stacks (not exact), their spans measure nothing and the same calls are
+// told.
+TEST(OfflineDetect, ExactPythonFunctionsMeasureTheMachinesShortStalls)
+{
+	auto run = [](bool exact) {
+		std::mt19937_64 rng(5);
+		std::normal_distribution<double> jitter(0, 0.05);
+		std::uniform_int_distribution<int> stall(0, 49);
+		Recording rec;
+		std::vector<uint64_t> stalled; // past each function's warm-up
+		uint64_t t = 1'000'000'000;
+		for (size_t i = 0; i < 4000; i++) {
+			const char *name = i % 2 ? "genexpr" : "__next__";
+			const bool stalls = stall(rng) == 0;
+			const double d = 500 * std::exp(jitter(rng)) + (stalls ? 2'000 : 0);
+			if (stalls && i >= 2 * kWarmupCalls)
+				stalled.push_back(t);
+			Span s{.start_ns = t,
+			       .dur_ns = static_cast<uint64_t>(d),
+			       .pid = 1,
+			       .tid = 1,
+			       .layer = "python",
+			       .name = name};
+			if (exact)
+				s.args[kExactArg] = true;
+			rec.spans.push_back(s);
+			t += s.dur_ns + static_cast<uint64_t>(5'000 * std::exp(jitter(rng)));
+		}
+		DetectOptions o = options();
+		o.worth = kWorthTelling;
+		return std::make_pair(starts(detect_recording(rec, o).anomalies), stalled);
+	};
+	EXPECT_EQ(run(true).first, std::vector<uint64_t>{});
+	auto [told, stalled] = run(false);
+	EXPECT_EQ(stalled.size(), 80u);
+	EXPECT_EQ(told, stalled);
+}
