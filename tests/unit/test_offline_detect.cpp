@@ -648,15 +648,16 @@ TEST(FaultClass, OperatorSlowStallAndMemoryPressure)
 // running on the CPUs the process waited for) accounts for half the call's
 // excess or more, its intervals' share of the call counted; a call slowed
 // on its own, with a little interference around, stays operator_slow and
-// names the interference second.
+// names the interference second. So does a call that the recording agent's
+// interference would account for: the agent's cost is not the job's fault.
 TEST(FaultClass, CpuContentionWhenItExplainsTheExcess)
 {
 	Steps s = steps(60, {20}, 30);
-	auto with_interference = [&](double per_ms_us) {
+	auto with_interference = [&](double per_ms_us, const std::string &who = "stress-ng:999") {
 		Recording rec;
 		rec.spans = s.spans;
 		for (uint64_t t = s.spans.front().start_ns; t < s.spans.back().start_ns + 2'000 * kUs; t += 1'000 * kUs)
-			rec.metrics.push_back({t, "host", "interference_ns", "stress-ng:999", 1, per_ms_us * kUs});
+			rec.metrics.push_back({t, "host", "interference_ns", who, 1, per_ms_us * kUs});
 		return detect_recording(rec, options());
 	};
 	auto busy = with_interference(900); // 0.9 ms of every 1 ms
@@ -671,6 +672,10 @@ TEST(FaultClass, CpuContentionWhenItExplainsTheExcess)
 	ASSERT_EQ(quiet.anomalies.size(), 1u);
 	EXPECT_EQ(fault_class(quiet.anomalies[0]), "operator_slow");
 	EXPECT_EQ(quiet.anomalies[0].causes[1]["fault"], "cpu_contention") << quiet.anomalies[0].causes.dump(1);
+
+	auto agent = with_interference(900, "eacgm:77");
+	ASSERT_EQ(agent.anomalies.size(), 1u);
+	EXPECT_EQ(fault_class(agent.anomalies[0]), "operator_slow") << agent.anomalies[0].causes.dump(1);
 }
 
 // A collective that waited for the rank that arrived last names it: the
