@@ -82,6 +82,9 @@ def summary(metrics, causes):
         missed = [k for k, ok in met.items() if not ok]
         if missed:
             notes.append("- %s falls short of: %s." % (ROWS[row][0], "; ".join(missed)))
+    if notes:
+        notes.append("- What the control runs' false alarms are, measured: docs/evaluation.md, "
+                     "\"What the control runs' false alarms are\".")
     return out, notes
 
 
