@@ -36,7 +36,7 @@ TracedCall call_of(const Span &s)
 		.dur_ns = s.dur_ns,
 		.bytes = s.bytes,
 		.stack = &s.py_stack,
-		.weighted = s.args.contains(kWeightArg)};
+		.gap_unknown = s.args.contains(kWeightArg)};
 }
 
 void key_of(const TracedCall &c, std::string &out) { out.assign(c.layer).append("/").append(c.name); }
@@ -239,7 +239,7 @@ Observation Extractor::observe(const TracedCall &s, const Context &ctx, const st
 	uint64_t &last = last_end_[key][s.tid]; // the key is copied only the first time
 	// A call seen in a burst of a throttled probe (args.weight): the gap
 	// before it spans the time the probe was detached, not the program's.
-	if (last && !s.weighted)
+	if (last && !s.gap_unknown)
 		o.x[kLogGap] = std::log1p(static_cast<double>(s.start_ns > last ? s.start_ns - last : 0));
 	last = std::max(last, s.start_ns + s.dur_ns);
 	// kCallSite is encoded by the key's model (its counts), not here.

@@ -98,8 +98,9 @@ struct TracedCall {
 	uint64_t start_ns = 0, dur_ns = 0, bytes = 0;
 	const PyStack *stack = nullptr; // null or empty: outside Python
 	// The gap before it is not the program's: seen in a throttled probe's burst
-	// (args.weight), or, offline, revealed by throttled calls (gap_unknown).
-	bool weighted = false;
+	// (args.weight), or, offline, revealed by throttled calls (offline.cpp's
+	// gap_unknown()).
+	bool gap_unknown = false;
 };
 TracedCall call_of(const Span &s);
 

@@ -108,7 +108,7 @@ std::map<std::string, KeyCalls> observe_all(const Recording &rec, const Context 
 		kc.layer = s.layer;
 		kc.st.seen++;
 		TracedCall call = call_of(s);
-		call.weighted = gap_unknown(s, throttled);
+		call.gap_unknown = gap_unknown(s, throttled);
 		Call &c = kc.calls.emplace_back(Call{&s, ext.observe(call, ctx, key)});
 		c.warmup = ++started[{key, s.pid}] <= kWarmupCalls;
 	}
@@ -865,11 +865,10 @@ struct Agent {
 	std::vector<std::pair<uint64_t, uint64_t>> detaches; // [start, end], by start
 	bool is(const std::string &interferer) const
 	{
+		if (eacgm_by_name(interferer))
+			return true;
 		auto colon = interferer.rfind(':');
-		if (colon == std::string::npos)
-			return false;
-		return interferer.compare(0, colon, "eacgm") == 0 ||
-			(pid != 0 && interferer.substr(colon + 1) == std::to_string(pid));
+		return pid != 0 && colon != std::string::npos && interferer.substr(colon + 1) == std::to_string(pid);
 	}
 	// Whether the agent made `interferer`'s run in [t0, t1].
 	bool made(const std::string &interferer, uint64_t t0, uint64_t t1) const

@@ -185,7 +185,7 @@ std::optional<Anomaly> OnlineDetector::observe(const TypedSpans &batch, size_t i
 			   .dur_ns = t.dur_ns,
 			   .bytes = t.bytes,
 			   .stack = i < batch.stacks.size() ? &batch.stacks[i] : nullptr,
-			   .weighted = t.weight != 1.0};
+			   .gap_unknown = t.weight != 1.0};
 	return observe(c, [&] { return span_at(batch, i); });
 }
 

@@ -358,7 +358,7 @@ void explain(Anomaly &a, const Span &span, const Observation &o, const KeyModel 
 			if (x.value > 0) {
 				by[x.key] += x.value;
 				total += x.value;
-				if (x.key.starts_with("eacgm:"))
+				if (eacgm_by_name(x.key))
 					agent += x.value;
 				stamps.insert(x.ts_ns);
 			}

@@ -112,6 +112,15 @@ bool reportable(const KeyModel &m, const Scored &s, const Worth &worth, const st
 void explain(Anomaly &a, const Span &span, const Observation &o, const KeyModel &m, const Scored &s, const Context &ctx,
 	     uint64_t margin_ns);
 
+// Whether a host-layer interferer ("<comm>:<pid>") is an eacgm by its name:
+// a recording agent, whose CPU is the overhead budget's business rather
+// than a fault of the job (offline.cpp's Agent knows its pid too).
+inline bool eacgm_by_name(const std::string &interferer)
+{
+	const auto colon = interferer.rfind(':');
+	return colon != std::string::npos && interferer.compare(0, colon, "eacgm") == 0;
+}
+
 // Fault classes: every cause carries the class of fault it points to
 // ("fault"), and an anomaly's class is its first cause's:
 //   operator_slow    the call itself took longer (log_duration; a python
