@@ -368,10 +368,36 @@ std::vector<bool> separated(const std::vector<Members> &ms, const std::vector<bo
 	return out;
 }
 
+// Whether a component too rare to be a mode by its weight is one all the
+// same: most of its members lie one distance apart (the calls of the
+// function in a step), as a once-a-step mode's do, they spread over the
+// run, and their median is under kSporadicSlowdown times the function's.
+// A GPT's Tensor.__hash__ takes 2.3 us at the first call of each step's
+// burst and 0.84 us at the others: 667 of its 35,616 calls (1.9%, under
+// the --min-weight of 2%), and 410 of a fault-free run's 561 false flags
+// while it was left to the second fit (make eval, seed 3). Not
+// Members::recurs, which several distances may meet: 12 calls slowed at
+// random steps (make eval's, one in each twelfth of the run) lay 5 steps
+// apart 3 times and 10 steps apart 3 times, half of their 11 distances.
+// Nor much slower calls, however regular: a matmul slowed 1000x every 25th
+// step (tests/e2e/test_detect.py) is a fault to tell, as a checkpoint
+// every 25 steps that took 1000x would be worth telling.
+bool recurring_mode(const Members &m, size_t time_bins, double median)
+{
+	size_t commonest = 0;
+	for (auto [d, times] : m.distances)
+		commonest = std::max(commonest, times);
+	const double b = static_cast<double>(time_bins), size = static_cast<double>(m.log_dur.size());
+	const double spread = b * (1 - std::exp(-size / b));
+	return commonest >= kRecurring && 2 * commonest >= m.n_distances &&
+		static_cast<double>(m.bins.size()) > kEpisodeShare * spread &&
+		m.median < median + std::log(kSporadicSlowdown);
+}
+
 // The members of components too rare to be a mode (under min_weight of the
-// calls, or fewer than kMinComponentCalls of them) that lie apart from the
-// modes, of components that are no mode (not_modes), and the calls below
-// the threshold.
+// calls, or fewer than kMinComponentCalls of them, and no recurring_mode)
+// that lie apart from the modes, of components that are no mode
+// (not_modes), and the calls below the threshold.
 std::vector<bool> unusual(const KeyModel &m, const std::vector<const Observation *> &rows, double min_weight)
 {
 	const Gmm &g = m.gmm();
@@ -383,11 +409,17 @@ std::vector<bool> unusual(const KeyModel &m, const std::vector<const Observation
 		member.push_back(scored.back().winner.component);
 	}
 	const unsigned k = g.components();
-	const std::vector<Members> ms = members_of(rows, member, k, std::max<size_t>(time_bins(rows.size()), 1));
+	const size_t bins = std::max<size_t>(time_bins(rows.size()), 1);
+	const std::vector<Members> ms = members_of(rows, member, k, bins);
 	std::vector<bool> rare(k), odd = not_modes(rows, ms);
+	std::vector<double> log_dur;
+	for (const Observation *o : rows)
+		log_dur.push_back(o->x[kLogDuration]);
+	const double median = upper_median(log_dur);
 	for (unsigned c = 0; c < k; c++) {
 		const double w = g.weights()(c);
-		rare[c] = w < min_weight || w * n < static_cast<double>(kMinComponentCalls);
+		rare[c] = w * n < static_cast<double>(kMinComponentCalls) ||
+			(w < min_weight && !(bins >= kMinTimeBins && recurring_mode(ms[c], bins, median)));
 	}
 	const std::vector<bool> apart = separated(ms, rare, odd);
 	std::vector<bool> out(rows.size());
@@ -401,7 +433,9 @@ std::vector<bool> unusual(const KeyModel &m, const std::vector<const Observation
 // then without the members of such rare components and the calls the first
 // fit flagged, each mode holding min_weight of the calls and
 // kMinComponentCalls at least, the threshold calibrated on the calls
-// fitted. excluded: how many the second fit left out.
+// fitted (a recurring mode under min_weight is among them, held by a
+// wider component or beyond the threshold's quantile; not flagged).
+// excluded: how many the second fit left out.
 Result<KeyModel> robust_fit(const std::vector<const Observation *> &rows, const ModelOptions &opt, size_t &excluded)
 {
 	ModelOptions first_opt = opt;
@@ -675,14 +709,14 @@ Weighed weigh(Anomaly &a, const ThreadLateness &threads, const Worth &worth)
 		}
 	}
 	// Its duration counts as its own when the calls inside it do not account
-	// for it and it is the larger excess, or worth telling alone (noise.h:
-	// the machine's stalls do not explain it), or ten times the usual
-	// whatever the gap: a call both slow and late (a slowed operator behind
-	// the slow hook that called it, or behind a stall of the machine: 7
-	// log_softmax calls slowed by 50 us, one of them in a step that came
-	// 180 us late, which made it the echo of its caller) is told for its
-	// duration; a call somewhat slower in a step made late by another is
-	// that one's echo.
+	// for it and it is the larger excess, or a cause of its score
+	// (duration_a_cause) and worth telling alone (noise.h: the machine's
+	// stalls do not explain it) or ten times the usual whatever the gap: a
+	// call both slow and late (a slowed operator behind the slow hook that
+	// called it, or behind a stall of the machine: 7 log_softmax calls
+	// slowed by 50 us, one of them in a step that came 180 us late, which
+	// made it the echo of its caller) is told for its duration; a call
+	// somewhat slower in a step made late by another is that one's echo.
 	w.own = own > 0 && 2 * inside < own &&
 		(own >= late || (duration_a_cause(a) && (slow_enough(a, worth) || far_slower(a))));
 	// Late for a stall only when half its lateness at least is time its
