@@ -656,6 +656,51 @@ TEST(RootCause, ContextCausesWithEvidence)
 		EXPECT_LE(a->causes[i]["strength"].get<double>(), a->causes[i - 1]["strength"].get<double>());
 }
 
+// A call 5x its usual duration, scored mostly for a gap far longer than
+// any of its function's (over 95% of the distance): its duration is listed
+// among the causes all the same, for fold_echoes to name it first when the
+// call is slow for reasons of its own (offline.cpp's weigh).
+TEST(RootCause, ASlowDurationIsListedWhateverItsShare)
+{
+	std::mt19937_64 rng(3);
+	std::normal_distribution<double> noise(0, 0.1);
+	std::vector<Span> spans;
+	uint64_t t = 1'000'000'000;
+	for (size_t i = 0; i < 401; i++) {
+		const bool planted = i == 400;
+		if (planted)
+			t += 10'000'000'000'000; // 10,000 s: 12.7 in log beyond the step's 30 ms
+		spans.push_back(Span{.start_ns = t,
+				     .dur_ns = static_cast<uint64_t>((planted ? 20e3 : 4e3) * std::exp(noise(rng))),
+				     .pid = 1,
+				     .tid = 1,
+				     .layer = "python",
+				     .name = "encode"});
+		t += spans.back().dur_ns + static_cast<uint64_t>((i % 8 == 7 ? 30e6 : 5e3) * std::exp(noise(rng)));
+	}
+	Context ctx;
+	Extractor ex;
+	std::vector<Observation> obs;
+	for (const Span &sp : spans)
+		obs.push_back(ex.observe(sp, ctx));
+	std::vector<const Observation *> rows;
+	for (size_t i = 1; i < 400; i++)
+		rows.push_back(&obs[i]);
+	auto m = KeyModel::train(rows, ModelOptions{});
+	ASSERT_TRUE(m.ok()) << m.error().message;
+	Scored sc = m->score(obs[400]);
+	ASSERT_TRUE(m->anomalous(sc));
+	auto attr = attribute(*m, sc);
+	ASSERT_EQ(attr[0].feature, kLogGap);
+	ASSERT_LT(attr[1].share, 0.05); // the duration's
+	Anomaly a;
+	explain(a, spans[400], obs[400], *m, sc, ctx, 0);
+	std::vector<std::string> listed;
+	for (const json &c : a.causes)
+		listed.push_back(c.value("feature", c.value("kind", std::string())));
+	EXPECT_EQ(listed, (std::vector<std::string>{"log_gap", "log_duration"})) << a.causes.dump(1);
+}
+
 TEST(Offline, DeterministicAndLayerFilter)
 {
 	Recording rec;
