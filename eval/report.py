@@ -1,6 +1,7 @@
 """eval/RESULTS.md: every number computed here from the judged runs; the
 text around them says how, and the provenance line is the script's own."""
 import collections
+import math
 import os
 import platform
 import statistics
@@ -86,6 +87,51 @@ def summary(metrics, causes):
         notes.append("- What the control runs' false alarms are, measured: docs/evaluation.md, "
                      "\"What the control runs' false alarms are\".")
     return out, notes
+
+
+CUTS = (0, 2, 5, 10, 20)  # the slowdowns operating_points() keeps eacgm's flags at (0: every flag)
+
+
+def slowdowns(run):
+    """Per row of a run, how many times its function's median it took: its
+    duration's, or its gap's for a flag told for its gap (a stall)."""
+    gap_at = run.feats.index("log_gap") if "log_gap" in run.feats else None
+    dur, gap = collections.defaultdict(list), collections.defaultdict(list)
+    for r in run.rows:
+        if not r["warmup"]:
+            dur[r["key"]].append(r["dur"])
+            if gap_at is not None and r["x"][gap_at] == r["x"][gap_at]:
+                gap[r["key"]].append(r["x"][gap_at])
+    med_dur = {k: statistics.median(v) for k, v in dur.items()}
+    med_gap = {k: statistics.median(v) for k, v in gap.items()}
+    out = []
+    for r in run.rows:
+        if r["fault"] == "stall" and r["key"] in med_gap and r["x"][gap_at] == r["x"][gap_at]:
+            out.append(math.exp(r["x"][gap_at] - med_gap[r["key"]]))
+        else:
+            out.append(r["dur"] / med_dur[r["key"]] if med_dur.get(r["key"]) else 1.0)
+    return out
+
+
+def operating_points(by_row):
+    """eacgm's flags kept only where the call took CUTS times its function's
+    median or more (much as `detect --min-slowdown` would cut them, which
+    measures against the call's own mode): per row and cut, faults found,
+    event F1 and alerts per 1,000 control steps."""
+    out = ["| Row | kept: slowed at least | faults found | event F1 | alerts / 1,000 control steps |",
+           "|---|---|---|---|---|"]
+    for row, runs in by_row.items():
+        if all(r.control for r in runs):
+            continue
+        slow = {id(r): slowdowns(r) for r in runs}
+        for cut in CUTS:
+            def events_of(r):
+                return events.run_events(r, [f and x >= cut for f, x in zip(r.flags["eacgm"], slow[id(r)])])
+            e = events.event_scores([events_of(r) for r in runs if not r.control])
+            ctl = events.rate([events_of(r) for r in runs if r.control])
+            out.append("| %s | %s | %d of %d | %.3f | %.1f (%d in %d) |" % (
+                ROWS[row][0], "%gx" % cut if cut else "every flag", e["found"], e["faults"], e["f1"], ctl[2], ctl[0], ctl[1]))
+    return out
 
 
 def per_call(metrics):

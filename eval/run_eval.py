@@ -148,7 +148,7 @@ Machine: {machine}.
 """
 
 
-def write(path, runs, metrics, named, provenance, rev):
+def write(path, runs, by_row, metrics, named, provenance, rev):
     summary, notes = report.summary(metrics, report.causes_by_row(named))
     lines = [HEADER.format(provenance=provenance, machine=report.machine(rev), after=events.AFTER,
                            reps=events.REPLICATES, block=events.BLOCK),
@@ -162,6 +162,11 @@ def write(path, runs, metrics, named, provenance, rev):
              "Alerts outside every episode, per 1,000 job steps: on the fault-free control runs, in the %d steps "
              "after each episode, and in the faulted runs' other steps. After-effects of a fault would show as a "
              "higher rate after it than on the controls." % events.AFTER, "", *report.false_alarms(metrics), "",
+             "## Operating points", "",
+             "eacgm's own flags kept only where the call took so many times its function's median duration "
+             "(a stall: its gap) or more, each row's faulted and control runs judged at each cut. The faults "
+             "are slowed by different amounts (eval/scenarios.py); the control runs show how often this machine "
+             "slows a fault-free call that much.", "", *report.operating_points(by_row), "",
              "## Root cause, per fault kind", "",
              "The fault class eacgm named on the earliest flagged call of each fault found.", "",
              *report.causes_table(named), "",
@@ -242,7 +247,7 @@ def main():
                   "recording), %s; this run took %.1f minutes: `%s`." % (
                       ", ".join(map(str, seeds)), tuning, a.control_steps, len(recs), rec_min, made,
                       (time.monotonic() - t) / 60, " ".join(["eval/run_eval.py"] + sys.argv[1:])))
-    write(out, runs, metrics, named, provenance, rev)
+    write(out, runs, by_row, metrics, named, provenance, rev)
     say("wrote %s (%.1f minutes)" % (out, (time.monotonic() - t) / 60))
 
 

@@ -1,6 +1,7 @@
 """make eval's scoring rules (eval/labels.py, eval/events.py, eval/baselines.py,
 eval/report.py) on runs small enough to score by hand: every count asserted
 here is worked out in the comments beside it."""
+import math
 import os
 import sys
 import types
@@ -156,6 +157,40 @@ class Baselines(unittest.TestCase):
         z = baselines.robust_z([1.0, 2.0, 3.0, 4.0, 100.0])
         # Median 3, median absolute deviation 1.
         self.assertAlmostEqual(z[4], 97 / 1.4826)
+
+
+class OperatingPoints(unittest.TestCase):
+    def test_flags_are_kept_by_how_slowed_their_call_was(self):
+        # A faulted run: mm's usual calls take 1 ms (median 1 ms), its
+        # fault's call 12 ms (12x), a false flag in step 6 3 ms (3x), and
+        # a stall in step 8: a 1 ms call after a gap of 30 ms (the usual
+        # gap 2 ms: 15x). A control run of 10 steps: one call 6 ms (6x).
+        f = {"fault": "op", "step": 3, "t0": 310 * MS, "t1": 320 * MS, "pid": 1}
+        rows = [call(1, k * 100 * MS + MS, MS) for k in range(10) if k not in (3, 6, 8)]
+        rows += [call(1, 309 * MS, 12 * MS), call(1, 601 * MS, 3 * MS), call(1, 801 * MS, MS)]
+        for r in rows:
+            stall = r["start"] == 801 * MS
+            r["x"], r["fault"] = [math.log1p((30 if stall else 2) * MS)], "stall" if stall else "operator_slow"
+        faulted = Run(rows, [f])
+        faulted.feats, faulted.control = ["log_gap"], False
+        faulted.flags = {"eacgm": [r["start"] in (309 * MS, 601 * MS, 801 * MS) for r in rows]}
+        self.assertEqual([round(x, 3) for x in report.slowdowns(faulted)[-3:]], [12.0, 3.0, 15.0])
+        crow = [call(1, k * 100 * MS + MS, 6 * MS if k == 4 else MS) for k in range(10)]
+        for r in crow:
+            r["x"], r["fault"] = [math.log1p(2 * MS)], "operator_slow"
+        control = Run(crow, [])
+        control.feats, control.control = ["log_gap"], True
+        control.flags = {"eacgm": [r["dur"] == 6 * MS for r in crow]}
+        table = report.operating_points({"torch": [faulted, control]})
+        # 2x: the fault found; alerts true 1, false 2 (steps 6 and 8):
+        # precision 1/3, F1 0.5; the control's 6x call: 100 per 1,000.
+        # 5x: the 3x flag goes (F1 2/3). 10x: the control's goes too.
+        # 20x: none is left, the fault's 12x and the stall's 15x gone too.
+        self.assertEqual(table[2:], ["| Torch | every flag | 1 of 1 | 0.500 | 100.0 (1 in 10) |",
+                                     "| Torch | 2x | 1 of 1 | 0.500 | 100.0 (1 in 10) |",
+                                     "| Torch | 5x | 1 of 1 | 0.667 | 100.0 (1 in 10) |",
+                                     "| Torch | 10x | 1 of 1 | 0.667 | 0.0 (0 in 10) |",
+                                     "| Torch | 20x | 0 of 1 | 0.000 | 0.0 (0 in 10) |"])
 
 
 class Prevalence(unittest.TestCase):
