@@ -119,6 +119,40 @@ std::vector<uint64_t> starts(const std::vector<Anomaly> &anomalies)
 	return out;
 }
 
+// One thread's steps of one function (`like` gives its name, layer and
+// args): each step after a wait of wait_us (none when 0), `calls` calls,
+// call i of step s taking us(s, i) microseconds, gap_us apart; durations,
+// waits and gaps jitter by about 5%. slowed(s, i): the calls whose starts
+// are kept, in order.
+struct StepRun {
+	Recording rec;
+	std::vector<uint64_t> slow_starts;
+};
+
+StepRun step_calls(const Span &like, size_t steps, double wait_us, size_t calls, double gap_us,
+		   const std::function<double(size_t, size_t)> &us, const std::function<bool(size_t, size_t)> &slowed,
+		   uint64_t seed)
+{
+	std::mt19937_64 rng(seed);
+	std::normal_distribution<double> jitter(0, 0.05);
+	StepRun out;
+	uint64_t t = 1'000'000'000;
+	for (size_t step = 0; step < steps; step++) {
+		if (wait_us > 0)
+			t += static_cast<uint64_t>(wait_us * kUs * std::exp(jitter(rng)));
+		for (size_t i = 0; i < calls; i++) {
+			Span s = like;
+			s.start_ns = t;
+			s.dur_ns = static_cast<uint64_t>(us(step, i) * kUs * std::exp(jitter(rng)));
+			out.rec.spans.push_back(s);
+			if (slowed(step, i))
+				out.slow_starts.push_back(t);
+			t += s.dur_ns + static_cast<uint64_t>(gap_us * kUs * std::exp(jitter(rng)));
+		}
+	}
+	return out;
+}
+
 } // namespace
 
 // 60 steps, 4 of them with a softmax 30x slower: every slowed call is found
@@ -312,34 +346,20 @@ TEST(OfflineDetect, ASporadicSlowdownIsNotLearntARecurringModeIs)
 // half their distances recur (5 steps apart three times, 10 three times).
 TEST(OfflineDetect, ARareModeThatRecursWithTheStepIsLearnt)
 {
-	std::mt19937_64 rng(4);
-	std::normal_distribution<double> jitter(0, 0.05);
 	const std::set<size_t> slow = {10, 15, 20, 25, 35, 45, 55, 70, 90, 110, 135, 160};
-	Recording rec;
-	std::vector<uint64_t> slow_starts;
-	uint64_t t = 1'000'000'000;
-	for (size_t step = 0; step < 200; step++) {
-		t += static_cast<uint64_t>(80'000 * kUs * std::exp(jitter(rng)));
-		for (size_t i = 0; i < 52; i++) {
-			const bool slowed = i == 4 && slow.count(step);
-			const double base = (i == 0 ? 2500 : 440) * (slowed ? 3 : 1);
-			const auto d = static_cast<uint64_t>(base * std::exp(jitter(rng)));
-			rec.spans.push_back(Span{.start_ns = t,
-						 .dur_ns = d,
-						 .pid = 1,
-						 .tid = 1,
-						 .layer = "python",
-						 .name = "Tensor.__hash__",
-						 .args = {{std::string(kExactArg), true}}});
-			if (slowed)
-				slow_starts.push_back(t);
-			t += d + static_cast<uint64_t>(3 * kUs * std::exp(jitter(rng)));
-		}
-	}
+	auto slowed = [&](size_t step, size_t i) { return i == 4 && slow.count(step) > 0; };
+	StepRun r = step_calls(
+		Span{.pid = 1,
+		     .tid = 1,
+		     .layer = "python",
+		     .name = "Tensor.__hash__",
+		     .args = {{std::string(kExactArg), true}}},
+		200, 80'000, 52, 3,
+		[&](size_t step, size_t i) { return (i == 0 ? 2.5 : 0.44) * (slowed(step, i) ? 3 : 1); }, slowed, 4);
 	DetectOptions o = options();
 	o.worth = {2, kUs / 2};
-	auto rep = detect_recording(rec, o);
-	EXPECT_EQ(starts(rep.anomalies), slow_starts);
+	auto rep = detect_recording(r.rec, o);
+	EXPECT_EQ(starts(rep.anomalies), r.slow_starts);
 }
 
 // CPU contention in every fifth 100 ms interval of a 3 s run: stress-ng
@@ -837,23 +857,12 @@ TEST(FaultClass, AFarSlowerCallIsItsOwnAnomalyThoughLate)
 // slower is worth telling: every one is found, nothing else.
 TEST(OfflineDetect, ARegularFaultFarSlowerThanTheFunctionIsNoMode)
 {
-	std::mt19937_64 rng(6);
-	std::normal_distribution<double> jitter(0, 0.05);
-	Recording rec;
-	std::vector<uint64_t> slow_starts;
-	uint64_t t = 1'000'000'000;
-	for (size_t step = 0; step < 600; step++)
-		for (size_t i = 0; i < 3; i++) {
-			const bool slowed = i == 1 && step >= 50 && step % 25 == 0;
-			const auto d = static_cast<uint64_t>((slowed ? 10'000 : 10) * kUs * std::exp(jitter(rng)));
-			rec.spans.push_back(Span{
-				.start_ns = t, .dur_ns = d, .pid = 1, .tid = 1, .layer = "torch", .name = "aten::mm"});
-			if (slowed)
-				slow_starts.push_back(t);
-			t += d + static_cast<uint64_t>(40 * kUs * std::exp(jitter(rng)));
-		}
-	auto rep = detect_recording(rec, options());
-	EXPECT_EQ(starts(rep.anomalies), slow_starts);
+	auto slowed = [](size_t step, size_t i) { return i == 1 && step >= 50 && step % 25 == 0; };
+	StepRun r = step_calls(
+		Span{.pid = 1, .tid = 1, .layer = "torch", .name = "aten::mm"}, 600, 0, 3, 40,
+		[&](size_t step, size_t i) { return slowed(step, i) ? 10'000.0 : 10.0; }, slowed, 6);
+	auto rep = detect_recording(r.rec, options());
+	EXPECT_EQ(starts(rep.anomalies), r.slow_starts);
 }
 
 // A function called 8 times a step, its first call after the step's 30 ms
@@ -864,28 +873,15 @@ TEST(OfflineDetect, ARegularFaultFarSlowerThanTheFunctionIsNoMode)
 // scores most of it).
 TEST(FaultClass, ASpinAtTheStepsFirstCallIsNamedForItsDuration)
 {
-	std::mt19937_64 rng(21);
-	std::normal_distribution<double> jitter(0, 0.05);
 	const std::set<size_t> slow = {12, 25, 31, 44, 58, 63, 77, 86, 92, 99};
-	Recording rec;
-	std::vector<uint64_t> slow_starts;
-	uint64_t t = 1'000'000'000;
-	for (size_t step = 0; step < 110; step++) {
-		t += static_cast<uint64_t>(30'000 * kUs * std::exp(jitter(rng)));
-		for (size_t i = 0; i < 8; i++) {
-			const bool slowed = i == 0 && slow.count(step);
-			const auto d = static_cast<uint64_t>((slowed ? 2000 : 4) * kUs * std::exp(jitter(rng)));
-			rec.spans.push_back(Span{
-				.start_ns = t, .dur_ns = d, .pid = 1, .tid = 1, .layer = "python", .name = "encode"});
-			if (slowed)
-				slow_starts.push_back(t);
-			t += d + static_cast<uint64_t>(5 * kUs * std::exp(jitter(rng)));
-		}
-	}
-	auto rep = detect_recording(rec, options());
+	auto slowed = [&](size_t step, size_t i) { return i == 0 && slow.count(step) > 0; };
+	StepRun r = step_calls(
+		Span{.pid = 1, .tid = 1, .layer = "python", .name = "encode"}, 110, 30'000, 8, 5,
+		[&](size_t step, size_t i) { return slowed(step, i) ? 2000.0 : 4.0; }, slowed, 21);
+	auto rep = detect_recording(r.rec, options());
 	for (const Anomaly &a : rep.anomalies)
 		EXPECT_EQ(fault_class(a), "python_slow") << a.causes.dump();
-	EXPECT_EQ(starts(rep.anomalies), slow_starts);
+	EXPECT_EQ(starts(rep.anomalies), r.slow_starts);
 }
 
 // A job's start-up (here its first 3 steps, all 10x slow) is neither learnt
