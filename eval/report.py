@@ -100,13 +100,13 @@ def slowdowns(run):
     for r in run.rows:
         if not r["warmup"]:
             dur[r["key"]].append(r["dur"])
-            if gap_at is not None and r["x"][gap_at] == r["x"][gap_at]:
+            if gap_at is not None and not math.isnan(r["x"][gap_at]):
                 gap[r["key"]].append(r["x"][gap_at])
     med_dur = {k: statistics.median(v) for k, v in dur.items()}
     med_gap = {k: statistics.median(v) for k, v in gap.items()}
     out = []
     for r in run.rows:
-        if r["fault"] == "stall" and r["key"] in med_gap and r["x"][gap_at] == r["x"][gap_at]:
+        if r["fault"] == "stall" and r["key"] in med_gap and not math.isnan(r["x"][gap_at]):
             out.append(math.exp(r["x"][gap_at] - med_gap[r["key"]]))
         else:
             out.append(r["dur"] / med_dur[r["key"]] if med_dur.get(r["key"]) else 1.0)

@@ -243,6 +243,14 @@ struct Members {
 	double median = NAN, median_gap = NAN;
 	double sd = NAN, sd_gap = NAN; // of log_dur and log_gap
 
+	// The slices of the run (of time_bins) that as many calls spread over
+	// it at random would meet.
+	double spread(size_t time_bins) const
+	{
+		const double b = static_cast<double>(time_bins), size = static_cast<double>(log_dur.size());
+		return b * (1 - std::exp(-size / b));
+	}
+
 	bool recurs() const
 	{
 		size_t recurring = 0;
@@ -305,23 +313,26 @@ std::vector<Members> members_of(const std::vector<const Observation *> &rows, co
 // below kMinTimeBins: no episode is told).
 size_t time_bins(size_t n) { return std::min(kTimeBins, n / 4); }
 
-// ms: members_of(rows, ..., time_bins(rows.size())).
-std::vector<bool> not_modes(const std::vector<const Observation *> &rows, const std::vector<Members> &ms)
+// The median log duration of a function's calls.
+double median_log_duration(const std::vector<const Observation *> &rows)
 {
-	std::vector<bool> out(ms.size());
-	const size_t n = rows.size();
-	const size_t bins_of_run = time_bins(n);
-	if (bins_of_run < kMinTimeBins)
-		return out;
 	std::vector<double> all;
 	for (const Observation *o : rows)
 		all.push_back(o->x[kLogDuration]);
-	const double median = upper_median(all);
-	if (!std::isfinite(median))
+	return upper_median(all);
+}
+
+// ms: members_of(rows, ..., time_bins(n)) of a function's n calls, whose
+// median log duration is median.
+std::vector<bool> not_modes(size_t n, const std::vector<Members> &ms, double median)
+{
+	std::vector<bool> out(ms.size());
+	const size_t bins_of_run = time_bins(n);
+	if (bins_of_run < kMinTimeBins || !std::isfinite(median))
 		return out;
 	auto episode = [&](const Members &m) {
 		const double b = static_cast<double>(bins_of_run), size = static_cast<double>(m.log_dur.size());
-		const double spread = b * (1 - std::exp(-size / b)), bins = static_cast<double>(m.bins.size());
+		const double spread = m.spread(bins_of_run), bins = static_cast<double>(m.bins.size());
 		auto d1 = m.distances.find(1);
 		const double runs = size - (d1 == m.distances.end() ? 0.0 : static_cast<double>(d1->second));
 		const bool clumped = bins <= kEpisodeShare * spread || (size >= kEpisodeRun * runs && bins <= b / 4);
@@ -376,10 +387,10 @@ std::vector<bool> separated(const std::vector<Members> &ms, const std::vector<bo
 // burst, 5.7 times its median: 690 of its 35,192 calls (1.9%, under the
 // --min-weight of 2%), and 410 of a fault-free run's 561 false flags while
 // it was left to the second fit (make eval, seed 3: a reported seed, where
-// this was found). Not
-// Members::recurs, which several distances may meet: 12 calls slowed at
-// random steps (make eval's, one in each twelfth of the run) lay 5 steps
-// apart 3 times and 10 steps apart 3 times, half of their 11 distances.
+// this was found). Not Members::recurs, which several distances may meet:
+// 12 calls slowed at random steps (make eval's, one in each twelfth of the
+// run) lay 5 steps apart 3 times and 10 steps apart 3 times, half of their
+// 11 distances.
 // Nor much slower calls, however regular: a matmul slowed 1000x every 25th
 // step (tests/e2e/test_detect.py) is a fault to tell, as a checkpoint
 // every 25 steps that took 1000x would be worth telling.
@@ -390,10 +401,8 @@ bool recurring_mode(const Members &m, size_t time_bins, double median)
 	size_t commonest = 0;
 	for (auto [d, times] : m.distances)
 		commonest = std::max(commonest, times);
-	const double b = static_cast<double>(time_bins), size = static_cast<double>(m.log_dur.size());
-	const double spread = b * (1 - std::exp(-size / b));
 	return commonest >= kRecurring && 2 * commonest >= m.n_distances &&
-		static_cast<double>(m.bins.size()) > kEpisodeShare * spread &&
+		static_cast<double>(m.bins.size()) > kEpisodeShare * m.spread(time_bins) &&
 		m.median < median + std::log(kModeSlowdown);
 }
 
@@ -414,11 +423,8 @@ std::vector<bool> unusual(const KeyModel &m, const std::vector<const Observation
 	const unsigned k = g.components();
 	const size_t bins = std::max<size_t>(time_bins(rows.size()), 1);
 	const std::vector<Members> ms = members_of(rows, member, k, bins);
-	std::vector<bool> rare(k), odd = not_modes(rows, ms);
-	std::vector<double> log_dur;
-	for (const Observation *o : rows)
-		log_dur.push_back(o->x[kLogDuration]);
-	const double median = upper_median(log_dur);
+	const double median = median_log_duration(rows);
+	std::vector<bool> rare(k), odd = not_modes(rows.size(), ms, median);
 	for (unsigned c = 0; c < k; c++) {
 		const double w = g.weights()(c);
 		rare[c] = w * n < static_cast<double>(kMinComponentCalls) ||
