@@ -1105,10 +1105,9 @@ struct Waits {
 	std::set<CallId> behind_own;
 };
 
-Waits starved(const std::map<std::string, KeyCalls> &keys, const Context &ctx, const Recording &rec,
+Waits starved(const std::map<std::string, KeyCalls> &keys, TakenByOthers &others, const Recording &rec,
 	      const MedianDurations &medians, const Worth &worth)
 {
-	TakenByOthers others(ctx, agent_of(rec));
 	const bool runq_measured = rec.meta.count("runq_measured") != 0;
 	Waits out;
 	for (const auto &[key, kc] : keys) {
@@ -1150,16 +1149,49 @@ Waits starved(const std::map<std::string, KeyCalls> &keys, const Context &ctx, c
 	return out;
 }
 
-// The cause of a call starved() found, ahead of the others: the model may
-// have learnt so long a contention as a mode, and its own causes then
-// explain nothing.
-void name_contention(std::vector<Anomaly> &anomalies, const std::map<CallId, Starved> &found)
+// A call flagged for its own measures (its duration or gap), slowed less
+// than kOwnSlowdown times, while others took its process's CPUs: its
+// process waited kContendedFactor times its usual wait and kCrowdedShare of
+// the interval or more around it, others taking half of that at least, in
+// a process that does not always wait so (not crowded). A call need not
+// wait itself to be slowed by what runs on its CPUs between its turns:
+// under stress-ng, a ResNet's batch_norm took 3x its usual 135 us with 5 us
+// of its own wait, while the process waited 17 ms of each 100 ms and
+// stress-ng took 16 ms of it. It is slower than its mode but not than the
+// function's median (1.2 ms: the layers' batch norms differ), so starved()
+// passes it by, and it was named operator_slow: the first call of both cpu
+// faults of make eval's ResNet on seed 3, a reported seed, where this was
+// found. Only naming: the contention adds no flag here (starved()'s
+// stricter test does, for calls the model missed).
+std::optional<Starved> starved_around(const Anomaly &a, TakenByOthers &others)
+{
+	if (!a.causes.is_array() || a.causes.empty() || a.causes[0].value("kind", "") != "feature")
+		return std::nullopt;
+	auto d = value_and_usual(a, "log_duration");
+	if (d && d->second > 0 && d->first >= kOwnSlowdown * d->second)
+		return std::nullopt;
+	const auto &u = others.usual(a.pid);
+	if (u.crowded || u.period_ns <= 0)
+		return std::nullopt;
+	const auto around = others.around(a.pid, a.ts_ns, a.ts_ns + a.dur_ns);
+	if (around.wait_ns < std::max(kContendedFactor * u.usual_ns, kCrowdedShare * u.period_ns) ||
+	    around.taken_ns < around.wait_ns / 2)
+		return std::nullopt;
+	return Starved{around.wait_ns, around.taken_ns, u.usual_ns, u.period_ns, around.most, around.most_ns, 0};
+}
+
+// The cause of a call starved() found, or starved_around() names, ahead of
+// the others: the model may have learnt so long a contention as a mode,
+// and its own causes then explain nothing.
+void name_contention(std::vector<Anomaly> &anomalies, const std::map<CallId, Starved> &found, TakenByOthers &others)
 {
 	for (Anomaly &a : anomalies) {
 		auto it = found.find(id_of(a));
-		if (it == found.end())
+		const std::optional<Starved> around =
+			it == found.end() ? starved_around(a, others) : std::optional<Starved>{it->second};
+		if (!around)
 			continue;
-		const Starved &st = it->second;
+		const Starved &st = *around;
 		nlohmann::json cause = {
 			{"kind", "run_queue"},
 			{"fault", "cpu_contention"},
@@ -1389,7 +1421,8 @@ OfflineReport detect_recording(const Recording &rec, DetectOptions opt, const st
 	const std::vector<Round> rounds = match_collectives(rec.spans);
 	const MedianDurations medians = median_durations(keys);
 	std::set<CallId> forced = waited_for_stragglers(rounds, medians, opt.worth);
-	const Waits waits = starved(keys, ctx, rec, medians, opt.worth);
+	TakenByOthers others(ctx, agent_of(rec));
+	const Waits waits = starved(keys, others, rec, medians, opt.worth);
 	for (const auto &[id, st] : waits.contended)
 		forced.insert(id);
 	for (auto &[key, kc] : keys) {
@@ -1402,7 +1435,7 @@ OfflineReport detect_recording(const Recording &rec, DetectOptions opt, const st
 	}
 	fold_echoes(rep.anomalies, lateness(keys, medians), opt.worth);
 	rep.waited_behind_own = drop_behind_own(rep.anomalies, waits.behind_own);
-	name_contention(rep.anomalies, waits.contended);
+	name_contention(rep.anomalies, waits.contended, others);
 	name_stragglers(rep.anomalies, rounds);
 	std::sort(rep.anomalies.begin(), rep.anomalies.end(),
 		  [](const Anomaly &a, const Anomaly &b) { return a.ts_ns < b.ts_ns; });

@@ -1138,6 +1138,67 @@ TEST(OfflineDetect, ACallsOwnWaitToRunSaysWhetherItWaitedOrWasSlow)
 	}
 }
 
+// A call others slowed without its waiting: a function of two modes, 135
+// us and 1.2 ms (the median in the slower), in a process that waits 17 ms
+// of every fifth 100 ms interval (usually 2 ms), stress-ng taking 16 ms of
+// it. Six of its quicker calls take 3x in two such intervals, their own
+// wait to run nil. They are slower than their mode, not than the
+// function's median, so starved() does not take them up; the model flags
+// them, and they are named CPU contention. Three as slow in a quiet
+// interval, and two 100x in a contended one (11x the slower mode: no
+// contention makes a call take 10x without its waiting), are the
+// operator's; and so are all of them when the agent, not another process,
+// took the CPUs.
+TEST(OfflineDetect, ACallSlowedInAContendedIntervalWithoutWaitingIsNamedForTheContention)
+{
+	constexpr uint64_t kInterval = 100 * kUs * 1000, kStep = 5 * kUs * 1000, kT0 = 2'000'000'000;
+	// by index (20 calls an interval, the even ones of the quicker mode): 3x
+	// in the contended intervals 7 and 17, in the quiet 10, 100x in the
+	// contended 22
+	const std::set<size_t> contended = {140, 144, 148, 340, 344, 348}, quiet = {200, 204, 208}, far = {442, 446};
+	auto run = [&](const std::string &culprit) {
+		std::mt19937_64 rng(8);
+		std::normal_distribution<double> jitter(0, 0.05);
+		Recording rec;
+		rec.meta["agent_pid"] = "77";
+		rec.meta["runq_measured"] = "1";
+		for (size_t i = 0; i < 3000; i++) {
+			const double usual = (i % 2 == 0 ? 135 : 1200) * kUs * std::exp(jitter(rng));
+			const double factor = far.count(i) ? 100 : contended.count(i) || quiet.count(i) ? 3 : 1;
+			Span sp{.start_ns = kT0 + kUs * 1000 + i * kStep,
+				.dur_ns = static_cast<uint64_t>(usual * factor),
+				.pid = 1,
+				.tid = 1,
+				.layer = "torch",
+				.name = "aten::batch_norm"};
+			sp.args[kRunqArg] = 0;
+			rec.spans.push_back(sp);
+		}
+		for (uint64_t k = 0; k <= 150; k++) {
+			const uint64_t ts = kT0 + (k + 1) * kInterval; // the interval (ts - 100 ms, ts]
+			const bool busy = k % 5 == 2;
+			rec.metrics.push_back(Metric{ts, "host", "sched_delay_ns", "", 1, busy ? 17e6 : 2e6});
+			rec.metrics.push_back(Metric{ts, "host", "interference_ns", "eacgm:77", 1, 1e6});
+			if (busy)
+				rec.metrics.push_back(Metric{ts, "host", "interference_ns", culprit, 1, 16e6});
+		}
+		std::map<size_t, std::string> out; // index -> fault class
+		for (const Anomaly &a : detect_recording(rec, options()).anomalies)
+			out[(a.ts_ns - kT0 - kUs * 1000) / kStep] = fault_class(a);
+		return out;
+	};
+	std::map<size_t, std::string> want;
+	for (size_t i : contended)
+		want[i] = "cpu_contention";
+	for (const std::set<size_t> &v : {quiet, far})
+		for (size_t i : v)
+			want[i] = "operator_slow";
+	EXPECT_EQ(run("stress-ng-cpu:99"), want);
+	for (size_t i : contended)
+		want[i] = "operator_slow";
+	EXPECT_EQ(run("eacgm:77"), want);
+}
+
 // A Python function that the stacks behind other calls reveal (not measured
 // at both ends) is unseen while the probes under it are detached: with the
 // overhead budget throttling probes, the gap before such a call is not the
