@@ -656,6 +656,54 @@ TEST(RootCause, ContextCausesWithEvidence)
 		EXPECT_LE(a->causes[i]["strength"].get<double>(), a->causes[i - 1]["strength"].get<double>());
 }
 
+// A call 10x its usual duration in a host interval where its process
+// waited far less to run than usual (0.2 ms, usually 1 ms, 16 sd off): the
+// wait made it unusual but cannot have made it slow, so it is no cause of
+// it; the same call in an interval of a 5 ms wait lists it.
+TEST(RootCause, WhatLiesOnTheSideThatDoesNotSlowACallIsNoCause)
+{
+	auto listed = [](double planted_wait_ns) {
+		std::mt19937_64 rng(3);
+		std::normal_distribution<double> noise(0, 0.1);
+		std::vector<Span> spans;
+		Context ctx;
+		const uint64_t t0 = 1'000'000'000, every = 100'000; // a call and a host interval each 100 us
+		for (size_t i = 0; i < 401; i++) {
+			const bool planted = i == 400;
+			const uint64_t t = t0 + i * every;
+			spans.push_back(
+				Span{.start_ns = t,
+				     .dur_ns = static_cast<uint64_t>((planted ? 40e3 : 4e3) * std::exp(noise(rng))),
+				     .pid = 1,
+				     .tid = 1,
+				     .layer = "torch",
+				     .name = "aten::mm"});
+			ctx.add(Metric{t + every / 2, "host", "sched_delay_ns", "", 1,
+				       (planted ? planted_wait_ns : 1e6) * std::exp(noise(rng))});
+		}
+		Extractor ex;
+		std::vector<Observation> obs;
+		for (const Span &sp : spans)
+			obs.push_back(ex.observe(sp, ctx));
+		std::vector<const Observation *> rows;
+		for (size_t i = 1; i < 400; i++)
+			rows.push_back(&obs[i]);
+		auto m = KeyModel::train(rows, ModelOptions{});
+		EXPECT_TRUE(m.ok()) << m.error().message;
+		Scored sc = m->score(obs[400]);
+		EXPECT_TRUE(m->anomalous(sc));
+		Anomaly a;
+		explain(a, spans[400], obs[400], *m, sc, ctx, 0);
+		EXPECT_GT(a.features["host_log_sched"]["contribution"].get<double>(), 0.05) << a.features.dump(1);
+		std::set<std::string> out;
+		for (const json &c : a.causes)
+			out.insert(c.value("feature", c.value("kind", std::string())));
+		return out;
+	};
+	EXPECT_EQ(listed(0.2e6), (std::set<std::string>{"log_duration"}));
+	EXPECT_EQ(listed(5e6), (std::set<std::string>{"log_duration", "host_log_sched"}));
+}
+
 // A call 5x its usual duration, scored mostly for a gap far longer than
 // any of its function's (over 95% of the distance): its duration is listed
 // among the causes all the same, for fold_echoes to name it first when the
