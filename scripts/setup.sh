@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages eacgm needs to build and test. Idempotent: when
 # everything is present it only checks, and apt is not touched.
-# The README's dependency table says why each package is here.
+# docs/dependencies.md says why each package is here.
 set -euo pipefail
 packages=(
   build-essential cmake pkg-config

@@ -1,6 +1,6 @@
 // eacgm serve's configuration: a TOML file (/etc/eacgm/eacgm.toml by
-// default), every key optional, each documented with its default in the
-// README ("Configuration"). An unknown key or a value of the wrong kind is
+// default), every key optional, each documented with its default in
+// docs/agent.md ("Configuration"). An unknown key or a value of the wrong kind is
 // an error naming the key and its line: a typo must not silently leave a
 // default in force on every node.
 #pragma once

@@ -14,8 +14,8 @@ static CLI::App *add_serve(CLI::App &app, ServeArgs &sa)
 					 "Run as the node agent: trace every process on the node that calls a traced "
 					 "library or runs Python, serve Prometheus metrics, until SIGTERM");
 	serve->add_option("--config", sa.config,
-			  std::string("Configuration file (TOML; every key and its default: README, Configuration). "
-				      "Default: ") +
+			  std::string("Configuration file (TOML; every key and its default: docs/agent.md, "
+				      "Configuration). Default: ") +
 				  kDefaultServeConfig + " when it exists, else the defaults");
 	serve->add_option("--listen", sa.listen,
 			  "Address of /metrics and /healthz, HOST:PORT (overrides the config's listen; default "
@@ -117,7 +117,7 @@ void add_record_layers(CLI::App *record, RecordArgs &rec)
 // record: detection, stopping, and what tracing may cost.
 void add_record_cost(CLI::App *record, RecordArgs &rec)
 {
-	// Hidden: a benchmark's input, not a user's (bench/README.md).
+	// Hidden: a benchmark's input, not a user's (bench/pipeline_cost.sh).
 	record->add_option("--raw-dump", rec.raw_dump,
 			   "Also write every span record decode sees, for bench_pipeline_cost --replay")
 		->group("");
@@ -306,7 +306,7 @@ CLI::App *add_detect(CLI::App &app, DetectArgs &da)
 	det->add_option("--layers", da.layers, "Only spans of these layers, comma separated")->delimiter(',');
 	det->add_flag("--no-store", da.no_store, "Do not write the anomalies into the recording");
 	det->add_option("--max-rows", da.max_rows, "Anomalies printed (0: all)")->capture_default_str();
-	det->footer("Features, model and causes: see README (Anomaly detection) and src/detect/features.h.");
+	det->footer("Features, model and causes: see docs/detection.md and src/detect/features.h.");
 
 	return det;
 }

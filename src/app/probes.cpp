@@ -49,7 +49,7 @@ std::string generate_spec(const std::vector<FunctionMatch> &matches, const std::
 		": one probe per function, no arguments kept. To keep arguments, add to a probe "
 		"\"args\": [{\"name\": \"size\", \"slot\": 1, \"type\": \"bytes\"}] (slot 0-5 = rdi rsi rdx "
 		"rcx r8 r9, 6+ stack words; types u64 i64 u32 i32 ptr bytes dim3 enum symbol) and "
-		"\"returns\": \"i32\" for a status code; see README.md, Probe specs.";
+		"\"returns\": \"i32\" for a status code; see docs/layers.md, Probe specs.";
 	std::string out = "{\n  \"about\": " + dump(about) + ",\n  \"layer\": " + dump(layer) +
 		",\n  \"library\": " + dump(library) + ",\n  \"probes\": [\n";
 	for (size_t i = 0; i < matches.size(); i++) {

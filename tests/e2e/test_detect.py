@@ -82,8 +82,8 @@ class DetectSlowOperator(unittest.TestCase):
         # Offline detection is what is tested: no online scoring during the run.
         # Python stacks behind the calls (call sites) but no periodic samples:
         # a sample taken inside a call runs the stack walker there (some 20 to
-        # 40 us), which a 2 us matmul shows as a 15x stall (README, Anomaly
-        # detection), and detect rightly reports it.
+        # 40 us), which a 2 us matmul shows as a 15x stall (docs/detection.md),
+        # and detect rightly reports it.
         p = E.run(["nice", "-n", "-20", E.EACGM, "record", "-o", db, "--perfetto", os.path.join(cls.tmp, "r.trace.json"),
                    "--layers", "torch,python", "--sample-hz", "0",
                    "--no-detect", "--", "/usr/bin/python3", PROG, str(STEPS), ",".join(map(str, SLOW)), str(FACTOR)],

@@ -1,4 +1,5 @@
-/* The only header shared by the BPF programs and the C++ agent.
+/* The span engine's records, shared by the BPF programs and the C++ agent
+ * (host.h and python.h are the host layer's and the Python sampler's).
  * Plain C, fixed-size fields, no padding surprises: both sides compile it. */
 #ifndef EACGM_ABI_EVENTS_H
 #define EACGM_ABI_EVENTS_H
