@@ -7,8 +7,20 @@
 
 namespace eacgm {
 
+// What failed, for a caller that acts on it (a recording that is not one
+// is said so, a full disk is not retried): callers test the kind, never the
+// message's text (tests/error_text_check.py fails on a caller that does).
+enum class ErrorKind {
+	Other,      // none of the below, or not known
+	NotFound,   // a file, process, table or symbol that is not there
+	Permission, // not allowed: privileges, capabilities, file modes
+	NoSpace,    // a full disk or quota, or no memory
+	BadInput,   // input that is not what it must be: a file of another kind, a bad value
+};
+
 struct Error {
 	std::string message;
+	ErrorKind kind = ErrorKind::Other;
 };
 
 template <class T>
@@ -45,5 +57,13 @@ private:
 };
 
 inline Error make_error(std::string msg) { return Error{std::move(msg)}; }
+inline Error make_error(ErrorKind kind, std::string msg) { return Error{std::move(msg), kind}; }
+
+// The kind of an errno value (ENOENT: NotFound, EACCES: Permission, ...).
+ErrorKind kind_of_errno(int err);
+// An error of errno err's kind: "<what>: <strerror(err)>".
+Error errno_error(int err, const std::string &what);
+// The kind's name, for messages and tests ("not found").
+const char *kind_name(ErrorKind kind);
 
 } // namespace eacgm

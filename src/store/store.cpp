@@ -38,6 +38,19 @@ Result<StmtHandle> prepare(sqlite3 *db, const char *sql)
 	return StmtHandle(raw);
 }
 
+// Whether the database has a table of that name (asked of sqlite_master,
+// not read from an error's text).
+bool has_table(sqlite3 *db, const char *name)
+{
+	sqlite3_stmt *raw = nullptr;
+	if (sqlite3_prepare_v2(db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", -1, &raw,
+			       nullptr) != SQLITE_OK)
+		return false;
+	StmtHandle st(raw);
+	sqlite3_bind_text(raw, 1, name, -1, SQLITE_STATIC);
+	return sqlite3_step(raw) == SQLITE_ROW;
+}
+
 // Binds integers as INTEGER and strings as TEXT; uint64 values keep their bit
 // pattern (SQLite integers are signed 64-bit), load casts them back.
 template <class T>
@@ -981,10 +994,12 @@ static Result<DbHandle> open_recording(const std::string &path, int flags)
 {
 	struct stat sb;
 	if (stat(path.c_str(), &sb) != 0)
-		return make_error("cannot open recording " + path + ": " + std::strerror(errno) +
-				  "; check the path, or record one with `eacgm record -o " + path + " -- CMD`");
+		return make_error(kind_of_errno(errno),
+				  "cannot open recording " + path + ": " + std::strerror(errno) +
+					  "; check the path, or record one with `eacgm record -o " + path + " -- CMD`");
 	if (S_ISDIR(sb.st_mode))
-		return make_error("cannot open recording " + path + ": it is a directory; give the .db file");
+		return make_error(ErrorKind::BadInput,
+				  "cannot open recording " + path + ": it is a directory; give the .db file");
 
 	sqlite3 *raw = nullptr;
 	int rc = sqlite3_open_v2(path.c_str(), &raw, flags, nullptr);
@@ -997,14 +1012,16 @@ static Result<DbHandle> open_recording(const std::string &path, int flags)
 	auto ver = prepare(db.get(), "SELECT value FROM meta WHERE key = 'schema_version'");
 	if (!ver) {
 		if (sqlite3_errcode(db.get()) == SQLITE_NOTADB)
-			return make_error(path +
-					  " is not an eacgm recording: it is not a SQLite "
-					  "database; give the file written by `eacgm record -o`");
-		if (ver.error().message.find("no such table") != std::string::npos)
-			return make_error(path +
-					  " is a SQLite database but not an eacgm recording "
-					  "(it has no meta table); give the file written by "
-					  "`eacgm record -o`");
+			return make_error(ErrorKind::BadInput,
+					  path +
+						  " is not an eacgm recording: it is not a SQLite "
+						  "database; give the file written by `eacgm record -o`");
+		if (!has_table(db.get(), "meta"))
+			return make_error(ErrorKind::BadInput,
+					  path +
+						  " is a SQLite database but not an eacgm recording "
+						  "(it has no meta table); give the file written by "
+						  "`eacgm record -o`");
 		return make_error("cannot read recording " + path + ": " + ver.error().message);
 	}
 	if (sqlite3_step(ver->get()) != SQLITE_ROW)

@@ -227,6 +227,13 @@ std::string load_error(const std::string &path)
 	return r.ok() ? "" : r.error().message;
 }
 
+// The kind of load_recording's error (Other when it did not fail).
+ErrorKind load_kind(const std::string &path)
+{
+	auto r = load_recording(path);
+	return r.ok() ? ErrorKind::Other : r.error().kind;
+}
+
 } // namespace
 
 TEST_F(StoreTest, RoundTripKeepsEveryField)
@@ -409,12 +416,14 @@ TEST_F(StoreTest, LoadMissingFile)
 	EXPECT_NE(msg.find(path), std::string::npos) << msg;
 	EXPECT_NE(msg.find("No such file or directory"), std::string::npos) << msg;
 	EXPECT_NE(msg.find("eacgm record"), std::string::npos) << msg;
+	EXPECT_EQ(load_kind(path), ErrorKind::NotFound);
 }
 
 TEST_F(StoreTest, LoadDirectory)
 {
 	std::string msg = load_error(dir);
 	EXPECT_NE(msg.find("is a directory"), std::string::npos) << msg;
+	EXPECT_EQ(load_kind(dir), ErrorKind::BadInput);
 }
 
 TEST_F(StoreTest, LoadFileThatIsNotSqlite)
@@ -427,6 +436,7 @@ TEST_F(StoreTest, LoadFileThatIsNotSqlite)
 	EXPECT_NE(msg.find(path), std::string::npos) << msg;
 	EXPECT_NE(msg.find("not an eacgm recording"), std::string::npos) << msg;
 	EXPECT_NE(msg.find("not a SQLite database"), std::string::npos) << msg;
+	EXPECT_EQ(load_kind(path), ErrorKind::BadInput);
 }
 
 TEST_F(StoreTest, LoadSqliteThatIsNotARecording)
@@ -436,6 +446,7 @@ TEST_F(StoreTest, LoadSqliteThatIsNotARecording)
 	std::string msg = load_error(path);
 	EXPECT_NE(msg.find("is a SQLite database but not an eacgm recording"), std::string::npos) << msg;
 	EXPECT_NE(msg.find("no meta table"), std::string::npos) << msg;
+	EXPECT_EQ(load_kind(path), ErrorKind::BadInput);
 
 	std::string nover = file("nover.db");
 	make_sqlite(nover, "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT)");
