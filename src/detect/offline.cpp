@@ -992,6 +992,13 @@ public:
 		double wait_ns = 0, taken_ns = 0;
 		std::string most = "(not attributed)";
 		double most_ns = 0;
+		// Others took half of the process's wait at least.
+		bool others_took_half() const { return taken_ns >= wait_ns / 2; }
+		// The call it is around, starved so (runq_ns: its own wait to run).
+		Starved starved(const Usual &u, double runq_ns) const
+		{
+			return Starved{wait_ns, taken_ns, u.usual_ns, u.period_ns, most, most_ns, runq_ns};
+		}
 	};
 	Around around(uint32_t pid, uint64_t t0, uint64_t t1) const;
 
@@ -1123,7 +1130,7 @@ Waits starved(const std::map<std::string, KeyCalls> &keys, TakenByOthers &others
 			const auto &u = others.usual(s.pid);
 			const auto a = others.around(s.pid, s.start_ns, s.start_ns + s.dur_ns);
 			const auto runq = static_cast<double>(runq_of(s));
-			const Starved st{a.wait_ns, a.taken_ns, u.usual_ns, u.period_ns, a.most, a.most_ns, runq};
+			const Starved st = a.starved(u, runq);
 			// Its own wait to run is half its excess over the median or more.
 			const bool waited = runq_measured && runq > 0 && 2 * runq >= dur - median;
 			if (u.contended_at == INFINITY) {
@@ -1137,10 +1144,10 @@ Waits starved(const std::map<std::string, KeyCalls> &keys, TakenByOthers &others
 			// others always do (two data-parallel ranks, their agents and a
 			// packet shim on 2 CPUs: 30 to 75 ms of 100 for an all-reduce,
 			// 19 false alarms in one make eval run), it is the model's.
-			if (waited && a.taken_ns >= a.wait_ns / 2 && a.most_ns >= a.taken_ns / 2) {
+			if (waited && a.others_took_half() && a.most_ns >= a.taken_ns / 2) {
 				if (!u.crowded)
 					out.contended[id_of(s)] = st;
-			} else if (a.wait_ns > 0 && a.wait_ns >= u.contended_at && a.taken_ns >= a.wait_ns / 2)
+			} else if (a.wait_ns > 0 && a.wait_ns >= u.contended_at && a.others_took_half())
 				out.contended[id_of(s)] = st; // the whole process starved around it
 			else if (waited)
 				out.behind_own.insert(id_of(s));
@@ -1175,9 +1182,9 @@ std::optional<Starved> starved_around(const Anomaly &a, TakenByOthers &others)
 		return std::nullopt;
 	const auto around = others.around(a.pid, a.ts_ns, a.ts_ns + a.dur_ns);
 	if (around.wait_ns < std::max(kContendedFactor * u.usual_ns, kCrowdedShare * u.period_ns) ||
-	    around.taken_ns < around.wait_ns / 2)
+	    !around.others_took_half())
 		return std::nullopt;
-	return Starved{around.wait_ns, around.taken_ns, u.usual_ns, u.period_ns, around.most, around.most_ns, 0};
+	return around.starved(u, 0);
 }
 
 // The cause of a call starved() found, or starved_around() names, ahead of
