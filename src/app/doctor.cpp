@@ -90,6 +90,13 @@ int run_doctor()
 	}
 
 	std::cout << "libraries\n";
+	// Where the probe specs come from: a package's /usr/share/eacgm/specs, or
+	// the source tree of a build (src/probe/spec.cpp, find_builtin_file).
+	auto spec = find_builtin_file("python.json");
+	std::string where = spec ? *spec : spec.error().message;
+	char spec_dir[PATH_MAX];
+	bool spec_ok = spec && realpath(spec->substr(0, spec->rfind('/')).c_str(), spec_dir);
+	c.line(spec_ok, "built-in specs", spec_ok ? std::string(spec_dir) : where);
 	auto installed = installed_libraries();
 	for (auto &layer : kSpecLayers) { // python, gpu and host: see below
 		auto specs = load_builtin_spec(layer);
