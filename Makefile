@@ -3,7 +3,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all setup build test test-gpu demo bench eval fuzz format clean
+.PHONY: all setup build test test-gpu deb demo bench eval fuzz format clean
 all: build
 
 setup:
@@ -21,6 +21,13 @@ test: build
 # On a machine with an NVIDIA GPU and driver: the gpu layer against the real NVML.
 test-gpu: build
 	ctest --test-dir $(BUILD) --output-on-failure --no-tests=error -L gpu
+
+# The Debian package, eacgm_VERSION_ARCH.deb in $(BUILD) (docs/install.md):
+# the install rules of cmake/package.cmake through CPack, its dependencies
+# from the binaries' shared libraries.
+deb: build
+	cd $(BUILD) && cpack -G DEB
+	@ls $(BUILD)/eacgm_*.deb
 
 demo: build
 	@scripts/demo.sh $(BUILD)

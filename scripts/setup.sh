@@ -32,6 +32,8 @@ packages=(
   protobuf-compiler     # test_perfetto decodes the native trace with protoc, a protobuf implementation not eacgm's
   prometheus            # the node agent's e2e test scrapes it with a real Prometheus server
   python3-yaml          # ctest alerts.covered reads the alert rules and their promtool tests
+  help2man              # eacgm(1), the manual page, made from --help (scripts/man.py)
+  lintian               # make test's package check: the .deb has no lintian errors or warnings
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -11,52 +11,20 @@ exits 1 if there is any."""
 import glob
 import os
 import re
-import subprocess
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+# scripts/cli_help.py; parse_subcommands is read by test_docs_check through this module.
+from cli_help import help_texts, parse_help, parse_subcommands  # noqa: E402,F401
 
 COMMANDS_MD = "docs/commands.md"
 
 # A long option as a word: --fpr, --no-detect; not `--` alone.
 FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
-# CLI11's list entries: two spaces, then the name (options: a dash).
-ENTRY = re.compile(r"^  (\S+)")
 SECTION = re.compile(r"^##\s+`?eacgm\s+([a-z][a-z0-9 -]*?)`?\s*$")
 FENCE = re.compile(r"^\s*(```|~~~)")
 # What may come before `eacgm` on a command line: a prompt, variables, sudo.
 PREFIX = re.compile(r"^(?:\$\s+)?(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:sudo\s+(?:-\S+\s+)*)?")
-
-
-def help_block(text, title):
-    """The entries' first tokens under TITLE ("Options:", "Subcommands:")."""
-    names, inside = [], False
-    for line in text.splitlines():
-        if line.strip() == title:
-            inside = True
-            continue
-        if inside:
-            if line and not line.startswith(" "):
-                break
-            m = ENTRY.match(line)
-            if m:
-                names.append(m.group(1))
-    return names
-
-
-def parse_help(text):
-    """The long options of one --help text, --help left out:
-    `-o,--output TEXT` gives --output, `--no-detect{false}` --no-detect."""
-    options = set()
-    for token in help_block(text, "Options:"):
-        for name in token.split(","):
-            name = name.split("{")[0]
-            if name.startswith("--") and name != "--help":
-                options.add(name)
-    return options
-
-
-def parse_subcommands(text):
-    """The subcommands a --help lists, in its order."""
-    return [t for t in help_block(text, "Subcommands:") if re.fullmatch(r"[a-z][a-z0-9-]*", t)]
 
 
 def pieces(md_text):
@@ -218,22 +186,9 @@ def check(helps, docs):
     return problems
 
 
-def run_help(eacgm, args):
-    r = subprocess.run([eacgm] + args + ["--help"], capture_output=True, text=True, timeout=60)
-    if r.returncode != 0:
-        sys.exit("docs_check: %s %s --help exited %d: %s" % (eacgm, " ".join(args), r.returncode, r.stderr))
-    return r.stdout
-
-
 def helps_of(eacgm):
     """SUB -> options, for every subcommand and nested subcommand."""
-    helps = {}
-    for sub in parse_subcommands(run_help(eacgm, [])):
-        text = run_help(eacgm, [sub])
-        helps[sub] = parse_help(text)
-        for nested in parse_subcommands(text):
-            helps[sub + " " + nested] = parse_help(run_help(eacgm, [sub, nested]))
-    return helps
+    return {sub: parse_help(text) for sub, text in help_texts(eacgm).items()}
 
 
 def main(eacgm, root):

@@ -21,7 +21,7 @@ struct Capability {
 // What tracing needs throughout: load and attach BPF programs and uprobes
 // (CAP_BPF, CAP_PERFMON), read traced processes' memory and /proc
 // (CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH), raise the locked-memory and
-// open-file limits (CAP_SYS_RESOURCE). dist/systemd/eacgm.service bounds
+// open-file limits (CAP_SYS_RESOURCE). dist/systemd/eacgm.service.in bounds
 // the agent to these.
 std::vector<Capability> tracing_capabilities();
 

@@ -177,7 +177,7 @@ ServeSession::Stop ServeSession::load_config()
 }
 
 // Before any thread starts (each inherits its creator's capabilities): the
-// agent keeps what tracing needs, the set dist/systemd/eacgm.service bounds
+// agent keeps what tracing needs, the set dist/systemd/eacgm.service.in bounds
 // it to (and CAP_SYS_ADMIN only for bpf_stats).
 ServeSession::Stop ServeSession::drop_privileges()
 {

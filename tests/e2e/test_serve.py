@@ -424,13 +424,13 @@ class ServeFiltersAndReloads(unittest.TestCase):
 
 
 class ServeUnderTheUnitsCapabilities(unittest.TestCase):
-    """The agent with only the capabilities dist/systemd/eacgm.service leaves it
+    """The agent with only the capabilities dist/systemd/eacgm.service.in leaves it
     (its CapabilityBoundingSet, applied with setpriv as systemd would) still
     traces: the unit's hardening does not take what tracing needs."""
 
     def test_traces_with_the_bounding_set_of_the_unit(self):
         E.require_root()
-        with open(os.path.join(E.SOURCE_DIR, "dist", "systemd", "eacgm.service")) as f:
+        with open(os.path.join(E.SOURCE_DIR, "dist", "systemd", "eacgm.service.in")) as f:
             caps = [l.split("=", 1)[1].split() for l in f if l.startswith("CapabilityBoundingSet=")][0]
         self.assertEqual(caps, ["CAP_BPF", "CAP_PERFMON", "CAP_SYS_PTRACE", "CAP_DAC_READ_SEARCH",
                                 "CAP_SYS_RESOURCE"])
