@@ -49,13 +49,17 @@ struct ServeConfig {
 		// "all", "around" (the seconds around an anomaly or a hang) or "none".
 		std::string spans = "around";
 		double keep_days = 0; // older day partitions dropped (a TTL where the server has them); 0: all kept
+		bool operator==(const ClickHouse &) const = default;
 	} clickhouse;
 	// Which processes are traced: all of them must match where given.
 	struct Filter {
 		std::vector<std::string> comm;       // regular expressions (ECMAScript), matched whole
 		std::vector<std::string> cgroup;     // prefixes of the cgroup v2 path ("/kubepods.slice")
 		std::vector<uint64_t> pid_namespace; // inode numbers of pid namespaces (ls -L -i /proc/PID/ns/pid)
+		bool operator==(const Filter &) const = default;
 	} filter;
+	// Every key equal: the shipped dist/eacgm.toml is checked to say the defaults.
+	bool operator==(const ServeConfig &) const = default;
 };
 
 // `path` names the file in messages.
