@@ -23,6 +23,15 @@ import test_serve as S
 
 SERVER = "/usr/sbin/clickhouse-server"
 GLOO_JOB = os.path.join(E.SOURCE_DIR, "tests", "testprogs", "gloo_job.py")
+
+
+def job_lateness_ms(job, index):
+    """How late rank 1 came to all_reduce INDEX after rank 0, as gloo_job.py
+    measured it: each rank's CLOCK_MONOTONIC read just before the call (the
+    ranks share the clock: one kernel, whatever their namespaces)."""
+    start = {r: next(t0 for op, i, t0, t1 in job[r]["collectives"] if op == "all_reduce" and i == index)
+             for r in (0, 1)}
+    return (start[1] - start[0]) / 1e6
 CONFIG = """<yandex>
   <logger><level>warning</level><log>{dir}/server.log</log><errorlog>{dir}/error.log</errorlog></logger>
   <http_port>{http}</http_port>
@@ -406,9 +415,11 @@ class ClusterAnswersAcrossRanks(unittest.TestCase):
             self.rec.db, "SELECT CAST(json_extract(args, '$.rank') AS INT) AS rank, start_ns FROM spans "
             "WHERE name = 'allreduce' AND json_extract(args, '$.seq') = 2")}
         self.assertAlmostEqual(float(top["late_ms"]), (starts[1] - starts[0]) / 1e6, delta=0.001)
-        # ... and the sleep the job measured on rank 1, within a millisecond.
-        d0, d1 = self.job[1]["delay"]
-        self.assertAlmostEqual(float(top["late_ms"]), (d1 - d0) / 1e6, delta=1.0)
+        # ... and as the job measured it, within a millisecond: each rank's
+        # clock read just before its all_reduce 2. Not the sleep alone: rank 1
+        # may also leave all_reduce 1 later than rank 0 (3.4 ms once, on a
+        # busy machine), and that is lateness too.
+        self.assertAlmostEqual(float(top["late_ms"]), job_lateness_ms(self.job, 2), delta=1.0)
 
     def test_summary_counts_every_call_of_both_ranks(self):
         rows = self.table(self.cluster("summary", "--job", "gj", "--limit", "100"))
