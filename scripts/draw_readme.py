@@ -287,20 +287,26 @@ def draw_timeline(eacgm, recording, steps, ranks, step_name, label, path):
     for title, bars, n in groups:
         ticks.append(y + n / 2)
         names.append(title)
-        # Where the next bar of the same lane starts: a narrow collective's
-        # label goes beside it when it ends before that.
-        following, seen = {}, {}
+        # Where the bars of the same lane before and after each one end and
+        # start: a narrow collective's label goes beside it where it fits.
+        after, before, seen = {}, {}, {}
         for lane, a, *_ in sorted(bars, key=lambda t: -t[1]):
-            following[(lane, a)] = seen.get(lane, hi)
+            after[(lane, a)] = seen.get(lane, hi)
             seen[lane] = a
+        seen = {}
+        for lane, a, b, *_ in sorted(bars, key=lambda t: t[1]):
+            before[(lane, a)] = seen.get(lane, lo)
+            seen[lane] = b
         for lane, a, b, layer, text in bars:
             x0, w = (a - lo) / 1e6, (b - a) / 1e6
             if layer == "host":
                 # Each interval's average of threads runnable but not running, as text on a light band.
                 ax.add_patch(Rectangle((x0, y + 0.1), w, 0.8, facecolor=HOST_COLOR, edgecolor="white", lw=1))
-                if w * px_per_ms > 60:
-                    ax.text(x0 + w / 2, y + 0.5, "%.1f waiting" % text, ha="center", va="center",
-                            fontsize=font, color=INK, clip_on=True)
+                for words in ("%.1f threads waiting for a CPU", "%.1f waiting"):
+                    if w * px_per_ms > len(words) * 0.6 * font_px + 8:
+                        ax.text(x0 + w / 2, y + 0.5, words % text, ha="center", va="center",
+                                fontsize=font, color=INK, clip_on=True)
+                        break
                 continue
             color = color_of(layer, text)
             ax.add_patch(Rectangle((x0, y + lane + 0.05), w, 0.9, facecolor=color, edgecolor="white", lw=0.3))
@@ -308,9 +314,14 @@ def draw_timeline(eacgm, recording, steps, ranks, step_name, label, path):
             if shown:
                 ax.text(x0 + 2 / px_per_ms, y + lane + 0.5, shown, ha="left", va="center", fontsize=font,
                         color=ink_on(color), clip_on=True)
-            elif layer == "gloo" and b + (len(text) * 0.6 * font_px + 6) / px_per_ms * 1e6 < following[(lane, a)]:
-                ax.text(x0 + w + 3 / px_per_ms, y + lane + 0.5, text, ha="left", va="center", fontsize=font,
-                        color=INK, clip_on=True)
+            elif layer == "gloo":
+                room = (len(text) * 0.6 * font_px + 6) / px_per_ms * 1e6  # ns the label takes
+                if b + room < after[(lane, a)]:
+                    ax.text(x0 + w + 3 / px_per_ms, y + lane + 0.5, text, ha="left", va="center",
+                            fontsize=font, color=INK)
+                elif a - room > before[(lane, a)]:
+                    ax.text(x0 - 3 / px_per_ms, y + lane + 0.5, text, ha="right", va="center",
+                            fontsize=font, color=INK)
         y += n + gap
         if y < total:
             ax.axhline(y - gap / 2, color="#d0d7de", lw=0.6)
