@@ -32,7 +32,7 @@ packages=(
   protobuf-compiler     # test_perfetto decodes the native trace with protoc, a protobuf implementation not eacgm's
   prometheus            # the node agent's e2e test scrapes it with a real Prometheus server
   python3-yaml          # ctest alerts.covered reads the alert rules and their promtool tests
-  python3-matplotlib    # make pictures draws the README's pictures (scripts/draw_readme.py)
+  python3-matplotlib    # make pictures and ctest docs.pictures draw the README's pictures (scripts/draw_readme.py)
 )
 missing=()
 for p in "${packages[@]}"; do
