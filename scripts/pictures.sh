@@ -16,8 +16,10 @@ sudo_cmd=()
 
 # Both ranks under one record, started by one bash (sudo keeps no environment,
 # so gloo's interface is set in there). They meet through a FileStore in
-# $work; if one fails the other is stopped, rather than left waiting for it at
-# the rendezvous for gloo's 30 minutes.
+# $work; if the first to end failed, the other is stopped rather than left
+# waiting for it at the rendezvous for gloo's 30 minutes. `wait -n` answers
+# 127 when both have ended already (bash 5.2), which is no failure: each
+# rank's own status comes from `wait PID`, which keeps it.
 rank() {
   echo "/usr/bin/python3 eval/workload.py $work/steps.$1 --model gpt --steps $steps" \
     "--rank $1 --world 2 --store $work/store > $work/rank$1.log 2>&1"
@@ -25,16 +27,21 @@ rank() {
 ranks="export GLOO_SOCKET_IFNAME=lo
 $(rank 0) & a=\$!
 $(rank 1) & b=\$!
-wait -n && wait -n || { kill \$a \$b 2>/dev/null; exit 1; }"
+wait -n; r=\$?
+[ \$r -eq 0 ] || [ \$r -eq 127 ] || kill \$a \$b 2>/dev/null
+wait \$a; ra=\$?; wait \$b; rb=\$?
+exit \$((ra || rb))"
 
 # python: every nn.Module call exactly (entered from C, on CPython 3.11+), the
 # rest sampled; torch: the operators; gloo: DDP's all-reduces; host: the CPU
 # wait. --overhead-budget 0 keeps every call, where the budget would probe the
-# hottest operators in bursts after 10 s.
+# hottest operators in bursts after 10 s. A 64 MiB ring buffer: with the
+# default 8 MiB, one run in four on the 2-vCPU VM lost enough Python samples
+# (ring buffer full) that Tensor.backward was missing from most of its steps.
 cmd=("$build/eacgm" record -o "$work/run.db" --layers python,torch,gloo,host --python-entries auto
-     --overhead-budget 0 -- bash -c "$ranks")
+     --overhead-budget 0 --ring-buffer-kb 65536 -- bash -c "$ranks")
 echo "== eacgm record --layers python,torch,gloo,host --python-entries auto --overhead-budget 0" \
-  "-- bash -c '2 ranks of eval/workload.py --model gpt --steps $steps'"
+  "--ring-buffer-kb 65536 -- bash -c '2 ranks of eval/workload.py --model gpt --steps $steps'"
 if ! "${sudo_cmd[@]}" "${cmd[@]}" > "$work/record.txt" 2>&1; then
   for f in "$work/record.txt" "$work"/rank*.log; do
     echo "-- $(basename "$f"), its end:" >&2
