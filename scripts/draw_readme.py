@@ -431,6 +431,14 @@ def main():
         number = draw_timeline(a.eacgm, a.recording, steps, ranks, step_name, label,
                                os.path.join(a.outdir, "timeline.png"))
         draw_flamegraph(a.eacgm, a.recording, steps, ranks, label, os.path.join(a.outdir, "flamegraph.png"))
+        # Lost records leave holes the pictures cannot show (a Python frame
+        # missing makes its torch operators look called from its caller).
+        lost = sql(a.eacgm, a.recording, "SELECT layer, sum(count) AS n FROM drops "
+                                         "WHERE reason = 'ring_buffer_full' AND count > 0 GROUP BY layer")
+        if lost:
+            print("draw_readme: note: the recording lost %s records to a full ring buffer; frames may be missing from "
+                  "the pictures (record with a larger --ring-buffer-kb)"
+                  % " and ".join("%d %s" % (r["n"], r["layer"]) for r in lost), file=sys.stderr)
     except Problem as e:
         print("draw_readme: %s" % e, file=sys.stderr)
         return 1
