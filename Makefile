@@ -3,7 +3,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all setup build test test-gpu deb demo bench eval fuzz format clean
+.PHONY: all setup build test test-gpu deb demo pictures bench eval fuzz format clean
 all: build
 
 setup:
@@ -31,6 +31,13 @@ deb: build
 
 demo: build
 	@scripts/demo.sh $(BUILD)
+
+# Redraws the README's pictures (docs/img/timeline.png, flamegraph.png) from a
+# recording of a real training run: eval/workload.py's GPT over 2 gloo ranks,
+# traced with the python, torch, gloo and host layers (scripts/pictures.sh,
+# scripts/draw_readme.py); about half a minute, needs root.
+pictures: build
+	scripts/pictures.sh $(BUILD)
 
 # Regenerates bench/RESULTS.md (45 to 60 minutes on the 2-core VM).
 bench: build

@@ -34,6 +34,7 @@ packages=(
   python3-yaml          # ctest alerts.covered reads the alert rules and their promtool tests
   help2man              # eacgm(1), the manual page, made from --help (scripts/man.py)
   lintian               # make test's package check: the .deb has no lintian errors or warnings
+  python3-matplotlib    # make pictures and ctest docs.pictures draw the README's pictures (scripts/draw_readme.py)
 )
 missing=()
 for p in "${packages[@]}"; do
