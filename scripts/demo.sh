@@ -19,6 +19,10 @@ echo
 echo "== 2. PyTorch CPU training, 4 Linear layers, 20 steps: eacgm record -- ${train[*]}"
 "${eacgm[@]}" record -o "$out/torch.db" --perfetto "$out/torch.trace.json" -- "${train[@]}"
 
+# Recordings and traces are owner-only (docs/security.md): hand them to
+# whoever ran the demo, who reads them next.
+[[ ${#sudo_cmd[@]} -eq 0 ]] || sudo chown "$(id -u):$(id -g)" "$out"/*
+
 echo
 echo "== the recordings stay queryable: eacgm summary $out/torch.db (first lines)"
 "$build/eacgm" summary "$out/torch.db" | sed -n 1,6p # sed reads all of it: no SIGPIPE under pipefail
