@@ -61,8 +61,12 @@ inline Error make_error(ErrorKind kind, std::string msg) { return Error{std::mov
 
 // The kind of an errno value (ENOENT: NotFound, EACCES: Permission, ...).
 ErrorKind kind_of_errno(int err);
-// An error of errno err's kind: "<what>: <strerror(err)>".
-Error errno_error(int err, const std::string &what);
+// An error of errno err's kind: "<what>: <strerror(err)><after>" (after: a
+// hint, or what followed).
+Error errno_error(int err, const std::string &what, const std::string &after = "");
+// A callee's error told with more context ("<prefix><message>"): its kind is
+// what failed, and stays.
+Error with_context(const Error &e, const std::string &prefix);
 // The kind's name, for messages and tests ("not found").
 const char *kind_name(ErrorKind kind);
 
