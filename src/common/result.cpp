@@ -34,8 +34,6 @@ Error errno_error(int err, const std::string &what, const std::string &after)
 	return make_error(kind_of_errno(err), what + ": " + std::strerror(err) + after);
 }
 
-Error with_context(const Error &e, const std::string &prefix) { return Error{prefix + e.message, e.kind}; }
-
 const char *kind_name(ErrorKind kind)
 {
 	switch (kind) {

@@ -73,11 +73,8 @@ Result<void> ProcTracker::watch_dynamic_linker(const std::string &path)
 	if (multi_) {
 		auto fd = attach_uprobe_multi(bpf_program__fd(skel_->progs.on_link_map_change), path, {off.value()}, {},
 					      false);
-		if (!fd) {
-			Error e = fd.error();
-			e.message += " (_dl_debug_state)";
-			return e;
-		}
+		if (!fd)
+			return with_context(fd.error(), "", " (_dl_debug_state)");
 		links_.add(std::move(fd.value()));
 		return {};
 	}
