@@ -18,7 +18,11 @@ enum class ErrorKind {
 	BadInput,   // input that is not what it must be: a file of another kind, a bad value
 };
 
+// Made with its kind, always (make_error, errno_error, with_context): an
+// error without one does not compile, rather than passing as Other.
 struct Error {
+	Error() = default; // Result<void>'s, unused while it holds no error
+	Error(std::string message, ErrorKind kind) : message(std::move(message)), kind(kind) {}
 	std::string message;
 	ErrorKind kind = ErrorKind::Other;
 };
@@ -56,7 +60,6 @@ private:
 	bool ok_ = true;
 };
 
-inline Error make_error(std::string msg) { return Error{std::move(msg)}; }
 inline Error make_error(ErrorKind kind, std::string msg) { return Error{std::move(msg), kind}; }
 // A callee's error told with more context ("<prefix><message><after>"): its
 // kind is what failed, and stays. Inline, as make_error: the eacgm_sql

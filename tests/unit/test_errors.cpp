@@ -4,6 +4,8 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <string>
+#include <type_traits>
 
 #include "common/result.h"
 
@@ -50,9 +52,19 @@ TEST(ErrorKind, FromRealCauses)
 	EXPECT_EQ(errno_error(errno, "opening /").kind, ErrorKind::BadInput);
 }
 
-TEST(ErrorKind, PlainErrorsAreOfNoKnownKind)
+// An error names its kind where it is made: one without does not compile.
+template <class... A>
+concept MakesError = requires(A... a)
 {
-	EXPECT_EQ(make_error("something").kind, ErrorKind::Other);
+	make_error(a...);
+};
+static_assert(!MakesError<std::string>, "make_error(message) must name a kind");
+static_assert(MakesError<ErrorKind, std::string>);
+static_assert(!std::is_constructible_v<Error, std::string>, "Error{message} must name a kind");
+
+TEST(ErrorKind, EveryErrorIsMadeWithItsKind)
+{
+	EXPECT_EQ(make_error(ErrorKind::Other, "something").kind, ErrorKind::Other);
 	EXPECT_EQ(make_error(ErrorKind::Permission, "needs root").kind, ErrorKind::Permission);
 	EXPECT_STREQ(kind_name(ErrorKind::NoSpace), "no space");
 	EXPECT_STREQ(kind_name(ErrorKind::NotFound), "not found");
