@@ -148,8 +148,10 @@ static Result<std::vector<PyStack>> stacks_of(const RawDump &d, const std::strin
 	if (!visit)
 		return visit.error();
 	if (out.size() != d.spans.size())
-		return make_error(db + " holds " + std::to_string(out.size()) + " spans of traced calls, its dump " +
-				  std::to_string(d.spans.size()) + ": not the recording the dump was made with");
+		return make_error(ErrorKind::BadInput,
+				  db + " holds " + std::to_string(out.size()) + " spans of traced calls, its dump " +
+					  std::to_string(d.spans.size()) +
+					  ": not the recording the dump was made with");
 	return out;
 }
 

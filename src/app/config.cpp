@@ -38,7 +38,7 @@ Reader string_of(std::string &out)
 {
 	return [&out](const toml::node &n, const std::string &w) -> Result<void> {
 		if (!n.is_string())
-			return make_error(w + " must be a string, in quotes");
+			return make_error(ErrorKind::BadInput, w + " must be a string, in quotes");
 		out = n.as_string()->get();
 		return {};
 	};
@@ -49,11 +49,12 @@ Reader strings_of(std::vector<std::string> &out)
 	return [&out](const toml::node &n, const std::string &w) -> Result<void> {
 		const toml::array *a = n.as_array();
 		if (!a)
-			return make_error(w + " must be an array of strings, e.g. [\"a\", \"b\"]");
+			return make_error(ErrorKind::BadInput, w + " must be an array of strings, e.g. [\"a\", \"b\"]");
 		out.clear();
 		for (const toml::node &e : *a) {
 			if (!e.is_string())
-				return make_error(w + " must be an array of strings, e.g. [\"a\", \"b\"]");
+				return make_error(ErrorKind::BadInput,
+						  w + " must be an array of strings, e.g. [\"a\", \"b\"]");
 			out.push_back(e.as_string()->get());
 		}
 		return {};
@@ -71,9 +72,11 @@ Reader number_of(T &out, double lo, double hi)
 		else if (n.is_floating_point() && !std::is_integral_v<T>)
 			v = n.as_floating_point()->get();
 		else
-			return make_error(w + " must be " + (std::is_integral_v<T> ? "a whole number" : "a number"));
+			return make_error(ErrorKind::BadInput,
+					  w + " must be " + (std::is_integral_v<T> ? "a whole number" : "a number"));
 		if (!(v >= lo && v <= hi))
-			return make_error(w + " must be from " + toml_number(lo) + " to " + toml_number(hi));
+			return make_error(ErrorKind::BadInput,
+					  w + " must be from " + toml_number(lo) + " to " + toml_number(hi));
 		out = T(v);
 		return {};
 	};
@@ -83,7 +86,7 @@ Reader bool_of(bool &out)
 {
 	return [&out](const toml::node &n, const std::string &w) -> Result<void> {
 		if (!n.is_boolean())
-			return make_error(w + " must be true or false");
+			return make_error(ErrorKind::BadInput, w + " must be true or false");
 		out = n.as_boolean()->get();
 		return {};
 	};
@@ -100,7 +103,7 @@ Result<void> read_table(const toml::table &t, const std::string &prefix, const s
 			std::string known;
 			for (auto &[name, reader] : keys)
 				known += (known.empty() ? "" : ", ") + prefix + name;
-			return make_error(w + ": unknown key; the keys here are " + known);
+			return make_error(ErrorKind::BadInput, w + ": unknown key; the keys here are " + known);
 		}
 		if (auto ok = r->second(node, w); !ok)
 			return ok;
@@ -112,25 +115,29 @@ Result<void> check_values(const ServeConfig &c, const std::string &path)
 {
 	for (auto &l : c.layers)
 		if (std::find(kAllLayers.begin(), kAllLayers.end(), l) == kAllLayers.end())
-			return make_error(path + ": layers: unknown layer '" + l + "'; choose from " +
-					  join(kAllLayers));
+			return make_error(ErrorKind::BadInput,
+					  path + ": layers: unknown layer '" + l + "'; choose from " +
+						  join(kAllLayers));
 	if (auto r = parse_listen(c.listen); !r)
-		return make_error(path + ": listen: " + r.error().message);
+		return with_context(r.error(), path + ": listen: ");
 	if (!c.clickhouse.url.empty())
 		if (auto r = parse_clickhouse_url(c.clickhouse.url); !r)
-			return make_error(path + ": clickhouse.url: " + r.error().message);
+			return with_context(r.error(), path + ": clickhouse.url: ");
 	if (auto r = parse_clickhouse_url("http://h", c.clickhouse.cluster); !r)
-		return make_error(path + ": clickhouse.cluster: " + r.error().message);
+		return with_context(r.error(), path + ": clickhouse.cluster: ");
 	if (!ClickHouseSink::spans_of(c.clickhouse.spans))
-		return make_error(path + ": clickhouse.spans: '" + c.clickhouse.spans +
-				  "' is not one of \"all\", \"around\" (the seconds around an anomaly or a hang) or "
-				  "\"none\"");
+		return make_error(
+			ErrorKind::BadInput,
+			path + ": clickhouse.spans: '" + c.clickhouse.spans +
+				"' is not one of \"all\", \"around\" (the seconds around an anomaly or a hang) or "
+				"\"none\"");
 	for (auto &re : c.filter.comm) {
 		try {
 			std::regex test(re);
 		} catch (const std::regex_error &e) {
-			return make_error(path + ": filter.comm: '" + re +
-					  "' is not a regular expression: " + e.what());
+			return make_error(ErrorKind::BadInput,
+					  path + ": filter.comm: '" + re +
+						  "' is not a regular expression: " + e.what());
 		}
 	}
 	return {};
@@ -144,8 +151,9 @@ Result<ServeConfig> parse_serve_config(const std::string &text, const std::strin
 	try {
 		doc = toml::parse(text, path);
 	} catch (const toml::parse_error &e) {
-		return make_error(path + ":" + std::to_string(e.source().begin.line) +
-				  ": not valid TOML: " + std::string(e.description()));
+		return make_error(ErrorKind::BadInput,
+				  path + ":" + std::to_string(e.source().begin.line) +
+					  ": not valid TOML: " + std::string(e.description()));
 	}
 	ServeConfig c;
 	std::map<std::string, Reader> filter = {
@@ -155,11 +163,13 @@ Result<ServeConfig> parse_serve_config(const std::string &text, const std::strin
 		 [&c](const toml::node &n, const std::string &w) -> Result<void> {
 			 const toml::array *a = n.as_array();
 			 if (!a)
-				 return make_error(w + " must be an array of whole numbers (pid namespace inodes)");
+				 return make_error(ErrorKind::BadInput,
+						   w + " must be an array of whole numbers (pid namespace inodes)");
 			 for (const toml::node &e : *a) {
 				 if (!e.is_integer() || e.as_integer()->get() <= 0)
-					 return make_error(w +
-							   " must be an array of whole numbers (pid namespace inodes)");
+					 return make_error(
+						 ErrorKind::BadInput,
+						 w + " must be an array of whole numbers (pid namespace inodes)");
 				 c.filter.pid_namespace.push_back(uint64_t(e.as_integer()->get()));
 			 }
 			 return {};
@@ -192,13 +202,13 @@ Result<ServeConfig> parse_serve_config(const std::string &text, const std::strin
 		{"filter",
 		 [&](const toml::node &n, const std::string &w) -> Result<void> {
 			 if (!n.is_table())
-				 return make_error(w + " must be a table: [filter]");
+				 return make_error(ErrorKind::BadInput, w + " must be a table: [filter]");
 			 return read_table(*n.as_table(), "filter.", path, filter);
 		 }},
 		{"clickhouse",
 		 [&](const toml::node &n, const std::string &w) -> Result<void> {
 			 if (!n.is_table())
-				 return make_error(w + " must be a table: [clickhouse]");
+				 return make_error(ErrorKind::BadInput, w + " must be a table: [clickhouse]");
 			 return read_table(*n.as_table(), "clickhouse.", path, clickhouse);
 		 }},
 	};
@@ -216,8 +226,8 @@ Result<ServeConfig> load_serve_config(const std::string &path)
 		return ServeConfig{};
 	auto text = read_small_file(p);
 	if (!text)
-		return make_error("cannot read the configuration " + p + ": " + std::strerror(errno) +
-				  (path.empty() ? "" : " (give another with --config)"));
+		return errno_error(errno, "cannot read the configuration " + p,
+				   path.empty() ? "" : " (give another with --config)");
 	return parse_serve_config(*text, p);
 }
 
@@ -228,37 +238,40 @@ Result<std::string> read_token_file(const std::string &path)
 	// file read, not one swapped in at its name meanwhile.
 	int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
-		return make_error(w + ": " + std::strerror(errno) + "; write the token into it (chmod 600)");
+		return errno_error(errno, w, "; write the token into it (chmod 600)");
 	struct stat sb;
 	if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
 		close(fd);
-		return make_error(w + ": not a regular file; give the file holding the token");
+		return make_error(ErrorKind::BadInput, w + ": not a regular file; give the file holding the token");
 	}
 	// A secret others can read is no secret; one others can write is theirs.
 	if (sb.st_mode & 077) {
 		close(fd);
 		char mode[8];
 		snprintf(mode, sizeof mode, "%04o", unsigned(sb.st_mode & 07777));
-		return make_error(w + ": group or others may read or write it (mode " + mode + "); chmod 600 " + path);
+		return make_error(ErrorKind::BadInput,
+				  w + ": group or others may read or write it (mode " + mode + "); chmod 600 " + path);
 	}
 	std::string text(4098, '\0'); // room to tell a token past 4096 characters
 	ssize_t n = read(fd, text.data(), text.size());
 	int err = errno;
 	close(fd);
 	if (n < 0)
-		return make_error(w + ": " + std::strerror(err));
+		return errno_error(err, w);
 	text.resize(size_t(n));
 	while (!text.empty() && (text.back() == '\n' || text.back() == '\r'))
 		text.pop_back();
 	if (text.empty())
-		return make_error(w + ": it is empty; write the token into it");
+		return make_error(ErrorKind::BadInput, w + ": it is empty; write the token into it");
 	if (text.size() > 4096)
-		return make_error(w + ": the token is longer than 4096 characters");
+		return make_error(ErrorKind::BadInput, w + ": the token is longer than 4096 characters");
 	for (char ch : text)
 		if (!isalnum((unsigned char)ch) && !strchr("-._~+/=", ch))
-			return make_error(w +
-					  ": the token holds a character other than letters, digits and -._~+/= "
-					  "(one line, as an HTTP bearer token)");
+			return make_error(
+				ErrorKind::BadInput,
+				w +
+					": the token holds a character other than letters, digits and -._~+/= "
+					"(one line, as an HTTP bearer token)");
 	return text;
 }
 

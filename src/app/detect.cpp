@@ -28,8 +28,9 @@ Result<std::pair<unsigned, unsigned>> parse_components(const std::string &s)
 	    (std::sscanf(s.c_str(), "%u%c", &lo, &extra) == 1 && (hi = lo)))
 		if (lo >= 1 && lo <= hi && hi <= 16)
 			return std::pair(lo, hi);
-	return make_error("--components '" + s + "' is not a range: give MIN-MAX (e.g. 1-4) or one count, " +
-			  "between 1 and 16");
+	return make_error(ErrorKind::BadInput,
+			  "--components '" + s + "' is not a range: give MIN-MAX (e.g. 1-4) or one count, " +
+				  "between 1 and 16");
 }
 
 json anomaly_json(const Anomaly &a, int64_t wall_offset_ns)

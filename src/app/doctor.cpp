@@ -62,11 +62,11 @@ Result<std::string> self_test()
 	};
 	struct ring_buffer *rb = ring_buffer__new(bpf_map__fd(probe->engine->events_map()), cb, &spans, nullptr);
 	if (!rb)
-		return make_error("cannot open the span ring buffer");
+		return make_error(kind_of_errno(errno), "cannot open the span ring buffer");
 	ring_buffer__consume(rb);
 	ring_buffer__free(rb);
 	if (spans != 3)
-		return make_error("3 probed calls gave " + std::to_string(spans) + " spans");
+		return make_error(ErrorKind::Other, "3 probed calls gave " + std::to_string(spans) + " spans");
 	return std::string("uprobe + uretprobe on a function of eacgm: 3 calls, 3 spans");
 }
 

@@ -50,20 +50,25 @@ bool same_file(const std::string &a, const std::string &b)
 Result<void> check_args(const MergeArgs &a)
 {
 	if (a.inputs.size() < 2)
-		return make_error("merge needs two or more recordings, got " + std::to_string(a.inputs.size()) +
-				  "; give every node's recording: eacgm merge a.db b.db -o all.db");
+		return make_error(ErrorKind::BadInput,
+				  "merge needs two or more recordings, got " + std::to_string(a.inputs.size()) +
+					  "; give every node's recording: eacgm merge a.db b.db -o all.db");
 	if (a.inputs.size() > kMaxMergeInputs)
-		return make_error("merge takes at most " + std::to_string(kMaxMergeInputs) + " recordings, got " +
-				  std::to_string(a.inputs.size()) + "; merge fewer");
+		return make_error(ErrorKind::BadInput,
+				  "merge takes at most " + std::to_string(kMaxMergeInputs) + " recordings, got " +
+					  std::to_string(a.inputs.size()) + "; merge fewer");
 	for (size_t i = 0; i < a.inputs.size(); i++) {
 		for (size_t j = 0; j < i; j++)
 			if (same_file(a.inputs[i], a.inputs[j]))
-				return make_error(a.inputs[i] + " is given twice; give each recording once");
+				return make_error(ErrorKind::BadInput,
+						  a.inputs[i] + " is given twice; give each recording once");
 		if (same_file(a.inputs[i], a.output))
-			return make_error("the output " + a.output + " is also an input; choose another -o");
+			return make_error(ErrorKind::BadInput,
+					  "the output " + a.output + " is also an input; choose another -o");
 	}
 	if (!a.force && fs::exists(a.output))
-		return make_error(a.output + " exists; remove it, choose another -o, or pass --force to replace it");
+		return make_error(ErrorKind::BadInput,
+				  a.output + " exists; remove it, choose another -o, or pass --force to replace it");
 	if (auto w = check_writable(a.output); !w)
 		return w;
 	if (!a.perfetto.empty()) {

@@ -364,7 +364,8 @@ Result<SpecSet> torch_ops_spec(const std::vector<std::string> &ops)
 	nlohmann::json doc = {{"layer", "torch"}, {"library", "libtorch_cpu.so*"}, {"probes", {probe}}};
 	auto s = parse_spec(doc.dump(), "--torch-ops", true);
 	if (!s)
-		return make_error("--torch-ops " + join(ops) + ": not a valid list of operator names or patterns");
+		return make_error(ErrorKind::BadInput,
+				  "--torch-ops " + join(ops) + ": not a valid list of operator names or patterns");
 	return s;
 }
 

@@ -5,7 +5,6 @@
 #include <dirent.h>
 #include <string>
 #include <sys/resource.h>
-#include <cstring>
 #include <linux/capability.h>
 #include <memory>
 #include <type_traits>
@@ -45,7 +44,7 @@ Result<std::vector<std::string>> drop_capabilities_except(const std::vector<Capa
 {
 	CapHandle now(cap_get_proc());
 	if (!now)
-		return make_error(std::string("cannot read eacgm's capabilities: ") + std::strerror(errno));
+		return errno_error(errno, "cannot read eacgm's capabilities");
 	// The bounding set first, while CAP_SETPCAP is still held: nothing
 	// exec'd later (nothing is) could regain what goes.
 	cap_flag_value_t setpcap = CAP_CLEAR;
@@ -54,12 +53,12 @@ Result<std::vector<std::string>> drop_capabilities_except(const std::vector<Capa
 	// fails past it.
 	for (int cap = 0; setpcap == CAP_SET && prctl(PR_CAPBSET_READ, cap) >= 0; cap++)
 		if (!kept(keep, cap) && prctl(PR_CAPBSET_READ, cap) == 1 && prctl(PR_CAPBSET_DROP, cap) != 0)
-			return make_error("cannot drop capability " + std::to_string(cap) +
-					  " from the bounding set: " + std::strerror(errno));
+			return errno_error(errno,
+					   "cannot drop capability " + std::to_string(cap) + " from the bounding set");
 	prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
 	CapHandle want(cap_init()); // every flag clear
 	if (!want)
-		return make_error(std::string("cap_init: ") + std::strerror(errno));
+		return errno_error(errno, "cap_init");
 	std::vector<std::string> names;
 	for (const Capability &c : keep) {
 		cap_flag_value_t held = CAP_CLEAR;
@@ -72,7 +71,7 @@ Result<std::vector<std::string>> drop_capabilities_except(const std::vector<Capa
 		names.push_back(c.name);
 	}
 	if (cap_set_proc(want.get()) != 0)
-		return make_error(std::string("cannot drop eacgm's capabilities: ") + std::strerror(errno));
+		return errno_error(errno, "cannot drop eacgm's capabilities");
 	return names;
 }
 
@@ -91,12 +90,11 @@ Result<std::vector<std::string>> keep_tracing_privileges(std::vector<Capability>
 Result<void> lower_priority(int nice)
 {
 	if (nice < 0 || nice > 19)
-		return make_error("the niceness must be 0 to 19, not " + std::to_string(nice));
+		return make_error(ErrorKind::BadInput, "the niceness must be 0 to 19, not " + std::to_string(nice));
 	DIR *dir = opendir("/proc/self/task");
 	if (!dir)
-		return make_error(std::string("cannot list eacgm's threads (/proc/self/task): ") +
-				  std::strerror(errno));
-	std::string failed;
+		return errno_error(errno, "cannot list eacgm's threads (/proc/self/task)");
+	int failed = 0; // the errno of the last thread that could not be lowered
 	while (struct dirent *e = readdir(dir)) {
 		if (e->d_name[0] == '.')
 			continue;
@@ -106,11 +104,11 @@ Result<void> lower_priority(int nice)
 		if (errno == ESRCH || (errno == 0 && now >= nice))
 			continue; // gone, or already as low
 		if (setpriority(PRIO_PROCESS, tid, nice) != 0 && errno != ESRCH)
-			failed = std::string(std::strerror(errno));
+			failed = errno;
 	}
 	closedir(dir);
-	if (!failed.empty())
-		return make_error("cannot lower eacgm's priority to niceness " + std::to_string(nice) + ": " + failed);
+	if (failed)
+		return errno_error(failed, "cannot lower eacgm's priority to niceness " + std::to_string(nice));
 	return {};
 }
 

@@ -71,9 +71,10 @@ Result<std::string> resolve_library(const std::string &lib)
 				break;
 			}
 		if (path == lib)
-			return make_error(lib +
-					  ": no such file, and no library of that name in the loader cache "
-					  "(ldconfig -p) or the CUDA directories; give its path");
+			return make_error(ErrorKind::NotFound,
+					  lib +
+						  ": no such file, and no library of that name in the loader cache "
+						  "(ldconfig -p) or the CUDA directories; give its path");
 	}
 	char real[PATH_MAX];
 	return realpath(path.c_str(), real) ? std::string(real) : path; // a missing file: ElfFile names it

@@ -28,12 +28,15 @@ static bool executable_file(const std::string &p)
 Result<std::string> resolve_command(const std::string &name)
 {
 	if (name.empty())
-		return make_error("empty command after --");
+		return make_error(ErrorKind::BadInput, "empty command after --");
 	if (name.find('/') != std::string::npos) {
-		if (!executable_file(name))
-			return make_error("cannot run " + name + ": " +
-					  (access(name.c_str(), F_OK) ? "no such file" : "not an executable file") +
-					  "; check the path");
+		if (!executable_file(name)) {
+			const bool missing = access(name.c_str(), F_OK) != 0;
+			return make_error(missing ? ErrorKind::NotFound : ErrorKind::BadInput,
+					  "cannot run " + name + ": " +
+						  (missing ? "no such file" : "not an executable file") +
+						  "; check the path");
+		}
 		return name;
 	}
 	const char *path = getenv("PATH");
@@ -49,7 +52,8 @@ Result<std::string> resolve_command(const std::string &name)
 			break;
 		pos = colon + 1;
 	}
-	return make_error("command not found: " + name + " (not in PATH); check the name or give its path");
+	return make_error(ErrorKind::NotFound,
+			  "command not found: " + name + " (not in PATH); check the name or give its path");
 }
 
 Result<LaunchedCommand> LaunchedCommand::start(const std::vector<std::string> &argv, const std::string &exe)
@@ -68,13 +72,13 @@ Result<LaunchedCommand> LaunchedCommand::start(const std::vector<std::string> &a
 	const bool stop_after_exec = stat(exe.c_str(), &st) == 0 && !(st.st_mode & (S_ISUID | S_ISGID));
 	int fds[2];
 	if (pipe2(fds, O_CLOEXEC) != 0)
-		return make_error(std::string("pipe: ") + std::strerror(errno));
+		return errno_error(errno, "pipe");
 	pid_t pid = fork();
 	if (pid < 0) {
 		int err = errno;
 		close(fds[0]);
 		close(fds[1]);
-		return make_error(std::string("cannot start the command: fork: ") + std::strerror(err));
+		return errno_error(err, "cannot start the command: fork");
 	}
 	if (pid == 0) {
 		close(fds[1]);
@@ -205,7 +209,7 @@ Result<void> check_bpf_privileges()
 	__user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
 	__user_cap_data_struct data[2] = {};
 	if (syscall(SYS_capget, &hdr, data) != 0)
-		return make_error(std::string("cannot read capabilities: ") + std::strerror(errno));
+		return errno_error(errno, "cannot read capabilities");
 	auto has = [&](int cap) { return (data[cap / 32].effective >> (cap % 32)) & 1; };
 #ifndef CAP_BPF
 #define CAP_BPF 39
@@ -217,8 +221,9 @@ Result<void> check_bpf_privileges()
 		return {};
 	std::string missing = !bpf && !perfmon ? "CAP_BPF and CAP_PERFMON" : !bpf ? "CAP_BPF" : "CAP_PERFMON";
 	return make_error(
+		ErrorKind::Permission,
 		"eBPF tracing needs root or " + missing +
-		"; run eacgm with sudo (or grant them: setcap cap_bpf,cap_perfmon,cap_sys_resource+ep eacgm)");
+			"; run eacgm with sudo (or grant them: setcap cap_bpf,cap_perfmon,cap_sys_resource+ep eacgm)");
 }
 
 // One pidfd per traced process (and one per thousands of short-lived

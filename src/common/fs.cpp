@@ -81,11 +81,11 @@ static std::string dir_of(const std::string &path)
 Result<void> check_writable(const std::string &path)
 {
 	if (path.empty())
-		return make_error("empty output path: give a file name");
+		return make_error(ErrorKind::BadInput, "empty output path: give a file name");
 	std::string dir = dir_of(path);
 	if (access(dir.c_str(), W_OK) != 0)
-		return make_error("cannot write " + path + ": directory " + dir + ": " + std::strerror(errno) +
-				  "; choose another output path");
+		return errno_error(errno, "cannot write " + path + ": directory " + dir,
+				   "; choose another output path");
 	// An output is replaced by rename at the end: what the path names now
 	// must be a plain file, or that rename would silently take a FIFO, a
 	// device or a link's place (and a link may point anywhere, /proc too).
@@ -99,11 +99,11 @@ Result<void> check_writable(const std::string &path)
 			: S_ISDIR(sb.st_mode)          ? "a directory"
 						       : nullptr;
 		if (what)
-			return make_error("cannot write " + path + ": it is " + what +
-					  ", not a regular file; give the path of a file to create or replace");
+			return make_error(ErrorKind::BadInput,
+					  "cannot write " + path + ": it is " + what +
+						  ", not a regular file; give the path of a file to create or replace");
 		if (access(path.c_str(), W_OK) != 0)
-			return make_error("cannot write " + path + ": " + std::strerror(errno) +
-					  "; choose another output path");
+			return errno_error(errno, "cannot write " + path, "; choose another output path");
 	}
 	return {};
 }
@@ -126,8 +126,7 @@ Result<void> write_file_atomic(const std::string &path, const std::function<Resu
 		if (fd < 0 && errno == EEXIST && unlink(tmp.c_str()) == 0) // a stale one of a crashed run
 			fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 		if (fd < 0)
-			return make_error("cannot write " + path + ": " + tmp + ": " + std::strerror(errno) +
-					  "; choose another output path");
+			return errno_error(errno, "cannot write " + path + ": " + tmp, "; choose another output path");
 		__gnu_cxx::stdio_filebuf<char> buf(fd, std::ios::out | std::ios::binary); // closes fd
 		std::ostream out(&buf);
 		if (auto r = write(out); !r) {
@@ -136,14 +135,15 @@ Result<void> write_file_atomic(const std::string &path, const std::function<Resu
 		}
 		out.flush();
 		if (!out || buf.close() == nullptr) {
+			const int err = errno; // before remove() may change it
 			std::remove(tmp.c_str());
-			return make_error("writing " + path + " failed: " + std::strerror(errno));
+			return errno_error(err, "writing " + path + " failed");
 		}
 	}
 	if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-		std::string err = std::strerror(errno);
+		const int err = errno;
 		std::remove(tmp.c_str());
-		return make_error("cannot write " + path + ": " + err);
+		return errno_error(err, "cannot write " + path);
 	}
 	return {};
 }

@@ -29,9 +29,9 @@ ErrorKind kind_of_errno(int err)
 	}
 }
 
-Error errno_error(int err, const std::string &what)
+Error errno_error(int err, const std::string &what, const std::string &after)
 {
-	return make_error(kind_of_errno(err), what + ": " + std::strerror(err));
+	return make_error(kind_of_errno(err), what + ": " + std::strerror(err) + after);
 }
 
 const char *kind_name(ErrorKind kind)

@@ -18,7 +18,11 @@ enum class ErrorKind {
 	BadInput,   // input that is not what it must be: a file of another kind, a bad value
 };
 
+// Made with its kind, always (make_error, errno_error, with_context): an
+// error without one does not compile, rather than passing as Other.
 struct Error {
+	Error() = default; // Result<void>'s, unused while it holds no error
+	Error(std::string message, ErrorKind kind) : message(std::move(message)), kind(kind) {}
 	std::string message;
 	ErrorKind kind = ErrorKind::Other;
 };
@@ -56,13 +60,20 @@ private:
 	bool ok_ = true;
 };
 
-inline Error make_error(std::string msg) { return Error{std::move(msg)}; }
 inline Error make_error(ErrorKind kind, std::string msg) { return Error{std::move(msg), kind}; }
+// A callee's error told with more context ("<prefix><message><after>"): its
+// kind is what failed, and stays. Inline, as make_error: the eacgm_sql
+// extension does not link result.cpp.
+inline Error with_context(const Error &e, const std::string &prefix, const std::string &after = "")
+{
+	return Error{prefix + e.message + after, e.kind};
+}
 
 // The kind of an errno value (ENOENT: NotFound, EACCES: Permission, ...).
 ErrorKind kind_of_errno(int err);
-// An error of errno err's kind: "<what>: <strerror(err)>".
-Error errno_error(int err, const std::string &what);
+// An error of errno err's kind: "<what>: <strerror(err)><after>" (after: a
+// hint, or what followed).
+Error errno_error(int err, const std::string &what, const std::string &after = "");
 // The kind's name, for messages and tests ("not found").
 const char *kind_name(ErrorKind kind);
 

@@ -123,8 +123,9 @@ Result<Gmm> Gmm::from_params(const arma::mat &means, const arma::cube &covs, con
 {
 	const arma::uword d = means.n_rows, k = means.n_cols;
 	if (k == 0 || d == 0 || covs.n_rows != d || covs.n_cols != d || covs.n_slices != k || weights.n_elem != k)
-		return make_error("mixture parameters do not agree in size (" + std::to_string(d) + " dims, " +
-				  std::to_string(k) + " components)");
+		return make_error(ErrorKind::BadInput,
+				  "mixture parameters do not agree in size (" + std::to_string(d) + " dims, " +
+					  std::to_string(k) + " components)");
 	Gmm g;
 	g.means_ = means;
 	g.covs_ = covs;
@@ -139,8 +140,9 @@ Result<Gmm> Gmm::from_params(const arma::mat &means, const arma::cube &covs, con
 	for (arma::uword c = 0; c < k; c++) {
 		arma::mat L;
 		if (!arma::chol(L, g.covs_.slice(c), "lower"))
-			return make_error("component " + std::to_string(c) +
-					  "'s covariance is not positive definite; raise the variance floor");
+			return make_error(ErrorKind::Other,
+					  "component " + std::to_string(c) +
+						  "'s covariance is not positive definite; raise the variance floor");
 		g.chol_inv_.slice(c) = arma::inv(arma::trimatl(L));
 		double log_det = 2 * arma::accu(arma::log(L.diag()));
 		g.log_norm_(c) = -0.5 * (static_cast<double>(d) * std::log(2 * std::numbers::pi) + log_det);
@@ -181,10 +183,11 @@ Result<Gmm> Gmm::fit_from(const arma::mat &X, const arma::mat &means, const arma
 			  const arma::rowvec &weights, Covariance cov, unsigned em_iter, double var_floor, double tol)
 {
 	if (X.n_cols == 0 || !X.is_finite())
-		return make_error("training data is empty or not finite");
+		return make_error(ErrorKind::BadInput, "training data is empty or not finite");
 	if (X.n_rows != means.n_rows)
-		return make_error("training data has " + std::to_string(X.n_rows) + " dims, the initial means " +
-				  std::to_string(means.n_rows));
+		return make_error(ErrorKind::BadInput,
+				  "training data has " + std::to_string(X.n_rows) + " dims, the initial means " +
+					  std::to_string(means.n_rows));
 	// Armadillo floors each variance at var_floor after every M step
 	// (scikit-learn adds reg_covar instead); keep_existing with no k-means
 	// iterations starts EM from exactly these parameters.
@@ -192,7 +195,7 @@ Result<Gmm> Gmm::fit_from(const arma::mat &X, const arma::mat &means, const arma
 		arma::gmm_full model;
 		model.set_params(means, covs, weights);
 		if (!run_em(model, X, em_iter, var_floor, tol))
-			return make_error("EM did not converge to finite parameters");
+			return make_error(ErrorKind::Other, "EM did not converge to finite parameters");
 		return from_params(model.means, model.fcovs, model.hefts, cov);
 	}
 	arma::gmm_diag model;
@@ -201,7 +204,7 @@ Result<Gmm> Gmm::fit_from(const arma::mat &X, const arma::mat &means, const arma
 		dcovs.col(c) = covs.slice(c).diag();
 	model.set_params(means, dcovs, weights);
 	if (!run_em(model, X, em_iter, var_floor, tol))
-		return make_error("EM did not converge to finite parameters");
+		return make_error(ErrorKind::Other, "EM did not converge to finite parameters");
 	arma::cube full(means.n_rows, means.n_rows, means.n_cols, arma::fill::zeros);
 	for (arma::uword c = 0; c < means.n_cols; c++)
 		full.slice(c).diag() = model.dcovs.col(c);
@@ -211,14 +214,15 @@ Result<Gmm> Gmm::fit_from(const arma::mat &X, const arma::mat &means, const arma
 Result<Gmm> Gmm::fit(const arma::mat &X, unsigned components, const GmmOptions &opt)
 {
 	if (components == 0)
-		return make_error("a mixture needs at least one component");
+		return make_error(ErrorKind::BadInput, "a mixture needs at least one component");
 	if (X.n_cols < 2 * static_cast<arma::uword>(components))
-		return make_error(std::to_string(X.n_cols) + " events are too few for " + std::to_string(components) +
-				  " components");
+		return make_error(ErrorKind::BadInput,
+				  std::to_string(X.n_cols) + " events are too few for " + std::to_string(components) +
+					  " components");
 	std::mt19937_64 rng(opt.seed * 1000003u + components);
 	std::optional<Gmm> best;
 	double best_ll = -std::numeric_limits<double>::infinity();
-	std::string last_error;
+	Error last_error; // set: best stays empty only where every restart failed
 	for (unsigned r = 0; r < std::max(1u, opt.restarts); r++) {
 		arma::mat C = kmeans_pp(X, components, opt.kmeans_iter, rng);
 		arma::cube covs;
@@ -226,7 +230,7 @@ Result<Gmm> Gmm::fit(const arma::mat &X, unsigned components, const GmmOptions &
 		initial_params(X, C, opt.var_floor, covs, w);
 		auto g = fit_from(X, C, covs, w, opt.covariance, opt.em_iter, opt.var_floor, opt.tol);
 		if (!g) {
-			last_error = g.error().message;
+			last_error = g.error();
 			continue;
 		}
 		double ll = g->total_log_likelihood(X);
@@ -236,7 +240,7 @@ Result<Gmm> Gmm::fit(const arma::mat &X, unsigned components, const GmmOptions &
 		}
 	}
 	if (!best)
-		return make_error(last_error);
+		return last_error;
 	return std::move(*best);
 }
 
@@ -305,19 +309,21 @@ arma::mat Gmm::precision(unsigned k) const
 Result<Selection> select_by_bic(const arma::mat &X, const GmmOptions &opt)
 {
 	if (opt.min_components == 0 || opt.min_components > opt.max_components)
-		return make_error("component range " + std::to_string(opt.min_components) + "-" +
-				  std::to_string(opt.max_components) + " is empty; give MIN-MAX with 1 <= MIN <= MAX");
+		return make_error(ErrorKind::BadInput,
+				  "component range " + std::to_string(opt.min_components) + "-" +
+					  std::to_string(opt.max_components) +
+					  " is empty; give MIN-MAX with 1 <= MIN <= MAX");
 	std::vector<Candidate> cands;
 	std::optional<Gmm> best;
 	double best_bic = std::numeric_limits<double>::infinity();
-	std::string first_error;
+	std::optional<Error> first_error;
 	for (unsigned k = opt.min_components; k <= opt.max_components; k++) {
 		Candidate c{.components = k};
 		auto g = Gmm::fit(X, k, opt);
 		if (!g) {
 			c.rejected = g.error().message;
-			if (first_error.empty())
-				first_error = c.rejected;
+			if (!first_error)
+				first_error = g.error();
 			cands.push_back(c);
 			continue;
 		}
@@ -336,7 +342,7 @@ Result<Selection> select_by_bic(const arma::mat &X, const GmmOptions &opt)
 		cands.push_back(c);
 	}
 	if (!best)
-		return make_error("no mixture could be fitted: " + first_error);
+		return with_context(first_error.value_or(Error{}), "no mixture could be fitted: ");
 	return Selection{std::move(*best), std::move(cands)};
 }
 

@@ -35,8 +35,9 @@ Result<KeyModel> KeyModel::train(const std::vector<const Observation *> &all, co
 		if (i >= excluded.size() || !excluded[i])
 			rows.push_back(all[i]);
 	if (rows.size() < kMinTrain)
-		return make_error(std::to_string(rows.size()) + " events are too few to train on (need " +
-				  std::to_string(kMinTrain) + ")");
+		return make_error(ErrorKind::BadInput,
+				  std::to_string(rows.size()) + " events are too few to train on (need " +
+					  std::to_string(kMinTrain) + ")");
 	KeyModel m;
 	m.rule_ = opt.rule;
 	m.trained_on_ = rows.size();
@@ -89,7 +90,8 @@ Result<KeyModel> KeyModel::train(const std::vector<const Observation *> &all, co
 			m.used_.push_back(f);
 	}
 	if (m.used_.empty())
-		return make_error("no feature both varies and is present in half of the events (durations, gaps and "
+		return make_error(ErrorKind::BadInput,
+				  "no feature both varies and is present in half of the events (durations, gaps and "
 				  "context constant or missing), so there is nothing to model");
 	const size_t d = m.used_.size();
 	m.mean_.set_size(d);

@@ -17,21 +17,25 @@ Result<ClickHouseTarget> parse_clickhouse_url(const std::string &url, const std:
 {
 	static const std::regex identifier(R"(^[A-Za-z_][A-Za-z0-9_]*$)");
 	if (!cluster.empty() && !std::regex_match(cluster, identifier))
-		return make_error("ClickHouse cluster '" + cluster +
-				  "' is not a name of letters, digits and underscores, as remote_servers names it");
+		return make_error(
+			ErrorKind::BadInput,
+			"ClickHouse cluster '" + cluster +
+				"' is not a name of letters, digits and underscores, as remote_servers names it");
 	// scheme, user, password, host, port, database
 	static const std::regex form(
 		R"(^http://(?:([^:@/]+)(?::([^@/]*))?@)?([^:/@]+)(?::(\d{1,5}))?(?:/([A-Za-z_][A-Za-z0-9_]*)?)?/?$)");
 	std::smatch m;
 	std::string what = "ClickHouse address '" + url + "'";
 	if (url.rfind("https://", 0) == 0)
-		return make_error(what +
-				  ": https is not supported; give the server's plain HTTP port (8123) on a "
-				  "trusted network, or a local proxy that adds TLS");
+		return make_error(ErrorKind::BadInput,
+				  what +
+					  ": https is not supported; give the server's plain HTTP port (8123) on a "
+					  "trusted network, or a local proxy that adds TLS");
 	if (!std::regex_match(url, m, form))
-		return make_error(what +
-				  " is not of the form http://[USER[:PASSWORD]@]HOST[:PORT][/DATABASE] "
-				  "(e.g. http://ch.example:8123/prod)");
+		return make_error(ErrorKind::BadInput,
+				  what +
+					  " is not of the form http://[USER[:PASSWORD]@]HOST[:PORT][/DATABASE] "
+					  "(e.g. http://ch.example:8123/prod)");
 	ClickHouseTarget t;
 	t.url = url;
 	t.user = m[1];
@@ -40,7 +44,7 @@ Result<ClickHouseTarget> parse_clickhouse_url(const std::string &url, const std:
 	if (m[4].matched) {
 		t.port = std::stoi(m[4]);
 		if (t.port < 1 || t.port > 65535)
-			return make_error(what + ": the port must be a number from 1 to 65535");
+			return make_error(ErrorKind::BadInput, what + ": the port must be a number from 1 to 65535");
 	}
 	if (m[5].matched && m[5].length())
 		t.database = m[5];
@@ -66,6 +70,20 @@ std::string gzip(const std::string &in)
 	return out;
 }
 
+// The kind of an HTTP error status, as ClickHouse answers them (an unknown
+// table or database is 404, a bad query 400, a full disk 507).
+ErrorKind kind_of_http_status(int status)
+{
+	switch (status) {
+	case 400: return ErrorKind::BadInput;
+	case 401:
+	case 403: return ErrorKind::Permission;
+	case 404: return ErrorKind::NotFound;
+	case 507: return ErrorKind::NoSpace;
+	default: return ErrorKind::Other;
+	}
+}
+
 } // namespace
 
 Result<std::string> ClickHouseClient::query(const std::string &sql, const std::string &body, uint64_t *sent_bytes) const
@@ -86,11 +104,13 @@ Result<std::string> ClickHouseClient::query(const std::string &sql, const std::s
 		? c.Post("/", h, sql, "text/plain")
 		: c.Post("/?query=" + httplib::detail::encode_query_param(sql), h, packed, "application/octet-stream");
 	if (!r)
-		return make_error("ClickHouse at " + t_.url + " did not answer (" + httplib::to_string(r.error()) +
-				  ")");
+		return make_error(ErrorKind::Other,
+				  "ClickHouse at " + t_.url + " did not answer (" + httplib::to_string(r.error()) +
+					  ")");
 	if (r->status != 200) {
 		std::string said = r->body.substr(0, r->body.find('\n'));
-		return make_error("ClickHouse at " + t_.url + " answered " + std::to_string(r->status) + ": " + said);
+		return make_error(kind_of_http_status(r->status),
+				  "ClickHouse at " + t_.url + " answered " + std::to_string(r->status) + ": " + said);
 	}
 	return r->body;
 }

@@ -18,10 +18,10 @@ Result<std::pair<std::string, int>> parse_listen(const std::string &listen)
 	auto colon = listen.rfind(':');
 	std::string bad = "listen address '" + listen + "' is not HOST:PORT (e.g. 127.0.0.1:9464)";
 	if (colon == std::string::npos || colon == 0 || colon + 1 == listen.size())
-		return make_error(bad);
+		return make_error(ErrorKind::BadInput, bad);
 	std::string host = listen.substr(0, colon), port = listen.substr(colon + 1);
 	if (port.find_first_not_of("0123456789") != std::string::npos || port.size() > 5 || std::stoi(port) > 65535)
-		return make_error(bad + ": the port must be a number from 0 to 65535");
+		return make_error(ErrorKind::BadInput, bad + ": the port must be a number from 0 to 65535");
 	return std::make_pair(host, std::stoi(port));
 }
 
@@ -48,15 +48,16 @@ Result<UniqueFd> bind_listener(const std::string &listen, const std::string &hos
 	hints.ai_family = AF_INET;
 	hints.ai_socktype = SOCK_STREAM;
 	if (int rc = getaddrinfo(host.c_str(), nullptr, &hints, &found); rc != 0)
-		return make_error("cannot listen on " + listen + ": the host '" + host +
-				  "' does not resolve to an IPv4 address (" + gai_strerror(rc) +
-				  "); give an address such as 127.0.0.1 or 0.0.0.0");
+		return make_error(ErrorKind::NotFound,
+				  "cannot listen on " + listen + ": the host '" + host +
+					  "' does not resolve to an IPv4 address (" + gai_strerror(rc) +
+					  "); give an address such as 127.0.0.1 or 0.0.0.0");
 	sockaddr_in addr = *reinterpret_cast<sockaddr_in *>(found->ai_addr);
 	freeaddrinfo(found);
 	addr.sin_port = htons(uint16_t(port));
 	UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
 	if (!fd)
-		return make_error("cannot listen on " + listen + ": socket: " + std::strerror(errno));
+		return errno_error(errno, "cannot listen on " + listen + ": socket");
 	int one = 1;
 	setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
 	if (bind(fd.get(), reinterpret_cast<sockaddr *>(&addr), sizeof addr) != 0) {
@@ -65,10 +66,10 @@ Result<UniqueFd> bind_listener(const std::string &listen, const std::string &hos
 		if (e == EADDRINUSE)
 			why += ": is another agent or exporter using the port? Choose another with listen in the "
 			       "config";
-		return make_error(why);
+		return make_error(kind_of_errno(e), why);
 	}
 	if (::listen(fd.get(), 128) != 0)
-		return make_error("cannot listen on " + listen + ": " + std::strerror(errno));
+		return errno_error(errno, "cannot listen on " + listen);
 	return fd;
 }
 
@@ -155,8 +156,9 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const std::string &l
 				      l.idle_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, l.request_bytes,
 				      MHD_OPTION_EXTERNAL_LOGGER, &HttpGlue::quiet, nullptr, MHD_OPTION_END);
 	if (!s->daemon_)
-		return make_error("cannot serve on " + listen + ": libmicrohttpd did not start (" +
-				  std::strerror(errno) + ")");
+		return make_error(kind_of_errno(errno),
+				  "cannot serve on " + listen + ": libmicrohttpd did not start (" +
+					  std::strerror(errno) + ")");
 	fd->release(); // the daemon's now: closed by MHD_stop_daemon
 	return s;
 }

@@ -508,8 +508,10 @@ Result<TraceFormat> trace_format_of(const std::string &path)
 		return TraceFormat::Json;
 	if (ends(".pftrace") || ends(".perfetto-trace") || ends(".pb"))
 		return TraceFormat::Proto;
-	return make_error("cannot tell the trace format of " + path +
-			  ": name it .pftrace (Perfetto's own format, compact) or .json (Chrome's trace-event JSON)");
+	return make_error(
+		ErrorKind::BadInput,
+		"cannot tell the trace format of " + path +
+			": name it .pftrace (Perfetto's own format, compact) or .json (Chrome's trace-event JSON)");
 }
 
 Result<void> write_pftrace(const Recording &rec, const std::string &path, const SpanFeed &spans,

@@ -38,10 +38,14 @@ using nvmlEventSet_t = nvmlEventSet_st *;
 
 constexpr nvmlReturn_t NVML_SUCCESS = 0;
 constexpr nvmlReturn_t NVML_ERROR_NOT_SUPPORTED = 3;
+constexpr nvmlReturn_t NVML_ERROR_NO_PERMISSION = 4;
 constexpr nvmlReturn_t NVML_ERROR_NOT_FOUND = 6;
 constexpr nvmlReturn_t NVML_ERROR_INSUFFICIENT_SIZE = 7;
+constexpr nvmlReturn_t NVML_ERROR_DRIVER_NOT_LOADED = 9;
 constexpr nvmlReturn_t NVML_ERROR_TIMEOUT = 10;
+constexpr nvmlReturn_t NVML_ERROR_LIBRARY_NOT_FOUND = 12;
 constexpr nvmlReturn_t NVML_ERROR_GPU_IS_LOST = 15;
+constexpr nvmlReturn_t NVML_ERROR_MEMORY = 20;
 constexpr int NVML_TEMPERATURE_GPU = 0;              // nvmlTemperatureSensors_t
 constexpr int NVML_CLOCK_SM = 1, NVML_CLOCK_MEM = 2; // nvmlClockType_t
 constexpr int NVML_PCIE_UTIL_TX_BYTES = 0, NVML_PCIE_UTIL_RX_BYTES = 1;
@@ -171,6 +175,19 @@ struct Nvml {
 	}
 };
 
+// The kind of an NVML failure: no driver is not found, and so on.
+ErrorKind kind_of_nvml(nvmlReturn_t rc)
+{
+	switch (rc) {
+	case NVML_ERROR_NO_PERMISSION: return ErrorKind::Permission;
+	case NVML_ERROR_NOT_FOUND:
+	case NVML_ERROR_DRIVER_NOT_LOADED:
+	case NVML_ERROR_LIBRARY_NOT_FOUND: return ErrorKind::NotFound;
+	case NVML_ERROR_MEMORY: return ErrorKind::NoSpace;
+	default: return ErrorKind::Other;
+	}
+}
+
 template <class F>
 void bind(void *lib, F &f, std::initializer_list<const char *> names)
 {
@@ -186,8 +203,10 @@ Result<Nvml> load_nvml(const std::string &library)
 	n.lib.reset(dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL));
 	if (!n.lib) {
 		if (library.find('/') != std::string::npos && access(library.c_str(), F_OK) == 0)
-			return make_error("gpu layer unavailable: cannot load " + library + ": " + dlerror());
-		return make_error("gpu layer unavailable: " + library + " not found (no NVIDIA driver)");
+			return make_error(ErrorKind::BadInput, // there, but not a library this process can load
+					  "gpu layer unavailable: cannot load " + library + ": " + dlerror());
+		return make_error(ErrorKind::NotFound,
+				  "gpu layer unavailable: " + library + " not found (no NVIDIA driver)");
 	}
 	void *l = n.lib.get();
 	bind(l, n.Init_v2, {"nvmlInit_v2"});
@@ -203,8 +222,9 @@ Result<Nvml> load_nvml(const std::string &library)
 		{(const void *)n.DeviceGetHandleByIndex_v2, "nvmlDeviceGetHandleByIndex_v2"}};
 	for (auto &[f, name] : required)
 		if (!f)
-			return make_error("gpu layer unavailable: " + library + " has no " + name +
-					  "; it is not NVML or is too old: update the NVIDIA driver");
+			return make_error(ErrorKind::NotFound,
+					  "gpu layer unavailable: " + library + " has no " + name +
+						  "; it is not NVML or is too old: update the NVIDIA driver");
 	bind(l, n.DeviceGetName, {"nvmlDeviceGetName"});
 	bind(l, n.DeviceGetUUID, {"nvmlDeviceGetUUID"});
 	bind(l, n.DeviceGetUtilizationRates, {"nvmlDeviceGetUtilizationRates"});
@@ -325,13 +345,15 @@ Result<void> GpuCollector::open_devices()
 {
 	auto &n = nvml_;
 	if (nvmlReturn_t rc = n.Init_v2(); rc != NVML_SUCCESS)
-		return make_error("gpu layer unavailable: nvmlInit_v2 failed: " + n.error(rc) +
-				  "; check the driver with nvidia-smi");
+		return make_error(kind_of_nvml(rc),
+				  "gpu layer unavailable: nvmlInit_v2 failed: " + n.error(rc) +
+					  "; check the driver with nvidia-smi");
 	initialised_ = true;
 	unsigned count = 0;
 	if (nvmlReturn_t rc = n.DeviceGetCount_v2(&count); rc != NVML_SUCCESS)
-		return make_error("gpu layer unavailable: nvmlDeviceGetCount_v2 failed: " + n.error(rc) +
-				  "; check the driver with nvidia-smi");
+		return make_error(kind_of_nvml(rc),
+				  "gpu layer unavailable: nvmlDeviceGetCount_v2 failed: " + n.error(rc) +
+					  "; check the driver with nvidia-smi");
 	Batch b;
 	uint64_t ts = mono_ns();
 	for (unsigned i = 0; i < count; i++) {
@@ -372,7 +394,8 @@ Result<void> GpuCollector::open_devices()
 		devices_.push_back(std::move(d));
 	}
 	if (devices_.empty())
-		return make_error(count ? "gpu layer unavailable: none of the " + std::to_string(count) +
+		return make_error(ErrorKind::NotFound,
+				  count ? "gpu layer unavailable: none of the " + std::to_string(count) +
 						  " GPUs could be opened; check them with nvidia-smi"
 					: "gpu layer unavailable: NVML finds no GPU; check with nvidia-smi");
 	pending_ = std::move(b);
@@ -709,8 +732,9 @@ Result<std::unique_ptr<Collector>> open_gpu_collector(const GpuOptions &o)
 	if (!(o.hz >= 0.1 && o.hz <= 1000)) {
 		char hz[32];
 		snprintf(hz, sizeof hz, "%g", o.hz);
-		return make_error(std::string("gpu layer: a sampling rate of ") + hz +
-				  " Hz is out of range; give --gpu-hz between 0.1 and 1000");
+		return make_error(ErrorKind::BadInput,
+				  std::string("gpu layer: a sampling rate of ") + hz +
+					  " Hz is out of range; give --gpu-hz between 0.1 and 1000");
 	}
 	auto nvml = load_nvml(o.library);
 	if (!nvml)

@@ -216,15 +216,15 @@ Result<void> HostCollector::open(int traced_map_fd)
 {
 	skel_ = open_skeleton(host_bpf__open, host_bpf__destroy);
 	if (!skel_)
-		return make_error(std::string("cannot open the host BPF object: ") + std::strerror(errno));
+		return errno_error(errno, "cannot open the host BPF object");
 	if (int err = bpf_map__reuse_fd(skel_->maps.traced_tgids, traced_map_fd))
-		return make_error(std::string("cannot share the traced-process map with the host layer: ") +
-				  std::strerror(-err));
+		return errno_error(-err, "cannot share the traced-process map with the host layer");
 	// A tracepoint this kernel lacks (sock_send_length and sock_recv_length
 	// came with Linux 6.3) leaves its metrics out rather than the layer.
 	struct btf *vmlinux = btf__load_vmlinux_btf();
 	if (!vmlinux)
 		return make_error(
+			ErrorKind::NotFound,
 			"the host layer needs the kernel's BTF (/sys/kernel/btf/vmlinux, CONFIG_DEBUG_INFO_BTF)");
 	struct bpf_program *prog;
 	bpf_object__for_each_program(prog, skel_->obj)
@@ -241,8 +241,8 @@ Result<void> HostCollector::open(int traced_map_fd)
 	}
 	btf__free(vmlinux);
 	if (int err = host_bpf__load(skel_.get()))
-		return make_error(std::string("cannot load the host BPF programs: ") + std::strerror(-err) +
-				  " (run as root; the kernel needs BTF and tp_btf, Linux 5.11+)");
+		return errno_error(-err, "cannot load the host BPF programs",
+				   " (run as root; the kernel needs BTF and tp_btf, Linux 5.11+)");
 	bpf_object__for_each_program(prog, skel_->obj)
 	{
 		std::string sec = bpf_program__section_name(prog);
@@ -250,8 +250,7 @@ Result<void> HostCollector::open(int traced_map_fd)
 			continue;
 		struct bpf_link *l = bpf_program__attach(prog);
 		if (!l)
-			return make_error("cannot attach the host layer's " + sec +
-					  " program: " + std::strerror(errno));
+			return errno_error(errno, "cannot attach the host layer's " + sec + " program");
 		links_.add(l);
 	}
 	// BPF run time is counted only while someone holds this fd (or the
@@ -427,7 +426,7 @@ std::vector<std::string> HostCollector::take_warnings()
 Result<std::unique_ptr<Collector>> open_host_collector(int traced_map_fd, const HostOptions &o)
 {
 	if (o.interval_ms == 0)
-		return make_error("--host-interval-ms must be at least 1");
+		return make_error(ErrorKind::BadInput, "--host-interval-ms must be at least 1");
 	auto c = std::make_unique<HostCollector>(o);
 	if (auto r = c->open(traced_map_fd); !r)
 		return r.error();

@@ -6,7 +6,6 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <cerrno>
-#include <cstring>
 #include <linux/perf_event.h>
 #include <regex>
 #include <sys/ioctl.h>
@@ -153,9 +152,9 @@ Result<std::unique_ptr<PythonTracer>> PythonTracer::prepare(int traced_map_fd)
 	t->offsets_ = std::move(offsets.value());
 	t->skel_ = open_skeleton(python_bpf__open, python_bpf__destroy);
 	if (!t->skel_)
-		return make_error(std::string("cannot open the Python BPF object: ") + std::strerror(errno));
+		return errno_error(errno, "cannot open the Python BPF object");
 	if (int err = bpf_map__reuse_fd(t->skel_->maps.traced_tgids, traced_map_fd))
-		return make_error(std::string("cannot share the traced-process map: ") + std::strerror(-err));
+		return errno_error(-err, "cannot share the traced-process map");
 	// The maps the span engine shares, made now as the object declares
 	// them (libbpf would make them at load).
 	for (struct bpf_map *m : {t->skel_->maps.py_procs, t->skel_->maps.py_tstates, t->skel_->maps.py_events,
@@ -164,13 +163,11 @@ Result<std::unique_ptr<PythonTracer>> PythonTracer::prepare(int traced_map_fd)
 		int fd = bpf_map_create(bpf_map__type(m), bpf_map__name(m), bpf_map__key_size(m),
 					bpf_map__value_size(m), bpf_map__max_entries(m), &o);
 		if (fd < 0)
-			return make_error(std::string("cannot create the Python map ") + bpf_map__name(m) + ": " +
-					  std::strerror(errno));
+			return errno_error(errno, std::string("cannot create the Python map ") + bpf_map__name(m));
 		int err = bpf_map__reuse_fd(m, fd); // takes a copy of the fd
 		close(fd);
 		if (err)
-			return make_error(std::string("cannot use the Python map ") + bpf_map__name(m) + ": " +
-					  std::strerror(-err));
+			return errno_error(-err, std::string("cannot use the Python map ") + bpf_map__name(m));
 	}
 	return t;
 }
@@ -178,10 +175,10 @@ Result<std::unique_ptr<PythonTracer>> PythonTracer::prepare(int traced_map_fd)
 Result<void> PythonTracer::load(unsigned sample_hz)
 {
 	if (int err = python_bpf__load(skel_.get()))
-		return make_error(std::string("cannot load the Python BPF programs: ") + std::strerror(-err));
+		return errno_error(-err, "cannot load the Python BPF programs");
 	struct bpf_link *fork_link = bpf_program__attach(skel_->progs.py_fork);
 	if (!fork_link)
-		return make_error(std::string("cannot attach the Python fork tracepoint: ") + std::strerror(errno));
+		return errno_error(errno, "cannot attach the Python fork tracepoint");
 	links_.add(fork_link);
 	if (!sample_hz)
 		return {};
@@ -201,13 +198,12 @@ Result<void> PythonTracer::load(unsigned sample_hz)
 		if (fd < 0) {
 			if (errno == ENODEV || errno == ENOENT)
 				continue; // a possible CPU that is not online
-			return make_error(std::string("cannot open the sampling event on CPU ") + std::to_string(cpu) +
-					  ": " + std::strerror(errno));
+			return errno_error(errno, "cannot open the sampling event on CPU " + std::to_string(cpu));
 		}
 		perf_fds_.emplace_back(fd);
 		struct bpf_link *l = bpf_program__attach_perf_event(skel_->progs.py_sample, fd);
 		if (!l)
-			return make_error(std::string("cannot attach the Python sampler: ") + std::strerror(errno));
+			return errno_error(errno, "cannot attach the Python sampler");
 		links_.add(l);
 	}
 	return {};
@@ -216,12 +212,11 @@ Result<void> PythonTracer::load(unsigned sample_hz)
 Result<void> PythonTracer::set_sample_hz(unsigned hz)
 {
 	if (!sample_hz_ || !hz)
-		return make_error("the Python sampler is off; its rate cannot change");
+		return make_error(ErrorKind::Other, "the Python sampler is off; its rate cannot change");
 	uint64_t period = 1'000'000'000ull / hz;
 	for (auto &fd : perf_fds_)
 		if (ioctl(fd.get(), PERF_EVENT_IOC_PERIOD, &period) != 0)
-			return make_error(std::string("cannot change the Python sampler's rate: ") +
-					  std::strerror(errno));
+			return errno_error(errno, "cannot change the Python sampler's rate");
 	sample_hz_ = hz;
 	lowest_hz_ = std::min(lowest_hz_, hz);
 	return {};
@@ -255,7 +250,7 @@ Result<std::optional<PythonRuntime>> PythonTracer::add_process(uint32_t pid)
 		std::vector<uint8_t> image(kDebugOffsetsBytes);
 		auto checked = read_process_memory(pid, r.runtime_addr, image.data(), image.size())
 			? check_debug_offsets(*o, image.data(), image.size())
-			: Result<CheckedOffsets>(make_error("cannot read _PyRuntime"));
+			: Result<CheckedOffsets>(make_error(ErrorKind::Other, "cannot read _PyRuntime"));
 		std::string what =
 			"Python " + std::to_string(r.major) + "." + std::to_string(r.minor) + " (" + r.file + ")";
 		if (!checked) {
@@ -274,13 +269,13 @@ Result<std::optional<PythonRuntime>> PythonTracer::add_process(uint32_t pid)
 	}
 	eacgm_py_process cfg = py_process_config(r);
 	if (cfg.frame_len > EACGM_PY_FRAME_READ || cfg.code_len > EACGM_PY_CODE_READ)
-		return make_error("Python " + std::to_string(r.minor) + " in process " + std::to_string(pid) +
-				  ": its frame and code fields lie further apart than the walker reads (" +
-				  std::to_string(cfg.frame_len) + " and " + std::to_string(cfg.code_len) +
-				  " bytes); its stacks are not recorded");
+		return make_error(ErrorKind::Other,
+				  "Python " + std::to_string(r.minor) + " in process " + std::to_string(pid) +
+					  ": its frame and code fields lie further apart than the walker reads (" +
+					  std::to_string(cfg.frame_len) + " and " + std::to_string(cfg.code_len) +
+					  " bytes); its stacks are not recorded");
 	if (bpf_map__update_elem(skel_->maps.py_procs, &pid, sizeof(pid), &cfg, sizeof(cfg), BPF_ANY))
-		return make_error("cannot register Python process " + std::to_string(pid) + ": " +
-				  std::strerror(errno));
+		return errno_error(errno, "cannot register Python process " + std::to_string(pid));
 	procs_[pid] = r;
 	return std::optional<PythonRuntime>(r);
 }

@@ -22,9 +22,9 @@ static Result<PyOffsets> parse_version(const std::string &version, const json &j
 	std::smatch m;
 	std::string where = origin + ": version \"" + version + "\"";
 	if (!std::regex_match(version, m, re))
-		return make_error(where + ": a version key is \"3.MINOR\", such as \"3.11\"");
+		return make_error(ErrorKind::BadInput, where + ": a version key is \"3.MINOR\", such as \"3.11\"");
 	if (!j.is_object())
-		return make_error(where + ": must be an object of \"field\": offset");
+		return make_error(ErrorKind::BadInput, where + ": must be an object of \"field\": offset");
 	PyOffsets o;
 	o.major = 3;
 	o.minor = std::stoi(m[1].str());
@@ -37,12 +37,15 @@ static Result<PyOffsets> parse_version(const std::string &version, const json &j
 			std::string list;
 			for (auto &p : kPyOffsetFields)
 				list += std::string(list.empty() ? "" : ", ") + p.first;
-			return make_error(where + ": unknown field \"" + k + "\" (known: " + list + ")");
+			return make_error(ErrorKind::BadInput,
+					  where + ": unknown field \"" + k + "\" (known: " + list + ")");
 		}
 		// kNoOffset marks an absent field: leave the field out instead.
 		if (!v.is_number_unsigned() || v.get<uint64_t>() >= kNoOffset)
-			return make_error(where + ": \"" + k + "\" must be a byte offset 0.." +
-					  std::to_string(kNoOffset - 1) + " (leave out fields the version lacks)");
+			return make_error(ErrorKind::BadInput,
+					  where + ": \"" + k + "\" must be a byte offset 0.." +
+						  std::to_string(kNoOffset - 1) +
+						  " (leave out fields the version lacks)");
 		o.*(f->second) = v.get<uint16_t>();
 	}
 	return o;
@@ -54,24 +57,28 @@ Result<std::map<std::string, PyOffsets>> parse_python_offsets(const std::string 
 	try {
 		doc = json::parse(json_text);
 	} catch (const json::parse_error &e) {
-		return make_error(origin + ": JSON syntax error: " + e.what());
+		return make_error(ErrorKind::BadInput, origin + ": JSON syntax error: " + e.what());
 	}
 	if (!doc.is_object())
-		return make_error(origin + ": expected {\"versions\": {\"3.11\": {...}}} or {\"3.11\": {...}}");
+		return make_error(ErrorKind::BadInput,
+				  origin + ": expected {\"versions\": {\"3.11\": {...}}} or {\"3.11\": {...}}");
 	// tools/pyoffsets.c's marker when an interpreter's headers did not compile.
 	if (doc.contains("error"))
-		return make_error(origin + ": " +
-				  (doc["error"].is_string() ? doc["error"].get<std::string>() : doc.dump()));
+		return make_error(ErrorKind::BadInput,
+				  origin + ": " +
+					  (doc["error"].is_string() ? doc["error"].get<std::string>() : doc.dump()));
 	// Two forms: the table (specs/python.json) and one measurement (the tool's
 	// output, the versions at the top level).
 	const json *versions = &doc;
 	if (doc.contains("versions")) {
 		for (auto &[k, v] : doc.items())
 			if (k != "about" && k != "versions")
-				return make_error(origin + ": unknown key \"" + k + "\" (known: about, versions)");
+				return make_error(ErrorKind::BadInput,
+						  origin + ": unknown key \"" + k + "\" (known: about, versions)");
 		versions = &doc["versions"];
 		if (!versions->is_object())
-			return make_error(origin + ": \"versions\" must map \"3.MINOR\" to offsets");
+			return make_error(ErrorKind::BadInput,
+					  origin + ": \"versions\" must map \"3.MINOR\" to offsets");
 	}
 	std::map<std::string, PyOffsets> out;
 	for (auto &[k, v] : versions->items()) {
@@ -81,7 +88,7 @@ Result<std::map<std::string, PyOffsets>> parse_python_offsets(const std::string 
 		out[k] = o.value();
 	}
 	if (out.empty())
-		return make_error(origin + ": no versions");
+		return make_error(ErrorKind::BadInput, origin + ": no versions");
 	return out;
 }
 
@@ -120,14 +127,16 @@ PyOffsets debug_offset_positions(int minor)
 Result<CheckedOffsets> check_debug_offsets(const PyOffsets &table, const uint8_t *image, size_t len)
 {
 	if (len < kDebugOffsetsBytes || std::memcmp(image, "xdebugpy", 8) != 0)
-		return make_error("_PyRuntime does not start with _Py_DebugOffsets (no \"xdebugpy\" cookie)");
+		return make_error(ErrorKind::BadInput,
+				  "_PyRuntime does not start with _Py_DebugOffsets (no \"xdebugpy\" cookie)");
 	uint64_t version;
 	std::memcpy(&version, image + 8, sizeof version); // PY_VERSION_HEX
 	int major = static_cast<int>(version >> 24), minor = static_cast<int>((version >> 16) & 0xff);
 	if (major != table.major || minor != table.minor)
-		return make_error("_Py_DebugOffsets says Python " + std::to_string(major) + "." +
-				  std::to_string(minor) + ", the library's name says " + std::to_string(table.major) +
-				  "." + std::to_string(table.minor));
+		return make_error(ErrorKind::BadInput,
+				  "_Py_DebugOffsets says Python " + std::to_string(major) + "." +
+					  std::to_string(minor) + ", the library's name says " +
+					  std::to_string(table.major) + "." + std::to_string(table.minor));
 	PyOffsets pos = debug_offset_positions(minor);
 	CheckedOffsets out{table, {}};
 	for (auto &[name, field] : kPyOffsetFields) {
@@ -149,7 +158,7 @@ Result<std::map<std::string, PyOffsets>> load_python_offsets()
 {
 	auto path = find_builtin_file("python.json");
 	if (!path)
-		return make_error("no CPython offsets table: " + path.error().message);
+		return with_context(path.error(), "no CPython offsets table: ");
 	std::ifstream in(path.value());
 	std::stringstream ss;
 	ss << in.rdbuf();

@@ -178,7 +178,7 @@ public:
 	{
 		if (error_.empty())
 			return {};
-		return make_error(error_);
+		return make_error(ErrorKind::BadInput, error_); // an input that cannot be merged as it is
 	}
 
 private:
@@ -204,8 +204,9 @@ Result<std::vector<Input>> open_inputs(const std::vector<std::string> &paths)
 		if (!rec)
 			return rec.error();
 		if (rec->meta.count("merged_from"))
-			return make_error(paths[k] + " is already a merge of recordings; merge the recordings it was " +
-					  "made from (its meta merged_from names them)");
+			return make_error(ErrorKind::BadInput,
+					  paths[k] + " is already a merge of recordings; merge the recordings it was " +
+						  "made from (its meta merged_from names them)");
 		Input in{std::move(*reader), std::move(*rec), {}, {}};
 		if (auto r = in.reader.each_span_with_int_args(kCollectiveArgs,
 							       [&](const Span &s) { in.collectives.push_back(s); });

@@ -4,7 +4,6 @@
 #include <bpf/libbpf.h>
 #include <cerrno>
 #include <cstddef>
-#include <cstring>
 #include <map>
 #include <sys/epoll.h>
 #include <unistd.h>
@@ -21,19 +20,19 @@ Result<BpfRings> BpfRings::open(bpf_map *spans, bpf_map *procs, bpf_map *python)
 	State *s = r.s_.get();
 	s->rb = ring_buffer__new(bpf_map__fd(spans), on_span, s, nullptr);
 	if (!s->rb)
-		return make_error(std::string("cannot open the span ring buffer: ") + std::strerror(errno));
+		return errno_error(errno, "cannot open the span ring buffer");
 	if (ring_buffer__add(s->rb, bpf_map__fd(procs), on_proc, s))
-		return make_error(std::string("cannot open the process ring buffer: ") + std::strerror(errno));
+		return errno_error(errno, "cannot open the process ring buffer");
 	if (python && ring_buffer__add(s->rb, bpf_map__fd(python), on_py, s))
-		return make_error(std::string("cannot open the Python ring buffer: ") + std::strerror(errno));
+		return errno_error(errno, "cannot open the Python ring buffer");
 	s->ep = epoll_create1(EPOLL_CLOEXEC);
 	if (s->ep < 0)
-		return make_error(std::string("cannot make an epoll instance: ") + std::strerror(errno));
+		return errno_error(errno, "cannot make an epoll instance");
 	for (bpf_map *m : {spans, procs, python}) {
 		epoll_event ev{};
 		ev.events = EPOLLIN | EPOLLET;
 		if (m && epoll_ctl(s->ep, EPOLL_CTL_ADD, bpf_map__fd(m), &ev))
-			return make_error(std::string("cannot watch a ring buffer: ") + std::strerror(errno));
+			return errno_error(errno, "cannot watch a ring buffer");
 	}
 	return r;
 }
@@ -60,7 +59,7 @@ Result<int> BpfRings::consume(Records &to)
 	int n = ring_buffer__consume(s_->rb);
 	s_->to = nullptr;
 	if (n < 0 && n != -EINTR)
-		return make_error(std::string("reading the ring buffers failed: ") + std::strerror(-n));
+		return errno_error(-n, "reading the ring buffers failed");
 	return std::max(n, 0);
 }
 

@@ -72,7 +72,7 @@ Result<RawDumpWriter> RawDumpWriter::create(const std::string &path)
 	w.path_ = path;
 	w.f_.reset(fopen(path.c_str(), "wb"));
 	if (!w.f_)
-		return make_error("cannot create the raw dump " + path + ": " + strerror(errno));
+		return errno_error(errno, "cannot create the raw dump " + path);
 	w.failed_ = fwrite(kMagic, 1, sizeof kMagic - 1, w.f_.get()) != sizeof kMagic - 1;
 	return w;
 }
@@ -96,7 +96,7 @@ Result<void> RawDumpWriter::close(const SpecSet &specs)
 	const int err = errno;
 	f_.reset();
 	if (failed_ || !flushed)
-		return make_error("cannot write the raw dump " + path_ + ": " + strerror(err));
+		return errno_error(err, "cannot write the raw dump " + path_);
 	return {};
 }
 
@@ -106,39 +106,44 @@ Result<RawDump> read_raw_dump(const std::string &path)
 	{
 		std::unique_ptr<FILE, decltype(&fclose)> f(fopen(path.c_str(), "rb"), &fclose);
 		if (!f)
-			return make_error("cannot open the raw dump " + path + ": " + strerror(errno));
+			return errno_error(errno, "cannot open the raw dump " + path);
 		char buf[1 << 16];
 		size_t got;
 		while ((got = fread(buf, 1, sizeof buf, f.get())) > 0)
 			all.append(buf, got);
 		if (ferror(f.get()))
-			return make_error("cannot read the raw dump " + path + ": " + strerror(errno));
+			return errno_error(errno, "cannot read the raw dump " + path);
 	}
 	const size_t head = sizeof kMagic - 1, tail = 4 + sizeof kEnd - 1;
 	if (all.size() < head || all.compare(0, head, kMagic) != 0)
-		return make_error(path + " is no raw dump of this version (it begins \"" +
-				  std::string(kMagic, head - 1) + "\"); record it again with record --raw-dump");
+		return make_error(ErrorKind::BadInput,
+				  path + " is no raw dump of this version (it begins \"" +
+					  std::string(kMagic, head - 1) +
+					  "\"); record it again with record --raw-dump");
 	if (all.size() < head + tail || all.compare(all.size() - (sizeof kEnd - 1), sizeof kEnd - 1, kEnd) != 0)
-		return make_error(path + ": no end (eacgm was killed while writing it); record it again");
+		return make_error(ErrorKind::BadInput,
+				  path + ": no end (eacgm was killed while writing it); record it again");
 	const auto *len = reinterpret_cast<const uint8_t *>(all.data() + all.size() - tail);
 	const size_t n = len[0] | len[1] << 8 | len[2] << 16 | size_t(len[3]) << 24;
 	if (n > all.size() - head - tail || (all.size() - head - tail - n) % sizeof(eacgm_span_event))
-		return make_error(path + ": its probes' length (" + std::to_string(n) +
-				  " bytes) does not fit the file");
+		return make_error(ErrorKind::BadInput,
+				  path + ": its probes' length (" + std::to_string(n) +
+					  " bytes) does not fit the file");
 	const size_t records = (all.size() - head - tail - n) / sizeof(eacgm_span_event);
 	RawDump d;
 	try {
 		d.specs = probes_of(nlohmann::json::parse(all.substr(head + records * sizeof(eacgm_span_event), n)));
 	} catch (const std::exception &e) {
-		return make_error(path + ": its probes are damaged: " + e.what());
+		return make_error(ErrorKind::BadInput, path + ": its probes are damaged: " + e.what());
 	}
 	d.spans.resize(records);
 	memcpy(d.spans.data(), all.data() + head, records * sizeof(eacgm_span_event));
 	for (size_t i = 0; i < records; i++)
 		if (d.spans[i].spec_id >= d.specs.probes.size())
-			return make_error(path + ": record " + std::to_string(i + 1) + " names probe " +
-					  std::to_string(d.spans[i].spec_id) + " of " +
-					  std::to_string(d.specs.probes.size()));
+			return make_error(ErrorKind::BadInput,
+					  path + ": record " + std::to_string(i + 1) + " names probe " +
+						  std::to_string(d.spans[i].spec_id) + " of " +
+						  std::to_string(d.specs.probes.size()));
 	return d;
 }
 

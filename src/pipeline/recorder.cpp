@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cerrno>
-#include <cstring>
 #include <csignal>
 #include <poll.h>
 #include <unistd.h>
@@ -71,7 +70,7 @@ Result<int> Recorder::poll(int timeout_ms)
 	// wait. A traced process's exit wakes us too (its pidfd).
 	pollfd fds[2] = {{source_.fd(), POLLIN, 0}, {system_.exits_fd(), POLLIN, 0}};
 	if (::poll(fds, 2, timeout_ms) < 0 && errno != EINTR)
-		return make_error(std::string("waiting for events failed: ") + std::strerror(errno));
+		return errno_error(errno, "waiting for events failed");
 	auto n = read_round();
 	if (!n)
 		return n.error();

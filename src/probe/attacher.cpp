@@ -111,9 +111,10 @@ Result<void> Attacher::attach_library(const std::string &path)
 				return r;
 		}
 		if (!any && p.user)
-			return make_error(p.origin + ": symbol " + p.symbols.front() + " of probe '" + p.function +
-					  "' not found in " + std::string(real) +
-					  " (searched its .symtab and .dynsym); check the name with 'nm -D'");
+			return make_error(ErrorKind::NotFound,
+					  p.origin + ": symbol " + p.symbols.front() + " of probe '" + p.function +
+						  "' not found in " + std::string(real) +
+						  " (searched its .symtab and .dynsym); check the name with 'nm -D'");
 	}
 	if (auto r = engine_.attach(real, targets); !r)
 		return r;
@@ -165,10 +166,11 @@ Result<void> Attacher::expand_pattern(size_t pattern, const ElfFile &elf,
 		std::string close;
 		for (auto &name : close_matches(elf, p.match, 5))
 			close += (close.empty() ? "" : ", ") + name;
-		return make_error(p.origin + ": pattern \"" + p.match + "\" of probe '" + p.function +
-				  "' matches no function in " + elf.path() +
-				  (close.empty() ? "" : "; close: " + close) +
-				  "; list candidates with 'eacgm probes list --lib " + elf.path() + " --match REGEX'");
+		return make_error(
+			ErrorKind::NotFound,
+			p.origin + ": pattern \"" + p.match + "\" of probe '" + p.function +
+				"' matches no function in " + elf.path() + (close.empty() ? "" : "; close: " + close) +
+				"; list candidates with 'eacgm probes list --lib " + elf.path() + " --match REGEX'");
 	}
 	return {};
 }
@@ -224,7 +226,8 @@ Result<void> Attacher::attach_installed(const std::vector<std::string> &extra_li
 	for (auto &p : specs_.probes)
 		if (!p.library.empty() && p.library[0] == '/') {
 			if (access(p.library.c_str(), R_OK) != 0)
-				return make_error(p.origin + ": library " + p.library + " does not exist");
+				return make_error(ErrorKind::NotFound,
+						  p.origin + ": library " + p.library + " does not exist");
 			if (auto r = attach_library(p.library); !r)
 				return r;
 		}

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <linux/perf_event.h>
 #include <sys/ioctl.h>
 #include <sys/syscall.h>
@@ -315,7 +314,7 @@ Result<double> measure_trap_ns(SpanEngine &engine)
 	uint64_t addr = reinterpret_cast<uintptr_t>(&eacgm_probes_cost_target);
 	const Mapping *m = mapping_for(maps.value(), addr);
 	if (!m || m->path.empty() || m->path[0] != '/')
-		return make_error("cannot find eacgm's own code in /proc/self/maps");
+		return make_error(ErrorKind::NotFound, "cannot find eacgm's own code in /proc/self/maps");
 	std::string self = m->path;
 	uint64_t offset = addr - m->start + m->offset;
 	long (*volatile call)(long) = eacgm_probes_cost_target; // a real call every time
@@ -367,8 +366,7 @@ Result<double> measure_sample_interrupt_ns(unsigned hz)
 	// event's own handling, which the sampler's events pay too.
 	UniqueFd fd(static_cast<int>(syscall(__NR_perf_event_open, &attr, 0, -1, -1, PERF_FLAG_FD_CLOEXEC)));
 	if (fd.get() < 0)
-		return make_error(std::string("cannot open a CPU-clock event to time the sampler's interrupt: ") +
-				  std::strerror(errno));
+		return errno_error(errno, "cannot open a CPU-clock event to time the sampler's interrupt");
 	// About 20 ms a loop here: 200 samples at 10 kHz. Each round's loop
 	// with the event against the loop just before it without: the median
 	// of those differences. The least of each (as the trap is timed) came
@@ -379,7 +377,7 @@ Result<double> measure_sample_interrupt_ns(unsigned hz)
 	for (int round = 0; round < 9; round++) {
 		double off = spin_ns(iterations);
 		if (ioctl(fd.get(), PERF_EVENT_IOC_ENABLE, 0) != 0)
-			return make_error(std::string("cannot enable the timing event: ") + std::strerror(errno));
+			return errno_error(errno, "cannot enable the timing event");
 		double on = spin_ns(iterations);
 		(void)ioctl(fd.get(), PERF_EVENT_IOC_DISABLE, 0);
 		per_sample.push_back((on - off) / (on / 1e9 * hz));

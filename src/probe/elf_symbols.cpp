@@ -52,17 +52,23 @@ public:
 	{
 		UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
 		struct stat st;
-		if (!fd || fstat(fd.get(), &st) != 0)
-			return make_error(path + ": cannot open (" + std::strerror(errno) +
-					  "); check that the file exists and is readable");
+		if (!fd || fstat(fd.get(), &st) != 0) {
+			const int err = errno;
+			return make_error(kind_of_errno(err),
+					  path + ": cannot open (" + std::strerror(err) +
+						  "); check that the file exists and is readable");
+		}
 		if (!S_ISREG(st.st_mode) || st.st_size == 0)
 			return make_error(
+				ErrorKind::BadInput,
 				path + ": not an ELF file; give the path of an executable or a shared library (.so)");
 		// Writable but private: should libelf ever convert data in place, the
 		// file stays untouched. Pages are read only where touched.
 		void *at = mmap(nullptr, st.st_size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd.get(), 0);
-		if (at == MAP_FAILED)
-			return make_error(path + ": cannot map (" + std::strerror(errno) + ")");
+		if (at == MAP_FAILED) {
+			const int err = errno;
+			return make_error(kind_of_errno(err), path + ": cannot map (" + std::strerror(err) + ")");
+		}
 		return std::shared_ptr<MappedFile>(new MappedFile(static_cast<char *>(at), st.st_size));
 	}
 	~MappedFile() { munmap(data_, size_); }
@@ -232,14 +238,15 @@ void drop_duplicates(std::vector<ElfSymbol> &symbols, std::vector<uint8_t> &rank
 Result<ElfFile> ElfFile::open(const std::string &path, bool require_symbols)
 {
 	if (elf_version(EV_CURRENT) == EV_NONE)
-		return make_error(std::string("libelf cannot be initialised: ") + elf_errmsg(-1));
+		return make_error(ErrorKind::Other, std::string("libelf cannot be initialised: ") + elf_errmsg(-1));
 	auto image = MappedFile::open(path);
 	if (!image)
 		return image.error();
 	ElfHandle h;
 	h.elf = elf_memory(image.value()->data(), image.value()->size());
 	if (!h.elf || elf_kind(h.elf) != ELF_K_ELF)
-		return make_error(path + ": not an ELF file; give the path of an executable or a shared library (.so)");
+		return make_error(ErrorKind::BadInput,
+				  path + ": not an ELF file; give the path of an executable or a shared library (.so)");
 
 	ElfFile f;
 	f.path_ = path;
@@ -256,9 +263,11 @@ Result<ElfFile> ElfFile::open(const std::string &path, bool require_symbols)
 		read_table(h.elf, scn, sections.versym, f.symbols_, f.rank_);
 	drop_duplicates(f.symbols_, f.rank_);
 	if (require_symbols && f.symbols_.empty())
-		return make_error(path +
-				  ": no symbol table (.symtab and .dynsym are empty or missing); the file is stripped, "
-				  "use an unstripped build or one with exported symbols");
+		return make_error(
+			ErrorKind::NotFound,
+			path +
+				": no symbol table (.symtab and .dynsym are empty or missing); the file is stripped, "
+				"use an unstripped build or one with exported symbols");
 	for (uint32_t i = 0; i < f.symbols_.size(); ++i)
 		if (f.symbols_[i].func)
 			f.funcs_.push_back({f.symbols_[i].addr, f.rank_[i], i});
@@ -315,8 +324,9 @@ Result<uint64_t> ElfFile::vaddr_to_offset(uint64_t vaddr) const
 	for (const Segment &s : loads_)
 		if (vaddr >= s.vaddr && vaddr - s.vaddr < s.filesz)
 			return vaddr - s.vaddr + s.offset;
-	return make_error(path_ + ": address " + hex(vaddr) +
-			  " is not in the file bytes of any PT_LOAD segment (wrong file, or a .bss address)");
+	return make_error(ErrorKind::BadInput,
+			  path_ + ": address " + hex(vaddr) +
+				  " is not in the file bytes of any PT_LOAD segment (wrong file, or a .bss address)");
 }
 
 Result<uint64_t> ElfFile::offset_to_vaddr(uint64_t off) const
@@ -324,8 +334,9 @@ Result<uint64_t> ElfFile::offset_to_vaddr(uint64_t off) const
 	for (const Segment &s : loads_)
 		if (off >= s.offset && off - s.offset < s.filesz)
 			return off - s.offset + s.vaddr;
-	return make_error(path_ + ": file offset " + hex(off) +
-			  " is not inside any PT_LOAD segment (not code or data of this file)");
+	return make_error(ErrorKind::BadInput,
+			  path_ + ": file offset " + hex(off) +
+				  " is not inside any PT_LOAD segment (not code or data of this file)");
 }
 
 } // namespace eacgm

@@ -1,6 +1,7 @@
 #include "probe/first_insn.h"
 
 #include <capstone/capstone.h>
+#include <cerrno>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -43,10 +44,10 @@ InsnDecoder::~InsnDecoder()
 Result<FirstInsn> InsnDecoder::decode(const uint8_t *code, size_t n) const
 {
 	if (!ok_)
-		return make_error("cannot open the x86-64 disassembler (capstone)");
+		return make_error(ErrorKind::Other, "cannot open the x86-64 disassembler (capstone)");
 	cs_insn *insn = nullptr;
 	if (cs_disasm(handle_, code, n, 0, 1, &insn) != 1)
-		return make_error("not a valid x86-64 instruction");
+		return make_error(ErrorKind::BadInput, "not a valid x86-64 instruction");
 	FirstInsn out{is_emulated(handle_, *insn), std::string(insn->mnemonic)};
 	if (insn->op_str[0])
 		out.text += std::string(" ") + insn->op_str;
@@ -61,11 +62,12 @@ Result<FirstInsn> InsnDecoder::at(const std::string &path, uint64_t offset)
 		path_ = path;
 	}
 	if (!fd_)
-		return make_error("cannot open " + path);
+		return make_error(kind_of_errno(errno), "cannot open " + path);
 	uint8_t code[16]; // the longest x86 instruction is 15 bytes
 	ssize_t n = pread(fd_.get(), code, sizeof code, static_cast<off_t>(offset));
-	if (n <= 0)
-		return make_error("cannot read " + path + " at its offset " + std::to_string(offset));
+	if (n <= 0) // none read: the offset is past the file's end (bad input) or errno says
+		return make_error(n < 0 ? kind_of_errno(errno) : ErrorKind::BadInput,
+				  "cannot read " + path + " at its offset " + std::to_string(offset));
 	return decode(code, static_cast<size_t>(n));
 }
 

@@ -5,7 +5,6 @@
 #include <bpf/libbpf.h>
 #include <cerrno>
 #include <cstddef>
-#include <cstring>
 #include <sys/syscall.h>
 #include <thread>
 #include <unistd.h>
@@ -112,8 +111,7 @@ Result<UniqueFd> attach_uprobe_multi(int prog_fd, const std::string &path, const
 	attr.multi_flags = ret ? 1u : 0u;
 	int fd = int(syscall(__NR_bpf, BPF_LINK_CREATE, &attr, sizeof(attr)));
 	if (fd < 0)
-		return make_error("cannot attach " + std::to_string(offsets.size()) + " uprobes to " + path + ": " +
-				  std::strerror(errno));
+		return errno_error(errno, "cannot attach " + std::to_string(offsets.size()) + " uprobes to " + path);
 	return UniqueFd(fd);
 }
 

@@ -28,9 +28,11 @@ Result<std::optional<UniqueFd>> open_pidfd(uint32_t pid)
 	if (errno == ESRCH)
 		return std::optional<UniqueFd>();
 	if (errno == ENOSYS)
-		return make_error("this kernel has no pidfd_open (Linux 5.3 or later is needed to follow processes)");
-	return make_error("cannot watch process " + std::to_string(pid) + ": pidfd_open: " + std::strerror(errno) +
-			  (errno == EMFILE ? " (raise the open-file limit: ulimit -n)" : ""));
+		return make_error(ErrorKind::Other,
+				  "this kernel has no pidfd_open (Linux 5.3 or later is needed to follow processes)");
+	const int err = errno;
+	return errno_error(err, "cannot watch process " + std::to_string(pid) + ": pidfd_open",
+			   err == EMFILE ? " (raise the open-file limit: ulimit -n)" : "");
 }
 
 bool pidfd_exited(const UniqueFd &pidfd)
@@ -118,13 +120,16 @@ Result<UniqueFd> open_live_process(uint32_t pid)
 	if (!fd)
 		return fd.error();
 	if (!*fd)
-		return make_error("no process with PID " + std::to_string(pid) + "; check it with 'ps -p " +
-				  std::to_string(pid) + "'");
+		return make_error(ErrorKind::NotFound,
+				  "no process with PID " + std::to_string(pid) + "; check it with 'ps -p " +
+					  std::to_string(pid) + "'");
 	if (pidfd_exited(**fd)) {
 		auto ppid = parent_pid(pid);
-		return make_error(name + " has already exited: it is a zombie" +
-				  (ppid ? " that its parent (PID " + std::to_string(*ppid) + ") has not reaped" : "") +
-				  "; there is nothing to record");
+		return make_error(
+			ErrorKind::NotFound,
+			name + " has already exited: it is a zombie" +
+				(ppid ? " that its parent (PID " + std::to_string(*ppid) + ") has not reaped" : "") +
+				"; there is nothing to record");
 	}
 	return std::move(**fd);
 }
@@ -134,7 +139,7 @@ Result<PidWatch> PidWatch::open()
 	PidWatch w;
 	w.epoll_.reset(epoll_create1(EPOLL_CLOEXEC));
 	if (!w.epoll_)
-		return make_error(std::string("epoll_create1: ") + std::strerror(errno));
+		return errno_error(errno, "epoll_create1");
 	return w;
 }
 
@@ -156,8 +161,7 @@ Result<PidState> PidWatch::add(uint32_t pid, UniqueFd pidfd)
 	ev.events = EPOLLIN;
 	ev.data.u32 = pid;
 	if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, pidfd.get(), &ev) != 0)
-		return make_error("cannot watch process " + std::to_string(pid) +
-				  ": epoll_ctl: " + std::strerror(errno));
+		return errno_error(errno, "cannot watch process " + std::to_string(pid) + ": epoll_ctl");
 	fds_.emplace(pid, std::move(pidfd));
 	return PidState::alive;
 }

@@ -58,11 +58,13 @@ Result<std::vector<Mapping>> read_maps(uint32_t pid, const std::string &proc_roo
 		const int err = errno;
 		struct stat st;
 		if (::stat(dir.c_str(), &st) != 0)
-			return make_error("process " + std::to_string(pid) + " does not exist (no " + dir +
-					  "); it may have exited, check the pid");
+			return make_error(ErrorKind::NotFound,
+					  "process " + std::to_string(pid) + " does not exist (no " + dir +
+						  "); it may have exited, check the pid");
 		if (err != EACCES && err != EPERM)
-			return make_error("cannot read " + dir + "/maps: " + std::strerror(err));
-		return make_error("cannot read " + dir + "/maps (" + std::strerror(err) + "): " + why_denied(pid, dir));
+			return errno_error(err, "cannot read " + dir + "/maps");
+		return make_error(kind_of_errno(err),
+				  "cannot read " + dir + "/maps (" + std::strerror(err) + "): " + why_denied(pid, dir));
 	}
 	std::vector<Mapping> maps;
 	for (std::string line; std::getline(in, line);) {

@@ -3,7 +3,6 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <cerrno>
-#include <cstring>
 
 #include "probe/links.h"
 
@@ -22,8 +21,7 @@ Result<std::unique_ptr<ProcTracker>> ProcTracker::open(bool trace_all)
 	for (bool multi : {true, false}) {
 		t->skel_ = open_skeleton(proc_bpf__open, proc_bpf__destroy);
 		if (!t->skel_)
-			return make_error(std::string("cannot open the process-tracking BPF object: ") +
-					  std::strerror(errno));
+			return errno_error(errno, "cannot open the process-tracking BPF object");
 		t->skel_->rodata->trace_all = trace_all;
 		if (multi)
 			bpf_program__set_expected_attach_type(t->skel_->progs.on_link_map_change, kTraceUprobeMulti);
@@ -33,15 +31,15 @@ Result<std::unique_ptr<ProcTracker>> ProcTracker::open(bool trace_all)
 			break;
 	}
 	if (err)
-		return make_error(std::string("cannot load the process-tracking BPF programs: ") + std::strerror(-err) +
-				  " (run 'eacgm doctor' to check kernel support)");
+		return errno_error(-err, "cannot load the process-tracking BPF programs",
+				   " (run 'eacgm doctor' to check kernel support)");
 	// The tp_btf programs attach through the skeleton; the uprobe is
 	// attached per dynamic linker, later.
 	for (auto *prog : {t->skel_->progs.on_fork, t->skel_->progs.on_exec, t->skel_->progs.on_exit}) {
 		struct bpf_link *l = bpf_program__attach(prog);
 		if (!l)
-			return make_error(std::string("cannot attach scheduler tracepoint ") + bpf_program__name(prog) +
-					  ": " + std::strerror(errno));
+			return errno_error(
+				errno, std::string("cannot attach scheduler tracepoint ") + bpf_program__name(prog));
 		t->links_.add(l);
 	}
 	return t;
@@ -52,8 +50,7 @@ int ProcTracker::traced_map_fd() const { return bpf_map__fd(skel_->maps.traced_t
 Result<void> ProcTracker::track(uint32_t pid)
 {
 	if (bpf_map__update_elem(skel_->maps.traced_tgids, &pid, sizeof(pid), &pid, sizeof(pid), BPF_ANY))
-		return make_error("cannot add process " + std::to_string(pid) +
-				  " to the traced set: " + std::strerror(errno));
+		return errno_error(errno, "cannot add process " + std::to_string(pid) + " to the traced set");
 	return {};
 }
 
@@ -66,9 +63,10 @@ Result<void> ProcTracker::watch_dynamic_linker(const std::string &path)
 		return elf.error();
 	const ElfSymbol *sym = elf->find("_dl_debug_state");
 	if (!sym)
-		return make_error(path +
-				  " has no _dl_debug_state symbol: libraries loaded later with dlopen are "
-				  "only found by the periodic rescan");
+		return make_error(ErrorKind::NotFound,
+				  path +
+					  " has no _dl_debug_state symbol: libraries loaded later with dlopen are "
+					  "only found by the periodic rescan");
 	auto off = elf->vaddr_to_offset(sym->addr);
 	if (!off)
 		return off.error();
@@ -76,7 +74,7 @@ Result<void> ProcTracker::watch_dynamic_linker(const std::string &path)
 		auto fd = attach_uprobe_multi(bpf_program__fd(skel_->progs.on_link_map_change), path, {off.value()}, {},
 					      false);
 		if (!fd)
-			return make_error(fd.error().message + " (_dl_debug_state)");
+			return with_context(fd.error(), "", " (_dl_debug_state)");
 		links_.add(std::move(fd.value()));
 		return {};
 	}
@@ -84,7 +82,7 @@ Result<void> ProcTracker::watch_dynamic_linker(const std::string &path)
 	struct bpf_link *l =
 		bpf_program__attach_uprobe_opts(skel_->progs.on_link_map_change, -1, path.c_str(), off.value(), &o);
 	if (!l)
-		return make_error("cannot attach to " + path + " _dl_debug_state: " + std::strerror(errno));
+		return errno_error(errno, "cannot attach to " + path + " _dl_debug_state");
 	links_.add(l);
 	return {};
 }

@@ -21,14 +21,15 @@ Result<SelfProbe> probe_own_function(const char *symbol)
 	char self[PATH_MAX];
 	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
 	if (n <= 0)
-		return make_error("cannot read /proc/self/exe");
+		return make_error(ErrorKind::Other, "cannot read /proc/self/exe");
 	self[n] = 0;
 	auto exe = ElfFile::open(self);
 	if (!exe)
 		return exe.error();
 	const ElfSymbol *sym = exe->find(symbol);
 	if (!sym)
-		return make_error(std::string("eacgm's own function ") + symbol + " is missing (stripped binary?)");
+		return make_error(ErrorKind::NotFound,
+				  std::string("eacgm's own function ") + symbol + " is missing (stripped binary?)");
 	auto off = exe->vaddr_to_offset(sym->addr);
 	if (!off)
 		return off.error();

@@ -4,7 +4,6 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <cerrno>
-#include <cstring>
 #include <fcntl.h>
 
 #include "common/fd.h"
@@ -19,7 +18,11 @@ namespace eacgm {
 // BPF_TRACE_UPROBE_MULTI of the kernel's enum bpf_attach_type (6.6+); the
 // system's UAPI headers (6.1) and libbpf 1.1 do not name it.
 
-static std::string errstr(int err) { return std::strerror(err < 0 ? -err : err); }
+// An errno, or libbpf's negative one, made an error of its kind.
+static Error bpf_error(int err, const std::string &what, const std::string &after = "")
+{
+	return errno_error(err < 0 ? -err : err, what, after);
+}
 
 // How often a CPU's span program asks how full the ring is (on every
 // (mask + 1)th span; span.bpf.c): 32 spans, or fewer where 32 records
@@ -38,9 +41,10 @@ Result<std::unique_ptr<SpanEngine>> SpanEngine::open(const Options &opts, int tr
 	uint32_t rb = opts.ring_buffer_bytes;
 	long page = sysconf(_SC_PAGESIZE);
 	if (rb < (uint32_t)page || (rb & (rb - 1)))
-		return make_error("ring buffer size " + std::to_string(rb) +
-				  " bytes is not a power of two of at least " + std::to_string(page) +
-				  "; use --ring-buffer-kb 4, 8, 16, ...");
+		return make_error(ErrorKind::BadInput,
+				  "ring buffer size " + std::to_string(rb) +
+					  " bytes is not a power of two of at least " + std::to_string(page) +
+					  "; use --ring-buffer-kb 4, 8, 16, ...");
 	std::unique_ptr<SpanEngine> e(new SpanEngine());
 	// First with the uprobe_multi programs; a kernel without them (< 6.6)
 	// refuses the load, and the per-function programs serve alone.
@@ -48,7 +52,7 @@ Result<std::unique_ptr<SpanEngine>> SpanEngine::open(const Options &opts, int tr
 	for (bool multi : {opts.multi_link, false}) {
 		e->skel_ = open_skeleton(span_bpf__open, span_bpf__destroy);
 		if (!e->skel_)
-			return make_error("cannot open the span BPF object: " + errstr(errno));
+			return errno_error(errno, "cannot open the span BPF object");
 		e->skel_->rodata->trace_all = opts.trace_all;
 		e->skel_->rodata->self_tgid = getpid();
 		e->skel_->rodata->wakeup_bytes = rb / 4;
@@ -57,7 +61,7 @@ Result<std::unique_ptr<SpanEngine>> SpanEngine::open(const Options &opts, int tr
 		if (traced_map_fd >= 0) {
 			err = bpf_map__reuse_fd(e->skel_->maps.traced_tgids, traced_map_fd);
 			if (err)
-				return make_error("cannot share the traced-process map: " + errstr(err));
+				return bpf_error(err, "cannot share the traced-process map");
 		}
 		if (opts.py_procs >= 0) {
 			e->skel_->rodata->capture_py_stacks = true;
@@ -67,7 +71,7 @@ Result<std::unique_ptr<SpanEngine>> SpanEngine::open(const Options &opts, int tr
 								     {e->skel_->maps.py_counters, opts.py_counters}};
 			for (auto [mine, theirs] : shared)
 				if ((err = bpf_map__reuse_fd(mine, theirs)))
-					return make_error("cannot share the Python maps: " + errstr(err));
+					return bpf_error(err, "cannot share the Python maps");
 		} else {
 			bpf_map__set_max_entries(e->skel_->maps.py_events, page); // unused
 			bpf_map__set_max_entries(e->skel_->maps.py_code_cache, 1);
@@ -90,11 +94,11 @@ Result<std::unique_ptr<SpanEngine>> SpanEngine::open(const Options &opts, int tr
 			break;
 	}
 	if (err)
-		return make_error("cannot load the span BPF programs: " + errstr(err) +
-				  " (run 'eacgm doctor' to check kernel support)");
+		return bpf_error(err, "cannot load the span BPF programs",
+				 " (run 'eacgm doctor' to check kernel support)");
 	struct bpf_link *l = bpf_program__attach(e->skel_->progs.span_thread_exit);
 	if (!l)
-		return make_error("cannot attach the thread-exit tracepoint: " + errstr(errno));
+		return errno_error(errno, "cannot attach the thread-exit tracepoint");
 	e->thread_exit_.add(l);
 	return e;
 }
@@ -113,11 +117,12 @@ SpanEngine::~SpanEngine()
 Result<void> SpanEngine::set_spec(uint32_t spec_id, const eacgm_probe_spec &spec)
 {
 	if (spec_id >= EACGM_MAX_SPECS)
-		return make_error("too many probe specs (at most " + std::to_string(EACGM_MAX_SPECS) + ")");
+		return make_error(ErrorKind::BadInput,
+				  "too many probe specs (at most " + std::to_string(EACGM_MAX_SPECS) + ")");
 	int err =
 		bpf_map__update_elem(skel_->maps.probe_specs, &spec_id, sizeof(spec_id), &spec, sizeof(spec), BPF_ANY);
 	if (err)
-		return make_error("cannot store probe spec: " + errstr(err));
+		return bpf_error(err, "cannot store probe spec");
 	return {};
 }
 
@@ -146,8 +151,9 @@ Result<void> SpanEngine::link(const std::string &path, const std::vector<Target>
 			struct bpf_program *prog = ret ? skel_->progs.span_exit : skel_->progs.span_entry;
 			struct bpf_link *l = bpf_program__attach_uprobe_opts(prog, -1, path.c_str(), t.file_offset, &o);
 			if (!l)
-				return make_error("cannot attach uprobe to " + path + " at offset " +
-						  std::to_string(t.file_offset) + ": " + errstr(errno));
+				return errno_error(errno,
+						   "cannot attach uprobe to " + path + " at offset " +
+							   std::to_string(t.file_offset));
 			into.add(l);
 		}
 	return {};
@@ -244,15 +250,15 @@ Result<std::vector<eacgm_open_call>> SpanEngine::open_calls(uint32_t tid) const
 	if (!pidfd) {
 		if (errno == ESRCH)
 			return std::vector<eacgm_open_call>{}; // gone: no calls in flight
-		return Error{"pidfd_open(" + std::to_string(tid) + ", PIDFD_THREAD): " + std::strerror(errno) +
-			     " (reading calls in flight needs Linux 6.9+)"};
+		return errno_error(errno, "pidfd_open(" + std::to_string(tid) + ", PIDFD_THREAD)",
+				   " (reading calls in flight needs Linux 6.9+)");
 	}
 	int key = pidfd.get();
 	eacgm_thread_calls tc;
 	if (bpf_map_lookup_elem(bpf_map__fd(skel_->maps.open_calls), &key, &tc) != 0) {
 		if (errno == ENOENT)
 			return std::vector<eacgm_open_call>{};
-		return Error{std::string("reading a thread's open calls: ") + std::strerror(errno)};
+		return errno_error(errno, "reading a thread's open calls");
 	}
 	std::vector<eacgm_open_call> calls;
 	for (uint32_t d = 0; d < std::min<uint32_t>(tc.depth, EACGM_MAX_DEPTH); d++)

@@ -1,6 +1,7 @@
 #include "probe/spec.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <fnmatch.h>
 #include <fstream>
 #include <optional>
@@ -81,7 +82,8 @@ static Result<void> known_keys(const json &j, std::initializer_list<const char *
 			std::string list;
 			for (const char *key : keys)
 				list += std::string(list.empty() ? "" : ", ") + key;
-			return make_error(where + ": unknown key \"" + k + "\" (known: " + list + ")");
+			return make_error(ErrorKind::BadInput,
+					  where + ": unknown key \"" + k + "\" (known: " + list + ")");
 		}
 	}
 	return {};
@@ -96,7 +98,7 @@ static Result<std::string> string_value(const json &j, const char *key, const st
 	if (!j.contains(key))
 		return fallback;
 	if (!j[key].is_string())
-		return make_error(where + ": \"" + key + "\" must be a string");
+		return make_error(ErrorKind::BadInput, where + ": \"" + key + "\" must be a string");
 	return j[key].get<std::string>();
 }
 
@@ -127,13 +129,16 @@ static Result<void> parse_offset(const json &j, const std::string &at, ArgSpec &
 	if (o.is_array() && o.size() == 2 && one(o[0], a.offset, a.offset_field) &&
 	    one(o[1], a.offset2, a.offset2_field)) {
 		if (a.source != EACGM_ARG_DEREF_ENTRY)
-			return make_error(at + ": a two-level \"offset\" is read at \"entry\" only");
+			return make_error(ErrorKind::BadInput,
+					  at + ": a two-level \"offset\" is read at \"entry\" only");
 		a.source = EACGM_ARG_DEREF2_ENTRY;
 		return {};
 	}
-	return make_error(at +
-			  ": \"offset\" must be a number 0..65535 or a \"Class.member\" named in \"layouts\", or "
-			  "two of them [N, M] to read at (*(ptr + N) + M)");
+	return make_error(
+		ErrorKind::BadInput,
+		at +
+			": \"offset\" must be a number 0..65535 or a \"Class.member\" named in \"layouts\", or "
+			"two of them [N, M] to read at (*(ptr + N) + M)");
 }
 
 // "size": an enum field's width in bytes, when it is not a C enum's 4.
@@ -144,7 +149,7 @@ static Result<void> parse_size(const json &j, const std::string &at, ArgSpec &a)
 	const json &v = j["size"];
 	if (a.type != ArgType::Enum || !v.is_number_unsigned() ||
 	    (v.get<uint64_t>() != 1 && v.get<uint64_t>() != 2 && v.get<uint64_t>() != 4 && v.get<uint64_t>() != 8))
-		return make_error(at + ": \"size\" is an enum's width in bytes: 1, 2, 4 or 8");
+		return make_error(ErrorKind::BadInput, at + ": \"size\" is an enum's width in bytes: 1, 2, 4 or 8");
 	a.size = v.get<uint8_t>();
 	return {};
 }
@@ -152,21 +157,23 @@ static Result<void> parse_size(const json &j, const std::string &at, ArgSpec &a)
 static Result<ArgSpec> parse_arg(const json &j, const std::string &where, const std::map<std::string, EnumTable> &enums)
 {
 	if (!j.is_object())
-		return make_error(
-			where +
-			": an argument must be an object like {\"name\": \"size\", \"slot\": 1, \"type\": \"bytes\"}");
+		return make_error(ErrorKind::BadInput,
+				  where +
+					  ": an argument must be an object like {\"name\": \"size\", \"slot\": 1, "
+					  "\"type\": \"bytes\"}");
 	ArgSpec a;
 	if (auto r = known_keys(j, {"name", "slot", "type", "enum", "size", "deref", "offset"}, where + " argument");
 	    !r)
 		return r.error();
 	if (!j.contains("name") || !j["name"].is_string())
-		return make_error(where + ": argument needs a \"name\" string");
+		return make_error(ErrorKind::BadInput, where + ": argument needs a \"name\" string");
 	a.name = j["name"];
 	std::string at = where + " argument '" + a.name + "'";
 	// The whole number: as unsigned, 4294967296 would pass as slot 0.
 	if (!j.contains("slot") || !j["slot"].is_number_unsigned() || j["slot"].get<uint64_t>() > 31)
-		return make_error(at +
-				  ": \"slot\" must be a number 0..31 (0-5 are rdi,rsi,rdx,rcx,r8,r9; 6+ stack words)");
+		return make_error(
+			ErrorKind::BadInput,
+			at + ": \"slot\" must be a number 0..31 (0-5 are rdi,rsi,rdx,rcx,r8,r9; 6+ stack words)");
 	a.slot = j["slot"].get<uint8_t>();
 	auto type_text = string_value(j, "type", "u64", at);
 	if (!type_text)
@@ -174,8 +181,9 @@ static Result<ArgSpec> parse_arg(const json &j, const std::string &where, const 
 	const std::string &type = *type_text;
 	auto t = kArgTypes.find(type);
 	if (t == kArgTypes.end())
-		return make_error(at + ": unknown type \"" + type +
-				  "\"; use u64, i64, u32, i32, ptr, bytes, dim3, enum, symbol or tensor_list");
+		return make_error(ErrorKind::BadInput,
+				  at + ": unknown type \"" + type +
+					  "\"; use u64, i64, u32, i32, ptr, bytes, dim3, enum, symbol or tensor_list");
 	a.type = t->second;
 	a.tensor_list = type == "tensor_list";
 	if (a.type == ArgType::Enum) {
@@ -184,7 +192,8 @@ static Result<ArgSpec> parse_arg(const json &j, const std::string &where, const 
 			return name.error();
 		a.enum_name = *name;
 		if (!enums.count(a.enum_name))
-			return make_error(at + ": enum \"" + a.enum_name + "\" is not defined in \"enums\"");
+			return make_error(ErrorKind::BadInput,
+					  at + ": enum \"" + a.enum_name + "\" is not defined in \"enums\"");
 	}
 	auto deref_text = string_value(j, "deref", "", at);
 	if (!deref_text)
@@ -197,23 +206,25 @@ static Result<ArgSpec> parse_arg(const json &j, const std::string &where, const 
 	else if (deref == "exit")
 		a.source = EACGM_ARG_DEREF_EXIT;
 	else
-		return make_error(at + ": \"deref\" must be \"entry\" or \"exit\"");
+		return make_error(ErrorKind::BadInput, at + ": \"deref\" must be \"entry\" or \"exit\"");
 	if (deref.empty() && j.contains("offset"))
-		return make_error(at + ": \"offset\" needs \"deref\"");
+		return make_error(ErrorKind::BadInput, at + ": \"offset\" needs \"deref\"");
 	if (auto r = parse_offset(j, at, a); !r)
 		return r.error();
 	if (auto r = parse_size(j, at, a); !r)
 		return r.error();
 	if (a.type == ArgType::Tensor && !a.tensor_list)
-		return make_error(at +
-				  ": tensors are kept with \"tensor_args\" on a \"match\" probe (their layout "
-				  "depends on the torch version found)");
+		return make_error(ErrorKind::BadInput,
+				  at +
+					  ": tensors are kept with \"tensor_args\" on a \"match\" probe (their layout "
+					  "depends on the torch version found)");
 	if (a.tensor_list && (a.source != EACGM_ARG_ENTRY || j.contains("offset")))
-		return make_error(at +
-				  ": a \"tensor_list\" is the slot itself (a std::vector<at::Tensor>&), "
-				  "not dereferenced");
+		return make_error(ErrorKind::BadInput,
+				  at +
+					  ": a \"tensor_list\" is the slot itself (a std::vector<at::Tensor>&), "
+					  "not dereferenced");
 	if (a.type == ArgType::Dim3 && a.source != EACGM_ARG_ENTRY)
-		return make_error(at + ": a dim3 is passed by value and cannot be dereferenced");
+		return make_error(ErrorKind::BadInput, at + ": a dim3 is passed by value and cannot be dereferenced");
 	return a;
 }
 
@@ -235,15 +246,17 @@ static Result<json> parse_json(const std::string &text, const std::string &origi
 		auto col = what.find("column ");
 		auto colon = what.find(": ", col == std::string::npos ? 0 : col);
 		std::string detail = colon == std::string::npos ? what : what.substr(colon + 2);
-		return make_error(origin + ": JSON syntax error at " + line_col(text, e.byte) + ": " + detail);
+		return make_error(ErrorKind::BadInput,
+				  origin + ": JSON syntax error at " + line_col(text, e.byte) + ": " + detail);
 	} catch (const json::exception &e) {
 		// Valid syntax the parser still refuses: a number beyond a double
 		// ("1e400") is out_of_range.406, not a parse_error. what() is
 		// "[json.exception.out_of_range.406] number overflow parsing '1e400'".
 		std::string what = e.what();
 		auto bracket = what.find("] ");
-		return make_error(origin +
-				  ": JSON error: " + (bracket == std::string::npos ? what : what.substr(bracket + 2)));
+		return make_error(
+			ErrorKind::BadInput,
+			origin + ": JSON error: " + (bracket == std::string::npos ? what : what.substr(bracket + 2)));
 	}
 }
 
@@ -260,16 +273,19 @@ static std::optional<int64_t> table_key(const std::string &k)
 static Result<void> parse_enums(const json &doc, const std::string &origin, SpecSet &set)
 {
 	if (!doc.is_object())
-		return make_error(origin + ": \"enums\" must map enum names to {\"value\": \"name\"} objects");
+		return make_error(ErrorKind::BadInput,
+				  origin + ": \"enums\" must map enum names to {\"value\": \"name\"} objects");
 	for (auto &[name, table] : doc.items()) {
 		if (!table.is_object())
-			return make_error(origin + ": enum \"" + name + "\" must be an object of \"value\": \"name\"");
+			return make_error(ErrorKind::BadInput,
+					  origin + ": enum \"" + name + "\" must be an object of \"value\": \"name\"");
 		EnumTable t;
 		for (auto &[k, v] : table.items()) {
 			auto n = table_key(k);
 			if (!n || !v.is_string())
-				return make_error(origin + ": enum \"" + name + "\": entry \"" + k +
-						  "\" must be a number mapped to a name");
+				return make_error(ErrorKind::BadInput,
+						  origin + ": enum \"" + name + "\": entry \"" + k +
+							  "\" must be a number mapped to a name");
 			t[*n] = v.get<std::string>();
 		}
 		set.enums[name] = std::move(t);
@@ -280,16 +296,19 @@ static Result<void> parse_enums(const json &doc, const std::string &origin, Spec
 static Result<void> parse_sizes(const json &doc, const std::string &origin, SpecSet &set)
 {
 	if (!doc.is_object())
-		return make_error(origin + ": \"sizes\" must map enum names to {\"value\": bytes} objects");
+		return make_error(ErrorKind::BadInput,
+				  origin + ": \"sizes\" must map enum names to {\"value\": bytes} objects");
 	for (auto &[name, table] : doc.items()) {
 		if (!set.enums.count(name))
-			return make_error(origin + ": \"sizes\" names enum \"" + name +
-					  "\", which \"enums\" does not define");
+			return make_error(ErrorKind::BadInput,
+					  origin + ": \"sizes\" names enum \"" + name +
+						  "\", which \"enums\" does not define");
 		for (auto &[k, v] : table.items()) {
 			auto n = table_key(k);
 			if (!n || !v.is_number_unsigned())
-				return make_error(origin + ": sizes of \"" + name + "\": entry \"" + k +
-						  "\" must be a number mapped to a byte count");
+				return make_error(ErrorKind::BadInput,
+						  origin + ": sizes of \"" + name + "\": entry \"" + k +
+							  "\" must be a number mapped to a byte count");
 			set.sizes[name][*n] = v.get<uint64_t>();
 		}
 	}
@@ -299,13 +318,15 @@ static Result<void> parse_sizes(const json &doc, const std::string &origin, Spec
 static Result<void> parse_tensor_layouts(const json &doc, const std::string &origin, SpecSet &set)
 {
 	if (!doc.is_object())
-		return make_error(origin + ": \"tensor_layouts\" must map versions to {\"ndim\": OFFSET, ...}");
+		return make_error(ErrorKind::BadInput,
+				  origin + ": \"tensor_layouts\" must map versions to {\"ndim\": OFFSET, ...}");
 	for (auto &[version, l] : doc.items()) {
 		if (!l.is_object() || !l.contains("ndim") || !l.contains("dtype") || !l["ndim"].is_number_unsigned() ||
 		    !l["dtype"].is_number_unsigned() || l["ndim"].get<uint64_t>() > 0xffff ||
 		    l["dtype"].get<uint64_t>() > 0xffff)
-			return make_error(origin + ": tensor layout \"" + version +
-					  "\" must be {\"ndim\": OFFSET, \"dtype\": OFFSET}");
+			return make_error(ErrorKind::BadInput,
+					  origin + ": tensor layout \"" + version +
+						  "\" must be {\"ndim\": OFFSET, \"dtype\": OFFSET}");
 		set.tensor_layouts[version] = {l["ndim"].get<uint16_t>(), l["dtype"].get<uint16_t>()};
 	}
 	return {};
@@ -316,14 +337,15 @@ static Result<void> parse_layouts(const json &doc, const std::string &origin, Sp
 {
 	const std::string form = origin + ": \"layouts\" must map versions to {\"Class.member\": OFFSET} objects";
 	if (!doc.is_object())
-		return make_error(form);
+		return make_error(ErrorKind::BadInput, form);
 	for (auto &[version, fields] : doc.items()) {
 		if (!fields.is_object())
-			return make_error(form);
+			return make_error(ErrorKind::BadInput, form);
 		for (auto &[name, off] : fields.items()) {
 			if (!off.is_number_unsigned() || off.get<uint64_t>() > 0xffff)
-				return make_error(form + " (\"" + version + "\" \"" + name +
-						  "\" is not an offset 0..65535)");
+				return make_error(ErrorKind::BadInput,
+						  form + " (\"" + version + "\" \"" + name +
+							  "\" is not an offset 0..65535)");
 			set.layouts[version][name] = off.get<uint16_t>();
 		}
 	}
@@ -336,19 +358,22 @@ static Result<void> parse_targets(const json &pj, const std::string &where, Prob
 {
 	if (pj.contains("match")) {
 		if (!pj["match"].is_string() || pj.contains("symbols"))
-			return make_error(where + ": \"match\" is one regular expression, and excludes \"symbols\"");
+			return make_error(ErrorKind::BadInput,
+					  where + ": \"match\" is one regular expression, and excludes \"symbols\"");
 		p.match = pj["match"];
 		try {
 			std::regex check(p.match);
 		} catch (const std::regex_error &e) {
-			return make_error(where + ": \"match\" is not a valid regular expression: " + e.what());
+			return make_error(ErrorKind::BadInput,
+					  where + ": \"match\" is not a valid regular expression: " + e.what());
 		}
 	} else if (pj.contains("symbols")) {
 		if (!pj["symbols"].is_array())
-			return make_error(where + ": \"symbols\" must be an array of names");
+			return make_error(ErrorKind::BadInput, where + ": \"symbols\" must be an array of names");
 		for (auto &s : pj["symbols"]) {
 			if (!s.is_string())
-				return make_error(where + ": \"symbols\" must be an array of names");
+				return make_error(ErrorKind::BadInput,
+						  where + ": \"symbols\" must be an array of names");
 			p.symbols.push_back(s.get<std::string>());
 		}
 	} else {
@@ -362,7 +387,7 @@ static Result<void> parse_args(const json &pj, const std::string &where, const S
 	if (!pj.contains("args"))
 		return {};
 	if (!pj["args"].is_array())
-		return make_error(where + ": \"args\" must be an array");
+		return make_error(ErrorKind::BadInput, where + ": \"args\" must be an array");
 	for (auto &aj : pj["args"]) {
 		auto a = parse_arg(aj, where, set.enums);
 		if (!a)
@@ -379,7 +404,8 @@ static Result<void> parse_bytes_rule(const json &bj, const std::string &where, c
 {
 	if (!bj.is_object() || !bj.contains("count") || !bj.contains("element") || !bj["count"].is_string() ||
 	    !bj["element"].is_string())
-		return make_error(where + ": \"bytes\" must be {\"count\": ARG, \"element\": ARG}");
+		return make_error(ErrorKind::BadInput,
+				  where + ": \"bytes\" must be {\"count\": ARG, \"element\": ARG}");
 	BytesRule b{bj["count"].get<std::string>(), bj["element"].get<std::string>()};
 	auto find = [&](const std::string &n) -> const ArgSpec * {
 		for (auto &a : p.args)
@@ -389,13 +415,15 @@ static Result<void> parse_bytes_rule(const json &bj, const std::string &where, c
 	};
 	const ArgSpec *count = find(b.count), *elem = find(b.element);
 	if (!count || !elem)
-		return make_error(where + ": \"bytes\" names an argument the probe does not keep");
+		return make_error(ErrorKind::BadInput, where + ": \"bytes\" names an argument the probe does not keep");
 	bool integer = elem->type == ArgType::U64 || elem->type == ArgType::I64 || elem->type == ArgType::U32 ||
 		elem->type == ArgType::I32;
 	if (!integer && (elem->type != ArgType::Enum || !set.sizes.count(elem->enum_name)))
-		return make_error(where + ": \"bytes\" element '" + b.element +
-				  "' must be an integer argument (the element's size) or an enum with a \"sizes\" "
-				  "table");
+		return make_error(
+			ErrorKind::BadInput,
+			where + ": \"bytes\" element '" + b.element +
+				"' must be an integer argument (the element's size) or an enum with a \"sizes\" "
+				"table");
 	p.bytes = b;
 	return {};
 }
@@ -434,8 +462,9 @@ static Result<void> parse_returns(const json &pj, const std::string &where, cons
 		return returns.error();
 	p.returns = *returns;
 	if (returns_enum(p.returns) && !set.enums.count(p.returns))
-		return make_error(where + ": \"returns\" must be void, i32, i64, u64, ptr or a defined enum, not \"" +
-				  p.returns + "\"");
+		return make_error(ErrorKind::BadInput,
+				  where + ": \"returns\" must be void, i32, i64, u64, ptr or a defined enum, not \"" +
+					  p.returns + "\"");
 	return {};
 }
 
@@ -448,7 +477,7 @@ static Result<void> parse_alias_rule(const json &aj, const std::string &where, P
 		"probe keeps, \"for\" a symbol";
 	if (!aj.is_object() || !aj.contains("handle") || !aj.contains("for") || !aj["handle"].is_string() ||
 	    !aj["for"].is_string() || aj.size() != 2)
-		return make_error(form);
+		return make_error(ErrorKind::BadInput, form);
 	auto index = [&](const std::string &n) {
 		size_t i = 0;
 		while (i < p.args.size() && p.args[i].name != n)
@@ -457,14 +486,16 @@ static Result<void> parse_alias_rule(const json &aj, const std::string &where, P
 	};
 	AliasRule rule{index(aj["handle"]), index(aj["for"])};
 	if (rule.handle == p.args.size() || rule.target == p.args.size())
-		return make_error(form + " (\"" +
-				  (rule.handle == p.args.size() ? aj["handle"] : aj["for"]).get<std::string>() +
-				  "\" is not one of its arguments)");
+		return make_error(ErrorKind::BadInput,
+				  form + " (\"" +
+					  (rule.handle == p.args.size() ? aj["handle"] : aj["for"]).get<std::string>() +
+					  "\" is not one of its arguments)");
 	if (p.args[rule.target].type != ArgType::Symbol)
-		return make_error(form + " (\"" + aj["for"].get<std::string>() + "\" is not a symbol)");
+		return make_error(ErrorKind::BadInput,
+				  form + " (\"" + aj["for"].get<std::string>() + "\" is not a symbol)");
 	const ArgType h = p.args[rule.handle].type;
 	if (h == ArgType::Symbol || h == ArgType::Dim3 || h == ArgType::Enum || h == ArgType::Tensor)
-		return make_error(form + " (the handle must be an integer or a pointer)");
+		return make_error(ErrorKind::BadInput, form + " (the handle must be an integer or a pointer)");
 	p.alias = rule;
 	return {};
 }
@@ -476,7 +507,8 @@ static Result<void> parse_issue_rule(const json &ij, const std::string &where, P
 	if (ij.is_array() && !ij.empty()) {
 		for (auto &one : ij)
 			if (one.is_array())
-				return make_error(where + ": \"issues\" is a rule or an array of rules");
+				return make_error(ErrorKind::BadInput,
+						  where + ": \"issues\" is a rule or an array of rules");
 			else if (auto r = parse_issue_rule(one, where, p); !r)
 				return r;
 		return {};
@@ -487,14 +519,15 @@ static Result<void> parse_issue_rule(const json &ij, const std::string &where, P
 		"tell which";
 	if (!ij.is_object() || ij.size() != 2 || !ij.contains("layer") || !ij["layer"].is_string() ||
 	    !ij.contains("by") || !ij["by"].is_array() || ij["by"].empty())
-		return make_error(form);
+		return make_error(ErrorKind::BadInput, form);
 	IssueRule rule{ij["layer"], {}};
 	for (auto &b : ij["by"]) {
 		if (!b.is_string())
-			return make_error(form);
+			return make_error(ErrorKind::BadInput, form);
 		bool kept = std::any_of(p.args.begin(), p.args.end(), [&](const ArgSpec &a) { return a.name == b; });
 		if (!kept)
-			return make_error(form + " (\"" + b.get<std::string>() + "\" is not one of its arguments)");
+			return make_error(ErrorKind::BadInput,
+					  form + " (\"" + b.get<std::string>() + "\" is not one of its arguments)");
 		rule.by.push_back(b);
 	}
 	p.issues.push_back(std::move(rule));
@@ -506,14 +539,15 @@ static Result<void> parse_flags(const json &pj, const std::string &where, ProbeS
 {
 	if (pj.contains("tensor_args")) {
 		if (!pj["tensor_args"].is_number_unsigned() || pj["tensor_args"].get<uint64_t>() > 3 || p.match.empty())
-			return make_error(where + ": \"tensor_args\" is 0..3, with \"match\"");
+			return make_error(ErrorKind::BadInput, where + ": \"tensor_args\" is 0..3, with \"match\"");
 		p.tensor_args = pj["tensor_args"];
 	}
 	if (pj.contains("waits")) {
 		if (!pj["waits"].is_boolean())
-			return make_error(where +
-					  ": \"waits\" is true or false (true: the call waits on other "
-					  "processes, and one in flight past --hang-after is a hang)");
+			return make_error(ErrorKind::BadInput,
+					  where +
+						  ": \"waits\" is true or false (true: the call waits on other "
+						  "processes, and one in flight past --hang-after is a hang)");
 		p.waits = pj["waits"];
 	}
 	return {};
@@ -528,7 +562,7 @@ static Result<ProbeSpec> parse_probe(const json &pj, const std::string &layer, c
 	p.origin = origin;
 	p.user = user;
 	if (!pj.is_object() || !pj.contains("function") || !pj["function"].is_string())
-		return make_error(origin + ": every probe needs a \"function\" name");
+		return make_error(ErrorKind::BadInput, origin + ": every probe needs a \"function\" name");
 	p.function = pj["function"];
 	std::string where = origin + ": probe '" + p.function + "'";
 	if (auto r = known_keys(pj,
@@ -542,7 +576,8 @@ static Result<ProbeSpec> parse_probe(const json &pj, const std::string &layer, c
 		return lib.error();
 	p.library = *lib;
 	if (p.library.empty())
-		return make_error(where + ": no \"library\" (give one per file or per probe, e.g. \"libcudart.so*\")");
+		return make_error(ErrorKind::BadInput,
+				  where + ": no \"library\" (give one per file or per probe, e.g. \"libcudart.so*\")");
 	if (auto r = parse_targets(pj, where, p); !r)
 		return r.error();
 	if (auto r = parse_args(pj, where, set, p); !r)
@@ -559,9 +594,10 @@ static Result<ProbeSpec> parse_probe(const json &pj, const std::string &layer, c
 		if (auto r = parse_issue_rule(pj["issues"], where, p); !r)
 			return r.error();
 	if (reads_layout(p) && p.match.empty())
-		return make_error(where +
-				  ": tensors and named offsets are read on a \"match\" probe only (their "
-				  "layout depends on the library's version, found when it attaches)");
+		return make_error(ErrorKind::BadInput,
+				  where +
+					  ": tensors and named offsets are read on a \"match\" probe only (their "
+					  "layout depends on the library's version, found when it attaches)");
 	if (auto r = parse_returns(pj, where, set, p); !r)
 		return r.error();
 	if (auto compiled = compile_probe(p, 0); !compiled)
@@ -575,7 +611,8 @@ Result<SpecSet> parse_spec(const std::string &text, const std::string &origin, b
 	if (!doc)
 		return doc.error();
 	if (!doc->is_object())
-		return make_error(origin + ": a spec is a JSON object with \"layer\", \"library\" and \"probes\"");
+		return make_error(ErrorKind::BadInput,
+				  origin + ": a spec is a JSON object with \"layer\", \"library\" and \"probes\"");
 	if (auto r = known_keys(*doc,
 				{"layer", "library", "about", "enums", "sizes", "tensor_layouts", "layouts", "probes"},
 				origin);
@@ -600,13 +637,14 @@ Result<SpecSet> parse_spec(const std::string &text, const std::string &origin, b
 		return layer_text.error();
 	const std::string &layer = *layer_text;
 	if (!valid_layer_name(layer))
-		return make_error(origin + ": \"layer\" must be a short lower-case name such as \"cuda\" or \"mylib\"");
+		return make_error(ErrorKind::BadInput,
+				  origin + ": \"layer\" must be a short lower-case name such as \"cuda\" or \"mylib\"");
 	auto library_text = string_value(*doc, "library", "", origin);
 	if (!library_text)
 		return library_text.error();
 	const std::string &library = *library_text;
 	if (!doc->contains("probes") || !(*doc)["probes"].is_array() || (*doc)["probes"].empty())
-		return make_error(origin + ": \"probes\" must be a non-empty array");
+		return make_error(ErrorKind::BadInput, origin + ": \"probes\" must be a non-empty array");
 	for (auto &pj : (*doc)["probes"]) {
 		auto p = parse_probe(pj, layer, library, set, origin, user);
 		if (!p)
@@ -619,8 +657,9 @@ Result<SpecSet> parse_spec(const std::string &text, const std::string &origin, b
 Result<SpecSet> load_spec_file(const std::string &path, bool user)
 {
 	std::ifstream in(path);
-	if (!in)
-		return make_error("cannot read spec file " + path + ": no such file or not readable");
+	if (!in) // errno says why: missing or not allowed
+		return make_error(kind_of_errno(errno),
+				  "cannot read spec file " + path + ": no such file or not readable");
 	std::stringstream ss;
 	ss << in.rdbuf();
 	return parse_spec(ss.str(), path, user);
@@ -646,15 +685,16 @@ Result<std::string> find_builtin_file(const std::string &name)
 		if (access(path.c_str(), R_OK) == 0)
 			return path;
 	}
-	return make_error("built-in " + name + " not found (looked in " + dirs[0] + " and " + dirs[1] +
-			  "); reinstall eacgm");
+	return make_error(ErrorKind::NotFound,
+			  "built-in " + name + " not found (looked in " + dirs[0] + " and " + dirs[1] +
+				  "); reinstall eacgm");
 }
 
 Result<SpecSet> load_builtin_spec(const std::string &layer)
 {
 	auto path = find_builtin_file(layer + ".json");
 	if (!path)
-		return make_error("no built-in spec for layer '" + layer + "': " + path.error().message);
+		return with_context(path.error(), "no built-in spec for layer '" + layer + "': ");
 	return load_spec_file(path.value(), false);
 }
 
@@ -676,9 +716,10 @@ Result<eacgm_probe_spec> compile_probe(const ProbeSpec &p, uint32_t layer_id)
 	for (auto &a : p.args) {
 		for (int k = 0; k < arg_width(a); k++) {
 			if (n >= EACGM_MAX_ARGS)
-				return make_error(p.origin + ": probe '" + p.function + "' keeps more than " +
-						  std::to_string(EACGM_MAX_ARGS) +
-						  " argument slots (a dim3 takes two); keep fewer");
+				return make_error(ErrorKind::BadInput,
+						  p.origin + ": probe '" + p.function + "' keeps more than " +
+							  std::to_string(EACGM_MAX_ARGS) +
+							  " argument slots (a dim3 takes two); keep fewer");
 			s.args[n].source = a.source;
 			s.args[n].slot = a.slot + k;
 			s.args[n].offset = a.offset;

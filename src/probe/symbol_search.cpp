@@ -71,7 +71,8 @@ Result<std::vector<FunctionMatch>> match_functions(const ElfFile &elf, const std
 				addrs.insert(s.addr);
 		}
 	} catch (const std::regex_error &e) {
-		return make_error("--match '" + regex + "' is not a valid regular expression: " + e.what());
+		return make_error(ErrorKind::BadInput,
+				  "--match '" + regex + "' is not a valid regular expression: " + e.what());
 	}
 	std::vector<FunctionMatch> out;
 	for (uint64_t addr : addrs)

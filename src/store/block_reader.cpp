@@ -1,5 +1,6 @@
 // read_span_blocks (block_reader.h).
 #include "store/block_reader.h"
+#include "store/sqlite_error.h"
 
 #include <sqlite3.h>
 
@@ -52,11 +53,12 @@ struct Dictionaries {
 			auto frames = json::parse(k.text(1), nullptr, false);
 			if (!frames.is_array() ||
 			    !std::all_of(frames.begin(), frames.end(), [](auto &x) { return x.is_string(); }))
-				return make_error("span py_stack is not a JSON array of strings: " + k.text(1));
+				return make_error(ErrorKind::BadInput,
+						  "span py_stack is not a JSON array of strings: " + k.text(1));
 			stacks.emplace(sqlite3_column_int64(k.st, 0), PyStack(frames.get<std::vector<std::string>>()));
 		}
 		if (!f.st || !s.st || !k.st)
-			return make_error(std::string("cannot read the span dictionaries: ") + sqlite3_errmsg(db));
+			return with_context(sqlite_error(db), "cannot read the span dictionaries: ");
 		return {};
 	}
 	const json *value(uint64_t id)
@@ -96,7 +98,8 @@ Result<json> args_of(const SpanFunction &f, const Columns &cols, size_t row, Dic
 		default: {
 			const json *j = d.value(v);
 			if (!j)
-				return make_error("a span names a string the recording does not hold");
+				return make_error(ErrorKind::BadInput,
+						  "a span names a string the recording does not hold");
 			args[a.key] = *j;
 		}
 		}
@@ -124,13 +127,14 @@ Result<Span> span_of(const Columns &cols, size_t row, const SpanFunction &f, Dic
 	if (uint64_t r = at(kColRetName)) {
 		auto it = d.strings.find(r);
 		if (it == d.strings.end())
-			return make_error("a span names a return name the recording does not hold");
+			return make_error(ErrorKind::BadInput,
+					  "a span names a return name the recording does not hold");
 		s.ret_name = it->second;
 	}
 	if (uint64_t k = at(kColStack)) {
 		auto it = d.stacks.find(k);
 		if (it == d.stacks.end())
-			return make_error("a span names a stack the recording does not hold");
+			return make_error(ErrorKind::BadInput, "a span names a stack the recording does not hold");
 		s.py_stack = it->second;
 	}
 	return s;
@@ -147,7 +151,7 @@ Result<void> read_span_blocks(sqlite3 *db, const std::function<bool(const SpanFu
 		return r;
 	Query blocks(db, "SELECT data, min_start, max_start FROM span_blocks ORDER BY id");
 	if (!blocks.st)
-		return make_error(std::string("cannot read span_blocks: ") + sqlite3_errmsg(db));
+		return with_context(sqlite_error(db), "cannot read span_blocks: ");
 	BlockDecoder dec;
 	Columns cols;
 	int rc;
@@ -161,7 +165,8 @@ Result<void> read_span_blocks(sqlite3 *db, const std::function<bool(const SpanFu
 		if (auto r = dec.decode(blob, cols); !r)
 			return r;
 		if (cols.size() < kColSlot0)
-			return make_error("not a valid span block: " + std::to_string(cols.size()) + " columns");
+			return make_error(ErrorKind::BadInput,
+					  "not a valid span block: " + std::to_string(cols.size()) + " columns");
 		for (size_t row = 0; row < cols[kColId].size(); row++) {
 			if (rows &&
 			    !rows(static_cast<uint32_t>(cols[kColPid][row]), static_cast<uint32_t>(cols[kColTid][row]),
@@ -169,7 +174,8 @@ Result<void> read_span_blocks(sqlite3 *db, const std::function<bool(const SpanFu
 				continue;
 			auto f = d.functions.find(cols[kColFn][row]);
 			if (f == d.functions.end())
-				return make_error("a span names a function the recording does not hold");
+				return make_error(ErrorKind::BadInput,
+						  "a span names a function the recording does not hold");
 			if (keep && !keep(f->second))
 				continue;
 			auto s = span_of(cols, row, f->second, d);
@@ -179,7 +185,7 @@ Result<void> read_span_blocks(sqlite3 *db, const std::function<bool(const SpanFu
 		}
 	}
 	if (rc != SQLITE_DONE)
-		return make_error(std::string("cannot read span_blocks: ") + sqlite3_errmsg(db));
+		return with_context(sqlite_error(db), "cannot read span_blocks: ");
 	return {};
 }
 
@@ -245,7 +251,7 @@ Result<void> read_spans_by_thread(sqlite3 *db, const std::function<void(Span &&)
 	};
 	Query total(db, "SELECT coalesce(sum(n), 0) FROM span_blocks");
 	if (!total.st || sqlite3_step(total.st) != SQLITE_ROW)
-		return make_error(std::string("cannot read span_blocks: ") + sqlite3_errmsg(db));
+		return with_context(sqlite_error(db), "cannot read span_blocks: ");
 	if (uint64_t(sqlite3_column_int64(total.st, 0)) <= limit) { // most recordings: one pass
 		if (auto r = read_span_blocks(db, nullptr, [&](Span &&s) { spans.push_back(std::move(s)); }); !r)
 			return r;

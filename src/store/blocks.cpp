@@ -139,13 +139,16 @@ BlockEncoder::~BlockEncoder() { ZSTD_freeCCtx(cctx_); }
 Result<std::string> BlockEncoder::encode(const Columns &cols, const std::vector<ColumnCoding> &codings)
 {
 	if (!cctx_)
-		return make_error("cannot encode a block: zstd could not make a compression context (out of memory)");
+		return make_error(ErrorKind::NoSpace,
+				  "cannot encode a block: zstd could not make a compression context (out of memory)");
 	if (cols.size() != codings.size() || cols.empty() || cols.size() > kMaxBlockColumns)
-		return make_error("block encoder: " + std::to_string(cols.size()) + " columns and " +
-				  std::to_string(codings.size()) + " codings (1 to 64 columns, a coding each)");
+		return make_error(ErrorKind::Other,
+				  "block encoder: " + std::to_string(cols.size()) + " columns and " +
+					  std::to_string(codings.size()) + " codings (1 to 64 columns, a coding each)");
 	const size_t rows = cols[0].size();
 	if (rows > kMaxBlockRows)
-		return make_error("block encoder: " + std::to_string(rows) + " rows, more than a block holds");
+		return make_error(ErrorKind::Other,
+				  "block encoder: " + std::to_string(rows) + " rows, more than a block holds");
 	std::string head;
 	head.push_back(static_cast<char>(kBlockVersion));
 	put_varint(head, rows);
@@ -162,9 +165,11 @@ Result<std::string> BlockEncoder::encode(const Columns &cols, const std::vector<
 		auto [coding, key] = codings[c];
 		if (cols[c].size() != rows || coding == Coding::Const || !valid_coding(static_cast<uint64_t>(coding)) ||
 		    (coding == Coding::DeltaBy && key >= c))
-			return make_error("block encoder: column " + std::to_string(c) +
-					  " is malformed (rows unequal, a DeltaBy key that is not an earlier column, or"
-					  " Const asked for: that one is the encoder's choice)");
+			return make_error(
+				ErrorKind::Other,
+				"block encoder: column " + std::to_string(c) +
+					" is malformed (rows unequal, a DeltaBy key that is not an earlier column, or"
+					" Const asked for: that one is the encoder's choice)");
 		if (constant(cols[c]))
 			coding = Coding::Const; // an unused argument slot, a block's one pid: one value
 		head.push_back(static_cast<char>(coding));
@@ -183,7 +188,7 @@ Result<std::string> BlockEncoder::encode(const Columns &cols, const std::vector<
 	blob.resize(at + ZSTD_compressBound(payload));
 	size_t z = ZSTD_compress2(cctx_, blob.data() + at, blob.size() - at, payload_.data(), payload);
 	if (ZSTD_isError(z))
-		return make_error(std::string("cannot compress a block: ") + ZSTD_getErrorName(z));
+		return make_error(ErrorKind::Other, std::string("cannot compress a block: ") + ZSTD_getErrorName(z));
 	blob.resize(at + z);
 	return blob;
 }
@@ -231,9 +236,12 @@ bool get_column(const uint8_t *&p, const uint8_t *end, std::vector<uint64_t> &co
 
 Result<void> BlockDecoder::decode(std::string_view blob, Columns &out)
 {
-	auto bad = [](const std::string &what) { return make_error("not a valid span block: " + what); };
+	auto bad = [](const std::string &what) {
+		return make_error(ErrorKind::BadInput, "not a valid span block: " + what);
+	};
 	if (!dctx_)
-		return make_error("cannot decode a block: zstd could not make a context (out of memory)");
+		return make_error(ErrorKind::NoSpace,
+				  "cannot decode a block: zstd could not make a context (out of memory)");
 	const auto *p = reinterpret_cast<const uint8_t *>(blob.data());
 	const auto *end = p + blob.size();
 	if (p == end || *p != kBlockVersion)

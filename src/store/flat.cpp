@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "store/schema.h"
+#include "store/sqlite_error.h"
 #include "store/sqlmod.h"
 #include "store/store.h"
 
@@ -57,40 +58,41 @@ Result<void> write_flat_copy(const std::string &recording, const std::string &ou
 	if (!in)
 		return in.error();
 	if (in->schema_version() != kSchemaVersion)
-		return make_error(recording + " already keeps a row per span (schema version " +
-				  std::to_string(in->schema_version()) + "): copy the file as it is");
+		return make_error(ErrorKind::BadInput,
+				  recording + " already keeps a row per span (schema version " +
+					  std::to_string(in->schema_version()) + "): copy the file as it is");
 	if (access(out.c_str(), F_OK) == 0)
-		return make_error(out + " exists; remove it or give another path to --sqlite");
+		return make_error(ErrorKind::BadInput, out + " exists; remove it or give another path to --sqlite");
 	sqlite3 *raw = nullptr;
 	int rc = sqlite3_open_v2(out.c_str(), &raw,
 				 SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOFOLLOW | SQLITE_OPEN_URI,
 				 nullptr);
 	DbHandle db(raw);
-	auto fail = [&](const std::string &why) {
-		std::string m = "cannot write " + out + ": " + why;
+	auto fail = [&](const Error &why) {
+		Error e = with_context(why, "cannot write " + out + ": ", "; check the path and free disk space");
 		db.reset();
 		unlink(out.c_str());
-		return make_error(m + "; check the path and free disk space");
+		return e;
 	};
 	if (rc != SQLITE_OK)
-		return fail(raw ? sqlite3_errmsg(raw) : sqlite3_errstr(rc));
+		return fail(sqlite_error(raw, rc));
 	if (auto r = register_span_module(db.get()); !r)
-		return fail(r.error().message);
+		return fail(r.error());
 	sqlite3_stmt *attach = nullptr;
 	if (sqlite3_prepare_v2(db.get(), "ATTACH ? AS rec", -1, &attach, nullptr) != SQLITE_OK)
-		return fail(sqlite3_errmsg(db.get()));
+		return fail(sqlite_error(db.get()));
 	const std::string uri = "file:" + recording + "?mode=ro";
 	sqlite3_bind_text(attach, 1, uri.c_str(), -1, SQLITE_TRANSIENT);
 	rc = sqlite3_step(attach);
 	sqlite3_finalize(attach);
 	if (rc != SQLITE_DONE)
-		return fail(sqlite3_errmsg(db.get()));
+		return fail(sqlite_error(db.get()));
 	char *msg = nullptr;
 	const std::string sql = std::string("BEGIN;") + kFlatSchema + kFlatCopy + "COMMIT;";
 	if (sqlite3_exec(db.get(), sql.c_str(), nullptr, nullptr, &msg) != SQLITE_OK) {
-		std::string m = msg ? msg : sqlite3_errmsg(db.get());
+		Error e = make_error(kind_of_sqlite(db.get()), msg ? msg : sqlite3_errmsg(db.get()));
 		sqlite3_free(msg);
-		return fail(m);
+		return fail(e);
 	}
 	(void)sqlite3_exec(db.get(), "DETACH rec", nullptr, nullptr, nullptr);
 	return {};

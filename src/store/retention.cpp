@@ -7,6 +7,7 @@
 #include <sqlite3.h>
 #include <sys/stat.h>
 
+#include "store/sqlite_error.h"
 #include "store/store.h"
 
 namespace eacgm {
@@ -54,8 +55,7 @@ Result<uint64_t> StoreWriter::used_bytes()
 			       "(SELECT freelist_count FROM pragma_freelist_count()), "
 			       "(SELECT page_size FROM pragma_page_size())",
 			       -1, &st, nullptr) != SQLITE_OK)
-		return make_error(std::string("cannot read the size of ") + partial_ + ": " +
-				  sqlite3_errmsg(db_.get()));
+		return with_context(sqlite_error(db_.get()), "cannot read the size of " + partial_ + ": ");
 	uint64_t used = 0;
 	if (sqlite3_step(st) == SQLITE_ROW)
 		used = uint64_t(sqlite3_column_int64(st, 0)) * uint64_t(sqlite3_column_int64(st, 1));

@@ -46,7 +46,10 @@ std::string args_schema_json(const std::vector<ArgDef> &args)
 
 Result<SpanFunction> parse_function(std::string layer, std::string name, std::string_view args_json)
 {
-	auto bad = [&] { return make_error("function " + layer + "/" + name + " has a damaged argument list"); };
+	auto bad = [&] {
+		return make_error(ErrorKind::BadInput,
+				  "function " + layer + "/" + name + " has a damaged argument list");
+	};
 	auto a = nlohmann::json::parse(args_json, nullptr, false);
 	if (!a.is_array())
 		return bad();

@@ -447,9 +447,12 @@ const sqlite3_module kModule = make_module();
 Result<void> register_span_module(sqlite3 *db)
 {
 	for (const Kind *k : {&kSpans, &kMetrics})
-		if (sqlite3_create_module_v2(db, k->name, &kModule, const_cast<Kind *>(k), nullptr) != SQLITE_OK)
-			return make_error(std::string("cannot register the ") + k->name +
-					  " table module: " + sqlite3_errmsg(db));
+		// No memory, or misuse: store/sqlite_error.cpp's kind_of_sqlite is not in the extension.
+		if (int rc = sqlite3_create_module_v2(db, k->name, &kModule, const_cast<Kind *>(k), nullptr);
+		    rc != SQLITE_OK)
+			return make_error(rc == SQLITE_NOMEM ? ErrorKind::NoSpace : ErrorKind::Other,
+					  std::string("cannot register the ") + k->name +
+						  " table module: " + sqlite3_errmsg(db));
 	return {};
 }
 

@@ -21,6 +21,7 @@
 #include "common/text.h"
 #include "store/block_reader.h"
 #include "store/schema.h"
+#include "store/sqlite_error.h"
 #include "store/sqlmod.h"
 
 namespace eacgm {
@@ -34,7 +35,7 @@ Result<StmtHandle> prepare(sqlite3 *db, const char *sql)
 {
 	sqlite3_stmt *raw = nullptr;
 	if (sqlite3_prepare_v2(db, sql, -1, &raw, nullptr) != SQLITE_OK)
-		return make_error(sqlite3_errmsg(db));
+		return sqlite_error(db);
 	return StmtHandle(raw);
 }
 
@@ -85,7 +86,7 @@ Result<void> run(sqlite3 *db, const char *sql, const A &...a)
 	int i = 0;
 	(bind_param(st->get(), ++i, a), ...);
 	if (sqlite3_step(st->get()) != SQLITE_DONE)
-		return make_error(sqlite3_errmsg(db));
+		return sqlite_error(db);
 	return {};
 }
 
@@ -110,7 +111,7 @@ Result<void> each_row(sqlite3 *db, const char *sql, F fn)
 		if (auto r = fn(st->get()); !r)
 			return r;
 	if (rc != SQLITE_DONE)
-		return make_error(sqlite3_errmsg(db));
+		return sqlite_error(db);
 	return {};
 }
 
@@ -193,8 +194,7 @@ Result<StoreWriter> StoreWriter::create(const std::string &path, bool in_place)
 	if (in_place && access(path.c_str(), F_OK) == 0) {
 		remove_db_files(path + ".1");
 		if (std::rename(path.c_str(), (path + ".1").c_str()) != 0)
-			return make_error("cannot move the previous store " + path + " to " + path +
-					  ".1: " + std::strerror(errno));
+			return errno_error(errno, "cannot move the previous store " + path + " to " + path + ".1");
 		for (const char *suffix : {"-wal", "-shm"})
 			std::rename((path + suffix).c_str(), (path + ".1" + suffix).c_str());
 	}
@@ -208,8 +208,8 @@ Result<StoreWriter> StoreWriter::create(const std::string &path, bool in_place)
 				 SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOFOLLOW, nullptr);
 	s.db_.reset(raw); // set even on failure, so the handle is closed
 	if (rc != SQLITE_OK)
-		return make_error("cannot create " + s.partial_ + ": " +
-				  (raw ? sqlite3_errmsg(raw) : sqlite3_errstr(rc)) + "; choose another output path");
+		return with_context(sqlite_error(raw, rc), "cannot create " + s.partial_ + ": ",
+				    "; choose another output path");
 	// WAL: readers (and a crash) never see a torn batch; NORMAL sync is
 	// enough because the file only becomes the real output in finish().
 	if (auto r = s.exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"); !r)
@@ -266,7 +266,7 @@ void StoreWriter::discard()
 Result<void> StoreWriter::ready() const
 {
 	if (!db_)
-		return make_error("recording " + path_ + " is already finished or was not opened");
+		return make_error(ErrorKind::Other, "recording " + path_ + " is already finished or was not opened");
 	return {};
 }
 
@@ -276,7 +276,8 @@ Result<void> StoreWriter::exec(const char *sql)
 	if (sqlite3_exec(db_.get(), sql, nullptr, nullptr, &msg) != SQLITE_OK) {
 		std::string m = msg ? msg : sqlite3_errmsg(db_.get());
 		sqlite3_free(msg);
-		return make_error("cannot write " + partial_ + ": " + m + "; check free disk space and permissions");
+		return make_error(kind_of_sqlite(db_.get()),
+				  "cannot write " + partial_ + ": " + m + "; check free disk space and permissions");
 	}
 	return {};
 }
@@ -300,12 +301,12 @@ Result<void> StoreWriter::step(const char *sql)
 {
 	auto st = statement(sql);
 	if (!st)
-		return make_error("cannot write " + partial_ + ": " + st.error().message);
+		return with_context(st.error(), "cannot write " + partial_ + ": ");
 	int rc = sqlite3_step(*st);
 	sqlite3_reset(*st);
 	if (rc != SQLITE_DONE)
-		return make_error("cannot write " + partial_ + ": " + sqlite3_errmsg(db_.get()) +
-				  "; check free disk space and permissions");
+		return with_context(sqlite_error(db_.get()), "cannot write " + partial_ + ": ",
+				    "; check free disk space and permissions");
 	return {};
 }
 
@@ -394,15 +395,15 @@ Result<void> StoreWriter::insert_all(const char *sql, const std::vector<T> &rows
 		return {};
 	auto st = statement(sql);
 	if (!st)
-		return make_error("cannot write " + std::string(what) + " to " + partial_ + ": " + st.error().message);
+		return with_context(st.error(), "cannot write " + std::string(what) + " to " + partial_ + ": ");
 	if (auto r = begin_batch(); !r)
 		return r;
 	auto fail = [&]() -> Result<void> {
-		std::string m = sqlite3_errmsg(db_.get());
+		Error e = sqlite_error(db_.get()); // before the rollback clears it
 		sqlite3_reset(*st);
 		undo_batch();
-		return make_error("cannot write " + std::string(what) + " to " + partial_ + ": " + m +
-				  "; check free disk space");
+		return with_context(e, "cannot write " + std::string(what) + " to " + partial_ + ": ",
+				    "; check free disk space");
 	};
 	int64_t first = 0;
 	for (const T &row : rows) {
@@ -593,10 +594,7 @@ void StoreWriter::BlockRows::add(const Head &h, const uint64_t *slots, size_t n)
 		col_[kColSlot0 + k][r] = slots[k];
 }
 
-std::string StoreWriter::db_failure() const
-{
-	return std::string(sqlite3_errmsg(db_.get())) + "; check free disk space";
-}
+Error StoreWriter::db_failure() const { return with_context(sqlite_error(db_.get()), "", "; check free disk space"); }
 
 int64_t StoreWriter::stack_id(const PyStack &stack)
 {
@@ -608,12 +606,14 @@ Result<void> StoreWriter::span_row(const Span &s, BlockRows &b)
 	static thread_local std::vector<uint64_t> slots;
 	int64_t fn = function_id(s, slots, b.strings);
 	if (slots.size() > kMaxSlots)
-		return make_error("a span of " + s.layer + "/" + s.name + " has " + std::to_string(slots.size()) +
-				  " argument values, more than the " + std::to_string(kMaxSlots) + " a block keeps");
+		return make_error(ErrorKind::BadInput,
+				  "a span of " + s.layer + "/" + s.name + " has " + std::to_string(slots.size()) +
+					  " argument values, more than the " + std::to_string(kMaxSlots) +
+					  " a block keeps");
 	int64_t ret_name = s.ret_name.empty() ? 0 : intern(strings_, kInsertString, s.ret_name);
 	int64_t stack = stack_id(s.py_stack);
 	if (!fn || (!s.ret_name.empty() && !ret_name) || (!s.py_stack.empty() && !stack))
-		return make_error(db_failure());
+		return db_failure();
 	if (ret_name)
 		b.strings.push_back(ret_name);
 	if (stack)
@@ -655,7 +655,7 @@ Result<int64_t> StoreWriter::write_block(const std::vector<Span> &spans, const T
 	int rc = sqlite3_step(*st);
 	sqlite3_reset(*st);
 	if (rc != SQLITE_DONE)
-		return make_error(db_failure());
+		return db_failure();
 	return sqlite3_last_insert_rowid(db_.get());
 }
 
@@ -677,7 +677,7 @@ Result<void> StoreWriter::add_spans(const std::vector<Span> &spans, const TypedS
 		auto block = write_block(spans, typed, at, std::min(total, at + kMaxBlockRows));
 		if (!block) {
 			undo_batch();
-			return make_error("cannot write spans to " + partial_ + ": " + block.error().message);
+			return with_context(block.error(), "cannot write spans to " + partial_ + ": ");
 		}
 		first = first ? first : *block;
 	}
@@ -719,9 +719,9 @@ Result<void> StoreWriter::add_metrics(const std::vector<Metric> &metrics)
 		return {};
 	if (auto r = begin_batch(); !r)
 		return r;
-	auto fail = [&](const std::string &m) -> Result<void> {
+	auto fail = [&](const Error &e) -> Result<void> {
 		undo_batch();
-		return make_error("cannot write metrics to " + partial_ + ": " + m + "; check free disk space");
+		return with_context(e, "cannot write metrics to " + partial_ + ": ", "; check free disk space");
 	};
 	int64_t first = 0;
 	for (size_t at = 0; at < metrics.size(); at += kMaxBlockRows) {
@@ -731,7 +731,7 @@ Result<void> StoreWriter::add_metrics(const std::vector<Metric> &metrics)
 			const Metric &m = metrics[i];
 			int64_t series = series_id(m);
 			if (!series)
-				return fail(sqlite3_errmsg(db_.get()));
+				return fail(sqlite_error(db_.get()));
 			uint64_t bits;
 			std::memcpy(&bits, &m.value, sizeof bits);
 			cols[kMetId].push_back(uint64_t(next_metric_id_++));
@@ -741,11 +741,11 @@ Result<void> StoreWriter::add_metrics(const std::vector<Metric> &metrics)
 		}
 		auto blob = encoder_->encode(cols, metric_codings());
 		if (!blob)
-			return fail(blob.error().message);
+			return fail(blob.error());
 		auto [lo, hi] = std::minmax_element(cols[kMetTs].begin(), cols[kMetTs].end());
 		auto st = statement("INSERT INTO metric_blocks(first_id, n, min_ts, max_ts, data) VALUES(?,?,?,?,?)");
 		if (!st)
-			return fail(st.error().message);
+			return fail(st.error());
 		bind_param(*st, 1, cols[kMetId][0]);
 		bind_param(*st, 2, to - at);
 		bind_param(*st, 3, *lo);
@@ -754,7 +754,7 @@ Result<void> StoreWriter::add_metrics(const std::vector<Metric> &metrics)
 		int rc = sqlite3_step(*st);
 		sqlite3_reset(*st);
 		if (rc != SQLITE_DONE)
-			return fail(sqlite3_errmsg(db_.get()));
+			return fail(sqlite_error(db_.get()));
 		first = first ? first : sqlite3_last_insert_rowid(db_.get());
 	}
 	return end_batch("metrics", first);
@@ -855,8 +855,8 @@ Result<void> StoreWriter::upsert_process(const Process &p)
 	auto r = run(db_.get(), "INSERT OR REPLACE INTO processes VALUES(?,?,?,?,?,?,?)", p.pid, p.ppid, p.comm,
 		     p.cmdline, p.start_ns, p.end_ns, p.exit_code);
 	if (!r)
-		return make_error("cannot write process " + std::to_string(p.pid) + " to " + partial_ + ": " +
-				  r.error().message);
+		return with_context(r.error(),
+				    "cannot write process " + std::to_string(p.pid) + " to " + partial_ + ": ");
 	return {};
 }
 
@@ -866,8 +866,8 @@ Result<void> StoreWriter::upsert_thread(const Thread &t)
 		return r;
 	auto r = run(db_.get(), "INSERT OR REPLACE INTO threads VALUES(?,?,?)", t.pid, t.tid, t.name);
 	if (!r)
-		return make_error("cannot write thread " + std::to_string(t.tid) + " to " + partial_ + ": " +
-				  r.error().message);
+		return with_context(r.error(),
+				    "cannot write thread " + std::to_string(t.tid) + " to " + partial_ + ": ");
 	return {};
 }
 
@@ -887,7 +887,7 @@ Result<void> StoreWriter::set_drops(const std::vector<Drop> &drops)
 		auto r = run(db_.get(), "INSERT INTO drops VALUES(?,?,?)", d.layer, d.reason, d.count);
 		if (!r) {
 			(void)exec("ROLLBACK");
-			return make_error("cannot write drops to " + partial_ + ": " + r.error().message);
+			return with_context(r.error(), "cannot write drops to " + partial_ + ": ");
 		}
 	}
 	if (auto r = exec("COMMIT"); !r) {
@@ -902,11 +902,12 @@ Result<void> StoreWriter::set_meta(const std::string &key, const std::string &va
 	if (auto r = ready(); !r)
 		return r;
 	if (is_reserved_meta(key))
-		return make_error("meta key '" + key + "' is reserved by the store" +
-				  (key == "wall_offset_ns" ? "; use set_wall_offset()" : ""));
+		return make_error(ErrorKind::BadInput,
+				  "meta key '" + key + "' is reserved by the store" +
+					  (key == "wall_offset_ns" ? "; use set_wall_offset()" : ""));
 	auto r = run(db_.get(), "INSERT OR REPLACE INTO meta VALUES(?,?)", key, value);
 	if (!r)
-		return make_error("cannot write meta to " + partial_ + ": " + r.error().message);
+		return with_context(r.error(), "cannot write meta to " + partial_ + ": ");
 	return {};
 }
 
@@ -917,7 +918,7 @@ Result<void> StoreWriter::set_wall_offset(int64_t wall_offset_ns)
 	auto r = run(db_.get(), "INSERT OR REPLACE INTO meta VALUES('wall_offset_ns', ?)",
 		     std::to_string(wall_offset_ns));
 	if (!r)
-		return make_error("cannot write meta to " + partial_ + ": " + r.error().message);
+		return with_context(r.error(), "cannot write meta to " + partial_ + ": ");
 	return {};
 }
 
@@ -936,22 +937,23 @@ Result<void> StoreWriter::finish()
 	// is one self-contained file that can be copied or mailed as is.
 	auto st = prepare(db_.get(), "PRAGMA journal_mode=DELETE");
 	if (!st)
-		return make_error("cannot finish " + partial_ + ": " + st.error().message);
+		return with_context(st.error(), "cannot finish " + partial_ + ": ");
 	std::string mode = sqlite3_step(st->get()) == SQLITE_ROW ? col_text(st->get(), 0) : "";
 	st->reset();
 	if (mode != "delete")
-		return make_error("cannot finish " + partial_ + ": SQLite kept journal mode '" + mode +
-				  "' (is another process reading it?)");
+		return make_error(ErrorKind::Other,
+				  "cannot finish " + partial_ + ": SQLite kept journal mode '" + mode +
+					  "' (is another process reading it?)");
 	int rc = sqlite3_close(db_.get());
 	if (rc != SQLITE_OK)
-		return make_error("cannot close " + partial_ + ": " + sqlite3_errstr(rc));
+		return with_context(sqlite_error(nullptr, rc), "cannot close " + partial_ + ": ");
 	(void)db_.release(); // closed above
 	std::remove((partial_ + kReserveSuffix).c_str());
 	if (!in_place_ && std::rename(partial_.c_str(), path_.c_str()) != 0) {
 		// Keep the complete data rather than deleting it with the writer.
 		std::string kept = std::exchange(partial_, {});
-		return make_error("cannot rename " + kept + " to " + path_ + ": " + std::strerror(errno) +
-				  "; the recording is kept at " + kept);
+		return errno_error(errno, "cannot rename " + kept + " to " + path_,
+				   "; the recording is kept at " + kept);
 	}
 	partial_.clear();
 	return {};
@@ -973,8 +975,8 @@ Result<std::string> StoreWriter::keep_incomplete(const std::string &why)
 		return kept;
 	std::remove((kept + "-shm").c_str()); // rebuilt from the WAL by the next reader
 	if (std::rename(kept.c_str(), path_.c_str()) != 0)
-		return make_error("cannot rename " + kept + " to " + path_ + ": " + std::strerror(errno) +
-				  "; the recording so far is kept at " + kept);
+		return errno_error(errno, "cannot rename " + kept + " to " + path_,
+				   "; the recording so far is kept at " + kept);
 	// A WAL the checkpoint could not fold in holds committed batches: it
 	// must sit beside the file under its new name, or they are lost.
 	std::remove((path_ + "-wal").c_str());
@@ -994,9 +996,8 @@ static Result<DbHandle> open_recording(const std::string &path, int flags)
 {
 	struct stat sb;
 	if (stat(path.c_str(), &sb) != 0)
-		return make_error(kind_of_errno(errno),
-				  "cannot open recording " + path + ": " + std::strerror(errno) +
-					  "; check the path, or record one with `eacgm record -o " + path + " -- CMD`");
+		return errno_error(errno, "cannot open recording " + path,
+				   "; check the path, or record one with `eacgm record -o " + path + " -- CMD`");
 	if (S_ISDIR(sb.st_mode))
 		return make_error(ErrorKind::BadInput,
 				  "cannot open recording " + path + ": it is a directory; give the .db file");
@@ -1005,8 +1006,7 @@ static Result<DbHandle> open_recording(const std::string &path, int flags)
 	int rc = sqlite3_open_v2(path.c_str(), &raw, flags, nullptr);
 	DbHandle db(raw);
 	if (rc != SQLITE_OK)
-		return make_error("cannot open recording " + path + ": " +
-				  (raw ? sqlite3_errmsg(raw) : sqlite3_errstr(rc)));
+		return with_context(sqlite_error(raw, rc), "cannot open recording " + path + ": ");
 
 	// SQLite opens any file lazily; the first query tells what it really is.
 	auto ver = prepare(db.get(), "SELECT value FROM meta WHERE key = 'schema_version'");
@@ -1022,17 +1022,20 @@ static Result<DbHandle> open_recording(const std::string &path, int flags)
 						  " is a SQLite database but not an eacgm recording "
 						  "(it has no meta table); give the file written by "
 						  "`eacgm record -o`");
-		return make_error("cannot read recording " + path + ": " + ver.error().message);
+		return with_context(ver.error(), "cannot read recording " + path + ": ");
 	}
 	if (sqlite3_step(ver->get()) != SQLITE_ROW)
-		return make_error(path +
-				  " is a SQLite database but not an eacgm recording (no "
-				  "schema_version in its meta table)");
+		return make_error(ErrorKind::BadInput,
+				  path +
+					  " is a SQLite database but not an eacgm recording (no "
+					  "schema_version in its meta table)");
 	std::string version = col_text(ver->get(), 0);
 	if (version != std::to_string(kSchemaVersion) && version != std::to_string(kOldestSchemaVersion))
-		return make_error("recording " + path + " has schema version " + version +
-				  ", this eacgm reads versions " + std::to_string(kOldestSchemaVersion) + " and " +
-				  std::to_string(kSchemaVersion) + "; use the eacgm release that recorded it");
+		return make_error(ErrorKind::BadInput,
+				  "recording " + path + " has schema version " + version +
+					  ", this eacgm reads versions " + std::to_string(kOldestSchemaVersion) +
+					  " and " + std::to_string(kSchemaVersion) +
+					  "; use the eacgm release that recorded it");
 	if (auto r = register_span_module(db.get()); !r)
 		return r.error();
 
@@ -1057,7 +1060,7 @@ template <class F>
 Result<void> RecordingReader::rows(const char *sql, F fn) const
 {
 	if (auto r = each_row(db_.get(), sql, fn); !r)
-		return make_error("recording " + path_ + " is damaged: " + r.error().message);
+		return with_context(r.error(), "recording " + path_ + " is damaged: ");
 	return {};
 }
 
@@ -1068,7 +1071,8 @@ Result<void> RecordingReader::read_meta(Recording &rec) const
 		if (key == "wall_offset_ns") {
 			auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), rec.wall_offset_ns);
 			if (ec != std::errc() || end != value.data() + value.size())
-				return make_error("wall_offset_ns '" + value + "' is not an integer");
+				return make_error(ErrorKind::BadInput,
+						  "wall_offset_ns '" + value + "' is not an integer");
 		} else if (!is_reserved_meta(key)) {
 			rec.meta[key] = value;
 		}
@@ -1115,7 +1119,7 @@ static Result<PyStack> row_stack(std::unordered_map<std::string, PyStack> &stack
 		    !std::all_of(stack.begin(), stack.end(), [](auto &f) { return f.is_string(); })) {
 			std::string bad = it->first;
 			stacks.erase(it);
-			return make_error("span py_stack is not a JSON array of strings: " + bad);
+			return make_error(ErrorKind::BadInput, "span py_stack is not a JSON array of strings: " + bad);
 		}
 		it->second = PyStack(stack.get<std::vector<std::string>>());
 	}
@@ -1158,7 +1162,7 @@ Result<void> RecordingReader::spans(const char *sql, F take) const
 			.args = args.empty() ? nlohmann::json::object() : nlohmann::json::parse(args, nullptr, false),
 		};
 		if (s.args.is_discarded())
-			return make_error("span args are not valid JSON: " + args);
+			return make_error(ErrorKind::BadInput, "span args are not valid JSON: " + args);
 		if (std::string py = col_text(st, 11); !py.empty()) {
 			auto stack = row_stack(stacks, std::move(py));
 			if (!stack)
@@ -1186,7 +1190,7 @@ Result<void> RecordingReader::from_blocks(SpanOrder order, const std::function<b
 								 take(std::move(s));
 						 });
 	if (!r)
-		return make_error("recording " + path_ + " is damaged: " + r.error().message);
+		return with_context(r.error(), "recording " + path_ + " is damaged: ");
 	std::stable_sort(all.begin(), all.end(), [](const Span &a, const Span &b) { return a.start_ns < b.start_ns; });
 	for (Span &s : all)
 		take(std::move(s));
@@ -1213,7 +1217,7 @@ Result<void> RecordingReader::each_span_with_int_args(const std::vector<std::str
 	for (const std::string &k : keys)
 		if (k.empty() ||
 		    !std::all_of(k.begin(), k.end(), [](unsigned char c) { return std::isalnum(c) || c == '_'; }))
-			return make_error("not an argument name: '" + k + "'");
+			return make_error(ErrorKind::BadInput, "not an argument name: '" + k + "'");
 	if (version_ >= 4) // a function's argument list says which of its spans have them
 		return from_blocks(
 			SpanOrder::as_recorded,
@@ -1264,7 +1268,7 @@ Result<void> RecordingReader::read_measures(Recording &rec) const
 						      : nlohmann::json::parse(args, nullptr, false),
 			 };
 			 if (e.args.is_discarded())
-				 return make_error("event args are not valid JSON: " + args);
+				 return make_error(ErrorKind::BadInput, "event args are not valid JSON: " + args);
 			 rec.events.push_back(std::move(e));
 			 return {};
 		 });
@@ -1310,7 +1314,8 @@ Result<void> RecordingReader::read_anomalies(Recording &rec) const
 				    .detected_ns = static_cast<uint64_t>(col_int(st, 10)),
 			    };
 			    if (!a.features.is_object() || !a.causes.is_array())
-				    return make_error("anomaly features or causes are not valid JSON");
+				    return make_error(ErrorKind::BadInput,
+						      "anomaly features or causes are not valid JSON");
 			    rec.anomalies.push_back(std::move(a));
 			    return {};
 		    });
@@ -1344,31 +1349,31 @@ Result<void> replace_anomalies(const std::string &path, const std::vector<Anomal
 	if (!opened)
 		return opened.error();
 	DbHandle db = std::move(*opened);
-	auto fail = [&](const std::string &m) {
+	auto fail = [&](const Error &e) {
 		(void)sqlite3_exec(db.get(), "ROLLBACK", nullptr, nullptr, nullptr);
-		return make_error("cannot write anomalies to " + path + ": " + m +
-				  "; check that the file is writable (or pass --no-store)");
+		return with_context(e, "cannot write anomalies to " + path + ": ",
+				    "; check that the file is writable (or pass --no-store)");
 	};
 	int rc;
 	sqlite3_busy_timeout(db.get(), 5000);
 	if (sqlite3_exec(db.get(), "BEGIN IMMEDIATE; DELETE FROM anomalies;", nullptr, nullptr, nullptr) != SQLITE_OK)
-		return fail(sqlite3_errmsg(db.get()));
+		return fail(sqlite_error(db.get()));
 	if (!anomalies_timed(db.get()) &&
 	    sqlite3_exec(db.get(), "ALTER TABLE anomalies ADD COLUMN detected_ns INTEGER", nullptr, nullptr, nullptr) !=
 		    SQLITE_OK)
-		return fail(sqlite3_errmsg(db.get()));
+		return fail(sqlite_error(db.get()));
 	auto st = prepare(db.get(), kInsertAnomaly);
 	if (!st)
-		return fail(st.error().message);
+		return fail(st.error());
 	for (const Anomaly &a : anomalies) {
 		bind_anomaly(st->get(), a);
 		rc = sqlite3_step(st->get());
 		sqlite3_reset(st->get());
 		if (rc != SQLITE_DONE)
-			return fail(sqlite3_errmsg(db.get()));
+			return fail(sqlite_error(db.get()));
 	}
 	if (sqlite3_exec(db.get(), "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK)
-		return fail(sqlite3_errmsg(db.get()));
+		return fail(sqlite_error(db.get()));
 	return {};
 }
 

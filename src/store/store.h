@@ -201,8 +201,8 @@ private:
 	// Writes rows [from, to) of spans then typed, as one block; its row id.
 	Result<int64_t> write_block(const std::vector<Span> &spans, const TypedSpans &typed, size_t from, size_t to);
 	int64_t stack_id(const PyStack &stack); // 0: none, or the insert failed
-	// What a failed write says: SQLite's message, and the likeliest cause.
-	std::string db_failure() const;
+	// A failed write: SQLite's message and kind, and the likeliest cause.
+	Error db_failure() const;
 	// What the typed rows remember per recording (store/typed.cpp).
 	struct TypedCache;
 	struct TypedCacheDeleter {

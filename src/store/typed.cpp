@@ -342,7 +342,7 @@ Result<void> StoreWriter::TypedCache::fill(StoreWriter &w, const TypedSpans &ts,
 			if (t.weight != 1.0) {
 				Kept *kv = weight(w, t.weight);
 				if (!kv)
-					return make_error(w.db_failure());
+					return w.db_failure();
 				r.put(*kv);
 			}
 		} else {
@@ -364,7 +364,7 @@ Result<void> StoreWriter::TypedCache::fill(StoreWriter &w, const TypedSpans &ts,
 			case ArgType::Symbol: {
 				Kept *kv = value(w, ts, t.spec_id, e, v, next);
 				if (!kv)
-					return make_error(w.db_failure());
+					return w.db_failure();
 				r.put(*kv);
 				break;
 			}
@@ -485,7 +485,8 @@ Result<void> StoreWriter::typed_row(const TypedSpans &ts, size_t i, BlockRows &b
 	static const PyStack kNone;
 	const PyStack &stack = i < ts.stacks.size() ? ts.stacks[i] : kNone;
 	if (!ts.specs || !ts.names || t.spec_id >= ts.specs->probes.size())
-		return make_error("a typed span of probe " + std::to_string(t.spec_id) + " outside its probe set");
+		return make_error(ErrorKind::BadInput,
+				  "a typed span of probe " + std::to_string(t.spec_id) + " outside its probe set");
 	const ProbeSpec &spec = ts.specs->probes[t.spec_id];
 	TypedCache::Plan &p = c.plan(t.spec_id);
 	if (!p.typed) {
@@ -501,7 +502,7 @@ Result<void> StoreWriter::typed_row(const TypedSpans &ts, size_t i, BlockRows &b
 	const int64_t fn = p.memo && !t.runq_ns && t.weight == 1.0 ? c.memo_row(*this, ts, t, spec, p, r, m)
 								   : c.made_row(*this, ts, t, spec, p, r);
 	if (!fn)
-		return make_error(db_failure());
+		return db_failure();
 	const uint64_t *slots = m ? m->slots : r.slots;
 	const size_t n = m ? m->n : r.n;
 	if (m)
@@ -511,7 +512,7 @@ Result<void> StoreWriter::typed_row(const TypedSpans &ts, size_t i, BlockRows &b
 	int64_t ret_name = 0, stack_row = 0;
 	if (!c.ret_name(*this, spec, p, t.ret, b, ret_name) ||
 	    (!stack.empty() && !(stack_row = c.stack_row(*this, stack, b))))
-		return make_error(db_failure());
+		return db_failure();
 	b.add({t.pid, t.tid, uint64_t(fn), t.start_ns, t.dur_ns, t.depth, uint64_t(t.ret), uint64_t(ret_name), t.bytes,
 	       uint64_t(stack_row)},
 	      slots, n);

@@ -4,8 +4,11 @@
 // Shipping to a real server: tests/e2e/test_clickhouse.py.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <httplib.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <thread>
 
 #include "common/fd.h"
 #include "export/clickhouse.h"
@@ -44,6 +47,42 @@ TEST(ClickHouseUrl, BadOnesNamedWithTheForm)
 	auto tls = parse_clickhouse_url("https://ch");
 	ASSERT_FALSE(tls);
 	EXPECT_NE(tls.error().message.find("https is not supported"), std::string::npos) << tls.error().message;
+	EXPECT_EQ(tls.error().kind, ErrorKind::BadInput);
+}
+
+// The server's answer gives the error's kind, by its HTTP status: ClickHouse
+// answers an unknown table 404, a bad query 400, a user it refuses 401, a
+// full disk 507. A stand-in server answers each in turn.
+TEST(ClickHouseClient, TheAnswersStatusGivesTheKind)
+{
+	httplib::Server server;
+	std::atomic<int> status = 404;
+	server.Post("/", [&](const httplib::Request &, httplib::Response &res) {
+		res.status = status;
+		res.set_content("Code: 60. DB::Exception: Table eacgm.spans does not exist. (UNKNOWN_TABLE)\n",
+				"text/plain");
+	});
+	const int port = server.bind_to_any_port("127.0.0.1"); // listening: calls wait for the loop
+	ASSERT_GT(port, 0);
+	std::thread serving([&] { server.listen_after_bind(); });
+	const std::string url = "http://127.0.0.1:" + std::to_string(port);
+	ClickHouseClient client(parse_clickhouse_url(url).value());
+	for (auto [code, kind] : {std::pair{404, ErrorKind::NotFound},
+				  {400, ErrorKind::BadInput},
+				  {401, ErrorKind::Permission},
+				  {507, ErrorKind::NoSpace},
+				  {500, ErrorKind::Other}}) {
+		status = code;
+		auto r = client.query("SELECT count() FROM eacgm.spans");
+		ASSERT_FALSE(r) << code;
+		EXPECT_EQ(r.error().kind, kind) << code;
+		EXPECT_EQ(r.error().message,
+			  "ClickHouse at " + url + " answered " + std::to_string(code) +
+				  ": Code: 60. DB::Exception: Table eacgm.spans does not exist. "
+				  "(UNKNOWN_TABLE)");
+	}
+	server.stop();
+	serving.join();
 }
 
 TEST(ClickHouseSchema, PlainTablesOrDistributedOnesOverACluster)

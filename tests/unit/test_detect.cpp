@@ -237,6 +237,7 @@ TEST(KeyModel, UsesWhatVariesAndNamesTheFirstCause)
 	auto f = KeyModel::train(few, ModelOptions{});
 	ASSERT_FALSE(f.ok());
 	EXPECT_NE(f.error().message.find("too few"), std::string::npos) << f.error().message;
+	EXPECT_EQ(f.error().kind, ErrorKind::BadInput);
 }
 
 // Of a fixed size the bandwidth is the duration again: modelled beside it,

@@ -184,6 +184,10 @@ TEST(ElfSymbols, MissingFile)
 	auto f = ElfFile::open("/nonexistent/libnothing.so");
 	ASSERT_FALSE(f.ok());
 	EXPECT_NE(f.error().message.find("/nonexistent/libnothing.so"), std::string::npos) << f.error().message;
+	EXPECT_EQ(f.error().kind, ErrorKind::NotFound);
+	EXPECT_EQ(f.error().message,
+		  "/nonexistent/libnothing.so: cannot open (No such file or directory); check that "
+		  "the file exists and is readable");
 }
 
 TEST(ElfSymbols, NotElf)
@@ -194,6 +198,10 @@ TEST(ElfSymbols, NotElf)
 	ASSERT_FALSE(f.ok());
 	EXPECT_NE(f.error().message.find(path), std::string::npos) << f.error().message;
 	EXPECT_NE(f.error().message.find("not an ELF file"), std::string::npos) << f.error().message;
+	EXPECT_EQ(f.error().kind, ErrorKind::BadInput);
+	auto directory = ElfFile::open(dir.path.string());
+	ASSERT_FALSE(directory.ok());
+	EXPECT_EQ(directory.error().kind, ErrorKind::BadInput);
 }
 
 // A bare ELF header: valid ELF, no sections at all (like a fully stripped file).
@@ -217,12 +225,14 @@ TEST(ElfSymbols, NoSymbolTableOnlyWhenAsked)
 	EXPECT_EQ(plain->soname(), "");
 	EXPECT_EQ(plain->find("main"), nullptr);
 	EXPECT_EQ(plain->symbol_at(0x1000), nullptr);
-	EXPECT_FALSE(plain->vaddr_to_offset(0x1000).ok());
+	ASSERT_FALSE(plain->vaddr_to_offset(0x1000).ok());
+	EXPECT_EQ(plain->vaddr_to_offset(0x1000).error().kind, ErrorKind::BadInput);
 
 	auto strict = ElfFile::open(path, true);
 	ASSERT_FALSE(strict.ok());
 	EXPECT_NE(strict.error().message.find(path), std::string::npos) << strict.error().message;
 	EXPECT_NE(strict.error().message.find("no symbol table"), std::string::npos) << strict.error().message;
+	EXPECT_EQ(strict.error().kind, ErrorKind::NotFound);
 }
 
 } // namespace

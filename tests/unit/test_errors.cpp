@@ -4,7 +4,11 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <string>
+#include <type_traits>
 
+#include "app/privileges.h"
+#include "app/target.h"
 #include "common/result.h"
 
 namespace eacgm {
@@ -50,12 +54,58 @@ TEST(ErrorKind, FromRealCauses)
 	EXPECT_EQ(errno_error(errno, "opening /").kind, ErrorKind::BadInput);
 }
 
-TEST(ErrorKind, PlainErrorsAreOfNoKnownKind)
+// An error names its kind where it is made: one without does not compile.
+template <class... A>
+concept MakesError = requires(A... a)
 {
-	EXPECT_EQ(make_error("something").kind, ErrorKind::Other);
+	make_error(a...);
+};
+static_assert(!MakesError<std::string>, "make_error(message) must name a kind");
+static_assert(MakesError<ErrorKind, std::string>);
+static_assert(!std::is_constructible_v<Error, std::string>, "Error{message} must name a kind");
+
+TEST(ErrorKind, EveryErrorIsMadeWithItsKind)
+{
+	EXPECT_EQ(make_error(ErrorKind::Other, "something").kind, ErrorKind::Other);
 	EXPECT_EQ(make_error(ErrorKind::Permission, "needs root").kind, ErrorKind::Permission);
 	EXPECT_STREQ(kind_name(ErrorKind::NoSpace), "no space");
 	EXPECT_STREQ(kind_name(ErrorKind::NotFound), "not found");
+}
+
+// Sites with no test file of their own: the command to run, the niceness.
+TEST(ErrorKind, OfTheCommandLine)
+{
+	auto missing = resolve_command("/nonexistent-eacgm/train");
+	ASSERT_FALSE(missing);
+	EXPECT_EQ(missing.error().kind, ErrorKind::NotFound);
+	EXPECT_EQ(missing.error().message, "cannot run /nonexistent-eacgm/train: no such file; check the path");
+	auto not_run = resolve_command(SOURCE_DIR "/README.md");
+	ASSERT_FALSE(not_run);
+	EXPECT_EQ(not_run.error().kind, ErrorKind::BadInput);
+	EXPECT_EQ(not_run.error().message,
+		  "cannot run " SOURCE_DIR "/README.md: not an executable file; check the path");
+	auto unknown = resolve_command("eacgm-no-such-command");
+	ASSERT_FALSE(unknown);
+	EXPECT_EQ(unknown.error().kind, ErrorKind::NotFound);
+	EXPECT_EQ(resolve_command("").error().kind, ErrorKind::BadInput);
+	auto nice = lower_priority(20);
+	ASSERT_FALSE(nice);
+	EXPECT_EQ(nice.error().kind, ErrorKind::BadInput);
+	EXPECT_EQ(nice.error().message, "the niceness must be 0 to 19, not 20");
+}
+
+// Context added on the way up keeps what failed: the callee's kind.
+TEST(ErrorKind, KeptThroughContext)
+{
+	errno = 0;
+	EXPECT_EQ(std::fopen("/nonexistent-eacgm/x", "r"), nullptr);
+	const Error cause = errno_error(errno, "opening /nonexistent-eacgm/x", "; check the path");
+	EXPECT_EQ(cause.message, "opening /nonexistent-eacgm/x: No such file or directory; check the path");
+	const Error told = with_context(cause, "cannot load the spec: ", " (given with --spec)");
+	EXPECT_EQ(told.kind, ErrorKind::NotFound);
+	EXPECT_EQ(told.message,
+		  "cannot load the spec: opening /nonexistent-eacgm/x: No such file or directory; check the path "
+		  "(given with --spec)");
 }
 
 } // namespace

@@ -36,7 +36,21 @@ TEST(FirstInsn, EmulatedAndSingleStepped)
 	EXPECT_FALSE(decode({0xf3, 0x0f, 0x1e, 0xfa}).emulated); // endbr64
 	InsnDecoder dec;
 	uint8_t bad[] = {0x06}; // push es: invalid in 64-bit mode
-	EXPECT_FALSE(dec.decode(bad, sizeof bad));
+	ASSERT_FALSE(dec.decode(bad, sizeof bad));
+	EXPECT_EQ(dec.decode(bad, sizeof bad).error().kind, ErrorKind::BadInput);
+}
+
+// Reading the code: a file that is not there, an offset past its end.
+TEST(FirstInsn, ReadFailuresHaveTheirKind)
+{
+	InsnDecoder dec;
+	auto missing = dec.at("/nonexistent-eacgm/lib.so", 0);
+	ASSERT_FALSE(missing);
+	EXPECT_EQ(missing.error().kind, ErrorKind::NotFound);
+	EXPECT_EQ(missing.error().message, "cannot open /nonexistent-eacgm/lib.so");
+	auto past = dec.at(SOURCE_DIR "/README.md", uint64_t(1) << 40);
+	ASSERT_FALSE(past);
+	EXPECT_EQ(past.error().kind, ErrorKind::BadInput);
 }
 
 // A probe goes past a leading endbr64 only where that provably sees the

@@ -82,8 +82,23 @@ TEST(Fs, CheckWritableRefusesWhatIsNotARegularFile)
 		EXPECT_NE(r.error().message.find(std::string("it is ") + what + ", not a regular file"),
 			  std::string::npos)
 			<< r.error().message;
+		EXPECT_EQ(r.error().kind, ErrorKind::BadInput) << name;
 	}
-	EXPECT_FALSE(check_writable("/dev/null").ok());
+	ASSERT_FALSE(check_writable("/dev/null").ok());
+	EXPECT_EQ(check_writable("/dev/null").error().kind, ErrorKind::BadInput);
+	// A directory that is not there: errno's kind, errno's words.
+	auto nowhere = check_writable(dir + "/none/x.db");
+	ASSERT_FALSE(nowhere.ok());
+	EXPECT_EQ(nowhere.error().kind, ErrorKind::NotFound);
+	EXPECT_EQ(nowhere.error().message,
+		  "cannot write " + dir + "/none/x.db: directory " + dir +
+			  "/none: No such file or directory; choose another output path");
+	auto atomic = write_file_atomic(dir + "/none/x.json", "{}");
+	ASSERT_FALSE(atomic.ok());
+	EXPECT_EQ(atomic.error().kind, ErrorKind::NotFound);
+	EXPECT_EQ(atomic.error().message,
+		  "cannot write " + dir + "/none/x.json: " + dir + "/none/x.json.tmp." + std::to_string(getpid()) +
+			  ": No such file or directory; choose another output path");
 	for (auto n : {"fifo", "link", "plain"})
 		unlink((dir + "/" + n).c_str());
 	rmdir(dir.c_str());

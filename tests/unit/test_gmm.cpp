@@ -223,12 +223,22 @@ TEST(Gmm, TooFewEventsIsAnError)
 	auto g = Gmm::fit(X, 3, GmmOptions{});
 	ASSERT_FALSE(g.ok());
 	EXPECT_NE(g.error().message.find("too few"), std::string::npos) << g.error().message;
+	EXPECT_EQ(g.error().kind, eacgm::ErrorKind::BadInput);
 	GmmOptions bad;
 	bad.min_components = 3;
 	bad.max_components = 2;
 	auto s = select_by_bic(arma::mat(2, 100, arma::fill::randn), bad);
 	ASSERT_FALSE(s.ok());
 	EXPECT_NE(s.error().message.find("MIN-MAX"), std::string::npos);
+	EXPECT_EQ(s.error().kind, eacgm::ErrorKind::BadInput);
+	// Every size too large for the events: the first failure, kind and all.
+	GmmOptions many;
+	many.min_components = 4;
+	many.max_components = 5;
+	auto none = select_by_bic(arma::mat(2, 6, arma::fill::randn), many);
+	ASSERT_FALSE(none.ok());
+	EXPECT_EQ(none.error().message, "no mixture could be fitted: 6 events are too few for 4 components");
+	EXPECT_EQ(none.error().kind, eacgm::ErrorKind::BadInput);
 }
 
 TEST(Threshold, EmpiricalQuantileIsExact)

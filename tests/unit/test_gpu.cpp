@@ -414,6 +414,7 @@ TEST(GpuOpen, MissingLibrary)
 	ASSERT_FALSE(r);
 	EXPECT_EQ(r.error().message,
 		  "gpu layer unavailable: /nonexistent/libnvidia-ml.so.1 not found (no NVIDIA driver)");
+	EXPECT_EQ(r.error().kind, ErrorKind::NotFound);
 	// The default, where no NVIDIA driver (nor the stand-in) is loadable.
 	if (void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW)) {
 		dlclose(h);
@@ -422,6 +423,7 @@ TEST(GpuOpen, MissingLibrary)
 	r = open_gpu_collector({});
 	ASSERT_FALSE(r);
 	EXPECT_EQ(r.error().message, "gpu layer unavailable: libnvidia-ml.so.1 not found (no NVIDIA driver)");
+	EXPECT_EQ(r.error().kind, ErrorKind::NotFound);
 }
 
 TEST(GpuOpen, NotALibrary)
@@ -430,6 +432,7 @@ TEST(GpuOpen, NotALibrary)
 	ASSERT_FALSE(r);
 	EXPECT_TRUE(r.error().message.starts_with("gpu layer unavailable: cannot load " SOURCE_DIR "/README.md: "))
 		<< r.error().message;
+	EXPECT_EQ(r.error().kind, ErrorKind::BadInput); // there, but no library
 }
 
 TEST_F(GpuLayer, InitFailure)
@@ -439,6 +442,7 @@ TEST_F(GpuLayer, InitFailure)
 	ASSERT_FALSE(r);
 	EXPECT_EQ(r.error().message,
 		  "gpu layer unavailable: nvmlInit_v2 failed: Driver Not Loaded; check the driver with nvidia-smi");
+	EXPECT_EQ(r.error().kind, ErrorKind::NotFound); // NVML's own code says which
 }
 
 TEST_F(GpuLayer, NoDevices)
@@ -447,6 +451,7 @@ TEST_F(GpuLayer, NoDevices)
 	auto r = open_gpu_collector({.library = NVML_STANDIN});
 	ASSERT_FALSE(r);
 	EXPECT_EQ(r.error().message, "gpu layer unavailable: NVML finds no GPU; check with nvidia-smi");
+	EXPECT_EQ(r.error().kind, ErrorKind::NotFound);
 }
 
 TEST(GpuOpen, SamplingRateOutOfRange)
@@ -455,6 +460,7 @@ TEST(GpuOpen, SamplingRateOutOfRange)
 	ASSERT_FALSE(r);
 	EXPECT_EQ(r.error().message,
 		  "gpu layer: a sampling rate of 0 Hz is out of range; give --gpu-hz between 0.1 and 1000");
+	EXPECT_EQ(r.error().kind, ErrorKind::BadInput);
 }
 
 } // namespace

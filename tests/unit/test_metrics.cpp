@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "app/config.h"
 #include "export/http.h"
@@ -226,8 +228,42 @@ TEST(ParseListen, NeedsHostAndPort)
 	ASSERT_TRUE(ok);
 	EXPECT_EQ(ok->first, "127.0.0.1");
 	EXPECT_EQ(ok->second, 9464);
-	for (auto bad : {"9464", ":9464", "localhost:", "h:99999", "h:12a", "h:-1"})
-		EXPECT_FALSE(parse_listen(bad)) << bad;
+	for (auto bad : {"9464", ":9464", "localhost:", "h:99999", "h:12a", "h:-1"}) {
+		auto r = parse_listen(bad);
+		ASSERT_FALSE(r) << bad;
+		EXPECT_EQ(r.error().kind, ErrorKind::BadInput) << bad;
+	}
+}
+
+// A configuration or token file that is not there is not found; a token
+// others may read is refused as bad input (its mode is eacgm's own check).
+TEST(ServeConfig, FilesNotThereOrNotSafe)
+{
+	auto c = load_serve_config("/nonexistent-eacgm/eacgm.toml");
+	ASSERT_FALSE(c);
+	EXPECT_EQ(c.error().kind, ErrorKind::NotFound);
+	EXPECT_EQ(c.error().message,
+		  "cannot read the configuration /nonexistent-eacgm/eacgm.toml: No such file or "
+		  "directory (give another with --config)");
+	auto t = read_token_file("/nonexistent-eacgm/token");
+	ASSERT_FALSE(t);
+	EXPECT_EQ(t.error().kind, ErrorKind::NotFound);
+	EXPECT_EQ(
+		t.error().message,
+		"token_file /nonexistent-eacgm/token: No such file or directory; write the token into it (chmod 600)");
+	char path[] = "/tmp/eacgm_token_XXXXXX";
+	int fd = mkstemp(path);
+	ASSERT_GE(fd, 0);
+	ASSERT_EQ(write(fd, "secret\n", 7), 7);
+	close(fd);
+	ASSERT_EQ(chmod(path, 0644), 0);
+	auto open = read_token_file(path);
+	unlink(path);
+	ASSERT_FALSE(open);
+	EXPECT_EQ(open.error().kind, ErrorKind::BadInput);
+	EXPECT_EQ(open.error().message,
+		  "token_file " + std::string(path) + ": group or others may read or write it (mode 0644); chmod 600 " +
+			  path);
 }
 
 TEST(ServeConfig, DefaultsWithoutAFile)
@@ -303,6 +339,7 @@ TEST(ServeConfig, ErrorsNameTheKeyAndLine)
 		auto c = parse_serve_config(text, "c.toml");
 		ASSERT_FALSE(c) << text;
 		EXPECT_EQ(c.error().message, message) << text;
+		EXPECT_EQ(c.error().kind, ErrorKind::BadInput) << text; // the clickhouse.* ones kept through context
 	};
 	expect("\nlisten_on = \"x\"\n",
 	       "c.toml:2: listen_on: unknown key; the keys here are bpf_stats, clickhouse, detect, detect_fpr, filter, "

@@ -449,5 +449,6 @@ TEST(Pftrace, TheFormatFollowsTheExtension)
 	auto bad = trace_format_of("run.trace");
 	ASSERT_FALSE(bad);
 	EXPECT_NE(bad.error().message.find("name it .pftrace"), std::string::npos);
+	EXPECT_EQ(bad.error().kind, ErrorKind::BadInput);
 	EXPECT_FALSE(trace_format_of(".json"));
 }

@@ -103,6 +103,7 @@ TEST(PidWatch, AZombieHasExitedAndKeepsItsExitStatus)
 	EXPECT_EQ(live.error().message,
 		  "process " + std::to_string(c.pid) + " has already exited: it is a zombie that its parent (PID " +
 			  std::to_string(getpid()) + ") has not reaped; there is nothing to record");
+	EXPECT_EQ(live.error().kind, ErrorKind::NotFound);
 }
 
 TEST(PidWatch, AReapedProcessIsGone)
@@ -121,6 +122,7 @@ TEST(PidWatch, AReapedProcessIsGone)
 	ASSERT_FALSE(live);
 	EXPECT_EQ(live.error().message,
 		  "no process with PID " + std::to_string(pid) + "; check it with 'ps -p " + std::to_string(pid) + "'");
+	EXPECT_EQ(live.error().kind, ErrorKind::NotFound);
 }
 
 TEST(PidWatch, AKilledProcessReportsTheShellsNumberForItsSignal)

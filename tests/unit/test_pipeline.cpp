@@ -71,7 +71,7 @@ public:
 	{
 		maps_read++;
 		if (!find(pid))
-			return make_error("no such process");
+			return make_error(ErrorKind::NotFound, "no such process");
 		Mapping m;
 		m.start = 0x7f0000000000;
 		m.end = 0x7f0000100000;

@@ -176,6 +176,7 @@ TEST(Probes, ResolveLibrary)
 	auto missing = resolve_library("libeacgm_no_such_lib.so.7");
 	ASSERT_FALSE(missing.ok());
 	EXPECT_NE(missing.error().message.find("libeacgm_no_such_lib.so.7"), std::string::npos);
+	EXPECT_EQ(missing.error().kind, ErrorKind::NotFound);
 	REQUIRE_FILE(kNccl);
 	auto by_soname = resolve_library("libnccl.so.2");
 	ASSERT_TRUE(by_soname.ok()) << by_soname.error().message;

@@ -96,11 +96,13 @@ TEST(ProcMaps, UnknownPidNamesThePid)
 	auto maps = read_maps(2147483647u);
 	ASSERT_FALSE(maps.ok());
 	EXPECT_NE(maps.error().message.find("2147483647"), std::string::npos) << maps.error().message;
+	EXPECT_EQ(maps.error().kind, ErrorKind::NotFound);
 
 	TempDir root;
 	auto fake = read_maps(77, root.path.string());
 	ASSERT_FALSE(fake.ok());
 	EXPECT_NE(fake.error().message.find("77"), std::string::npos) << fake.error().message;
+	EXPECT_EQ(fake.error().kind, ErrorKind::NotFound);
 }
 
 TEST(ProcMaps, HostPath)

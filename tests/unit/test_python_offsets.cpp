@@ -175,6 +175,7 @@ TEST(PythonOffsets, ParserErrorsNameTheFileAndTheProblem)
 	auto err = [](const std::string &text) {
 		auto r = parse_python_offsets(text, "py.json");
 		EXPECT_FALSE(r.ok()) << text;
+		EXPECT_EQ(r.ok() ? ErrorKind::Other : r.error().kind, ErrorKind::BadInput) << text;
 		return r.ok() ? std::string() : r.error().message;
 	};
 	auto has = [](const std::string &msg, const std::string &part) {

@@ -99,6 +99,7 @@ TEST_F(RawDumpFile, CutDamagedOrForeignFilesAreErrors)
 	auto error_of = [&](const std::string &bytes) {
 		write_all(path, bytes);
 		auto d = read_raw_dump(path);
+		EXPECT_EQ(d ? ErrorKind::Other : d.error().kind, ErrorKind::BadInput) << bytes.size() << " bytes";
 		return d ? std::string("no error") : d.error().message;
 	};
 	EXPECT_NE(error_of(good.substr(0, good.size() - 1)).find("no end"), std::string::npos);
@@ -120,5 +121,8 @@ TEST_F(RawDumpFile, CutDamagedOrForeignFilesAreErrors)
 	EXPECT_NE(error_of("").find("no raw dump"), std::string::npos);
 	write_all(path, good);
 	EXPECT_TRUE(read_raw_dump(path));
-	EXPECT_NE(read_raw_dump(dir_ + "/none.raw").error().message.find("cannot open"), std::string::npos);
+	auto none = read_raw_dump(dir_ + "/none.raw");
+	ASSERT_FALSE(none);
+	EXPECT_EQ(none.error().message, "cannot open the raw dump " + dir_ + "/none.raw: No such file or directory");
+	EXPECT_EQ(none.error().kind, ErrorKind::NotFound);
 }

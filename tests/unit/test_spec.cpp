@@ -75,6 +75,7 @@ TEST(Spec, SyntaxErrorsNameLineAndColumn)
 	ASSERT_FALSE(s.ok());
 	EXPECT_NE(s.error().message.find("bad.json: JSON syntax error at line 3, column 14"), std::string::npos)
 		<< s.error().message;
+	EXPECT_EQ(s.error().kind, ErrorKind::BadInput);
 }
 
 TEST(Spec, RejectsWhatCannotWork)
@@ -127,7 +128,26 @@ TEST(Spec, RejectsWhatCannotWork)
 		ASSERT_FALSE(s.ok()) << c.json;
 		EXPECT_NE(s.error().message.find(c.expect), std::string::npos) << s.error().message;
 		EXPECT_EQ(s.error().message.rfind("t.json", 0), 0u) << "message names the file";
+		EXPECT_EQ(s.error().kind, ErrorKind::BadInput) << c.json;
 	}
+}
+
+// A spec that is not there, given or built in, is not found.
+TEST(Spec, MissingFilesAreNotFound)
+{
+	auto given = load_spec_file("/nonexistent-eacgm/my.json", true);
+	ASSERT_FALSE(given.ok());
+	EXPECT_EQ(given.error().kind, ErrorKind::NotFound);
+	EXPECT_EQ(given.error().message,
+		  "cannot read spec file /nonexistent-eacgm/my.json: no such file or not readable");
+	auto builtin = load_builtin_spec("nosuchlayer");
+	ASSERT_FALSE(builtin.ok());
+	EXPECT_EQ(builtin.error().kind, ErrorKind::NotFound); // find_builtin_file's, through the context
+	EXPECT_EQ(builtin.error().message.rfind("no built-in spec for layer 'nosuchlayer': built-in nosuchlayer.json "
+						"not found (looked in ",
+						0),
+		  0u)
+		<< builtin.error().message;
 }
 
 TEST(Spec, LibraryGlobMatchesFileNames)

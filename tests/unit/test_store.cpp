@@ -6,6 +6,7 @@
 #include <sqlite3.h>
 #include <tuple>
 
+#include "store/sqlite_error.h"
 #include "store/sqlmod.h"
 #include "store/store.h"
 #include "recording_writer.h"
@@ -452,6 +453,52 @@ TEST_F(StoreTest, LoadSqliteThatIsNotARecording)
 	make_sqlite(nover, "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT)");
 	msg = load_error(nover);
 	EXPECT_NE(msg.find("no schema_version"), std::string::npos) << msg;
+	EXPECT_EQ(load_kind(nover), ErrorKind::BadInput);
+}
+
+// SQLite's own failures, each from a real cause, give the kind of what
+// failed: the directory missing (its errno), the database full.
+TEST_F(StoreTest, SqliteFailuresHaveTheirKind)
+{
+	sqlite3 *raw = nullptr;
+	const std::string nowhere = file("no-such-dir/run.db");
+	int rc = sqlite3_open_v2(nowhere.c_str(), &raw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
+	DbHandle missing(raw);
+	ASSERT_EQ(rc, SQLITE_CANTOPEN);
+	EXPECT_EQ(sqlite_error(raw, rc).kind, ErrorKind::NotFound);
+	EXPECT_EQ(sqlite_error(raw, rc).message, "unable to open database file");
+
+	// A database held to two pages is full as a full disk leaves it.
+	ASSERT_EQ(sqlite3_open(file("small.db").c_str(), &raw), SQLITE_OK);
+	DbHandle small(raw);
+	ASSERT_EQ(sqlite3_exec(raw, "PRAGMA max_page_count = 2; CREATE TABLE t(b BLOB)", nullptr, nullptr, nullptr),
+		  SQLITE_OK);
+	ASSERT_EQ(sqlite3_exec(raw, "INSERT INTO t VALUES(zeroblob(100000))", nullptr, nullptr, nullptr), SQLITE_FULL);
+	EXPECT_EQ(sqlite_error(raw).kind, ErrorKind::NoSpace);
+	EXPECT_EQ(sqlite_error(raw).message, "database or disk is full");
+
+	EXPECT_EQ(kind_of_sqlite(SQLITE_NOTADB), ErrorKind::BadInput);
+	EXPECT_EQ(kind_of_sqlite(SQLITE_READONLY), ErrorKind::Permission);
+	EXPECT_EQ(kind_of_sqlite(SQLITE_IOERR_WRITE, ENOSPC), ErrorKind::NoSpace);
+	EXPECT_EQ(kind_of_sqlite(SQLITE_BUSY), ErrorKind::Other);
+}
+
+// The writer's own refusals: a key the store keeps to itself is bad input.
+TEST_F(StoreTest, WriterRefusalsHaveTheirKind)
+{
+	auto w = StoreWriter::create(file("run.db"));
+	ASSERT_TRUE(w.ok()) << w.error().message;
+	auto reserved = w->set_meta("wall_offset_ns", "1");
+	ASSERT_FALSE(reserved.ok());
+	EXPECT_EQ(reserved.error().kind, ErrorKind::BadInput);
+	EXPECT_EQ(reserved.error().message,
+		  "meta key 'wall_offset_ns' is reserved by the store; use set_wall_offset()");
+	auto nowhere = StoreWriter::create(file("no-such-dir/run.db"));
+	ASSERT_FALSE(nowhere.ok());
+	EXPECT_EQ(nowhere.error().kind, ErrorKind::NotFound);
+	EXPECT_EQ(nowhere.error().message,
+		  "cannot write " + file("no-such-dir/run.db") + ": directory " + file("no-such-dir") +
+			  ": No such file or directory; choose another output path");
 }
 
 TEST_F(StoreTest, LoadNewerSchema)
@@ -463,6 +510,7 @@ TEST_F(StoreTest, LoadNewerSchema)
 	std::string msg = load_error(path);
 	EXPECT_NE(msg.find("schema version 5"), std::string::npos) << msg;
 	EXPECT_NE(msg.find("reads versions 3 and 4"), std::string::npos) << msg;
+	EXPECT_EQ(load_kind(path), ErrorKind::BadInput);
 }
 
 TEST_F(StoreTest, ReplaceAnomaliesRewritesOnlyThem)
@@ -483,6 +531,7 @@ TEST_F(StoreTest, ReplaceAnomaliesRewritesOnlyThem)
 	auto missing = replace_anomalies(file("missing.db"), {});
 	ASSERT_FALSE(missing.ok());
 	EXPECT_NE(missing.error().message.find("eacgm record"), std::string::npos) << missing.error().message;
+	EXPECT_EQ(missing.error().kind, ErrorKind::NotFound);
 }
 
 // Each distinct Python stack is one row of `stacks`, however many spans

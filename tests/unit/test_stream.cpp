@@ -158,7 +158,7 @@ TEST_F(StreamTest, AFeedThatFailsLeavesNoTrace)
 	Recording rec = varied();
 	auto r = write_perfetto(rec, trace, [](const SpanVisit &visit) -> Result<void> {
 		visit(Span{.layer = "torch", .name = "aten::mm"});
-		return make_error("recording run.db is damaged: disk I/O error");
+		return make_error(ErrorKind::Other, "recording run.db is damaged: disk I/O error");
 	});
 	ASSERT_FALSE(r.ok());
 	EXPECT_EQ(r.error().message, "recording run.db is damaged: disk I/O error");
