@@ -1,22 +1,57 @@
 # The two commands of the README: `make demo` and `make test`.
 # Each first runs the idempotent set-up (apt-get installs what is missing).
+#
+# ARCH=arm64 on an x86-64 machine cross-builds for arm64 into build-arm64
+# (Debian's cross toolchain, cmake/aarch64-linux-gnu.cmake; set up by
+# scripts/setup-arm64.sh), and `make ARCH=arm64 test-unit` runs the unit
+# tests under qemu-user (docs/arm64.md). Unset, or the machine's own
+# processor: a native build.
+ARCH ?=
+HOST_ARCH := $(shell uname -m)
+ifneq ($(filter $(ARCH),arm64 aarch64),)
+ifneq ($(HOST_ARCH),aarch64)
+CROSS := arm64
+endif
+else ifneq ($(filter-out x86_64 amd64 $(HOST_ARCH),$(ARCH)),)
+$(error ARCH=$(ARCH): eacgm builds natively or, from x86-64, for ARCH=arm64)
+endif
+ifeq ($(CROSS),arm64)
+BUILD ?= build-arm64
+CMAKE_ARGS = -DCMAKE_TOOLCHAIN_FILE=$(CURDIR)/cmake/aarch64-linux-gnu.cmake
+endif
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all setup build test test-gpu deb demo pictures bench eval fuzz format clean
+.PHONY: all setup build test test-unit test-gpu deb demo pictures bench eval fuzz format clean
 all: build
 
 setup:
 	@scripts/setup.sh
+ifeq ($(CROSS),arm64)
+	@scripts/setup-arm64.sh
+endif
 
 $(BUILD)/CMakeCache.txt:
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_ARGS)
 
 build: setup $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
 
+ifeq ($(CROSS),arm64)
+# Built for arm64, only the unit tests run here (under qemu-user); the bpf
+# and e2e tests need an arm64 kernel: `make test` on an arm64 machine.
+test: test-unit
+	@echo "make ARCH=arm64 test: ran the unit tests under qemu-user; the bpf and e2e tests need an arm64 machine (docs/arm64.md)"
+
+test-unit: build
+	scripts/test-arm64.sh $(BUILD)
+else
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure --no-tests=error -LE gpu
+
+test-unit: build
+	ctest --test-dir $(BUILD) --output-on-failure --no-tests=error -L unit
+endif
 
 # On a machine with an NVIDIA GPU and driver: the gpu layer against the real NVML.
 test-gpu: build

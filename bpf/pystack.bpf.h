@@ -15,6 +15,7 @@
 #define EACGM_PYSTACK_BPF_H
 
 #include <bpf/bpf_core_read.h>
+#include "arch.bpf.h"
 #include "eacgm/abi/python.h"
 
 /* The most frames a record of this object holds, a power of two: its
@@ -135,9 +136,9 @@ static __always_inline __u64 py_find_tstate(const struct eacgm_py_process *p, __
 {
 	bool ok = true;
 	__u64 key = tid;
-	if (p->thread_key_is_fsbase) {
+	if (p->thread_key_is_pthread) {
 		struct task_struct *task = (struct task_struct *)bpf_get_current_task();
-		key = BPF_CORE_READ(task, thread.fsbase);
+		key = eacgm_thread_pointer(task) - p->pthread_below_tp;
 	}
 	__u64 *cached = bpf_map_lookup_elem(&py_tstates, &tid);
 	if (cached) {

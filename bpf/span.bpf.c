@@ -8,6 +8,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
+#include "arch.bpf.h"
 #include "eacgm/abi/events.h"
 #include "traced.bpf.h"
 #define EACGM_PY_WALK_FRAMES EACGM_PY_SPAN_FRAMES
@@ -69,23 +70,6 @@ static __always_inline void count(__u32 which, __u64 n)
 	__u64 *c = bpf_map_lookup_elem(&counters, &which);
 	if (c)
 		*c += n;
-}
-
-static __always_inline __u64 read_slot(struct pt_regs *ctx, __u32 slot)
-{
-	switch (slot) {
-	case 0: return PT_REGS_PARM1(ctx);
-	case 1: return PT_REGS_PARM2(ctx);
-	case 2: return PT_REGS_PARM3(ctx);
-	case 3: return PT_REGS_PARM4(ctx);
-	case 4: return PT_REGS_PARM5(ctx);
-	case 5: return ctx->r9; /* libbpf 1.1 has no PT_REGS_PARM6 */
-	}
-	/* Stack arguments sit above the return address at entry. */
-	__u64 v = 0;
-	__u64 addr = PT_REGS_SP(ctx) + 8 + 8 * (__u64)(slot - 6);
-	bpf_probe_read_user(&v, sizeof(v), (void *)addr);
-	return v;
 }
 
 static __always_inline __u64 deref(__u64 ptr, __u32 offset)
@@ -286,7 +270,7 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 		if (i >= spec->nargs)
 			break;
 		if (a->source != EACGM_ARG_NONE)
-			v = read_slot(ctx, a->slot);
+			v = eacgm_arg_word(ctx, a->slot);
 		if (a->source == EACGM_ARG_DEREF_ENTRY)
 			v = deref(v, a->offset);
 		else if (a->source == EACGM_ARG_DEREF2_ENTRY)
@@ -305,8 +289,11 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 		count(EACGM_CNT_ENTRIES_TIMED, 1);
 	}
 	/* Then the depth that shows the call to the agent reading open calls
-	 * (hangs): the compiler keeps the order, and x86 stores are seen in
-	 * program order, so a slot it sees is whole, never a stale start. */
+	 * (hangs): the compiler keeps the order, and on x86-64 other CPUs see
+	 * stores in program order, so a slot it sees is whole, never a stale
+	 * start. arm64 may let the agent see the depth before the slot: only a
+	 * call begun in the last moments can read stale, never the long-open
+	 * one a hang is. */
 	asm volatile("" ::: "memory");
 	tc->depth = d + 1;
 	return 0;
@@ -320,11 +307,11 @@ static __always_inline int on_exit(struct pt_regs *ctx)
 	if (!tc)
 		return 0;
 	__u64 now = bpf_ktime_get_ns();
-	/* At return the return address has been popped: sp = entry sp + 8.
+	/* The open call whose entry had this stack pointer (bpf/arch).
 	 * Frames above the match were left by longjmp or an exception and
 	 * will never return: drop them. A miss means this call's entry was
 	 * not recorded (depth overflow, or tracing began inside it). */
-	__u64 want_sp = PT_REGS_SP(ctx) - 8;
+	__u64 want_sp = eacgm_entry_sp_at_return(ctx);
 	__u32 depth = tc->depth;
 	__u32 found = EACGM_MAX_DEPTH;
 	/* From the top of the stack down: the call returning is almost always

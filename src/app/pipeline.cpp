@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/commands.h"
+#include "arch/arch.h"
 #include "app/target.h"
 #include "common/clock.h"
 #include "common/fs.h"
@@ -94,7 +95,7 @@ Pipeline::Stop Pipeline::open_probes(ElfPrefetch *prefetch, const std::function<
 	if (auto r = attacher_->load_specs(); !r)
 		return fail(r.error().message);
 	char ld[PATH_MAX];
-	if (realpath("/lib64/ld-linux-x86-64.so.2", ld))
+	if (realpath(arch::dynamic_linker(), ld))
 		if (auto r = tracker_->watch_dynamic_linker(ld); !r)
 			std::cerr << "eacgm: warning: " << r.error().message << "\n";
 	return {};

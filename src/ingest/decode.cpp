@@ -156,7 +156,7 @@ TypedSpan decode_typed(const eacgm_span_event &e, const ProbeSpec &spec, const D
 	}
 	switch (plan.ret_width) {
 	case 8: t.ret = (int64_t)e.ret; break;
-	case 4: t.ret = (int32_t)e.ret; break; // i32, or an enum: C enums are ints, the upper half of rax is undefined
+	case 4: t.ret = (int32_t)e.ret; break; // i32, or an enum: C enums are ints, the upper half is undefined
 	default: break;                        // void
 	}
 	if (e.flags & EACGM_SPAN_RUNQ)

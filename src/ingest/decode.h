@@ -20,7 +20,7 @@ class Symbolizer;
 // probes' argument lists are strings and vectors: a cache line or more
 // each, per argument).
 struct DecodePlan {
-	uint8_t ret_width = 8;  // how many bytes of rax the return holds: 0 (void), 4 (i32, a C enum) or 8
+	uint8_t ret_width = 8;  // bytes of the return register it holds: 0 (void), 4 (i32, a C enum) or 8
 	int8_t bytes_slot = -1; // the first "bytes" argument's slot; -1: none
 	bool general = false;   // a bytes or alias rule reads arguments by name: decode walks the spec
 	uint8_t n_symbols = 0;  // "symbol" arguments, their slots in symbols

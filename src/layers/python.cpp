@@ -12,6 +12,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "arch/arch.h"
 #include "probe/elf_symbols.h"
 #include "probe/links.h"
 #include "probe/proc_maps.h"
@@ -68,8 +69,9 @@ eacgm_py_process py_process_config(const PythonRuntime &rt)
 	p.runtime_interpreters_head = o.runtime_interpreters_head;
 	p.interp_threads_head = o.interp_threads_head;
 	p.tstate_next = o.tstate_next;
-	p.thread_key_is_fsbase = o.tstate_native_thread_id == kNoOffset;
-	p.tstate_thread_key = p.thread_key_is_fsbase ? o.tstate_thread_id : o.tstate_native_thread_id;
+	p.thread_key_is_pthread = o.tstate_native_thread_id == kNoOffset;
+	p.tstate_thread_key = p.thread_key_is_pthread ? o.tstate_thread_id : o.tstate_native_thread_id;
+	p.pthread_below_tp = arch::pthread_below_thread_pointer();
 	p.tstate_frame = o.tstate_frame;
 	p.tstate_cframe = o.tstate_cframe;
 	p.cframe_current_frame = o.cframe_current_frame;

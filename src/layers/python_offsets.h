@@ -27,8 +27,8 @@ struct PyOffsets {
 	uint16_t interp_threads_head = kNoOffset;
 	uint16_t tstate_next = kNoOffset;
 	uint16_t tstate_native_thread_id = kNoOffset; // 3.11+ only (the kernel tid)
-	// All versions: pthread_self() of the thread, which on glibc x86-64 is the
-	// thread's fs base (task->thread.fsbase): the match key before 3.11.
+	// All versions: pthread_self() of the thread, which glibc keeps at a fixed
+	// distance from the thread pointer (src/arch): the match key before 3.11.
 	uint16_t tstate_thread_id = kNoOffset;
 	// The innermost frame: tstate->frame (3.8-3.10, a PyFrameObject*),
 	// tstate->cframe->current_frame (3.11, 3.12), tstate->current_frame (3.13).

@@ -17,7 +17,8 @@ namespace eacgm {
 
 namespace {
 
-// Layout that did not change from 3.8 to 3.13 on x86-64, so not in the table:
+// Layout that did not change from 3.8 to 3.13 on 64-bit Linux (x86-64 and
+// arm64 lay CPython out alike), so not in the table:
 // PyObject.ob_type, PyTypeObject.tp_name, and PyASCIIObject's length and
 // state bit field (interned:2, kind:3, compact:1, ascii:1).
 constexpr size_t kObType = 8, kTpName = 24, kStrLength = 16, kStrState = 32;

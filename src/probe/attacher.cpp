@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "arch/arch.h"
 #include "probe/elf_symbols.h"
 #include "probe/proc_maps.h"
 #include "probe/symbol_search.h"
@@ -311,9 +312,9 @@ static std::vector<std::string> read_linked_libraries(const std::string &program
 		return libs;
 	// The dynamic linker in list mode resolves RPATH, RUNPATH and $ORIGIN
 	// exactly as at run time, without running the program.
-	for (const char *ld : {"/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1"}) {
-		if (access(ld, X_OK) != 0)
-			continue;
+	// The linker of eacgm's own processor: a program of another (run by an
+	// emulator) is not one eacgm's probes could trace.
+	if (const char *ld = arch::dynamic_linker(); access(ld, X_OK) == 0) {
 		std::string out = run_capture({ld, "--list", program});
 		size_t pos = 0;
 		while (pos < out.size()) {
@@ -327,7 +328,6 @@ static std::vector<std::string> read_linked_libraries(const std::string &program
 			path = path.substr(0, path.find(" ("));
 			libs.push_back(path);
 		}
-		break;
 	}
 	return libs;
 }
@@ -345,7 +345,7 @@ static std::vector<std::string> read_installed_libraries()
 	}
 	// CUDA toolkits are often outside the cache.
 	std::vector<std::string> dirs = {"/usr/local/cuda/lib64", "/usr/local/cuda/lib",
-					 "/usr/local/cuda/targets/x86_64-linux/lib"};
+					 std::string("/usr/local/cuda/targets/") + arch::cuda_target_dir() + "/lib"};
 	if (const char *home = getenv("CUDA_HOME"))
 		dirs.push_back(std::string(home) + "/lib64");
 	for (auto &d : dirs) {

@@ -28,7 +28,7 @@ struct AttachedProbe {
 	uint32_t spec_id;
 	std::string path;
 	std::string symbol;
-	uint64_t offset; // where the probe is: the function's, or past its endbr64
+	uint64_t offset; // where the probe is: the function's, or past its landing pad (src/arch)
 };
 
 // Arguments a pattern probe reads from each matched function's signature
@@ -109,7 +109,7 @@ private:
 	// (pattern, function, signature reading key) -> spec id
 	std::map<std::tuple<size_t, std::string, uint64_t>, uint32_t> expanded_;
 	SignatureReader signature_reader_;
-	// Where each function's probe goes (past a leading endbr64 when safe).
+	// Where each function's probe goes (past a leading landing pad when safe).
 	InsnDecoder decoder_;
 };
 

@@ -14,23 +14,6 @@
 #include "common/fd.h"
 #include "probe/proc_maps.h"
 
-// What measure_trap_ns() (and `probes`) probe and call: a function of eacgm
-// itself that starts with "push %rbp" like the functions of real libraries
-// (the kernel emulates that instruction; another first instruction would
-// cost a second trap).
-__asm__(".pushsection .text\n"
-	".globl eacgm_probes_cost_target\n"
-	".type eacgm_probes_cost_target, @function\n"
-	".p2align 4\n"
-	"eacgm_probes_cost_target:\n"
-	"  push %rbp\n"
-	"  mov %rsp, %rbp\n"
-	"  lea 1(%rdi), %rax\n"
-	"  pop %rbp\n"
-	"  ret\n"
-	".size eacgm_probes_cost_target, . - eacgm_probes_cost_target\n"
-	".popsection\n");
-
 namespace eacgm {
 
 namespace {

@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "arch/arch.h"
 #include "common/result.h"
 #include "probe/span_engine.h"
 
@@ -215,9 +216,8 @@ private:
 	std::thread thread_;
 };
 
-// A function of eacgm itself that starts as library functions do (push
-// %rbp, which the kernel emulates): what the trap is timed on.
-extern "C" long eacgm_probes_cost_target(long x);
+// What the trap is timed on: eacgm_probes_cost_target (src/arch/arch.h), a
+// function of eacgm itself that starts as library functions do.
 
 // The trap's cost on this machine now: eacgm's own function probed by the
 // engine's programs (eacgm itself is untraced, so they return at once),

@@ -171,9 +171,8 @@ static Result<ArgSpec> parse_arg(const json &j, const std::string &where, const 
 	std::string at = where + " argument '" + a.name + "'";
 	// The whole number: as unsigned, 4294967296 would pass as slot 0.
 	if (!j.contains("slot") || !j["slot"].is_number_unsigned() || j["slot"].get<uint64_t>() > 31)
-		return make_error(
-			ErrorKind::BadInput,
-			at + ": \"slot\" must be a number 0..31 (0-5 are rdi,rsi,rdx,rcx,r8,r9; 6+ stack words)");
+		return make_error(ErrorKind::BadInput,
+				  at + ": \"slot\" must be a number 0..31 (the argument word, from 0; see docs/layers.md)");
 	a.slot = j["slot"].get<uint8_t>();
 	auto type_text = string_value(j, "type", "u64", at);
 	if (!type_text)
@@ -436,7 +435,7 @@ size_t probe_index(const SpecSet &s, std::string_view function)
 	return i;
 }
 
-// The plain return types and how many bytes of rax each holds; none: an
+// The plain return types and how many bytes of the return register each holds; none: an
 // enum. Compared a character at a time: decode asks for every call.
 static std::optional<int> plain_return_width(const std::string &r)
 {

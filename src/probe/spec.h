@@ -121,7 +121,7 @@ Result<SpecSet> load_builtin_spec(const std::string &layer);
 // Whether a spec's return type is an enum's name (its values have names),
 // not one of the plain types: void, i32, i64, u64, ptr.
 bool returns_enum(const std::string &returns);
-// How many bytes of rax a return type holds: 8 (i64, u64, ptr), 4 (i32, an
+// How many bytes of the return register a return type holds: 8 (i64, u64, ptr), 4 (i32, an
 // enum), 0 (void).
 int return_width(const std::string &returns);
 

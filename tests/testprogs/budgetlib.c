@@ -1,6 +1,6 @@
 /* The overhead budget's library (budget_load calls it): apart from the test
  * library, whose exact set of functions other tests list. Built like it, so
- * each function starts with "push %rbp" (see CMakeLists.txt). */
+ * each function starts by saving the frame pointer (see CMakeLists.txt). */
 #include "budgetlib.h"
 
 #define NOINLINE __attribute__((noinline, visibility("default")))

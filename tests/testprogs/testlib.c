@@ -10,8 +10,8 @@
 /* Keeps calls from being folded away. */
 static volatile long sink;
 
-/* The stack slot gives it a frame, so it starts with "push %rbp" like the
- * functions of real libraries (see CMakeLists.txt). */
+/* The stack slot gives it a frame, so it starts as the functions of real
+ * libraries do (see CMakeLists.txt). */
 NOINLINE long tl_noop(long x)
 {
 	volatile long slot = x;
@@ -75,8 +75,10 @@ NOINLINE long tl_escape(long n)
 	return n;
 }
 
-/* As code built with -fcf-protection starts: endbr64, then the frame. The
- * kernel single-steps endbr64, so eacgm probes past it (the push). */
+/* As code built with control-flow protection starts: the landing pad
+ * (src/arch: IsaRules::landing_pad), then code the kernel emulates, so
+ * eacgm probes past the pad. */
+#if defined(__x86_64__)
 __asm__(".pushsection .text\n"
 	".globl tl_cet\n"
 	".type tl_cet, @function\n"
@@ -103,3 +105,33 @@ __asm__(".pushsection .text\n"
 	"  ret\n"
 	".size tl_cet_loop, . - tl_cet_loop\n"
 	".popsection\n");
+#elif defined(__aarch64__)
+/* -mbranch-protection's `bti c`, then a branch (simulated) where x86-64 has
+ * its push; the same results as there. */
+__asm__(".pushsection .text\n"
+	".globl tl_cet\n"
+	".type tl_cet, %function\n"
+	"tl_cet:\n"
+	"  hint #34\n" /* bti c, in any assembler */
+	"  b 1f\n"
+	"1:\n"
+	"  add x0, x0, #1\n"
+	"  ret\n"
+	".size tl_cet, . - tl_cet\n"
+	/* Loops back to the instruction after its `bti c` n times: a probe
+	 * there would take each pass for a call, so it stays on the pad. */
+	".globl tl_cet_loop\n"
+	".type tl_cet_loop, %function\n"
+	"tl_cet_loop:\n"
+	"  hint #34\n" /* bti c, in any assembler */
+	"1:\n"
+	"  b 2f\n"
+	"2:\n"
+	"  subs x0, x0, #1\n"
+	"  b.gt 1b\n"
+	"  ret\n"
+	".size tl_cet_loop, . - tl_cet_loop\n"
+	".popsection\n");
+#else
+#error "tl_cet and tl_cet_loop are written for x86-64 and arm64"
+#endif

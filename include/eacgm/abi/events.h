@@ -17,9 +17,13 @@
 /* Probe specs loadable at once (cookies index this table). */
 #define EACGM_MAX_SPECS 4096
 
-/* Where an argument comes from. Slots follow the x86-64 SysV convention:
- * 0..5 are rdi, rsi, rdx, rcx, r8, r9; 6 and up are the stack words above
- * the return address. A struct passed by value (dim3) spans two slots. */
+/* Where an argument comes from. A slot is an argument word: the slot-th
+ * integer or pointer word of the call, from 0; a struct of up to 16 bytes
+ * passed by value (dim3) spans two. bpf/arch/ reads it from the processor's
+ * argument registers or, past them, the stack. A hidden pointer to the
+ * result (a C++ function returning a class by value) is word 0 as x86-64
+ * passes it; arm64 passes it in a register of its own, so there the words
+ * of such a function are one off (docs/arm64.md). */
 enum eacgm_arg_source {
 	EACGM_ARG_NONE = 0,
 	EACGM_ARG_ENTRY = 1,       /* the slot's value at entry */
@@ -79,7 +83,7 @@ struct eacgm_span_event {
 	__u32 spec_id;
 	__u16 depth; /* open spans below this one on the thread at entry */
 	__u16 flags;
-	__u64 ret; /* rax at return */
+	__u64 ret; /* the return register at return */
 	__u64 args[EACGM_MAX_ARGS];
 	__u64 py_stack; /* id of the Python stack record taken at entry, 0 if none */
 	/* How long the thread waited on a run queue during the call (runnable,

@@ -25,10 +25,13 @@ struct eacgm_py_process {
 	__u16 interp_threads_head;
 	__u16 tstate_next;
 	/* Which field names the thread: native_thread_id (3.11+), compared with
-	 * the tid, or thread_id (pthread_self(), 3.8-3.10), compared with the
-	 * thread's fs base, which is what glibc's pthread_self() returns. */
+	 * the tid, or thread_id (pthread_self(), 3.8-3.10), compared with
+	 * glibc's pthread_self() of the thread: its thread pointer less
+	 * pthread_below_tp (bpf/arch: where the kernel keeps the thread
+	 * pointer; src/arch: the distance). */
 	__u16 tstate_thread_key;
-	__u16 thread_key_is_fsbase;
+	__u16 thread_key_is_pthread;
+	__u16 pthread_below_tp;
 	__u16 tstate_frame;
 	__u16 tstate_cframe;
 	__u16 cframe_current_frame;
@@ -99,8 +102,8 @@ enum eacgm_py_counter {
 
 #ifdef __cplusplus
 static_assert(sizeof(struct eacgm_py_process) == 56, "eacgm_py_process: shared with BPF");
-static_assert(offsetof(struct eacgm_py_process, frame_lo) == 46, "eacgm_py_process: shared with BPF");
-static_assert(offsetof(struct eacgm_py_process, frame_globals) == 52, "eacgm_py_process: shared with BPF");
+static_assert(offsetof(struct eacgm_py_process, frame_lo) == 48, "eacgm_py_process: shared with BPF");
+static_assert(offsetof(struct eacgm_py_process, frame_globals) == 54, "eacgm_py_process: shared with BPF");
 static_assert(sizeof(struct eacgm_py_frame) == 32, "eacgm_py_frame: shared with BPF");
 static_assert(offsetof(struct eacgm_py_stack_event, frames) == 32, "eacgm_py_stack_event: shared with BPF");
 #endif
