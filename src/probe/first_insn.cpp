@@ -30,7 +30,8 @@ InsnDecoder::~InsnDecoder()
 Result<FirstInsn> InsnDecoder::decode(const uint8_t *code, size_t n) const
 {
 	if (!ok_)
-		return make_error(ErrorKind::Other, std::string("cannot open the ") + rules_.name + " disassembler (capstone)");
+		return make_error(ErrorKind::Other,
+				  std::string("cannot open the ") + rules_.name + " disassembler (capstone)");
 	cs_insn *insn = nullptr;
 	if (cs_disasm(handle_, code, n, 0, 1, &insn) != 1)
 		return make_error(ErrorKind::BadInput, std::string("not a valid ") + rules_.name + " instruction");

@@ -171,8 +171,9 @@ static Result<ArgSpec> parse_arg(const json &j, const std::string &where, const 
 	std::string at = where + " argument '" + a.name + "'";
 	// The whole number: as unsigned, 4294967296 would pass as slot 0.
 	if (!j.contains("slot") || !j["slot"].is_number_unsigned() || j["slot"].get<uint64_t>() > 31)
-		return make_error(ErrorKind::BadInput,
-				  at + ": \"slot\" must be a number 0..31 (the argument word, from 0; see docs/layers.md)");
+		return make_error(
+			ErrorKind::BadInput,
+			at + ": \"slot\" must be a number 0..31 (the argument word, from 0; see docs/layers.md)");
 	a.slot = j["slot"].get<uint8_t>();
 	auto type_text = string_value(j, "type", "u64", at);
 	if (!type_text)
