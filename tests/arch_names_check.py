@@ -13,6 +13,8 @@ import os
 import re
 import sys
 
+import source_check  # tests/source_check.py, beside this file
+
 # Where processor-specific code belongs (paths relative to the source
 # directory, with a trailing slash).
 MODULE = ("src/arch/", "bpf/arch/", "cmake/")
@@ -66,11 +68,7 @@ def checked_files(root):
     return sorted(r for r in out if not in_module(r))
 
 
-def main(argv):
-    if len(argv) != 2:
-        print(__doc__.strip().splitlines()[-1], file=sys.stderr)
-        return 2
-    root = argv[1]
+def problems_of(root):
     problems = []
     files = checked_files(root)
     for rel in files:
@@ -78,11 +76,12 @@ def main(argv):
             for n, name in offenders(f.read()):
                 problems.append("%s:%d: `%s` belongs to one processor: keep it in %s"
                                 % (rel, n, name, ", ".join(MODULE)))
-    for p in problems:
-        print(p)
-    if not problems:
-        print("arch_names_check: no processor-specific name in %d files outside %s" % (len(files), ", ".join(MODULE)))
-    return 1 if problems else 0
+    return problems, "arch_names_check: no processor-specific name in %d files outside %s" % (
+        len(files), ", ".join(MODULE))
+
+
+def main(argv):
+    return source_check.run(argv, __doc__, problems_of)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,8 @@ import os
 import re
 import sys
 
+import source_check  # tests/source_check.py, beside this file
+
 # A message read for its text: searched, compared, or matched.
 MATCHES = re.compile(
     r"""\bmessage\s*\.\s*(?:find|rfind|find_first_of|starts_with|ends_with|contains|compare|substr)\s*\("""
@@ -23,11 +25,7 @@ def offenders(text):
             if MATCHES.search(line) and not line.lstrip().startswith("//")]
 
 
-def main(argv):
-    if len(argv) != 2:
-        print(__doc__.strip().splitlines()[-1], file=sys.stderr)
-        return 2
-    root = argv[1]
+def problems_of(root):
     problems = []
     for base, _dirs, files in os.walk(os.path.join(root, "src")):
         for name in sorted(files):
@@ -38,11 +36,11 @@ def main(argv):
                 for n in offenders(f.read()):
                     problems.append("%s:%d: matches an error's text; test its kind (ErrorKind) instead"
                                     % (os.path.relpath(path, root), n))
-    for p in problems:
-        print(p)
-    if not problems:
-        print("error_text_check: no caller under src/ matches an error's text")
-    return 1 if problems else 0
+    return problems, "error_text_check: no caller under src/ matches an error's text"
+
+
+def main(argv):
+    return source_check.run(argv, __doc__, problems_of)
 
 
 if __name__ == "__main__":
