@@ -21,7 +21,6 @@ excluded=(
   'PythonResolver.StringsOfEveryKindBecomeUtf8' "$vm_read"
   'Interpreters/PythonResolverReal.*' "$vm_read (the 7 live interpreters)"
   'PythonDebugOffsets.ALive313AgreesWithTheTable' "$vm_read"
-  'Pipeline.ServeGivesTheSameSpansProcessesAndThreadsInEveryOrder' "its records are stamped when the fixture starts and serve must read them within a second of that; emulated, its hundred orders take longer"
 )
 echo "test-arm64: left out under qemu-user: ctest sklearn.gmm_agreement: its Python script (the host's, with scikit-learn) runs gmm_fit itself, which this kernel cannot execute without the emulator"
 

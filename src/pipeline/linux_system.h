@@ -1,6 +1,7 @@
 // The System of a live node (pipeline/sources.h): /proc for what a process
 // is, pidfds in one epoll set for when it exits.
 #pragma once
+#include "common/clock.h"
 #include "pipeline/sources.h"
 #include "probe/pid_watch.h"
 
@@ -21,6 +22,7 @@ public:
 	bool exists(uint32_t pid) override;
 	std::optional<int> exit_status(uint32_t pid) override { return zombie_exit_status(pid); }
 	std::string proc_root() const override { return "/proc"; }
+	uint64_t now_ns() override { return mono_ns(); }
 
 	Result<PidState> watch(uint32_t pid, UniqueFd pidfd) override { return exits_.add(pid, std::move(pidfd)); }
 	void unwatch(uint32_t pid) override { exits_.remove(pid); }

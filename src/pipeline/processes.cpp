@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "common/clock.h"
-
 namespace eacgm {
 
 void Processes::discover(Filter wanted)
@@ -38,14 +36,14 @@ void Processes::settle(bool end)
 	resolve_forks(end);
 	rescan_processes();
 	if (!end)
-		table_.end_exited(mono_ns());
+		table_.end_exited(system_.now_ns());
 }
 
 // serve: an exited process is handed on whole (its end and exit code, its
 // threads) and forgotten, with everything kept about it.
 Result<void> Processes::retire(Sink &out)
 {
-	auto gone = table_.retire(out, mono_ns());
+	auto gone = table_.retire(out, system_.now_ns());
 	if (!gone)
 		return gone.error();
 	for (uint32_t pid : *gone) {
@@ -257,7 +255,7 @@ void Processes::resolve_forks(bool all)
 {
 	if (held_.empty())
 		return;
-	uint64_t now = mono_ns();
+	uint64_t now = system_.now_ns();
 	held_pids_.clear();
 	std::set<uint32_t> waiting;
 	for (const eacgm_proc_event &e : std::exchange(held_, {})) {
@@ -294,7 +292,7 @@ void Processes::adopt_unseen()
 	}
 	// Exits whose calls never came (lost, or cut off by the exit):
 	// nothing of them to keep.
-	uint64_t now = mono_ns();
+	uint64_t now = system_.now_ns();
 	std::erase_if(early_exits_, [&](const eacgm_proc_event &e) { return now > e.ts_ns + kForkWaitNs; });
 }
 
@@ -359,7 +357,7 @@ void Processes::sweep()
 	if (now - last_sweep_ < std::chrono::seconds(10))
 		return;
 	last_sweep_ = now;
-	table_.sweep(mono_ns());
+	table_.sweep(system_.now_ns());
 	for (auto it = excluded_.begin(); it != excluded_.end();)
 		if (!system_.exists(*it))
 			it = excluded_.erase(it);

@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "common/clock.h"
-
 namespace eacgm {
 
 // Samples come out of order by up to the length of a traced call (a torch
@@ -73,7 +71,7 @@ void PythonJoiner::drops(std::vector<Drop> &out) const
 // code object at the same address may be another, and is looked at anew.
 void PythonJoiner::retire_stack_cache()
 {
-	uint64_t now = mono_ns();
+	uint64_t now = system_.now_ns();
 	if (now - stack_cache_since_ns_ < PythonResolver::kTrustNs && stack_cache_.size() < 65536)
 		return;
 	fold_cached_samples();
@@ -221,7 +219,7 @@ void PythonJoiner::add_sample(uint32_t pid, uint32_t tid, PyStackSample smp)
 
 Result<void> PythonJoiner::fold(Sink &out, bool all)
 {
-	uint64_t before = all ? UINT64_MAX : mono_ns() - kPyReorderNs;
+	uint64_t before = all ? UINT64_MAX : system_.now_ns() - kPyReorderNs;
 	auto by_time = [](const PyStackSample &a, const PyStackSample &b) { return a.ts_ns < b.ts_ns; };
 	std::vector<Span> spans;
 	for (auto it = threads_.begin(); it != threads_.end();) {

@@ -24,6 +24,7 @@
 #include "layers/python.h"
 #include "layers/python_resolver.h"
 #include "pipeline/process_table.h"
+#include "pipeline/sources.h"
 #include "pipeline/weights.h"
 
 namespace eacgm {
@@ -32,7 +33,10 @@ class PythonJoiner {
 public:
 	// tracer may be null (no Python layer: no stack resolves). The table
 	// names a sampled stack's process and learns its threads.
-	PythonJoiner(PythonTracer *tracer, ProcessTable &table) : tracer_(tracer), table_(table) {}
+	// The system's clock times the reordering window and the stack cache.
+	PythonJoiner(PythonTracer *tracer, ProcessTable &table, System &system)
+		: tracer_(tracer), table_(table), system_(system)
+	{}
 
 	// Keep every sample and measured call to the end and make the function
 	// spans from them all there (--python-entries: a measured call can
@@ -101,6 +105,7 @@ private:
 
 	PythonTracer *tracer_;
 	ProcessTable &table_;
+	System &system_;
 	PythonResolver resolver_;
 	bool stream_ = true;
 	bool fold_ = false;

@@ -20,7 +20,7 @@ static constexpr size_t kBatch = 4096;
 
 Recorder::Recorder(Probes &probes, System &system, RecordSource &source, Sink &out, PythonTracer *python)
 	: probes_(probes), system_(system), source_(source), out_(out), processes_(probes, system, python),
-	  python_(python), python_join_(python, processes_.table())
+	  python_(python), python_join_(python, processes_.table(), system)
 {}
 
 void Recorder::open() { issues_.emplace(probes_.specs().probes); }
@@ -173,7 +173,7 @@ void Recorder::decode(const eacgm_span_event &e)
 Result<void> Recorder::flush(bool force)
 {
 	const bool serve = processes_.discovering();
-	const uint64_t now_ns = serve && !pending_.empty() ? mono_ns() : 0;
+	const uint64_t now_ns = serve && !pending_.empty() ? system_.now_ns() : 0;
 	{
 		for (size_t k = 0; k < pending_.size(); k++) {
 			const eacgm_span_event &e = pending_[k];
@@ -196,7 +196,7 @@ Result<void> Recorder::flush(bool force)
 	if (force || decoded_.size() + typed_.size() >= kBatch || now - last_store_ > std::chrono::milliseconds(200)) {
 		last_store_ = now;
 		if (issues_)
-			issues_->release(decoded_, mono_ns(), force);
+			issues_->release(decoded_, system_.now_ns(), force);
 		SpanBatch batch{SpanBatch::calls, std::move(decoded_), {}, std::move(typed_)};
 		auto r = out_.write(batch);
 		decoded_ = std::move(batch.spans); // its capacity, for the next batch

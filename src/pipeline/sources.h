@@ -65,6 +65,11 @@ public:
 	virtual std::optional<int> exit_status(uint32_t pid) = 0;
 	// Where the symbolizer reads maps and files (/proc's root).
 	virtual std::string proc_root() const = 0;
+	// CLOCK_MONOTONIC now, the clock of every record: what the pipeline's
+	// waits are measured on (a fork's verdict, a process's late records,
+	// the Python samples' reordering). A test's system says what time it
+	// is, so that no test depends on how fast it runs.
+	virtual uint64_t now_ns() = 0;
 
 	// The exit watch: `pidfd`, where given, was opened before the process
 	// was tracked (a pid reused since cannot stand in for it). The state

@@ -89,6 +89,10 @@ public:
 	bool exists(uint32_t pid) override { return find(pid) != nullptr; }
 	std::optional<int> exit_status(uint32_t pid) override { return find(pid) ? find(pid)->status : std::nullopt; }
 	std::string proc_root() const override { return "/nonexistent/eacgm-test-proc"; }
+	// The test's time, not the machine's: what a wait in the pipeline is
+	// measured on.
+	uint64_t now = 0;
+	uint64_t now_ns() override { return now; }
 
 	Result<PidState> watch(uint32_t pid, UniqueFd) override
 	{
@@ -227,14 +231,16 @@ protected:
 		free_ = probe_index(specs_, "cudaFree");
 		ASSERT_LT(malloc_, specs_.probes.size());
 		ASSERT_LT(free_, specs_.probes.size());
-		// Now: a fork read within a second of its time waits for its
-		// parent's verdict (serve), as on a live node.
-		t0_ = mono_ns();
 	}
 
 	FakeSystem world(bool excluded) const
 	{
 		FakeSystem w;
+		// The records are read moments after they were made (t0_ + 100 ns,
+		// the last at t0_ + 60): a fork read within a second of its time
+		// waits for its parent's verdict (serve), as on a live node,
+		// however long the test takes (under qemu-user, minutes).
+		w.now = t0_ + 100;
 		w.procs[kParent] = {"python", "python train.py", 1, {{kParent, "python"}}, {}};
 		w.procs[kChild] = {
 			"worker", "worker --rank 1", kParent, {{kChild, "worker"}, {kChildThread, "loader"}}, {}};
@@ -383,7 +389,7 @@ protected:
 
 	SpecSet specs_;
 	size_t malloc_ = 0, free_ = 0;
-	uint64_t t0_ = 0;
+	uint64_t t0_ = 1'000'000'000'000; // 1000 s after boot, as CLOCK_MONOTONIC goes
 };
 
 TEST_F(Pipeline, RecordGivesTheSameSpansProcessesAndThreadsInEveryOrder)
@@ -519,8 +525,9 @@ TEST(ProcessTable, ServeWaitsForTheExitRecordAfterThePidfd)
 TEST(PythonJoiner, CountsEveryStackAndEntryItCannotResolve)
 {
 	FakeSystem sys;
+	sys.now = 1'000'000'000'000; // long after the samples' times: each is folded when asked
 	ProcessTable table(sys);
-	PythonJoiner join(nullptr, table);
+	PythonJoiner join(nullptr, table, sys);
 	eacgm_py_stack_event e{};
 	e.kind = EACGM_PY_SAMPLE;
 	e.tgid = e.tid = 10;
