@@ -36,11 +36,15 @@ packages=(
   lintian               # make test's package check: the .deb has no lintian errors or warnings
   python3-matplotlib    # make pictures and ctest docs.pictures draw the README's pictures (scripts/draw_readme.py)
 )
+# Installed for this machine's architecture (or for all): with arm64
+# co-installed for the cross build (scripts/setup-arm64.sh), dpkg lists a
+# library's -dev package once per architecture.
+native=$(dpkg --print-architecture)
 missing=()
 for p in "${packages[@]}"; do
   [[ $p == \#* ]] && continue
-  status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
-  [[ $status == "install ok installed" ]] || missing+=("$p")
+  status=$(dpkg-query -W -f='${Architecture} ${Status}\n' "$p" 2>/dev/null || true)
+  grep -qE "^($native|all) install ok installed$" <<<"$status" || missing+=("$p")
 done
 if ((${#missing[@]})); then
   if [[ $(id -u) -ne 0 ]]; then
