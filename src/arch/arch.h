@@ -54,6 +54,12 @@ struct IsaRules {
 	// What a single-stepped probe costs against an emulated one, for the
 	// note on them: "so each of its calls costs <this>".
 	const char *stepped_cost;
+	// Argument words that come before the declared arguments of a function
+	// returning a class by value, through a hidden pointer to the caller's
+	// storage (a torch operator's at::Tensor, a process group's Work):
+	// x86-64 passes that pointer as the first word (1); arm64 in a register
+	// of its own, x8 (0). bpf/arch reads the pointer as EACGM_SLOT_RESULT.
+	unsigned result_pointer_words;
 };
 
 const IsaRules &rules(Isa isa);

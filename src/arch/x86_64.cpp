@@ -49,6 +49,7 @@ extern const IsaRules kX86_64Rules = {
 	.trap = x86_trap,
 	.direct_target = x86_direct_target,
 	.stepped_cost = "about 20x the trap of one that starts with a push or a relative branch",
+	.result_pointer_words = 1, // rdi, then the declared arguments from rsi
 };
 
 #if defined(__x86_64__)

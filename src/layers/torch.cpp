@@ -8,6 +8,7 @@
 #include <sstream>
 #include <string_view>
 
+#include "arch/arch.h"
 #include "common/text.h"
 
 namespace eacgm {
@@ -50,8 +51,11 @@ std::vector<ArgSpec> leading_tensor_args(const std::string &demangled, int max, 
 	if (open == std::string::npos || demangled.rfind(ops, 0) != 0 || call == std::string::npos)
 		return args;
 	// A returned at::Tensor (or tuple, or vector) travels through a hidden
-	// pointer in the first register: the parameters start one slot later.
-	int first = returns_by_hidden_pointer(demangled.substr(ops.size(), call - ops.size())) ? 1 : 0;
+	// pointer: on x86-64 in the first register, and the parameters start
+	// one slot later (src/arch).
+	int first = returns_by_hidden_pointer(demangled.substr(ops.size(), call - ops.size()))
+		? int(arch::native_rules().result_pointer_words)
+		: 0;
 	// Every `at::Tensor const&` (or `at::Tensor&`, in place) is one pointer
 	// slot, in order, as long as nothing else comes before it (a by-value
 	// struct would shift the slots).

@@ -13,6 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "arch/arch.h"
+
 namespace eacgm {
 
 using nlohmann::json;
@@ -170,11 +172,15 @@ static Result<ArgSpec> parse_arg(const json &j, const std::string &where, const 
 	a.name = j["name"];
 	std::string at = where + " argument '" + a.name + "'";
 	// The whole number: as unsigned, 4294967296 would pass as slot 0.
-	if (!j.contains("slot") || !j["slot"].is_number_unsigned() || j["slot"].get<uint64_t>() > 31)
-		return make_error(
-			ErrorKind::BadInput,
-			at + ": \"slot\" must be a number 0..31 (the argument word, from 0; see docs/layers.md)");
-	a.slot = j["slot"].get<uint8_t>();
+	if (j.contains("slot") && j["slot"] == "result")
+		a.slot = EACGM_SLOT_RESULT;
+	else if (!j.contains("slot") || !j["slot"].is_number_unsigned() || j["slot"].get<uint64_t>() > 31)
+		return make_error(ErrorKind::BadInput,
+				  at +
+					  ": \"slot\" must be a number 0..31 (the argument word, from 0) or \"result\" "
+					  "(see docs/layers.md)");
+	else
+		a.slot = j["slot"].get<uint8_t>();
 	auto type_text = string_value(j, "type", "u64", at);
 	if (!type_text)
 		return type_text.error();
@@ -534,7 +540,7 @@ static Result<void> parse_issue_rule(const json &ij, const std::string &where, P
 	return {};
 }
 
-// "tensor_args": N (with "match") and "waits": true.
+// "tensor_args": N (with "match"), "waits" and "result_pointer": true.
 static Result<void> parse_flags(const json &pj, const std::string &where, ProbeSpec &p)
 {
 	if (pj.contains("tensor_args")) {
@@ -549,6 +555,32 @@ static Result<void> parse_flags(const json &pj, const std::string &where, ProbeS
 						  ": \"waits\" is true or false (true: the call waits on other "
 						  "processes, and one in flight past --hang-after is a hang)");
 		p.waits = pj["waits"];
+	}
+	if (pj.contains("result_pointer")) {
+		if (!pj["result_pointer"].is_boolean())
+			return make_error(ErrorKind::BadInput,
+					  where +
+						  ": \"result_pointer\" is true or false (true: the function returns "
+						  "a class by value, through a hidden pointer)");
+		p.result_pointer = pj["result_pointer"];
+	}
+	return {};
+}
+
+// The args' slots of a function that returns a class by value count its
+// declared arguments; its words start after the hidden result pointer
+// where the processor passes that as an argument word (x86-64), and
+// "result" is that pointer wherever it is.
+static Result<void> place_result_pointer(const std::string &where, ProbeSpec &p)
+{
+	for (auto &a : p.args) {
+		if (a.slot == EACGM_SLOT_RESULT && !p.result_pointer)
+			return make_error(ErrorKind::BadInput,
+					  where + " argument '" + a.name +
+						  "': \"slot\": \"result\" is the hidden result pointer of a function "
+						  "with \"result_pointer\": true");
+		if (p.result_pointer && a.slot != EACGM_SLOT_RESULT)
+			a.slot = uint8_t(a.slot + arch::native_rules().result_pointer_words);
 	}
 	return {};
 }
@@ -567,7 +599,7 @@ static Result<ProbeSpec> parse_probe(const json &pj, const std::string &layer, c
 	std::string where = origin + ": probe '" + p.function + "'";
 	if (auto r = known_keys(pj,
 				{"function", "library", "symbols", "match", "args", "bytes", "alias", "returns",
-				 "tensor_args", "waits", "issues", "about"},
+				 "tensor_args", "waits", "result_pointer", "issues", "about"},
 				where);
 	    !r)
 		return r.error();
@@ -599,6 +631,8 @@ static Result<ProbeSpec> parse_probe(const json &pj, const std::string &layer, c
 					  ": tensors and named offsets are read on a \"match\" probe only (their "
 					  "layout depends on the library's version, found when it attaches)");
 	if (auto r = parse_returns(pj, where, set, p); !r)
+		return r.error();
+	if (auto r = place_result_pointer(where, p); !r)
 		return r.error();
 	if (auto compiled = compile_probe(p, 0); !compiled)
 		return compiled.error();

@@ -19,7 +19,7 @@ enum class ArgType { U64, I64, U32, I32, Ptr, Bytes, Dim3, Enum, Symbol, Tensor 
 struct ArgSpec {
 	std::string name;
 	ArgType type = ArgType::U64;
-	uint8_t slot = 0;                 // SysV slot: 0..5 registers, 6+ stack words
+	uint8_t slot = 0;                 // the argument word (src/arch places it), or EACGM_SLOT_RESULT
 	uint8_t source = EACGM_ARG_ENTRY; // enum eacgm_arg_source
 	uint16_t offset = 0;              // for deref sources; a tensor's dimension count
 	uint16_t offset2 = 0;             // the second level's (DEREF2); a tensor's dtype
@@ -81,6 +81,11 @@ struct ProbeSpec {
 	// The call waits on other processes (a collective, a wait on one): in
 	// flight past --hang-after, it is reported as a hang (spec key "waits").
 	bool waits = false;
+	// Returns a class by value, through a hidden pointer to the caller's
+	// storage (spec key "result_pointer"): the args' slots count the
+	// declared arguments (`this` first) and "slot": "result" is that
+	// pointer; parsing places them for the processor (src/arch).
+	bool result_pointer = false;
 	std::vector<IssueRule> issues;
 	std::string returns = "i64"; // "void", "i32", "i64", "u64", "ptr" or an enum name
 	std::string origin;          // file the spec came from, for messages

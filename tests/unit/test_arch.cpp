@@ -32,5 +32,14 @@ TEST(Arch, PthreadSelfIsAFixedDistanceBelowTheThreadPointer)
 	EXPECT_EQ(there, here);
 }
 
+// A function returning a class by value gets a hidden pointer to the
+// caller's storage: x86-64's first argument word (rdi), so its declared
+// arguments start one word later; arm64's x8, which moves none.
+TEST(Arch, WhereTheHiddenResultPointerGoes)
+{
+	EXPECT_EQ(arch::rules(arch::Isa::X86_64).result_pointer_words, 1u);
+	EXPECT_EQ(arch::rules(arch::Isa::Arm64).result_pointer_words, 0u);
+}
+
 } // namespace
 } // namespace eacgm

@@ -4,6 +4,7 @@
 #include <map>
 #include <regex>
 
+#include "arch/arch.h"
 #include "ingest/decode.h"
 #include "probe/spec.h"
 
@@ -67,6 +68,45 @@ TEST(Spec, Dim3TakesTwoSlotsWhenLowered)
 		EXPECT_EQ(c->args[i].slot, slots[i]) << i;
 		EXPECT_EQ(c->args[i].source, EACGM_ARG_ENTRY);
 	}
+}
+
+// A method returning a class by value ("result_pointer"): its slots count
+// the declared arguments, `this` first, and "result" is the hidden pointer
+// to the returned object, wherever the processor passes it.
+TEST(Spec, AResultPointersFunctionHasItsArgumentsPlacedForTheProcessor)
+{
+	auto s = parse_spec(R"({"layer": "x", "library": "libx.so", "probes": [
+	  {"function": "Group::send", "returns": "void", "result_pointer": true, "args": [
+	    {"name": "self", "slot": 0, "type": "ptr"},
+	    {"name": "tensors", "slot": 1, "type": "ptr"},
+	    {"name": "work", "slot": "result", "type": "ptr", "deref": "exit", "offset": 0}]}]})",
+			    "r.json", true);
+	ASSERT_TRUE(s.ok()) << s.error().message;
+	const uint8_t words = uint8_t(arch::native_rules().result_pointer_words); // x86-64 1, arm64 0
+	auto &args = s->probes[0].args;
+	EXPECT_EQ(args[0].slot, words);
+	EXPECT_EQ(args[1].slot, words + 1);
+	EXPECT_EQ(args[2].slot, EACGM_SLOT_RESULT);
+	auto c = compile_probe(s->probes[0], 1);
+	ASSERT_TRUE(c.ok()) << c.error().message;
+	EXPECT_EQ(c->args[2].slot, EACGM_SLOT_RESULT);
+	EXPECT_EQ(c->args[2].source, EACGM_ARG_DEREF_EXIT);
+
+	// "result" where the function returns no class by value; a flag that is
+	// not a boolean.
+	auto no_flag = parse_spec(R"({"layer": "x", "library": "libx.so", "probes": [
+	  {"function": "f", "args": [{"name": "w", "slot": "result", "type": "ptr"}]}]})",
+				  "r.json", true);
+	ASSERT_FALSE(no_flag.ok());
+	EXPECT_EQ(no_flag.error().kind, ErrorKind::BadInput);
+	EXPECT_EQ(no_flag.error().message,
+		  "r.json: probe 'f' argument 'w': \"slot\": \"result\" is the hidden "
+		  "result pointer of a function with \"result_pointer\": true");
+	auto not_bool = parse_spec(R"({"layer": "x", "library": "libx.so", "probes": [
+	  {"function": "f", "result_pointer": 1}]})",
+				   "r.json", true);
+	ASSERT_FALSE(not_bool.ok());
+	EXPECT_EQ(not_bool.error().kind, ErrorKind::BadInput);
 }
 
 TEST(Spec, SyntaxErrorsNameLineAndColumn)
@@ -278,7 +318,7 @@ TEST(Spec, UnknownKeysAreReportedWithTheKnownOnes)
 	ASSERT_FALSE(s.ok());
 	EXPECT_EQ(s.error().message,
 		  "t.json: probe 'f': unknown key \"retruns\" (known: function, library, symbols, "
-		  "match, args, bytes, alias, returns, tensor_args, waits, issues, about)");
+		  "match, args, bytes, alias, returns, tensor_args, waits, result_pointer, issues, about)");
 	auto arg =
 		parse_spec(R"({"library":"l","probes":[{"function":"f","args":[{"name":"a","slot":0,"kind":"x"}]}]})",
 			   "t.json", true);

@@ -1,6 +1,7 @@
 // Tensor arguments of torch operators: which slots, which version, how shown.
 #include <gtest/gtest.h>
 
+#include "arch/arch.h"
 #include "ingest/decode.h"
 #include "probe/spec.h"
 #include "layers/torch.h"
@@ -42,8 +43,10 @@ TEST(TorchLayer, LeadingTensorParametersBecomeTensorArguments)
 		layout);
 	ASSERT_EQ(linear.size(), 2u); // the optional bias is not an at::Tensor
 	EXPECT_EQ(linear[0].name, "in0");
-	EXPECT_EQ(linear[0].slot, 1); // after the hidden return pointer
-	EXPECT_EQ(linear[1].slot, 2);
+	// After the hidden return pointer where it is an argument word (x86-64).
+	const int words = int(arch::native_rules().result_pointer_words);
+	EXPECT_EQ(linear[0].slot, words);
+	EXPECT_EQ(linear[1].slot, words + 1);
 	EXPECT_EQ(linear[0].type, ArgType::Tensor);
 	EXPECT_EQ(linear[0].offset, 72);
 	EXPECT_EQ(linear[0].offset2, 176);
@@ -160,7 +163,10 @@ TEST(TorchLayer, GlooCollectivesReadTheOffsetsOfTheFilesVersion)
 	EXPECT_EQ(c->nargs, 6u);
 	EXPECT_EQ(c->args[0].source, EACGM_ARG_TENSORS_A);
 	EXPECT_EQ(c->args[1].source, EACGM_ARG_TENSORS_B);
-	EXPECT_EQ(c->args[1].slot, 2);
+	// The vector (declared argument 1) after the hidden result pointer on
+	// x86-64; the Work read through that pointer wherever it is.
+	EXPECT_EQ(c->args[1].slot, 1 + arch::native_rules().result_pointer_words);
+	EXPECT_EQ(c->args[5].slot, EACGM_SLOT_RESULT);
 	EXPECT_EQ(c->args[2].source, EACGM_ARG_DEREF_ENTRY);
 	EXPECT_EQ(c->args[3].source, EACGM_ARG_DEREF2_ENTRY);
 

@@ -7,6 +7,7 @@
 #include "vmlinux.h"
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
+#include "eacgm/abi/events.h" /* EACGM_SLOT_RESULT */
 
 /* An argument word at a function's entry (eacgm_arg_spec.slot: the slot-th
  * integer or pointer word, from 0). AAPCS64 passes eight in x0..x7 and the
@@ -16,6 +17,8 @@
  * names only the first five arguments, so the rest are read by index. */
 static __always_inline __u64 eacgm_arg_word(struct pt_regs *ctx, __u32 slot)
 {
+	if (slot == EACGM_SLOT_RESULT)
+		return ((const struct user_pt_regs *)ctx)->regs[8]; /* x8, the indirect result register */
 	const struct user_pt_regs *r = (const struct user_pt_regs *)ctx;
 	switch (slot) {
 	case 0: return r->regs[0];

@@ -7,6 +7,7 @@
 #include "vmlinux.h"
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
+#include "eacgm/abi/events.h" /* EACGM_SLOT_RESULT */
 
 /* An argument word at a function's entry (eacgm_arg_spec.slot: the slot-th
  * integer or pointer word, from 0). The SysV ABI passes six in registers,
@@ -14,6 +15,8 @@
  * that `call` pushed. */
 static __always_inline __u64 eacgm_arg_word(struct pt_regs *ctx, __u32 slot)
 {
+	if (slot == EACGM_SLOT_RESULT)
+		return PT_REGS_PARM1(ctx); /* the first word, rdi */
 	switch (slot) {
 	case 0: return PT_REGS_PARM1(ctx);
 	case 1: return PT_REGS_PARM2(ctx);

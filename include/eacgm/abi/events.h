@@ -20,10 +20,12 @@
 /* Where an argument comes from. A slot is an argument word: the slot-th
  * integer or pointer word of the call, from 0; a struct of up to 16 bytes
  * passed by value (dim3) spans two. bpf/arch/ reads it from the processor's
- * argument registers or, past them, the stack. A hidden pointer to the
- * result (a C++ function returning a class by value) is word 0 as x86-64
- * passes it; arm64 passes it in a register of its own, so there the words
- * of such a function are one off (docs/arm64.md). */
+ * argument registers or, past them, the stack. EACGM_SLOT_RESULT is the
+ * hidden pointer to the result of a C++ function that returns a class by
+ * value, wherever the processor passes it (x86-64: word 0, so the declared
+ * arguments start at word 1; arm64: x8, so they start at word 0); user space
+ * places the declared ones (arch::IsaRules::result_pointer_words). */
+#define EACGM_SLOT_RESULT 255
 enum eacgm_arg_source {
 	EACGM_ARG_NONE = 0,
 	EACGM_ARG_ENTRY = 1,       /* the slot's value at entry */
