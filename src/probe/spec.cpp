@@ -540,6 +540,18 @@ static Result<void> parse_issue_rule(const json &ij, const std::string &where, P
 	return {};
 }
 
+// A probe's true-or-false key, when given; `meaning` says what true means.
+static Result<void> bool_key(const json &pj, const char *key, const char *meaning, const std::string &where, bool &out)
+{
+	if (!pj.contains(key))
+		return {};
+	if (!pj[key].is_boolean())
+		return make_error(ErrorKind::BadInput,
+				  where + ": \"" + key + "\" is true or false (true: " + meaning + ")");
+	out = pj[key];
+	return {};
+}
+
 // "tensor_args": N (with "match"), "waits" and "result_pointer": true.
 static Result<void> parse_flags(const json &pj, const std::string &where, ProbeSpec &p)
 {
@@ -548,23 +560,13 @@ static Result<void> parse_flags(const json &pj, const std::string &where, ProbeS
 			return make_error(ErrorKind::BadInput, where + ": \"tensor_args\" is 0..3, with \"match\"");
 		p.tensor_args = pj["tensor_args"];
 	}
-	if (pj.contains("waits")) {
-		if (!pj["waits"].is_boolean())
-			return make_error(ErrorKind::BadInput,
-					  where +
-						  ": \"waits\" is true or false (true: the call waits on other "
-						  "processes, and one in flight past --hang-after is a hang)");
-		p.waits = pj["waits"];
-	}
-	if (pj.contains("result_pointer")) {
-		if (!pj["result_pointer"].is_boolean())
-			return make_error(ErrorKind::BadInput,
-					  where +
-						  ": \"result_pointer\" is true or false (true: the function returns "
-						  "a class by value, through a hidden pointer)");
-		p.result_pointer = pj["result_pointer"];
-	}
-	return {};
+	if (auto r = bool_key(pj, "waits",
+			      "the call waits on other processes, and one in flight past --hang-after is a hang", where,
+			      p.waits);
+	    !r)
+		return r;
+	return bool_key(pj, "result_pointer", "the function returns a class by value, through a hidden pointer", where,
+			p.result_pointer);
 }
 
 // The args' slots of a function that returns a class by value count its
