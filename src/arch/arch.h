@@ -60,6 +60,14 @@ struct IsaRules {
 	// x86-64 passes that pointer as the first word (1); arm64 in a register
 	// of its own, x8 (0). bpf/arch reads the pointer as EACGM_SLOT_RESULT.
 	unsigned result_pointer_words;
+	// Whether a frame's return address is on the stack at the function's
+	// entry, where a uretprobe's trampoline replaces it: x86-64's `call`
+	// pushes it there, so the exception guard (bpf/span.bpf.c) can hand the
+	// real one back before an unwinder walks the stack. arm64's `bl` leaves
+	// it in x30, saved wherever the prologue chooses: no guard there.
+	bool return_address_on_stack;
+	// The ELF header's e_machine of code for it.
+	uint16_t elf_machine;
 };
 
 const IsaRules &rules(Isa isa);

@@ -133,7 +133,9 @@ extern const IsaRules kArm64Rules = {
 	.direct_target = arm64_direct_target,
 	// Not measured on arm64 yet (bench_span_cost needs an arm64 machine).
 	.stepped_cost = "two traps, where one that starts with a PC-relative branch or adr/adrp costs one",
-	.result_pointer_words = 0, // x8: the declared arguments start at x0
+	.result_pointer_words = 0,        // x8: the declared arguments start at x0
+	.return_address_on_stack = false, // x30, saved where the prologue chooses
+	.elf_machine = 183,               // EM_AARCH64
 };
 
 #if defined(__aarch64__)

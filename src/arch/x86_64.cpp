@@ -49,7 +49,9 @@ extern const IsaRules kX86_64Rules = {
 	.trap = x86_trap,
 	.direct_target = x86_direct_target,
 	.stepped_cost = "about 20x the trap of one that starts with a push or a relative branch",
-	.result_pointer_words = 1, // rdi, then the declared arguments from rsi
+	.result_pointer_words = 1,       // rdi, then the declared arguments from rsi
+	.return_address_on_stack = true, // `call` pushed it: the slot the kernel replaces
+	.elf_machine = 62,               // EM_X86_64
 };
 
 #if defined(__x86_64__)

@@ -172,8 +172,17 @@ Sections read_sections(Elf *elf, std::string &soname)
 	return out;
 }
 
-// Appends one table's defined symbols (and their ranks: lower is preferred).
-void read_table(Elf *elf, Elf_Scn *scn, Elf_Data *versym, std::vector<ElfSymbol> &symbols, std::vector<uint8_t> &rank)
+// Whether a symbol of this name, defined or imported, makes its file take
+// part in C++ exceptions (ElfFile::cxx_exceptions).
+bool names_exceptions(std::string_view name)
+{
+	return name == "__gxx_personality_v0" || name == "_Unwind_Resume" || name == "__cxa_throw";
+}
+
+// Appends one table's defined symbols (and their ranks: lower is preferred);
+// `exceptions` set where the table names a symbol of C++ exceptions.
+void read_table(Elf *elf, Elf_Scn *scn, Elf_Data *versym, std::vector<ElfSymbol> &symbols, std::vector<uint8_t> &rank,
+		bool &exceptions)
 {
 	GElf_Shdr sh;
 	gelf_getshdr(scn, &sh);
@@ -185,6 +194,10 @@ void read_table(Elf *elf, Elf_Scn *scn, Elf_Data *versym, std::vector<ElfSymbol>
 		const int type = GELF_ST_TYPE(s.st_info), bind = GELF_ST_BIND(s.st_info);
 		// Imports and absolute values are not code in this file; TLS values are
 		// offsets into the TLS block, not addresses.
+		if (s.st_shndx == SHN_UNDEF && !exceptions)
+			if (const char *raw = elf_strptr(elf, sh.sh_link, s.st_name))
+				exceptions = names_exceptions(
+					std::string_view(raw).substr(0, std::string_view(raw).find('@')));
 		if (s.st_shndx == SHN_UNDEF || s.st_shndx == SHN_ABS)
 			continue;
 		const bool func = type == STT_FUNC || type == STT_GNU_IFUNC;
@@ -200,6 +213,7 @@ void read_table(Elf *elf, Elf_Scn *scn, Elf_Data *versym, std::vector<ElfSymbol>
 		GElf_Versym v;
 		if (dynsym && versym && gelf_getversym(versym, int(i), &v) && (v & kVersymHidden))
 			hidden = true;
+		exceptions = exceptions || names_exceptions(name.substr(0, at));
 		symbols.push_back({name.substr(0, at), s.st_value, s.st_size, bind == STB_WEAK, func});
 		rank.push_back((bind == STB_LOCAL ? 2 : bind == STB_WEAK ? 1 : 0) + (hidden ? 3 : 0));
 	}
@@ -258,9 +272,12 @@ Result<ElfFile> ElfFile::open(const std::string &path, bool require_symbols)
 			if (gelf_getphdr(h.elf, int(i), &p) && p.p_type == PT_LOAD)
 				f.loads_.push_back({p.p_vaddr, p.p_offset, p.p_filesz});
 		}
+	GElf_Ehdr eh;
+	if (gelf_getehdr(h.elf, &eh))
+		f.machine_ = eh.e_machine;
 	Sections sections = read_sections(h.elf, f.soname_);
 	for (Elf_Scn *scn : sections.tables)
-		read_table(h.elf, scn, sections.versym, f.symbols_, f.rank_);
+		read_table(h.elf, scn, sections.versym, f.symbols_, f.rank_, f.cxx_exceptions_);
 	drop_duplicates(f.symbols_, f.rank_);
 	if (require_symbols && f.symbols_.empty())
 		return make_error(
@@ -286,6 +303,21 @@ const ElfSymbol *ElfFile::find(std::string_view name) const
 		if (rank_[i] < best_rank && symbols_[i].name == name)
 			best = &symbols_[i], best_rank = rank_[i];
 	return best;
+}
+
+const ElfSymbol *ElfFile::object_at(uint64_t vaddr) const
+{
+	if (objects_.empty()) {
+		for (uint32_t i = 0; i < symbols_.size(); ++i)
+			if (!symbols_[i].func)
+				objects_.push_back({symbols_[i].addr, rank_[i], i});
+		std::sort(objects_.begin(), objects_.end(), [](const Func &a, const Func &b) {
+			return a.addr != b.addr ? a.addr < b.addr : a.rank < b.rank;
+		});
+	}
+	auto it = std::lower_bound(objects_.begin(), objects_.end(), vaddr,
+				   [](const Func &f, uint64_t v) { return f.addr < v; });
+	return it != objects_.end() && it->addr == vaddr ? &symbols_[it->idx] : nullptr;
 }
 
 const ElfSymbol *ElfFile::symbol_at(uint64_t vaddr) const

@@ -56,6 +56,10 @@ public:
 	const ElfSymbol *symbol_at(uint64_t vaddr) const;
 	// Every function symbol at exactly addr, best first (same order as above).
 	std::vector<const ElfSymbol *> aliases(uint64_t addr) const;
+	// The data object that starts at exactly vaddr (a std::type_info: an
+	// exception's type), global before weak before local. Its index is
+	// made on the first call.
+	const ElfSymbol *object_at(uint64_t vaddr) const;
 
 	// Through the PT_LOAD headers; fails for addresses outside the file's bytes.
 	Result<uint64_t> vaddr_to_offset(uint64_t vaddr) const;
@@ -63,6 +67,13 @@ public:
 
 	std::string soname() const { return soname_; } // DT_SONAME, may be empty
 	std::string path() const { return path_; }
+	// e_machine of the ELF header: the processor the file's code is for.
+	uint16_t machine() const { return machine_; }
+	// Whether the file's code takes part in C++ exceptions: it names the
+	// C++ personality routine or _Unwind_Resume (has cleanups or handlers
+	// for them) or throws (__cxa_throw), defined or imported. An exception
+	// may unwind through such a file's frames.
+	bool cxx_exceptions() const { return cxx_exceptions_; }
 
 private:
 	struct Segment {
@@ -76,10 +87,13 @@ private:
 	ElfFile() = default;
 
 	std::string path_, soname_;
+	uint16_t machine_ = 0;
+	bool cxx_exceptions_ = false;
 	std::shared_ptr<const MappedFile> image_; // what the symbols' names point into
 	std::vector<ElfSymbol> symbols_;
-	std::vector<uint8_t> rank_; // parallel to symbols_: lower is preferred
-	std::vector<Func> funcs_;   // by (addr, rank)
+	std::vector<uint8_t> rank_;         // parallel to symbols_: lower is preferred
+	std::vector<Func> funcs_;           // by (addr, rank)
+	mutable std::vector<Func> objects_; // the same for data objects, made by object_at()
 	std::vector<Segment> loads_;
 };
 

@@ -31,7 +31,8 @@ const ElfFile *Symbolizer::elf(const std::string &path)
 	return it->second ? &*it->second : nullptr;
 }
 
-std::optional<std::string> Symbolizer::lookup(uint32_t pid, const std::vector<Mapping> &maps, uint64_t addr)
+std::optional<std::string> Symbolizer::lookup(uint32_t pid, const std::vector<Mapping> &maps, uint64_t addr,
+					      bool object)
 {
 	const Mapping *m = mapping_for(maps, addr);
 	if (!m || !m->path.starts_with('/') || m->path.ends_with(" (deleted)"))
@@ -45,7 +46,7 @@ std::optional<std::string> Symbolizer::lookup(uint32_t pid, const std::vector<Ma
 	auto vaddr = f->offset_to_vaddr(addr - m->start + m->offset);
 	if (!vaddr)
 		return std::nullopt;
-	const ElfSymbol *s = f->symbol_at(*vaddr);
+	const ElfSymbol *s = object ? f->object_at(*vaddr) : f->symbol_at(*vaddr);
 	if (!s)
 		return std::nullopt;
 	std::string name = s->demangled();
@@ -57,26 +58,31 @@ std::optional<std::string> Symbolizer::lookup(uint32_t pid, const std::vector<Ma
 	return name;
 }
 
-std::optional<std::string> Symbolizer::resolve(uint32_t pid, uint64_t addr)
+std::optional<std::string> Symbolizer::resolve(uint32_t pid, uint64_t addr) { return find(pid, addr, false); }
+
+std::optional<std::string> Symbolizer::resolve_object(uint32_t pid, uint64_t addr) { return find(pid, addr, true); }
+
+std::optional<std::string> Symbolizer::find(uint32_t pid, uint64_t addr, bool object)
 {
 	std::lock_guard lock(mu_);
 	Proc &p = procs_[pid];
-	if (auto a = p.aliases.find(addr); a != p.aliases.end())
+	if (auto a = p.aliases.find(addr); !object && a != p.aliases.end())
 		addr = a->second;
-	if (auto it = p.results.find(addr); it != p.results.end())
+	auto &results = object ? p.objects : p.results;
+	if (auto it = results.find(addr); it != results.end())
 		return it->second;
 	bool fresh = false;
 	if (!p.own)
 		fresh = read(pid, p); // first use, or only inherited so far
 	std::optional<std::string> name;
 	if (p.maps)
-		name = lookup(pid, *p.maps, addr);
+		name = lookup(pid, *p.maps, addr, object);
 	// A miss on old maps may be a library loaded since (dlopen): re-read once.
 	if (!name && !fresh && read(pid, p))
-		name = lookup(pid, *p.maps, addr);
+		name = lookup(pid, *p.maps, addr, object);
 	if (!name && p.inherited && p.inherited != p.maps)
-		name = lookup(pid, *p.inherited, addr);
-	p.results.emplace(addr, name);
+		name = lookup(pid, *p.inherited, addr, object);
+	results.emplace(addr, name);
 	return name;
 }
 
@@ -85,7 +91,7 @@ void Symbolizer::snapshot(uint32_t pid)
 	std::lock_guard lock(mu_);
 	Proc &p = procs_[pid];
 	if (read(pid, p))
-		p.results.clear();
+		p.results.clear(), p.objects.clear();
 }
 
 void Symbolizer::adopt(uint32_t pid, std::vector<Mapping> maps)
@@ -93,7 +99,7 @@ void Symbolizer::adopt(uint32_t pid, std::vector<Mapping> maps)
 	std::lock_guard lock(mu_);
 	Proc &p = procs_[pid];
 	if (take(p, std::move(maps)))
-		p.results.clear();
+		p.results.clear(), p.objects.clear();
 }
 
 void Symbolizer::inherit(uint32_t child, uint32_t parent)
@@ -108,6 +114,7 @@ void Symbolizer::inherit(uint32_t child, uint32_t parent)
 	if (!c.own)
 		c.maps = par.maps;
 	c.results.clear(); // misses from before the parent's maps were known
+	c.objects.clear();
 }
 
 void Symbolizer::exec(uint32_t pid)

@@ -27,6 +27,9 @@ public:
 	// cannot be read. Results are cached per (pid, addr), misses included, so a
 	// miss costs one re-read of the maps once, not on every event.
 	std::optional<std::string> resolve(uint32_t pid, uint64_t addr);
+	// The demangled name of the data object that starts exactly at addr
+	// ("typeinfo for c10::Error"), cached as resolve() is.
+	std::optional<std::string> resolve_object(uint32_t pid, uint64_t addr);
 
 	// Reads the maps now: call when a process is first seen, so that addresses
 	// of a short-lived process still resolve after it exits, and after an exec
@@ -58,12 +61,13 @@ private:
 		// process read while it exits shows part of its maps (the kernel
 		// unmaps as it goes), and what it ran before exec is in them.
 		std::shared_ptr<const std::vector<Mapping>> inherited;
-		std::unordered_map<uint64_t, std::optional<std::string>> results;
+		std::unordered_map<uint64_t, std::optional<std::string>> results, objects;
 		std::unordered_map<uint64_t, uint64_t> aliases; // handle -> address it stands for
 	};
 	static bool take(Proc &p, std::vector<Mapping> maps);
 	bool read(uint32_t pid, Proc &p);
-	std::optional<std::string> lookup(uint32_t pid, const std::vector<Mapping> &maps, uint64_t addr);
+	std::optional<std::string> lookup(uint32_t pid, const std::vector<Mapping> &maps, uint64_t addr, bool object);
+	std::optional<std::string> find(uint32_t pid, uint64_t addr, bool object);
 	const ElfFile *elf(const std::string &path);
 
 	std::string proc_root_;
