@@ -20,7 +20,8 @@ std::vector<Capability> tracing_capabilities()
 		{CAP_PERFMON, "CAP_PERFMON"},
 		{CAP_SYS_PTRACE, "CAP_SYS_PTRACE"},
 		{CAP_DAC_READ_SEARCH, "CAP_DAC_READ_SEARCH"},
-		{CAP_SYS_RESOURCE, "CAP_SYS_RESOURCE"}};
+		{CAP_SYS_RESOURCE, "CAP_SYS_RESOURCE"},
+		{CAP_KILL, "CAP_KILL"}};
 }
 
 namespace {

@@ -20,9 +20,11 @@ struct Capability {
 
 // What tracing needs throughout: load and attach BPF programs and uprobes
 // (CAP_BPF, CAP_PERFMON), read traced processes' memory and /proc
-// (CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH), raise the locked-memory and
-// open-file limits (CAP_SYS_RESOURCE). dist/systemd/eacgm.service.in bounds
-// the agent to these.
+// (CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH; and write a stack slot back for
+// the exception guard, probe/guard_server.h), raise the locked-memory and
+// open-file limits (CAP_SYS_RESOURCE), resume a process the exception
+// guard stopped, whoever owns it (CAP_KILL). dist/systemd/eacgm.service.in
+// bounds the agent to these.
 std::vector<Capability> tracing_capabilities();
 
 // Drops every capability but `keep` from the bounding, permitted, effective

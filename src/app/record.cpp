@@ -197,13 +197,12 @@ RecordSession::Stop RecordSession::check_target()
 
 // Before any thread starts (each inherits its creator's capabilities), and
 // after the fork (the command keeps its own sets and umask): what tracing
-// needs, and what record does for the user besides: write its outputs
-// wherever root may (CAP_DAC_OVERRIDE) and pass a signal on to a command
-// that changed its user (CAP_KILL).
+// needs (CAP_KILL among it, which also lets record pass a signal on to a
+// command that changed its user), and what record does for the user
+// besides: write its outputs wherever root may (CAP_DAC_OVERRIDE).
 RecordSession::Stop RecordSession::drop_privileges()
 {
-	auto kept =
-		keep_tracing_privileges({{CAP_DAC_OVERRIDE, "CAP_DAC_OVERRIDE"}, {CAP_KILL, "CAP_KILL"}}, a_.bpf_stats);
+	auto kept = keep_tracing_privileges({{CAP_DAC_OVERRIDE, "CAP_DAC_OVERRIDE"}}, a_.bpf_stats);
 	if (!kept)
 		return fail(kept.error().message);
 	capabilities_ = std::move(kept.value());

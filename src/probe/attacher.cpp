@@ -15,6 +15,7 @@
 #include "probe/elf_symbols.h"
 #include "probe/proc_maps.h"
 #include "probe/symbol_search.h"
+#include "probe/unwind_guard.h"
 
 namespace eacgm {
 
@@ -80,6 +81,12 @@ Result<void> Attacher::attach_library(const std::string &path)
 		warnings_.push_back(elf.error().message);
 		return {};
 	}
+	// A library with an unwinder of its own is guarded before its
+	// functions get return probes.
+	if (auto r = guard_elf(real, elf.value()); !r)
+		return r;
+	if (unguarded_refusal(real, elf.value()))
+		return {};
 	std::set<uint64_t> done_addrs; // aliases share an address: attach once
 	std::vector<SpanEngine::Target> targets;
 	std::vector<AttachedProbe> attached;
@@ -176,6 +183,45 @@ Result<void> Attacher::expand_pattern(size_t pattern, const ElfFile &elf,
 	return {};
 }
 
+Result<void> Attacher::guard_elf(const std::string &real, const ElfFile &elf)
+{
+	struct stat st;
+	if (!engine_.guarded() || stat(real.c_str(), &st) != 0 || !guard_files_.insert({st.st_dev, st.st_ino}).second)
+		return {};
+	std::vector<SpanEngine::Target> targets;
+	for (const GuardSite &g : guard_sites(elf))
+		targets.push_back({decoder_.probe_offset(real, g.file_offset, g.size), uint32_t(g.role)});
+	return engine_.attach_guard(real, targets);
+}
+
+Result<void> Attacher::guard_library(const std::string &path)
+{
+	char real[PATH_MAX];
+	struct stat st;
+	if (!engine_.guarded() || !realpath(path.c_str(), real) || stat(real, &st) != 0 || !S_ISREG(st.st_mode) ||
+	    guard_files_.count({st.st_dev, st.st_ino}))
+		return {};
+	auto elf = ElfFile::open(real);
+	if (!elf) {
+		guard_files_.insert({st.st_dev, st.st_ino});
+		warnings_.push_back(elf.error().message);
+		return {};
+	}
+	return guard_elf(real, elf.value());
+}
+
+bool Attacher::unguarded_refusal(const std::string &real, const ElfFile &elf)
+{
+	if (engine_.guarded() || !elf.cxx_exceptions())
+		return false;
+	warnings_.push_back("not tracing the calls of " + real +
+			    ": a C++ exception may unwind through them, and without the exception guard (" +
+			    engine_.unguarded_reason() +
+			    ") a return probe there would turn a caught exception into the program's abort "
+			    "(docs/security.md)");
+	return true;
+}
+
 std::vector<ProbeSite> Attacher::sites(size_t from) const
 {
 	std::vector<ProbeSite> out;
@@ -198,7 +244,13 @@ Result<std::vector<std::string>> Attacher::scan_maps(uint32_t pid, const std::ve
 {
 	std::vector<std::string> fresh;
 	auto &judged = judged_[pid];
-	for (auto &file : mapped_files(maps)) {
+	const std::vector<std::string> files = mapped_files(maps);
+	// The guard first: the process's return probes go on below.
+	for (auto &file : files)
+		if (!judged.count(file) && holds_unwinder(file))
+			if (auto r = guard_library(host_path(pid, file)); !r)
+				return r.error();
+	for (auto &file : files) {
 		if (!judged.insert(file).second)
 			continue;
 		fresh.push_back(file);
@@ -224,6 +276,14 @@ void Attacher::inherit(uint32_t child, uint32_t parent)
 
 Result<void> Attacher::attach_installed(const std::vector<std::string> &extra_libraries)
 {
+	auto libs = installed_libraries();
+	libs.insert(libs.end(), extra_libraries.begin(), extra_libraries.end());
+	// The guard first, on the unwinders every process may load: no return
+	// probe below can be live in a process before its unwinder is guarded.
+	for (auto &lib : libs)
+		if (holds_unwinder(lib))
+			if (auto r = guard_library(lib); !r)
+				return r;
 	for (auto &p : specs_.probes)
 		if (!p.library.empty() && p.library[0] == '/') {
 			if (access(p.library.c_str(), R_OK) != 0)
@@ -232,8 +292,6 @@ Result<void> Attacher::attach_installed(const std::vector<std::string> &extra_li
 			if (auto r = attach_library(p.library); !r)
 				return r;
 		}
-	auto libs = installed_libraries();
-	libs.insert(libs.end(), extra_libraries.begin(), extra_libraries.end());
 	for (auto &lib : libs)
 		if (wanted(lib))
 			if (auto r = attach_library(lib); !r)

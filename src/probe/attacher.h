@@ -82,6 +82,11 @@ public:
 
 	// Whether a spec names this library file.
 	bool wanted(const std::string &path) const;
+	// Puts the exception guard's probes on a library that holds a
+	// process's unwinder, C++ runtime or longjmp (probe/unwind_guard.h),
+	// once per file. Called for such files before any other of the same
+	// process: no return probe of it is live before its guard is.
+	Result<void> guard_library(const std::string &path);
 
 private:
 	// Adds a probe per function of `elf` that a `match` pattern finds.
@@ -90,10 +95,17 @@ private:
 				    const std::map<std::string, std::vector<uint32_t>> *matched,
 				    const std::function<Result<void>(uint32_t, const ElfSymbol &)> &add);
 
+	// The guard's probes on a file already open (its sites, if any).
+	Result<void> guard_elf(const std::string &real, const ElfFile &elf);
+	// Whether the probes of this file must wait for a guard this engine
+	// lacks (a library of C++ exceptions): said once, and skipped.
+	bool unguarded_refusal(const std::string &real, const ElfFile &elf);
+
 	SpanEngine &engine_;
 	ProcTracker &tracker_;
 	SpecSet specs_;
-	std::set<std::pair<uint64_t, uint64_t>> done_files_; // (dev, inode)
+	std::set<std::pair<uint64_t, uint64_t>> done_files_;  // (dev, inode)
+	std::set<std::pair<uint64_t, uint64_t>> guard_files_; // (dev, inode) the guard judged
 	// Per pid, the mapped files already judged. `import torch` loads a few
 	// hundred extension modules, each a dlopen and a rescan of maps with
 	// thousands of entries: judging only the new files keeps each rescan at

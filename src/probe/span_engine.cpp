@@ -4,10 +4,13 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <cerrno>
+#include <cstring>
 #include <fcntl.h>
 
 #include "common/fd.h"
 #include "probe/links.h"
+#include "probe/guard_server.h"
+#include "probe/unwind_guard.h"
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -36,6 +39,61 @@ uint32_t wakeup_check_mask(uint32_t ring_bytes)
 	return every - 1;
 }
 
+// One attempt at loading the programs: uprobe_multi ones or per-function
+// ones, with the exception guard or without. Returns libbpf's error (0: loaded).
+Result<int> SpanEngine::load(const Options &opts, int traced_map_fd, bool multi, bool guard)
+{
+	const uint32_t rb = opts.ring_buffer_bytes;
+	skel_ = open_skeleton(span_bpf__open, span_bpf__destroy);
+	if (!skel_)
+		return errno_error(errno, "cannot open the span BPF object");
+	skel_->rodata->trace_all = opts.trace_all;
+	skel_->rodata->self_tgid = getpid();
+	skel_->rodata->wakeup_bytes = rb / 4;
+	skel_->rodata->wakeup_check_mask = wakeup_check_mask(rb);
+	skel_->rodata->guard_on = guard;
+	bpf_map__set_max_entries(skel_->maps.span_events, rb);
+	int err = 0;
+	if (traced_map_fd >= 0) {
+		err = bpf_map__reuse_fd(skel_->maps.traced_tgids, traced_map_fd);
+		if (err)
+			return bpf_error(err, "cannot share the traced-process map");
+	}
+	if (opts.py_procs >= 0) {
+		skel_->rodata->capture_py_stacks = true;
+		std::pair<struct bpf_map *, int> shared[] = {{skel_->maps.py_procs, opts.py_procs},
+							     {skel_->maps.py_tstates, opts.py_tstates},
+							     {skel_->maps.py_events, opts.py_events},
+							     {skel_->maps.py_counters, opts.py_counters}};
+		for (auto [mine, theirs] : shared)
+			if ((err = bpf_map__reuse_fd(mine, theirs)))
+				return bpf_error(err, "cannot share the Python maps");
+	} else {
+		bpf_map__set_max_entries(skel_->maps.py_events, sysconf(_SC_PAGESIZE)); // unused
+		bpf_map__set_max_entries(skel_->maps.py_code_cache, 1);
+	}
+	// One set or the other: each copy of the programs (with the Python
+	// stack walker inlined) takes the verifier about 0.1 s, a third of
+	// the start-up of a recording.
+	struct bpf_program *multi_progs[] = {skel_->progs.span_entry_multi, skel_->progs.span_exit_multi,
+					     skel_->progs.span_unwind_multi};
+	struct bpf_program *single_progs[] = {skel_->progs.span_entry, skel_->progs.span_exit,
+					      skel_->progs.span_unwind};
+	for (auto *prog : multi_progs) {
+		if (multi)
+			bpf_program__set_expected_attach_type(prog, kTraceUprobeMulti);
+		else
+			bpf_program__set_autoload(prog, false);
+	}
+	for (auto *prog : single_progs)
+		if (multi)
+			bpf_program__set_autoload(prog, false);
+	if (!guard)
+		for (auto *prog : {skel_->progs.span_unwind, skel_->progs.span_unwind_multi})
+			bpf_program__set_autoload(prog, false);
+	return span_bpf__load(skel_.get());
+}
+
 Result<std::unique_ptr<SpanEngine>> SpanEngine::open(const Options &opts, int traced_map_fd)
 {
 	uint32_t rb = opts.ring_buffer_bytes;
@@ -46,49 +104,15 @@ Result<std::unique_ptr<SpanEngine>> SpanEngine::open(const Options &opts, int tr
 					  " bytes is not a power of two of at least " + std::to_string(page) +
 					  "; use --ring-buffer-kb 4, 8, 16, ...");
 	std::unique_ptr<SpanEngine> e(new SpanEngine());
+	e->unguarded_ = opts.guard ? guard_refusal() : std::optional<std::string>("it was turned off");
 	// First with the uprobe_multi programs; a kernel without them (< 6.6)
 	// refuses the load, and the per-function programs serve alone.
 	int err = 0;
 	for (bool multi : {opts.multi_link, false}) {
-		e->skel_ = open_skeleton(span_bpf__open, span_bpf__destroy);
-		if (!e->skel_)
-			return errno_error(errno, "cannot open the span BPF object");
-		e->skel_->rodata->trace_all = opts.trace_all;
-		e->skel_->rodata->self_tgid = getpid();
-		e->skel_->rodata->wakeup_bytes = rb / 4;
-		e->skel_->rodata->wakeup_check_mask = wakeup_check_mask(rb);
-		bpf_map__set_max_entries(e->skel_->maps.span_events, rb);
-		if (traced_map_fd >= 0) {
-			err = bpf_map__reuse_fd(e->skel_->maps.traced_tgids, traced_map_fd);
-			if (err)
-				return bpf_error(err, "cannot share the traced-process map");
-		}
-		if (opts.py_procs >= 0) {
-			e->skel_->rodata->capture_py_stacks = true;
-			std::pair<struct bpf_map *, int> shared[] = {{e->skel_->maps.py_procs, opts.py_procs},
-								     {e->skel_->maps.py_tstates, opts.py_tstates},
-								     {e->skel_->maps.py_events, opts.py_events},
-								     {e->skel_->maps.py_counters, opts.py_counters}};
-			for (auto [mine, theirs] : shared)
-				if ((err = bpf_map__reuse_fd(mine, theirs)))
-					return bpf_error(err, "cannot share the Python maps");
-		} else {
-			bpf_map__set_max_entries(e->skel_->maps.py_events, page); // unused
-			bpf_map__set_max_entries(e->skel_->maps.py_code_cache, 1);
-		}
-		// One pair or the other: each copy of the programs (with the Python
-		// stack walker inlined) takes the verifier about 0.1 s, a third of
-		// the start-up of a recording.
-		for (auto *prog : {e->skel_->progs.span_entry_multi, e->skel_->progs.span_exit_multi}) {
-			if (multi)
-				bpf_program__set_expected_attach_type(prog, kTraceUprobeMulti);
-			else
-				bpf_program__set_autoload(prog, false);
-		}
-		for (auto *prog : {e->skel_->progs.span_entry, e->skel_->progs.span_exit})
-			if (multi)
-				bpf_program__set_autoload(prog, false);
-		err = span_bpf__load(e->skel_.get());
+		auto r = e->load(opts, traced_map_fd, multi, !e->unguarded_);
+		if (!r)
+			return r.error();
+		err = r.value();
 		e->multi_ = multi && !err;
 		if (!err)
 			break;
@@ -100,6 +124,14 @@ Result<std::unique_ptr<SpanEngine>> SpanEngine::open(const Options &opts, int tr
 	if (!l)
 		return errno_error(errno, "cannot attach the thread-exit tracepoint");
 	e->thread_exit_.add(l);
+	if (!e->unguarded_) {
+		auto g = GuardServer::start({e->skel_->maps.guard_requests, bpf_map__fd(e->skel_->maps.guards),
+					     bpf_map__fd(e->skel_->maps.guard_done),
+					     bpf_map__fd(e->skel_->maps.guard_stopped)});
+		if (!g)
+			return g.error();
+		e->guard_server_ = std::move(g.value());
+	}
 	return e;
 }
 
@@ -111,7 +143,13 @@ SpanEngine::~SpanEngine()
 		for (auto &g : groups_)
 			all.absorb(std::move(g.links));
 		all.absorb(std::move(thread_exit_));
-	} // before the skeleton, a member, goes
+	}
+	// The guard after every return probe: a frame whose return went to the
+	// trampoline while the probes were there keeps it until it returns, so
+	// the guard stays as long as eacgm can keep it. Before the skeleton, a
+	// member, goes.
+	guard_links_.reset();
+	guard_server_.reset(); // after its probes: what they asked is answered, what they stopped resumed
 }
 
 Result<void> SpanEngine::set_spec(uint32_t spec_id, const eacgm_probe_spec &spec)
@@ -235,6 +273,37 @@ Result<void> SpanEngine::attach_multi(const std::string &path, const std::vector
 	return {};
 }
 
+Result<void> SpanEngine::attach_guard(const std::string &path, const std::vector<Target> &sites)
+{
+	if (!guarded() || sites.empty())
+		return {};
+	std::lock_guard<std::mutex> lock(mu_);
+	if (multi_) {
+		std::vector<uint64_t> offsets, cookies;
+		for (auto &t : sites) {
+			offsets.push_back(t.file_offset);
+			cookies.push_back(t.spec_id);
+		}
+		auto fd = attach_uprobe_multi(bpf_program__fd(skel_->progs.span_unwind_multi), path, offsets, cookies,
+					      false);
+		if (!fd)
+			return fd.error();
+		guard_links_.add(std::move(fd.value()));
+		return {};
+	}
+	for (auto &t : sites) {
+		LIBBPF_OPTS(bpf_uprobe_opts, o, .bpf_cookie = t.spec_id);
+		struct bpf_link *l =
+			bpf_program__attach_uprobe_opts(skel_->progs.span_unwind, -1, path.c_str(), t.file_offset, &o);
+		if (!l)
+			return errno_error(errno,
+					   "cannot attach the exception guard to " + path + " at offset " +
+						   std::to_string(t.file_offset));
+		guard_links_.add(l);
+	}
+	return {};
+}
+
 size_t SpanEngine::threads_with_state() const
 {
 	return static_cast<size_t>(__atomic_load_n(&skel_->bss->threads_with_state, __ATOMIC_RELAXED));
@@ -267,6 +336,8 @@ Result<std::vector<eacgm_open_call>> SpanEngine::open_calls(uint32_t tid) const
 }
 
 struct bpf_map *SpanEngine::events_map() const { return skel_->maps.span_events; }
+
+GuardCounts SpanEngine::guard_counts() const { return guard_server_ ? guard_server_->counts() : GuardCounts{}; }
 
 std::array<uint64_t, EACGM_CNT_COUNT> SpanEngine::counters() const
 {

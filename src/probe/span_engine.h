@@ -6,12 +6,14 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "common/result.h"
 #include "eacgm/abi/events.h"
+#include "probe/guard_server.h"
 #include "probe/links.h"
 #include "probe/skeleton.h"
 
@@ -40,6 +42,9 @@ public:
 		// The Python layer's maps (bpf/pystack.bpf.h), as fds, to record the
 		// Python stack behind every span of a Python process; -1: no stacks.
 		int py_procs = -1, py_tstates = -1, py_events = -1, py_counters = -1;
+		// Load the exception guard where this machine lets it
+		// (probe/unwind_guard.h); false: never (tests of what it changes).
+		bool guard = true;
 	};
 	// traced_map_fd: ProcTracker's set of traced processes, shared.
 	static Result<std::unique_ptr<SpanEngine>> open(const Options &opts, int traced_map_fd);
@@ -62,6 +67,17 @@ public:
 	Result<LinkSet> attach_apart(const std::string &path, const std::vector<Target> &targets);
 	// Whether one uprobe_multi link serves a whole library (kernel 6.6+).
 	bool multi_link() const { return multi_; }
+
+	// Whether the exception guard is loaded (probe/unwind_guard.h); where
+	// it is not, why (for the user: return probes on libraries that throw
+	// would put the traced program at risk).
+	bool guarded() const { return !unguarded_; }
+	const std::string &unguarded_reason() const { return *unguarded_; }
+	// Puts the guard's probes on a library (entry only, cookie: the role).
+	// They stay until the engine goes, after every span probe has gone.
+	Result<void> attach_guard(const std::string &path, const std::vector<Target> &sites);
+	// What the guard's server has done so far.
+	GuardCounts guard_counts() const;
 
 	// Duty-cycling (--overhead-budget). The functions of `specs` leave the
 	// libraries' links: each library's link is replaced by one without them,
@@ -100,9 +116,14 @@ private:
 	};
 	std::vector<Target> wanted(const Group &g, bool throttled) const;
 
+	Result<int> load(const Options &opts, int traced_map_fd, bool multi, bool guard);
+
 	Skeleton<struct span_bpf> skel_ = no_skeleton<struct span_bpf>();
 	bool multi_ = false;
+	std::optional<std::string> unguarded_; // why the guard is not loaded
 	LinkSet thread_exit_;
+	LinkSet guard_links_;
+	std::unique_ptr<GuardServer> guard_server_; // answers the guard's requests
 	// attach() runs on the record loop, the budget's bursts on their own thread.
 	mutable std::mutex mu_;
 	std::vector<Group> groups_;

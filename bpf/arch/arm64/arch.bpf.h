@@ -54,4 +54,20 @@ static __always_inline __u64 eacgm_thread_pointer(struct task_struct *task)
 	return BPF_CORE_READ(task, thread.uw.tp_value);
 }
 
+/* Where a frame's return address is while its return probe is live: on
+ * arm64 the kernel replaces the link register (x30) at the entry probe, and
+ * the function saves it wherever its prologue chooses, which only its
+ * unwind information says. The exception guard cannot find it, so it is
+ * not built here (user space knows: arch::IsaRules, and refuses return
+ * probes on libraries that throw; docs/arm64.md). */
+#define EACGM_RETURN_ON_STACK 0
+
+static __always_inline bool eacgm_shadow_stack(struct task_struct *task) { return false; }
+
+/* glibc on arm64 mangles the jmp_buf's stack pointer with a guard kept in
+ * ld.so's own data (__pointer_chk_guard_local), not in the thread's: not
+ * read here. 0: unknown, and frames a longjmp left are found at the next
+ * entry as on any kernel (counted, not recorded). */
+static __always_inline __u64 eacgm_longjmp_target_sp(struct pt_regs *ctx, struct task_struct *task) { return 0; }
+
 #endif

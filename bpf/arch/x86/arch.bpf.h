@@ -42,4 +42,46 @@ static __always_inline __u64 eacgm_thread_pointer(struct task_struct *task)
 	return BPF_CORE_READ(task, thread.fsbase);
 }
 
+/* Where a frame's return address is while its return probe is live: the
+ * kernel's return_instance.stack is the stack pointer at the entry probe,
+ * and on x86-64 that is the very slot `call` pushed the return address to,
+ * which the kernel replaced with its trampoline. The exception guard writes
+ * the address back there before an unwinder reads the stack (span.bpf.c). */
+#define EACGM_RETURN_ON_STACK 1
+
+/* Whether the task runs with a user shadow stack (x86 CET, 6.6+ kernels that
+ * have it: thread.features & ARCH_SHSTK_SHSTK). The kernel puts its
+ * trampoline on the shadow stack too, which no BPF helper can write: the
+ * guard then leaves the stack alone. The field is read where the running
+ * kernel has it (this kernel's vmlinux.h does not: a flavour of our own). */
+struct thread_struct___shstk {
+	unsigned long features;
+} __attribute__((preserve_access_index));
+struct task_struct___shstk {
+	struct thread_struct___shstk thread;
+} __attribute__((preserve_access_index));
+
+static __always_inline bool eacgm_shadow_stack(struct task_struct *task)
+{
+	struct task_struct___shstk *t = (void *)task;
+	if (!bpf_core_field_exists(t->thread.features))
+		return false;
+	return BPF_CORE_READ(t, thread.features) & 1; /* ARCH_SHSTK_SHSTK */
+}
+
+/* The stack pointer a longjmp(env, ...) goes back to, at the entry of glibc's
+ * longjmp, siglongjmp or __longjmp_chk: the jmp_buf's JB_RSP word (the
+ * seventh), which glibc keeps mangled (PTR_MANGLE: xor with the thread's
+ * pointer guard, tcbhead_t.pointer_guard at fs:0x30, then rotate left by
+ * 17). 0 when it cannot be read. */
+static __always_inline __u64 eacgm_longjmp_target_sp(struct pt_regs *ctx, struct task_struct *task)
+{
+	__u64 env = PT_REGS_PARM1(ctx), mangled = 0, guard = 0;
+	__u64 tp = BPF_CORE_READ(task, thread.fsbase);
+	if (!env || !tp || bpf_probe_read_user(&mangled, sizeof(mangled), (void *)(env + 6 * 8)) ||
+	    bpf_probe_read_user(&guard, sizeof(guard), (void *)(tp + 0x30)))
+		return 0;
+	return ((mangled >> 17) | (mangled << 47)) ^ guard;
+}
+
 #endif

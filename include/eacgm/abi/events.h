@@ -100,6 +100,28 @@ struct eacgm_span_event {
  * Python frame (the same stack, not walked again): that call owns it, and
  * its own span comes later. */
 #define EACGM_SPAN_PY_SHARED 2
+/* How a call left when it did not return (the exception guard, span.bpf.c):
+ * its span ends where the leaving was seen to pass its frame, and ret is no
+ * return value. At most one of the three is set. */
+#define EACGM_SPAN_LEFT_EXCEPTION 4 /* a C++ exception unwound it; ret: the exception's std::type_info, 0: unknown */
+#define EACGM_SPAN_LEFT_FORCED 8    /* forced unwinding (pthread_exit, pthread_cancel); ret 0 */
+#define EACGM_SPAN_LEFT_LONGJMP 16  /* a longjmp to a frame above it; ret 0 */
+#define EACGM_SPAN_LEFT (EACGM_SPAN_LEFT_EXCEPTION | EACGM_SPAN_LEFT_FORCED | EACGM_SPAN_LEFT_LONGJMP)
+
+/* What a probe of the exception guard marks (its attach cookie): a point
+ * where something is about to walk the stack or leave frames without their
+ * return (span.bpf.c, probe/unwind_guard.cpp). */
+enum eacgm_unwind_role {
+	EACGM_UNWIND_RAISE = 1,     /* _Unwind_RaiseException: a throw starts its search */
+	EACGM_UNWIND_RETHROW = 2,   /* _Unwind_Resume_or_Rethrow: `throw;` in a handler */
+	EACGM_UNWIND_FORCED = 3,    /* _Unwind_ForcedUnwind: pthread_exit, pthread_cancel */
+	EACGM_UNWIND_RESUME = 4,    /* _Unwind_Resume: a cleanup ran, the unwinding goes on */
+	EACGM_UNWIND_BACKTRACE = 5, /* _Unwind_Backtrace: backtrace(), a walk of the stack */
+	EACGM_UNWIND_CATCH = 6,     /* __cxa_begin_catch: a handler took the exception */
+	EACGM_UNWIND_LONGJMP = 7,   /* longjmp, siglongjmp, __longjmp_chk */
+	EACGM_UNWIND_FIND_FDE = 8,  /* _Unwind_Find_FDE: an unwinder is about to read the next frame's return */
+	EACGM_UNWIND_ROLES = 9,
+};
 
 /* A call entered and not yet returned, as the span program keeps it per
  * thread (task storage): the agent reads these to see calls in flight, which
@@ -118,8 +140,50 @@ struct eacgm_open_call {
 
 struct eacgm_thread_calls {
 	__u32 depth;
-	__u32 pad;
+	/* Return addresses of this thread's frames that the exception guard
+	 * gave back to the program for an unwinder's walk and has not yet put
+	 * back under the return probe (span.bpf.c): 0 almost always. */
+	__u32 restored;
 	struct eacgm_open_call calls[EACGM_MAX_DEPTH];
+};
+
+/* The exception guard's requests to the agent (span.bpf.c's guard_requests
+ * ring). The kernel forbids a BPF program to write a process's memory when
+ * it is locked down (bpf_probe_write_user; lockdown=integrity, the default
+ * with Secure Boot), so the guard's program asks the agent, stopping its
+ * thread (SIGSTOP) until the agent has written value[i] into the 8-byte
+ * stack slot slot[i] wherever it still holds expect[i] (process_vm_writev),
+ * and resumed the process (SIGCONT). */
+#define EACGM_GUARD_SLOTS 64
+enum eacgm_guard_kind {
+	EACGM_GUARD_RESTORE = 1, /* return addresses back, before an unwinder walks the stack */
+	EACGM_GUARD_REARM = 2,   /* the trampoline back, for frames that live on */
+};
+struct eacgm_guard_request {
+	__u32 tgid;
+	__u32 tid;
+	__u64 seq;   /* the thread's request number, from 1 */
+	__u64 sp;    /* the thread's stack pointer when it asked */
+	__u64 ip;    /* where it asked: the probed function's address */
+	__u64 ts_ns; /* when it asked (CLOCK_MONOTONIC) */
+	__u32 kind;
+	__u32 n;
+	__u64 slot[EACGM_GUARD_SLOTS];
+	__u64 expect[EACGM_GUARD_SLOTS];
+	__u64 value[EACGM_GUARD_SLOTS];
+};
+
+/* A thread's side of the guard (task storage, span.bpf.c's guards): its
+ * program writes it; the agent reads seq and abandoned_seq to know whether
+ * a request still stands. */
+struct eacgm_guard_thread {
+	__u64 seq;           /* requests made */
+	__u64 restore_seq;   /* the last restore asked: no stack walk may read past it until done */
+	__u64 abandoned_seq; /* a restore the unwinding no longer needs (caught below every slot) */
+	__u64 tinfo;         /* the exception's std::type_info, 0: unknown, or none */
+	__u64 lo, hi;        /* the slots restored and not rearmed */
+	__u32 kind;          /* EACGM_SPAN_LEFT_* of the unwinding under way, 0: none */
+	__u32 restored;      /* how many */
 };
 
 /* A power of two: the programs time one call in this many per CPU. */
@@ -141,7 +205,18 @@ enum eacgm_counter {
 	EACGM_CNT_ENTRIES_TIMED = 7,
 	EACGM_CNT_EXIT_NS = 8,
 	EACGM_CNT_EXITS_TIMED = 9,
-	EACGM_CNT_COUNT = 10,
+	/* The exception guard (span.bpf.c): requests made to the agent; the
+	 * times a thread stopped itself for one (a request, or a walk that
+	 * reached a frame before the agent had answered); requests it could
+	 * not make (the request ring full, a shadow stack), after which the
+	 * thread went on as under any return probe. */
+	EACGM_CNT_GUARD_REQUESTS = 10,
+	EACGM_CNT_GUARD_STOPS = 11,
+	EACGM_CNT_GUARD_UNASKED = 12,
+	/* Spans of calls left without a return (EACGM_SPAN_LEFT): recorded,
+	 * not lost. */
+	EACGM_CNT_LEFT = 13,
+	EACGM_CNT_COUNT = 14,
 };
 
 /* Process-tree events from proc.bpf.c. */
@@ -178,6 +253,10 @@ static_assert(offsetof(struct eacgm_open_call, run_delay) == 32 + 8 * EACGM_MAX_
 static_assert(sizeof(struct eacgm_thread_calls) == 8 + EACGM_MAX_DEPTH * sizeof(struct eacgm_open_call),
 	      "eacgm_thread_calls: shared with BPF");
 static_assert(sizeof(struct eacgm_proc_event) == 40, "eacgm_proc_event: shared with BPF");
+static_assert(sizeof(struct eacgm_guard_request) == 48 + 24 * EACGM_GUARD_SLOTS &&
+		      offsetof(struct eacgm_guard_request, slot) == 48,
+	      "eacgm_guard_request: shared with BPF");
+static_assert(sizeof(struct eacgm_guard_thread) == 56, "eacgm_guard_thread: shared with BPF");
 #endif
 
 #endif
