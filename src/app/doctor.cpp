@@ -13,6 +13,7 @@
 #include "app/target.h"
 #include "pipeline/recorder.h"
 #include "probe/attacher.h"
+#include "probe/unwind_guard.h"
 #include "layers/python_offsets.h"
 #include "probe/elf_symbols.h"
 #include "probe/self_probe.h"
@@ -70,6 +71,30 @@ Result<std::string> self_test()
 	return std::string("uprobe + uretprobe on a function of eacgm: 3 calls, 3 spans");
 }
 
+// Whether C++ exceptions, pthread_exit and backtraces through traced calls
+// are safe here: the exception guard runs on this processor, and the
+// installed unwinder (libgcc_s) has the functions it probes.
+void guard_line(Check &c)
+{
+	if (auto refusal = guard_refusal()) {
+		c.line(false, "exception guard", *refusal + "; libraries a C++ exception may cross are not traced",
+		       false);
+		return;
+	}
+	std::string unwinder;
+	for (const std::string &lib : installed_libraries())
+		if (unwinder.empty() && lib.find("libgcc_s.so") != std::string::npos)
+			if (auto elf = ElfFile::open(lib); elf && guard_sites(elf.value()).size() >= 5)
+				unwinder = lib;
+	c.line(!unwinder.empty(), "exception guard",
+	       unwinder.empty() ? "no libgcc_s with the unwinder's functions in the loader cache; the guard "
+				  "probes each process's own when it maps one"
+				: "C++ exceptions, pthread_exit and backtrace() through traced calls run as untraced "
+				  "(the unwinder: " +
+			       unwinder + ")",
+	       false);
+}
+
 } // namespace
 
 int run_doctor()
@@ -88,6 +113,8 @@ int run_doctor()
 		auto st = self_test();
 		c.line(st.ok(), "span engine self-test", st.ok() ? st.value() : st.error().message);
 	}
+
+	guard_line(c);
 
 	std::cout << "libraries\n";
 	// Where the probe specs come from: a package's /usr/share/eacgm/specs, or

@@ -352,7 +352,31 @@ Pipeline::Stop Pipeline::finish(StoreWriter *store)
 		(void)store->set_meta("python_sample_period_ns", std::to_string(python_->longest_sample_period_ns()));
 	if (detector_)
 		detector_->flush(true); // refits would score nothing more
+	if (store)
+		write_guard_meta(*store);
 	return {};
+}
+
+// What the exception guard did (probe/guard_server.h), for the summary:
+// whether it ran, its answers and how long they held the processes.
+void Pipeline::write_guard_meta(StoreWriter &store) const
+{
+	(void)store.set_meta("guard", engine_->guarded() ? "on" : "off: " + engine_->unguarded_reason());
+	const GuardCounts g = engine_->guard_counts();
+	const auto c = engine_->counters();
+	const std::pair<const char *, uint64_t> counts[] = {
+		{"guard_requests", g.requests},
+		{"guard_restored", g.restored},
+		{"guard_rearmed", g.rearmed},
+		{"guard_failed", g.failed},
+		{"guard_moot", g.moot},
+		{"guard_held_ns", g.held_ns},
+		{"guard_max_held_ns", g.max_held_ns},
+		{"guard_unasked", c[EACGM_CNT_GUARD_UNASKED]},
+		{"calls_left", c[EACGM_CNT_LEFT]},
+	};
+	for (auto [key, n] : counts)
+		(void)store.set_meta(key, std::to_string(n));
 }
 
 // A pattern probe over libtorch's operator entry points for the operators

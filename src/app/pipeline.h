@@ -96,6 +96,8 @@ public:
 	Stop finish(StoreWriter *store);
 	// eacgm's cost while attached and the budget's doings, in the store's meta.
 	void write_meta(StoreWriter &store);
+	// The exception guard's doings, in the store's meta (finish() writes them).
+	void write_guard_meta(StoreWriter &store) const;
 	// What a recording says of itself from the start: the layers, eacgm's
 	// version, the host (eacgm merge labels its processes with it) and the
 	// clocks (the monotonic time at start, its offset to Unix time).

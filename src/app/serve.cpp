@@ -336,6 +336,14 @@ void ServeSession::publish_health()
 				  "What one probe hit's trap costs the traced thread, timed by the overhead budget "
 				  "after its warm-up.");
 		registry_.declare("eacgm_agent_processes_traced", MetricsRegistry::gauge, "Live processes traced.");
+		registry_.declare("eacgm_agent_guard_stops_total", MetricsRegistry::counter,
+				  "Stops of a traced process by the exception guard, to write its stack while a C++ "
+				  "exception, pthread_exit or backtrace() crossed a traced call.");
+		registry_.declare("eacgm_agent_guard_held_seconds_total", MetricsRegistry::counter,
+				  "Time the exception guard held processes stopped, in all.");
+		registry_.declare("eacgm_agent_guard_failures_total", MetricsRegistry::counter,
+				  "Return addresses or requests the exception guard could not carry out: the program "
+				  "may have ended in std::terminate.");
 		registry_.declare("eacgm_agent_store_bytes", MetricsRegistry::gauge,
 				  "The agent's store on disk (the file and its WAL).");
 		registry_.declare("eacgm_agent_store_rows_expired_total", MetricsRegistry::counter,
@@ -386,6 +394,11 @@ void ServeSession::publish_health()
 	if (const OverheadKeeper *b = pipeline_->budget(); b && b->trap_ns() >= 0)
 		registry_.set("eacgm_agent_probe_hit_trap_seconds", {}, b->trap_ns() / 1e9);
 	registry_.set("eacgm_agent_processes_traced", {}, double(rec.live_processes()));
+	const GuardCounts g = pipeline_->engine().guard_counts();
+	registry_.set("eacgm_agent_guard_stops_total", {}, double(g.requests));
+	registry_.set("eacgm_agent_guard_held_seconds_total", {}, double(g.held_ns) / 1e9);
+	registry_.set("eacgm_agent_guard_failures_total", {},
+		      double(g.failed + pipeline_->engine().counters()[EACGM_CNT_GUARD_UNASKED]));
 	registry_.set("eacgm_agent_process_table", {}, double(rec.known_processes()));
 	if (store_) {
 		registry_.set("eacgm_agent_store_bytes", {}, double(store_->file_bytes()));

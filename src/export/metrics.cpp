@@ -278,6 +278,8 @@ bool MetricsSink::failed(const TypedSpans &ts, const TypedSpan &t)
 		for (const ProbeSpec &p : ts.specs->probes)
 			errors_.push_back({returns_enum(p.returns), {}});
 	}
+	if (t.left)
+		return true; // left by an exception, pthread_exit or longjmp
 	Verdicts &v = errors_[t.spec_id];
 	if (!v.enum_ret)
 		return false; // no decoded return: a success, whatever it returned

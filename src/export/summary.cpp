@@ -566,6 +566,33 @@ static std::string budget_section(const Recording &rec)
 		"those missed; p50/p99 are of the calls seen\n";
 }
 
+// What the exception guard did, from the recording's meta: a line where it
+// answered a request or could not run (bpf/span.bpf.c); empty otherwise.
+static std::string guard_section(const Recording &rec)
+{
+	auto number = [&](const char *key) -> uint64_t {
+		auto it = rec.meta.find(key);
+		return it == rec.meta.end() ? 0 : std::strtoull(it->second.c_str(), nullptr, 10);
+	};
+	auto on = rec.meta.find("guard");
+	if (on != rec.meta.end() && on->second.starts_with("off: "))
+		return "\nexception guard off: " + on->second.substr(5) +
+			"; libraries a C++ exception may unwind through were not traced\n";
+	const uint64_t requests = number("guard_requests");
+	if (!requests && !number("guard_unasked"))
+		return "";
+	std::string out = "\nexception guard: " + plural(size_t(requests), "stop", "stops") + " to hand " +
+		std::to_string(number("guard_restored")) + " return addresses back to an unwinder (" +
+		std::to_string(number("guard_rearmed")) + " traced again after a catch); the processes were held " +
+		format_duration(double(number("guard_held_ns"))) + " in all, " +
+		format_duration(double(number("guard_max_held_ns"))) + " at most\n";
+	if (uint64_t bad = number("guard_failed") + number("guard_unasked"))
+		out += "  warning: " + std::to_string(bad) +
+			" return addresses or requests the guard could not carry out: a program may have ended in "
+			"std::terminate as it would under any return probe (docs/security.md)\n";
+	return out;
+}
+
 std::string format_summary(const Recording &rec, size_t max_rows_per_layer)
 {
 	return format_summary(rec, SpanTally(rec), max_rows_per_layer);
@@ -646,6 +673,7 @@ std::string format_summary(const Recording &rec, const SpanTally &tally, size_t 
 	out += errors_line(tally.error_names());
 	out += stragglers_section(tally.stragglers(), max_rows_per_layer);
 	out += budget_section(rec);
+	out += guard_section(rec);
 	out += metrics_section(rec, max_rows_per_layer);
 	out += detection_section(rec);
 	out += anomalies_section(rec, tally.spans() ? tally.first_ns() : 0, max_rows_per_layer);

@@ -83,6 +83,19 @@ static uint64_t symbol_id(Symbolizer *sym, Interner &names, uint32_t tgid, uint6
 	return names.id(name ? *name : hex(v));
 }
 
+std::string left_text(uint16_t flags, const std::optional<std::string> &type_info)
+{
+	if (flags & EACGM_SPAN_LEFT_FORCED)
+		return "unwound by pthread_exit or pthread_cancel";
+	if (flags & EACGM_SPAN_LEFT_LONGJMP)
+		return "left by longjmp";
+	// The symbol of a std::type_info object: "typeinfo for c10::Error".
+	static const std::string prefix = "typeinfo for ";
+	if (type_info && type_info->starts_with(prefix) && type_info->find('+') == std::string::npos)
+		return "threw " + type_info->substr(prefix.size());
+	return "threw an exception";
+}
+
 DecodePlan decode_plan(const ProbeSpec &spec)
 {
 	DecodePlan p;
@@ -161,6 +174,10 @@ TypedSpan decode_typed(const eacgm_span_event &e, const ProbeSpec &spec, const D
 	}
 	if (e.flags & EACGM_SPAN_RUNQ)
 		t.runq_ns = e.runq_ns;
+	if (e.flags & EACGM_SPAN_LEFT) {
+		t.ret = 0; // the record's ret is the exception's type, not a return
+		t.left = names.id(left_text(e.flags, sym && e.ret ? sym->resolve_object(e.tgid, e.ret) : std::nullopt));
+	}
 	return t;
 }
 
@@ -214,7 +231,7 @@ Span render_span(const TypedSpan &t, const ProbeSpec &spec, const SpecSet &specs
 		s.args[a.name] = render_arg(a, v, next, specs, names, tensors);
 		slot += arg_width(a);
 	}
-	s.ret_name = ret_text(spec, specs, s.ret);
+	s.ret_name = t.left ? names.text(static_cast<StrId>(t.left)) : ret_text(spec, specs, s.ret);
 	// Kept only where the thread waited (most calls never do), under a name
 	// no spec argument takes: kRunqArg (common/model.h).
 	if (t.runq_ns > 0)

@@ -3,6 +3,8 @@
 // by name as text.
 #pragma once
 #include <map>
+#include <optional>
+#include <string>
 
 #include "common/model.h"
 #include "eacgm/abi/events.h"
@@ -45,6 +47,13 @@ TypedSpan decode_typed(const eacgm_span_event &e, const ProbeSpec &spec, const D
 // one after (a dim3's z, a tensor's second word).
 nlohmann::json render_arg(const ArgSpec &a, uint64_t v, uint64_t next, const SpecSet &specs, const Interner &names,
 			  TensorFormatter tensors);
+
+// What a span of a call that left without returning says in place of its
+// return's name (span flags EACGM_SPAN_LEFT_*): "threw c10::Error" (the
+// symbol of the exception's std::type_info, as the process maps it:
+// "typeinfo for c10::Error"; "threw an exception" where it names none),
+// "unwound by pthread_exit or pthread_cancel", "left by longjmp".
+std::string left_text(uint16_t flags, const std::optional<std::string> &type_info);
 
 // A return's name where the spec's return type is an enum; "" otherwise.
 std::string ret_text(const ProbeSpec &spec, const SpecSet &specs, int64_t ret);

@@ -25,6 +25,11 @@ struct TypedSpan {
 	uint32_t tid = 0;
 	uint32_t depth = 0;   // open spans below it on its thread when it began
 	uint32_t spec_id = 0; // its probe's spec, in the recording's SpecSet
+	// How the call left where it did not return (a C++ exception unwound
+	// it, pthread_exit, longjmp: EACGM_SPAN_LEFT): the StrId of what its
+	// span says of it in place of a return ("threw c10::Error"), ret then
+	// 0; 0: it returned.
+	uint64_t left = 0;
 	// The argument slots as the probe read them (a spec argument takes
 	// arg_width() of them, in its order), except a "symbol" argument's
 	// slot, which holds the StrId (pipeline/intern.h) of the name it
@@ -34,7 +39,7 @@ struct TypedSpan {
 // Copied by value through batches and rings of its own; its layout is its
 // fields' (no padding to carry stale bytes into a store).
 static_assert(std::is_trivially_copyable_v<TypedSpan>);
-static_assert(sizeof(TypedSpan) == 6 * 8 + 4 * 4 + 8 * EACGM_MAX_ARGS);
+static_assert(sizeof(TypedSpan) == 7 * 8 + 4 * 4 + 8 * EACGM_MAX_ARGS);
 
 struct SpecSet;
 class Interner;

@@ -489,7 +489,9 @@ Result<void> StoreWriter::typed_row(const TypedSpans &ts, size_t i, BlockRows &b
 				  "a typed span of probe " + std::to_string(t.spec_id) + " outside its probe set");
 	const ProbeSpec &spec = ts.specs->probes[t.spec_id];
 	TypedCache::Plan &p = c.plan(t.spec_id);
-	if (!p.typed) {
+	// A call left without a return (an exception) is rare: its return's
+	// name is its own, made as a Span's.
+	if (!p.typed || t.left) {
 		Span s = render_span(t, spec, *ts.specs, *ts.names, ts.tensors);
 		s.py_stack = stack;
 		return span_row(s, b);
