@@ -594,7 +594,12 @@ static __always_inline __u32 guard_ask(struct task_struct *task, struct eacgm_gu
 	r->ts_ns = bpf_ktime_get_ns();
 	r->kind = kind;
 	r->n = w.n;
-	if (bpf_ringbuf_output(&guard_requests, r, sizeof(*r), BPF_RB_FORCE_WAKEUP)) {
+	/* In this order: what the agent reads of the thread (its guard state)
+	 * and the stop before the request can be read. An answer, and the
+	 * SIGCONT that ends it, then always come after the SIGSTOP: one sent
+	 * before it would leave the process stopped for good. */
+	struct eacgm_guard_request *out = bpf_ringbuf_reserve(&guard_requests, sizeof(*out), 0);
+	if (!out) {
 		count(EACGM_CNT_GUARD_UNASKED, 1);
 		return 0;
 	}
@@ -607,8 +612,10 @@ static __always_inline __u32 guard_ask(struct task_struct *task, struct eacgm_gu
 			g->hi = w.max;
 		g->restored += w.n;
 	}
-	count(EACGM_CNT_GUARD_REQUESTS, 1);
 	guard_stop(task);
+	bpf_probe_read_kernel(out, sizeof(*out), r);
+	bpf_ringbuf_submit(out, BPF_RB_FORCE_WAKEUP);
+	count(EACGM_CNT_GUARD_REQUESTS, 1);
 	return w.n;
 }
 

@@ -12,7 +12,7 @@
 #include <fstream>
 #include <poll.h>
 #include <sched.h>
-#include <sstream>
+#include <tuple>
 #include <sys/eventfd.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -44,8 +44,10 @@ bool GuardAnswerer::wait_stopped(const eacgm_guard_request &r, uint64_t wait_ns)
 {
 	const uint64_t start = sys_.now_ns(), deadline = start + wait_ns;
 	for (;;) {
+		// Stopped, and off its CPU: its registers read (/proc says
+		// "running" until then, a moment after the state letter is T).
 		char st = sys_.state(r.tgid, r.tid);
-		if (st == 'T' || st == 't')
+		if ((st == 'T' || st == 't') && sys_.stack_pointer(r.tgid, r.tid))
 			return true;
 		const uint64_t now = sys_.now_ns();
 		if (st == 0 || !stands(r) || now >= deadline)
@@ -64,12 +66,12 @@ bool GuardAnswerer::stands(const eacgm_guard_request &r)
 	return g->seq == r.seq; // a rearm: the thread has asked nothing since
 }
 
-void GuardAnswerer::answer(const eacgm_guard_request &r, uint64_t wait_ns)
+void GuardAnswerer::answer(const eacgm_guard_request &r)
 {
 	to_resume_.insert(r.tgid);
 	asked_ns_.push_back(r.ts_ns);
 	counts_.requests++;
-	bool ok = wait_stopped(r, wait_ns) && stands(r);
+	bool ok = wait_stopped(r, r.kind == EACGM_GUARD_RESTORE ? kRestoreWaitNs : kRearmWaitNs) && stands(r);
 	if (ok && r.kind == EACGM_GUARD_REARM) {
 		// Freed early (a SIGCONT for another thread) and stopped again
 		// elsewhere: the frames it asked about may be gone.
@@ -97,11 +99,8 @@ void GuardAnswerer::answer(const eacgm_guard_request &r, uint64_t wait_ns)
 		sys_.mark_done(r.tid, r.seq);
 }
 
-void GuardAnswerer::resume_all()
+std::set<uint32_t> GuardAnswerer::finish_batch()
 {
-	for (uint32_t tgid : to_resume_)
-		sys_.resume(tgid);
-	to_resume_.clear();
 	const uint64_t now = sys_.now_ns();
 	for (uint64_t asked : asked_ns_) {
 		const uint64_t held = now > asked ? now - asked : 0;
@@ -109,6 +108,13 @@ void GuardAnswerer::resume_all()
 		counts_.max_held_ns = std::max(counts_.max_held_ns, held);
 	}
 	asked_ns_.clear();
+	return std::exchange(to_resume_, {});
+}
+
+void GuardAnswerer::resume_all()
+{
+	for (uint32_t tgid : finish_batch())
+		sys_.resume(tgid);
 }
 
 // ---- The machine -----------------------------------------------------------
@@ -197,15 +203,18 @@ private:
 	}
 
 	// The from_end-th word from the end of /proc/TID/syscall (1: PC, 2: SP).
+	// No stream: the watchdog calls this in a child forked from threads.
 	static std::optional<uint64_t> syscall_word(uint32_t tgid, uint32_t tid, size_t from_end)
 	{
 		auto text = read_small_file(task_path(tgid, tid, "syscall"));
 		if (!text)
 			return std::nullopt;
-		std::istringstream in(*text);
 		std::vector<std::string> words;
-		for (std::string w; in >> w;)
-			words.push_back(w);
+		for (size_t at = 0; (at = text->find_first_not_of(" \n", at)) != std::string::npos;) {
+			size_t end = text->find_first_of(" \n", at);
+			words.push_back(text->substr(at, end - at));
+			at = end;
+		}
 		if (words.size() < 3 || words.size() < from_end)
 			return std::nullopt; // "running": not stopped after all
 		return std::strtoull(words[words.size() - from_end].c_str(), nullptr, 0);
@@ -220,47 +229,80 @@ private:
 	int guards_, done_, stopped_;
 };
 
-// If eacgm dies while a guard program's stop is unanswered, the process
-// would stay stopped: a process of its own outlives eacgm to resume it. A
-// grandchild (eacgm never reaps it, nor sees it among its children), in a
-// session of its own (a terminal's Ctrl-C is not for it), with nothing but
-// eacgm's pidfd and the guard's record of stops. It waits for eacgm to end,
-// then sends SIGCONT to every process in the record (a process eacgm had
-// already resumed but not yet struck off gets a SIGCONT it does not need).
-// Forked from a process with threads: only async-signal-safe calls after it.
-void start_watchdog(int stopped_map)
+// Every request the ring holds, answered by `a`, until none is left; then
+// each process resumed once (the server's loop and the watchdog's last act).
+void answer_all(struct ring_buffer *rb, std::vector<eacgm_guard_request> &batch, GuardAnswerer &a)
 {
-	int self = int(syscall(SYS_pidfd_open, getpid(), 0));
-	if (self < 0)
-		return;
+	for (;;) {
+		batch.clear();
+		ring_buffer__consume(rb);
+		if (batch.empty())
+			break;
+		for (auto &r : batch)
+			a.answer(r);
+	}
+}
+
+int on_request(void *ctx, void *data, size_t size)
+{
+	if (size >= sizeof(eacgm_guard_request))
+		static_cast<std::vector<eacgm_guard_request> *>(ctx)->push_back(
+			*static_cast<eacgm_guard_request *>(data));
+	return 0;
+}
+
+// If eacgm dies while a guard program's request is unanswered, the process
+// would stay stopped, and its unwinder would find the trampoline: a process
+// of its own outlives eacgm to answer it. A child in a session of its own (a
+// terminal's Ctrl-C is not for it), with the guard's ring and maps and the
+// read end of a pipe whose write end only eacgm holds. The pipe closing
+// (the server done, or eacgm dead, whichever way) is its word: it answers
+// what the ring still holds, sends SIGCONT to every process still in the
+// record of stops (one eacgm had resumed but not yet struck off gets a
+// SIGCONT it does not need), and exits. Forked from a process with threads,
+// it uses nothing but system calls and malloc (which glibc makes safe in
+// the child of a fork). Returns the write end and the child's pid, which
+// the server reaps once it has closed the pipe.
+std::pair<UniqueFd, pid_t> start_watchdog(const GuardServer::Maps &m)
+{
+	int p[2];
+	if (pipe2(p, O_CLOEXEC) != 0)
+		return {UniqueFd(), -1};
 	pid_t child = fork();
 	if (child == 0) {
-		if (fork() != 0)
-			_exit(0);
 		setsid();
 		for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE})
 			signal(sig, SIG_IGN);
-		if (dup2(self, 3) < 0 || dup2(stopped_map, 4) < 0)
-			_exit(1);
-		syscall(SYS_close_range, 5, ~0u, 0);
+		// To 3..7: copied first above them, so that no dup2 overwrites one
+		// still to be copied.
+		const int keep[] = {p[0], bpf_map__fd(m.requests), m.guards, m.done, m.stopped};
+		int high[5];
+		for (int i = 0; i < 5; i++)
+			if ((high[i] = fcntl(keep[i], F_DUPFD, 100)) < 0)
+				_exit(1);
+		for (int i = 0; i < 5; i++)
+			if (dup2(high[i], 3 + i) < 0)
+				_exit(1);
+		syscall(SYS_close_range, 8, ~0u, 0); // the pipe's write end among them
 		int devnull = open("/dev/null", O_RDWR);
 		for (int fd : {0, 1, 2})
 			dup2(devnull, fd);
-		pollfd p{3, POLLIN, 0};
-		while (poll(&p, 1, -1) < 0 && errno == EINTR) {
+		pollfd w{3, POLLIN, 0};
+		while (poll(&w, 1, -1) < 0 && errno == EINTR) {
 		}
-		uint32_t key = 0, next = 0;
-		bool first = true;
-		while (bpf_map_get_next_key(4, first ? nullptr : &key, &next) == 0) {
-			kill(pid_t(next), SIGCONT);
-			key = next, first = false;
-		}
+		LinuxGuardSystem sys(5, 6, 7);
+		GuardAnswerer a(sys);
+		std::vector<eacgm_guard_request> batch;
+		if (struct ring_buffer *rb = ring_buffer__new(4, on_request, &batch, nullptr))
+			answer_all(rb, batch, a);
+		a.resume_all();
+		uint32_t next = 0; // what no request reached the agent for
+		for (int i = 0; i < 4096 && bpf_map_get_next_key(7, nullptr, &next) == 0; i++)
+			sys.resume(next);
 		_exit(0);
 	}
-	close(self);
-	if (child > 0)
-		while (waitpid(child, nullptr, 0) < 0 && errno == EINTR) {
-		}
+	close(p[0]);
+	return {UniqueFd(p[1]), child};
 }
 
 } // namespace
@@ -273,18 +315,13 @@ Result<std::unique_ptr<GuardServer>> GuardServer::start(const Maps &maps)
 	s->maps_ = maps;
 	s->sys_ = std::make_unique<LinuxGuardSystem>(maps.guards, maps.done, maps.stopped);
 	s->answerer_ = std::make_unique<GuardAnswerer>(*s->sys_);
-	auto on_request = [](void *ctx, void *data, size_t size) {
-		if (size >= sizeof(eacgm_guard_request))
-			static_cast<GuardServer *>(ctx)->batch_.push_back(*static_cast<eacgm_guard_request *>(data));
-		return 0;
-	};
-	s->rb_ = ring_buffer__new(bpf_map__fd(maps.requests), on_request, s.get(), nullptr);
+	s->rb_ = ring_buffer__new(bpf_map__fd(maps.requests), on_request, &s->batch_, nullptr);
 	if (!s->rb_)
 		return errno_error(errno, "cannot read the exception guard's requests");
 	s->wake_ = UniqueFd(eventfd(0, EFD_CLOEXEC));
 	if (!s->wake_)
 		return errno_error(errno, "cannot make the exception guard's eventfd");
-	start_watchdog(maps.stopped);
+	std::tie(s->watchdog_, s->watchdog_pid_) = start_watchdog(maps);
 	s->thread_ = std::thread([p = s.get()] { p->run(); });
 	return s;
 }
@@ -295,17 +332,16 @@ Result<std::unique_ptr<GuardServer>> GuardServer::start(const Maps &maps)
 // the last read: its program stops it again before it reads a slot.
 void GuardServer::drain()
 {
-	for (;;) {
-		batch_.clear();
-		ring_buffer__consume(rb_);
-		if (batch_.empty())
-			break;
-		for (auto &r : batch_)
-			answerer_->answer(r);
+	answer_all(rb_, batch_, *answerer_);
+	// The counts before the processes go on: whoever reads them once a
+	// traced program has ended finds every answer it had.
+	const std::set<uint32_t> resume = answerer_->finish_batch();
+	{
+		std::lock_guard<std::mutex> lock(mu_);
+		counts_ = answerer_->counts();
 	}
-	answerer_->resume_all();
-	std::lock_guard<std::mutex> lock(mu_);
-	counts_ = answerer_->counts();
+	for (uint32_t tgid : resume)
+		sys_->resume(tgid);
 }
 
 void GuardServer::run()
@@ -339,6 +375,10 @@ GuardServer::~GuardServer()
 	uint32_t next = 0;
 	for (int i = 0; sys_ && i < 4096 && bpf_map_get_next_key(maps_.stopped, nullptr, &next) == 0; i++)
 		sys_->resume(next);
+	watchdog_.reset(); // its word to go
+	if (watchdog_pid_ > 0)
+		while (waitpid(watchdog_pid_, nullptr, 0) < 0 && errno == EINTR) {
+		}
 }
 
 GuardCounts GuardServer::counts() const

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <sys/types.h>
 #include <thread>
 #include <vector>
 
@@ -61,10 +62,17 @@ public:
 class GuardAnswerer {
 public:
 	explicit GuardAnswerer(GuardSystem &sys) : sys_(sys) {}
-	// Carries out one request, waiting up to wait_ns for its thread to be
-	// stopped; the process is resumed at resume_all().
-	void answer(const eacgm_guard_request &r, uint64_t wait_ns = 1'000'000'000);
-	// Resumes every process a request came from since the last call.
+	// How long an answer waits for its thread to be stopped. A restore's
+	// thread that a SIGCONT freed early stops again at its walk's next step
+	// (microseconds); a rearm's does not, and the rearm is then moot.
+	static constexpr uint64_t kRestoreWaitNs = 1'000'000'000, kRearmWaitNs = 10'000'000;
+	// Carries out one request, waiting for its thread to be stopped; the
+	// process is resumed at resume_all().
+	void answer(const eacgm_guard_request &r);
+	// The processes the requests answered since the last call came from,
+	// to be resumed now: how long they were held is counted up to here.
+	std::set<uint32_t> finish_batch();
+	// finish_batch(), and each process resumed.
 	void resume_all();
 	const GuardCounts &counts() const { return counts_; }
 
@@ -106,7 +114,9 @@ private:
 	std::unique_ptr<GuardAnswerer> answerer_;
 	struct ring_buffer *rb_ = nullptr;
 	std::vector<eacgm_guard_request> batch_;
-	UniqueFd wake_; // an eventfd: the destructor's word to stop
+	UniqueFd wake_;     // an eventfd: the destructor's word to stop
+	UniqueFd watchdog_; // the pipe the watchdog waits on: closed, it answers what is left and goes
+	pid_t watchdog_pid_ = -1;
 	mutable std::mutex mu_;
 	GuardCounts counts_;
 	std::thread thread_;
