@@ -189,8 +189,8 @@ Result<void> Attacher::guard_elf(const std::string &real, const ElfFile &elf)
 	if (!engine_.guarded() || stat(real.c_str(), &st) != 0 || !guard_files_.insert({st.st_dev, st.st_ino}).second)
 		return {};
 	std::vector<SpanEngine::Target> targets;
-	for (const GuardSite &g : guard_sites(elf))
-		targets.push_back({decoder_.probe_offset(real, g.file_offset, g.size), uint32_t(g.role)});
+	for (const GuardSite &g : guard_sites(elf, &decoder_))
+		targets.push_back({g.file_offset, uint32_t(g.role)});
 	return engine_.attach_guard(real, targets);
 }
 

@@ -31,7 +31,7 @@ const std::vector<GuardFunction> &guard_functions()
 	return functions;
 }
 
-std::vector<GuardSite> guard_sites(const ElfFile &elf)
+std::vector<GuardSite> guard_sites(const ElfFile &elf, InsnDecoder *decoder)
 {
 	std::vector<GuardSite> sites;
 	if (elf.machine() != arch::native_rules().elf_machine)
@@ -42,8 +42,10 @@ std::vector<GuardSite> guard_sites(const ElfFile &elf)
 		if (!s || !s->func || !done.insert(s->addr).second)
 			continue;
 		auto off = elf.vaddr_to_offset(s->addr);
-		if (off)
-			sites.push_back({off.value(), s->size, f.role, f.symbol});
+		if (!off)
+			continue;
+		const uint64_t at = decoder ? decoder->probe_offset(elf.path(), off.value(), s->size) : off.value();
+		sites.push_back({at, s->size, f.role, f.symbol});
 	}
 	return sites;
 }

@@ -14,6 +14,7 @@
 
 #include "eacgm/abi/events.h"
 #include "probe/elf_symbols.h"
+#include "probe/first_insn.h"
 
 namespace eacgm {
 
@@ -39,8 +40,12 @@ struct GuardSite {
 // The guard functions `elf` defines, one site per address (longjmp and
 // siglongjmp are one function in glibc). Empty for most libraries; a library
 // built with its own copy of the unwinder (-static-libgcc) has some. Empty
-// for a file of another processor (a 32-bit libc in the loader cache).
-std::vector<GuardSite> guard_sites(const ElfFile &elf);
+// for a file of another processor (a 32-bit libc in the loader cache). With
+// a decoder, each site is past the function's landing pad where that sees
+// the same calls (InsnDecoder::probe_offset): Debian's libgcc_s starts each
+// with endbr64, which the kernel single-steps (16 us a trap here, and a
+// throw makes a dozen of them), then a push, which it emulates.
+std::vector<GuardSite> guard_sites(const ElfFile &elf, InsnDecoder *decoder = nullptr);
 
 // Whether a library file is one a process's unwinder, C++ runtime or
 // longjmp comes from, by its name: libgcc_s, libunwind, libstdc++,
