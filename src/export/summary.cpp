@@ -581,11 +581,12 @@ static std::string guard_section(const Recording &rec)
 	const uint64_t requests = number("guard_requests");
 	if (!requests && !number("guard_unasked"))
 		return "";
-	std::string out = "\nexception guard: " + plural(size_t(requests), "stop", "stops") + " to hand " +
-		std::to_string(number("guard_restored")) + " return addresses back to an unwinder (" +
-		std::to_string(number("guard_rearmed")) + " traced again after a catch); the processes were held " +
-		format_duration(double(number("guard_held_ns"))) + " in all, " +
-		format_duration(double(number("guard_max_held_ns"))) + " at most\n";
+	std::string out = "\nexception guard: " + plural(size_t(requests), "stop", "stops") + " of traced processes, " +
+		format_duration(double(number("guard_held_ns"))) + " in all (" +
+		format_duration(double(number("guard_max_held_ns"))) +
+		" at most): " + std::to_string(number("guard_restored")) +
+		" return addresses handed back to an unwinder, " + std::to_string(number("guard_rearmed")) +
+		" traced again once it was done\n";
 	if (uint64_t bad = number("guard_failed") + number("guard_unasked"))
 		out += "  warning: " + std::to_string(bad) +
 			" return addresses or requests the guard could not carry out: a program may have ended in "
