@@ -433,7 +433,7 @@ class ServeUnderTheUnitsCapabilities(unittest.TestCase):
         with open(os.path.join(E.SOURCE_DIR, "dist", "systemd", "eacgm.service.in")) as f:
             caps = [l.split("=", 1)[1].split() for l in f if l.startswith("CapabilityBoundingSet=")][0]
         self.assertEqual(caps, ["CAP_BPF", "CAP_PERFMON", "CAP_SYS_PTRACE", "CAP_DAC_READ_SEARCH",
-                                "CAP_SYS_RESOURCE"])
+                                "CAP_SYS_RESOURCE", "CAP_KILL"])
         tmp = E.make_tempdir(self)
         prog, tag = cuda_copy(tmp, "eu")
         bounding = "-all," + ",".join("+" + c[4:].lower() for c in caps)
@@ -441,8 +441,8 @@ class ServeUnderTheUnitsCapabilities(unittest.TestCase):
                               wrapper=["setpriv", "--bounding-set", bounding, "--inh-caps", "-all", "--no-new-privs"])
         with open("/proc/%d/status" % agent.proc.pid) as f:
             bnd = int([l.split()[1] for l in f if l.startswith("CapBnd:")][0], 16)
-        numbers = {"CAP_DAC_READ_SEARCH": 2, "CAP_SYS_PTRACE": 19, "CAP_SYS_RESOURCE": 24, "CAP_PERFMON": 38,
-                   "CAP_BPF": 39}
+        numbers = {"CAP_DAC_READ_SEARCH": 2, "CAP_KILL": 5, "CAP_SYS_PTRACE": 19, "CAP_SYS_RESOURCE": 24,
+                   "CAP_PERFMON": 38, "CAP_BPF": 39}
         with open("/proc/self/status") as f:  # what this machine lends at most (a container may lend less)
             ours = int([l.split()[1] for l in f if l.startswith("CapBnd:")][0], 16)
         self.assertEqual(bnd, sum(1 << numbers[c] for c in caps) & ours)

@@ -14,6 +14,8 @@
 //   longjmp N      N calls of th_escape(i): longjmp out of a probed frame
 //   backtrace N    N backtraces two probed frames down: the names of the frames
 //   uncaught       th_outer(7), caught by nobody: std::terminate, exit 134
+//   time N         N throws through th_outer and nothing else; prints the wall time of one
+//                  (CLOCK_MONOTONIC, ns) for bench_span_cost
 // With WAIT_FILE set, it first waits until that file exists (for -p tests).
 #include <cstdio>
 #include <cstdlib>
@@ -21,6 +23,7 @@
 #include <pthread.h>
 #include <stdexcept>
 #include <string>
+#include <ctime>
 #include <thread>
 #include <unistd.h>
 #include <vector>
@@ -149,7 +152,17 @@ int main(int argc, char **argv)
 		}
 	else if (p == "uncaught")
 		th_outer(7);
-	else
+	else if (p == "time") {
+		timespec a, b;
+		clock_gettime(CLOCK_MONOTONIC, &a);
+		for (long i = 0; i < n; i++)
+			try {
+				th_outer(i);
+			} catch (const std::runtime_error &) {
+			}
+		clock_gettime(CLOCK_MONOTONIC, &b);
+		std::printf("ns per throw %.0f\n", ((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)) / double(n));
+	} else
 		return 2;
 	return 0;
 }

@@ -136,6 +136,13 @@ NOINLINE int th_backtrace_inner(char *names, int size)
 	return n;
 }
 
-NOINLINE int th_backtrace(char *names, int size) { return th_backtrace_inner(names, size) + 0 * int(th_ok(0)); }
+// A probed call after the walk: the frames the walk left alive are traced
+// again from its entry on.
+NOINLINE int th_backtrace(char *names, int size)
+{
+	int n = th_backtrace_inner(names, size);
+	th_ok(n);
+	return n;
+}
 
 } // extern "C"

@@ -49,7 +49,8 @@ constexpr const char *kFunctions = "SELECT layer, name, args FROM functions ORDE
 
 // A raw record of probe `id` whose values reach every case of its argument
 // types: u64s past int64's range, negative i32s, enums known and not,
-// symbols that resolve and some that do not, tensors of no dimension.
+// symbols that resolve and some that do not, tensors of no dimension; and
+// calls that did not return.
 eacgm_span_event random_event(std::mt19937_64 &rng, uint32_t id, int round)
 {
 	eacgm_span_event e{.start_ns = 1'000'000 + uint64_t(round) * 1000, .dur_ns = rng() >> 40, .tgid = 7};
@@ -59,6 +60,11 @@ eacgm_span_event random_event(std::mt19937_64 &rng, uint32_t id, int round)
 	for (auto &a : e.args)
 		a = round % 4 == 0 ? rng() : round % 4 == 1 ? rng() % 8 : round % 4 == 2 ? 0 : rng() % 4096;
 	e.flags = round % 5 == 0 ? EACGM_SPAN_RUNQ : 0;
+	// Calls left by an exception or a longjmp: their return's name is how.
+	if (round % 7 == 3)
+		e.flags |= EACGM_SPAN_LEFT_EXCEPTION;
+	else if (round % 11 == 6)
+		e.flags |= EACGM_SPAN_LEFT_LONGJMP;
 	e.runq_ns = round % 10 == 0 ? rng() % 100'000 : 0; // a RUNQ span that waited 0 keeps no key
 	return e;
 }
