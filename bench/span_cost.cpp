@@ -25,6 +25,12 @@
 //                     per-thread batch; and the least of one that only
 //                     counts and sums in the kernel. The bound below
 //                     eacgm's per-call cost
+// And per exception (a C++ throw through three probed frames of the
+// exception test library, caught by their caller, in a child process that
+// times its own loop): untraced; with only the exception guard's probes on
+// the unwinder (what every process on the node pays for a throw while eacgm
+// runs); and with the three frames traced too, where the guard stops the
+// process to hand their return addresses back (bpf/span.bpf.c).
 // Each is compared with the floor of the same kind of link: the kernel does
 // different work around the program for each, so against the other floor a
 // tracer would gain or lose that difference, not its own cost.
@@ -78,7 +84,9 @@
 #include "probe/elf_symbols.h"
 #include "probe/first_insn.h"
 #include "probe/proc_tracker.h"
+#include "probe/proc_maps.h"
 #include "probe/span_engine.h"
+#include "probe/unwind_guard.h"
 
 #include "testlib.h"
 
@@ -106,6 +114,8 @@ const std::string kLib = testlib_path();
 [[noreturn]] void die(const std::string &m) { throw std::runtime_error(m); }
 
 std::string errstr() { return strerror(errno); }
+
+uint64_t file_offset(const ElfFile &elf, const char *name);
 
 // ---- Owners of what a round attaches: detached when they go out of scope.
 
@@ -558,6 +568,123 @@ double tally_round(const Floor &f, uint64_t off, long calls, Tally &t)
 
 // ---- The configurations, in the order they take turns.
 
+// ---- Per exception.
+
+const std::string kThrowlib = std::string(TESTPROGS_DIR) + "/libeacgm_throwlib.so";
+const std::string kThrowCalls = std::string(TESTPROGS_DIR) + "/throw_calls";
+
+// The span engine with its exception guard on the unwinder, C++ runtime and
+// libc this process maps (the child maps the same files); with `frames`,
+// also traced th_outer, th_middle and th_thrower, the frames a throw passes.
+Eacgm open_guard(bool frames)
+{
+	auto tracker = ProcTracker::open(false);
+	if (!tracker)
+		die(tracker.error().message);
+	auto engine = SpanEngine::open(SpanEngine::Options{}, (*tracker)->traced_map_fd());
+	if (!engine)
+		die(engine.error().message);
+	if (!(*engine)->guarded())
+		die("no exception guard here: " + (*engine)->unguarded_reason());
+	auto maps = read_maps(getpid());
+	if (!maps)
+		die(maps.error().message);
+	InsnDecoder decoder;
+	for (auto &file : mapped_files(*maps))
+		if (holds_unwinder(file)) {
+			auto lib = ElfFile::open(file);
+			if (!lib)
+				die(lib.error().message);
+			std::vector<SpanEngine::Target> sites;
+			for (const GuardSite &g : guard_sites(*lib, &decoder))
+				sites.push_back({g.file_offset, uint32_t(g.role)});
+			if (!(*engine)->attach_guard(file, sites).ok())
+				die("cannot attach the exception guard to " + file);
+		}
+	if (frames) {
+		auto lib = ElfFile::open(kThrowlib);
+		if (!lib)
+			die(lib.error().message);
+		std::vector<SpanEngine::Target> targets;
+		uint32_t id = 0;
+		for (const char *f : {"th_outer", "th_middle", "th_thrower"}) {
+			if (!(*engine)->set_spec(id, eacgm_probe_spec{}).ok())
+				die("cannot store a probe spec");
+			targets.push_back({file_offset(*lib, f), id++});
+		}
+		if (!(*engine)->attach(kThrowlib, targets).ok())
+			die("cannot attach to " + kThrowlib);
+	}
+	return {std::move(*tracker), std::move(*engine)};
+}
+
+// throw_calls time N in a child, tracked by `e` when given before it
+// starts: the wall time of one throw, as the child measured it.
+double child_throws(long n, Eacgm *e)
+{
+	int gate[2], out[2];
+	if (pipe(gate) != 0 || pipe(out) != 0)
+		die("pipe: " + errstr());
+	pid_t pid = fork();
+	if (pid == 0) {
+		char c;
+		close(gate[1]), close(out[0]);
+		if (read(gate[0], &c, 1) != 1)
+			_exit(126);
+		dup2(out[1], 1);
+		execl(kThrowCalls.c_str(), kThrowCalls.c_str(), "time", std::to_string(n).c_str(), nullptr);
+		_exit(127);
+	}
+	close(gate[0]), close(out[1]);
+	if (e && !e->tracker->track(pid).ok())
+		die("cannot track the child");
+	if (write(gate[1], "x", 1) != 1)
+		die("cannot start the child");
+	close(gate[1]);
+	std::string text;
+	char buf[256];
+	for (ssize_t k; (k = read(out[0], buf, sizeof buf)) > 0;)
+		text.append(buf, size_t(k));
+	close(out[0]);
+	int status = 0;
+	waitpid(pid, &status, 0);
+	double ns = 0;
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || sscanf(text.c_str(), "ns per throw %lf", &ns) != 1)
+		die("throw_calls time " + std::to_string(n) + " ended with status " + std::to_string(status) + ": " +
+		    text);
+	return ns;
+}
+
+struct Throws {
+	std::vector<double> untraced, guard, traced, held;
+};
+
+// Rounds in turn (A B C C B A ...), as the per-call ones.
+Throws exception_rounds(long n, int rounds)
+{
+	Throws t;
+	std::function<void()> runs[] = {
+		[&] { t.untraced.push_back(child_throws(n, nullptr)); },
+		[&] {
+			Eacgm e = open_guard(false);
+			t.guard.push_back(child_throws(n, &e));
+		},
+		[&] {
+			Eacgm e = open_guard(true);
+			t.traced.push_back(child_throws(n, &e));
+			const GuardCounts g = e.engine->guard_counts();
+			if (g.requests != uint64_t(n) || g.restored != 3 * uint64_t(n) || g.failed || g.moot)
+				die("the guard answered " + std::to_string(g.requests) + " requests of " +
+				    std::to_string(n));
+			t.held.push_back(double(g.held_ns) / double(g.requests));
+		},
+	};
+	for (int r = 0; r < rounds; r++)
+		for (int k = 0; k < 3; k++)
+			runs[r % 2 ? 2 - k : k]();
+	return t;
+}
+
 struct Bench {
 	long calls = 20000;
 	int rounds = 16;                 // even: as many in each order
@@ -566,6 +693,7 @@ struct Bench {
 	Floor floor;
 	std::string bpftrace; // its path; empty: not installed
 	Tally tally;
+	long throws = 200; // per round, of the exceptions' rounds
 };
 
 enum {
@@ -748,11 +876,25 @@ int verdict(const Bench &b, const std::vector<Config> &cs)
 	return ok ? 0 : 1;
 }
 
+void print_exceptions(const Throws &t, const Bench &b)
+{
+	printf("cost per exception (a C++ throw through three probed frames, caught by their caller): median of %d "
+	       "rounds of %ld throws, in a child\n",
+	       b.rounds, b.throws);
+	const double base = median(t.untraced);
+	printf("  %-38s %9.1f\n", "untraced", base / 1e3);
+	printf("  %-38s %9.1f  (+%.1f: the unwinder's probes)\n", "eacgm's guard, frames not traced",
+	       median(t.guard) / 1e3, (median(t.guard) - base) / 1e3);
+	printf("  %-38s %9.1f  (+%.1f, of which the process held %.1f)\n", "eacgm, the three frames traced",
+	       median(t.traced) / 1e3, (median(t.traced) - base) / 1e3, median(t.held) / 1e3);
+	printf("  in µs per throw\n");
+}
+
 uint64_t file_offset(const ElfFile &elf, const char *name)
 {
 	const ElfSymbol *s = elf.find(name);
 	if (!s)
-		die(kLib + " has no " + name);
+		die(elf.path() + " has no " + name);
 	auto off = elf.vaddr_to_offset(s->addr);
 	if (!off)
 		die(off.error().message);
@@ -792,6 +934,7 @@ int main(int argc, char **argv)
 		run_rounds(cs, b.rounds);
 		print_table(b, cs);
 		int rc = verdict(b, cs);
+		print_exceptions(exception_rounds(b.throws, b.rounds), b);
 		printf("(%.1f s)\n", std::chrono::duration<double>(Clock::now() - t0).count());
 		return rc;
 	} catch (const std::exception &e) {
