@@ -640,25 +640,21 @@ __noinline int guard_restore(__u32 kind, __u64 tinfo, __u64 sp, __u64 ip)
 	struct eacgm_thread_calls *tc = bpf_task_storage_get(&open_calls, task, 0, 0);
 	if (tc && asked)
 		tc->restored += asked;
-	/* Nothing new to ask, but the last request not yet carried out: the
-	 * walk waits for it. */
-	if (!asked && restore_pending(task, g))
-		guard_stop(task);
 	return 0;
 }
 
-/* A step of a walk, at sp and ip: while the thread's restore is not done
- * (a SIGCONT for another thread of the process freed it early, or the agent
- * gave the request up), it asks again for the slots still to restore, or
- * waits for the answer under way. */
+/* A step of a walk, at sp and ip: while the thread's restore is not done (a
+ * SIGCONT for another thread of the process freed it early, or the agent
+ * gave the request up), it asks again for the slots that still hold the
+ * trampoline. None left (written, the answer's word not yet given; or
+ * another agent's guard wrote them), the walk is safe: it goes on. A stop
+ * is never made without a request, which nobody might answer. */
 __noinline int guard_step(__u64 sp, __u64 ip)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct eacgm_guard_thread *g = bpf_task_storage_get(&guards, task, 0, 0);
-	if (!g || !restore_pending(task, g))
-		return 0;
-	if (!guard_ask(task, g, EACGM_GUARD_RESTORE, sp, ip))
-		guard_stop(task);
+	if (g && restore_pending(task, g))
+		guard_ask(task, g, EACGM_GUARD_RESTORE, sp, ip);
 	return 0;
 }
 

@@ -61,6 +61,16 @@ bool GuardAnswerer::stands(const eacgm_guard_request &r)
 	auto g = sys_.guard_state(r.tid);
 	if (!g)
 		return false;
+	// Every slot written already (another agent's guard, on a machine with
+	// two): nothing left to do, and no stop to wait for (that agent's
+	// SIGCONT may have ended this request's).
+	bool left = false;
+	for (uint32_t i = 0; i < r.n && i < EACGM_GUARD_SLOTS && !left; i++) {
+		uint64_t now = 0;
+		left = sys_.read(r.tid, r.slot[i], now) && now == r.expect[i];
+	}
+	if (!left)
+		return false;
 	if (r.kind == EACGM_GUARD_RESTORE)
 		return g->abandoned_seq < r.seq;
 	return g->seq == r.seq; // a rearm: the thread has asked nothing since

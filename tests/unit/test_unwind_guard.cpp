@@ -10,6 +10,7 @@
 #include <typeinfo>
 #include <unistd.h>
 
+#include "arch/arch.h"
 #include "ingest/decode.h"
 #include "probe/elf_symbols.h"
 #include "probe/guard_server.h"
@@ -19,14 +20,17 @@
 namespace eacgm {
 namespace {
 
-// A library this process maps, by the start of its file name.
+// A library of this processor that this process maps, by the start of its
+// file name (under qemu-user, the emulator's own libraries are mapped too).
 std::string mapped(const std::string &prefix)
 {
 	auto maps = read_maps(getpid());
 	if (maps)
 		for (auto &f : mapped_files(maps.value()))
 			if (f.substr(f.rfind('/') + 1).rfind(prefix, 0) == 0)
-				return f;
+				if (auto elf = ElfFile::open(f);
+				    elf && elf->machine() == arch::native_rules().elf_machine)
+					return f;
 	return "";
 }
 
@@ -218,11 +222,13 @@ TEST(GuardAnswerer, ARestoreWritesTheSlotsThatHoldWhatTheProgramSawThenResumes)
 	EXPECT_EQ(m.memory, (std::map<uint64_t, uint64_t>{{0x7100, kRet1}, {0x7200, kRet2}, {0x7300, 0x1111}}));
 	EXPECT_EQ(m.done[101], 1u);
 	EXPECT_TRUE(m.resumed.empty()); // not before the batch is done
-	a.answer(request(EACGM_GUARD_RESTORE, 2, {}));
+	m.memory[0x7500] = kTramp;
+	m.threads[101].g.seq = 2;
+	a.answer(request(EACGM_GUARD_RESTORE, 2, {{0x7500, kTramp, kRet1}}));
 	a.resume_all();
 	EXPECT_EQ(m.resumed, std::vector<uint32_t>{100}); // once, for both
 	EXPECT_EQ(a.counts().requests, 2u);
-	EXPECT_EQ(a.counts().restored, 2u);
+	EXPECT_EQ(a.counts().restored, 3u);
 	EXPECT_EQ(a.counts().failed + a.counts().moot, 0u);
 	EXPECT_GT(a.counts().held_ns, 0u);
 	EXPECT_GE(a.counts().held_ns, a.counts().max_held_ns);
@@ -271,6 +277,22 @@ TEST(GuardAnswerer, ItWaitsForTheStopAndGivesUpOnARequestThatNoLongerStands)
 	EXPECT_EQ(a.counts().moot, 3u);
 	a.resume_all();
 	EXPECT_EQ(m.resumed, std::vector<uint32_t>{100}); // resumed whatever came of it
+}
+
+// Two agents on one machine (serve, and someone's record): each one's
+// guard asks for the same slots; the second finds them written and has no
+// stop to wait for (the first one's SIGCONT may have ended it).
+TEST(GuardAnswerer, ARequestWhoseSlotsAreWrittenAlreadyIsMootAtOnce)
+{
+	FakeMachine m;
+	m.memory = {{0x7100, kRet1}};
+	m.threads[101].state = 'S'; // running on, never to stop for it
+	m.threads[101].g.seq = 1;
+	GuardAnswerer a(m);
+	a.answer(request(EACGM_GUARD_RESTORE, 1, {{0x7100, kTramp, kRet1}}));
+	EXPECT_LT(m.clock, GuardAnswerer::kRearmWaitNs);
+	EXPECT_EQ(a.counts().moot, 1u);
+	EXPECT_EQ(m.memory[0x7100], kRet1);
 }
 
 TEST(GuardAnswerer, ARearmIsCarriedOutOnlyWhereItsThreadAsked)
