@@ -21,10 +21,7 @@
 
 #include "common/clock.h"
 #include "common/fs.h"
-
-#ifndef PIDFD_THREAD
-#define PIDFD_THREAD O_EXCL // linux/pidfd.h, 6.9+; glibc 2.36 lacks it
-#endif
+#include "probe/pid_watch.h"
 
 namespace eacgm {
 
@@ -158,7 +155,7 @@ public:
 
 	std::optional<eacgm_guard_thread> guard_state(uint32_t tid) override
 	{
-		UniqueFd fd = thread_fd(tid);
+		UniqueFd fd = thread_pidfd(tid);
 		int key = fd.get();
 		eacgm_guard_thread g{};
 		if (!fd || bpf_map_lookup_elem(guards_, &key, &g) != 0)
@@ -180,7 +177,7 @@ public:
 
 	void mark_done(uint32_t tid, uint64_t seq) override
 	{
-		UniqueFd fd = thread_fd(tid);
+		UniqueFd fd = thread_pidfd(tid);
 		int key = fd.get();
 		if (fd)
 			bpf_map_update_elem(done_, &key, &seq, BPF_ANY);
@@ -228,12 +225,6 @@ private:
 		if (words.size() < 3 || words.size() < from_end)
 			return std::nullopt; // "running": not stopped after all
 		return std::strtoull(words[words.size() - from_end].c_str(), nullptr, 0);
-	}
-
-	// The key of a thread's task storage: a pidfd of the thread.
-	static UniqueFd thread_fd(uint32_t tid)
-	{
-		return UniqueFd(int(syscall(SYS_pidfd_open, pid_t(tid), PIDFD_THREAD)));
 	}
 
 	int guards_, done_, stopped_;

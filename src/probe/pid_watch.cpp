@@ -1,5 +1,7 @@
 #include "probe/pid_watch.h"
 
+#include <fcntl.h>
+
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
@@ -19,6 +21,12 @@ namespace eacgm {
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434 // the same number on every architecture
 #endif
+
+#ifndef PIDFD_THREAD
+#define PIDFD_THREAD O_EXCL // linux/pidfd.h, 6.9+; glibc 2.36 lacks it
+#endif
+
+UniqueFd thread_pidfd(uint32_t tid) { return UniqueFd(int(syscall(SYS_pidfd_open, pid_t(tid), PIDFD_THREAD))); }
 
 Result<std::optional<UniqueFd>> open_pidfd(uint32_t pid)
 {

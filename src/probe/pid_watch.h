@@ -27,6 +27,9 @@ enum class PidState {
 Result<std::optional<UniqueFd>> open_pidfd(uint32_t pid);
 // Whether the process of a pidfd has exited (its pidfd is readable).
 bool pidfd_exited(const UniqueFd &pidfd);
+// A pidfd of one thread (PIDFD_THREAD, Linux 6.9+): what keys a BPF task
+// storage map from user space. Not valid (errno says why) where it fails.
+UniqueFd thread_pidfd(uint32_t tid);
 
 // The parent of a process, from /proc/PID/stat; nothing once it is gone.
 std::optional<uint32_t> parent_pid(uint32_t pid);

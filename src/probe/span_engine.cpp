@@ -9,6 +9,7 @@
 
 #include "common/fd.h"
 #include "probe/links.h"
+#include "probe/pid_watch.h"
 #include "probe/guard_server.h"
 #include "probe/unwind_guard.h"
 #include <sys/syscall.h>
@@ -177,23 +178,30 @@ Result<void> SpanEngine::link(const std::string &path, const std::vector<Target>
 {
 	if (targets.empty())
 		return {};
-	if (multi_) {
-		for (bool ret : {false, true})
-			if (auto r = attach_multi(path, targets, ret, into); !r)
-				return r;
-		return {};
+	for (bool ret : {false, true}) {
+		auto r = multi_
+			? attach_multi(ret ? skel_->progs.span_exit_multi : skel_->progs.span_entry_multi, path,
+				       targets, ret, into)
+			: attach_each(ret ? skel_->progs.span_exit : skel_->progs.span_entry, path, targets, ret, into);
+		if (!r)
+			return r;
 	}
-	for (auto &t : targets)
-		for (bool ret : {false, true}) {
-			LIBBPF_OPTS(bpf_uprobe_opts, o, .bpf_cookie = t.spec_id, .retprobe = ret);
-			struct bpf_program *prog = ret ? skel_->progs.span_exit : skel_->progs.span_entry;
-			struct bpf_link *l = bpf_program__attach_uprobe_opts(prog, -1, path.c_str(), t.file_offset, &o);
-			if (!l)
-				return errno_error(errno,
-						   "cannot attach uprobe to " + path + " at offset " +
-							   std::to_string(t.file_offset));
-			into.add(l);
-		}
+	return {};
+}
+
+// A perf-event uprobe link per target (kernels without uprobe_multi).
+Result<void> SpanEngine::attach_each(struct bpf_program *prog, const std::string &path,
+				     const std::vector<Target> &targets, bool ret, LinkSet &into)
+{
+	for (auto &t : targets) {
+		LIBBPF_OPTS(bpf_uprobe_opts, o, .bpf_cookie = t.spec_id, .retprobe = ret);
+		struct bpf_link *l = bpf_program__attach_uprobe_opts(prog, -1, path.c_str(), t.file_offset, &o);
+		if (!l)
+			return errno_error(errno,
+					   "cannot attach uprobe to " + path + " at offset " +
+						   std::to_string(t.file_offset));
+		into.add(l);
+	}
 	return {};
 }
 
@@ -257,16 +265,15 @@ std::set<uint32_t> SpanEngine::throttled() const
 	return throttled_;
 }
 
-Result<void> SpanEngine::attach_multi(const std::string &path, const std::vector<Target> &targets, bool ret,
-				      LinkSet &into)
+Result<void> SpanEngine::attach_multi(struct bpf_program *prog, const std::string &path,
+				      const std::vector<Target> &targets, bool ret, LinkSet &into)
 {
 	std::vector<uint64_t> offsets, cookies;
 	for (auto &t : targets) {
 		offsets.push_back(t.file_offset);
 		cookies.push_back(t.spec_id);
 	}
-	int prog = bpf_program__fd(ret ? skel_->progs.span_exit_multi : skel_->progs.span_entry_multi);
-	auto fd = attach_uprobe_multi(prog, path, offsets, cookies, ret);
+	auto fd = attach_uprobe_multi(bpf_program__fd(prog), path, offsets, cookies, ret);
 	if (!fd)
 		return fd.error();
 	into.add(std::move(fd.value()));
@@ -278,30 +285,8 @@ Result<void> SpanEngine::attach_guard(const std::string &path, const std::vector
 	if (!guarded() || sites.empty())
 		return {};
 	std::lock_guard<std::mutex> lock(mu_);
-	if (multi_) {
-		std::vector<uint64_t> offsets, cookies;
-		for (auto &t : sites) {
-			offsets.push_back(t.file_offset);
-			cookies.push_back(t.spec_id);
-		}
-		auto fd = attach_uprobe_multi(bpf_program__fd(skel_->progs.span_unwind_multi), path, offsets, cookies,
-					      false);
-		if (!fd)
-			return fd.error();
-		guard_links_.add(std::move(fd.value()));
-		return {};
-	}
-	for (auto &t : sites) {
-		LIBBPF_OPTS(bpf_uprobe_opts, o, .bpf_cookie = t.spec_id);
-		struct bpf_link *l =
-			bpf_program__attach_uprobe_opts(skel_->progs.span_unwind, -1, path.c_str(), t.file_offset, &o);
-		if (!l)
-			return errno_error(errno,
-					   "cannot attach the exception guard to " + path + " at offset " +
-						   std::to_string(t.file_offset));
-		guard_links_.add(l);
-	}
-	return {};
+	return multi_ ? attach_multi(skel_->progs.span_unwind_multi, path, sites, false, guard_links_)
+		      : attach_each(skel_->progs.span_unwind, path, sites, false, guard_links_);
 }
 
 size_t SpanEngine::threads_with_state() const
@@ -309,13 +294,9 @@ size_t SpanEngine::threads_with_state() const
 	return static_cast<size_t>(__atomic_load_n(&skel_->bss->threads_with_state, __ATOMIC_RELAXED));
 }
 
-#ifndef PIDFD_THREAD
-#define PIDFD_THREAD O_EXCL // linux/pidfd.h, 6.9+; glibc 2.36 lacks it
-#endif
-
 Result<std::vector<eacgm_open_call>> SpanEngine::open_calls(uint32_t tid) const
 {
-	UniqueFd pidfd(int(syscall(SYS_pidfd_open, pid_t(tid), PIDFD_THREAD)));
+	UniqueFd pidfd = thread_pidfd(tid);
 	if (!pidfd) {
 		if (errno == ESRCH)
 			return std::vector<eacgm_open_call>{}; // gone: no calls in flight

@@ -20,6 +20,7 @@
 struct span_bpf;
 struct bpf_link;
 struct bpf_map;
+struct bpf_program;
 
 namespace eacgm {
 
@@ -106,7 +107,11 @@ public:
 private:
 	SpanEngine() = default;
 	Result<void> link(const std::string &path, const std::vector<Target> &targets, LinkSet &into);
-	Result<void> attach_multi(const std::string &path, const std::vector<Target> &targets, bool ret, LinkSet &into);
+	// One program on targets of a library: one uprobe_multi link, or a link each.
+	Result<void> attach_multi(struct bpf_program *prog, const std::string &path, const std::vector<Target> &targets,
+				  bool ret, LinkSet &into);
+	Result<void> attach_each(struct bpf_program *prog, const std::string &path, const std::vector<Target> &targets,
+				 bool ret, LinkSet &into);
 
 	// One library's probes and the links that serve those not throttled.
 	struct Group {

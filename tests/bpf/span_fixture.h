@@ -15,6 +15,23 @@ namespace eacgm::test {
 
 inline std::string testlib_path() { return std::string(TESTPROGS_DIR) + "/libeacgm_testlib.so"; }
 
+// The span records the engine's ring holds now.
+inline std::vector<eacgm_span_event> collect_spans(const SpanEngine &engine)
+{
+	std::vector<eacgm_span_event> out;
+	auto cb = [](void *ctx, void *data, size_t) {
+		static_cast<std::vector<eacgm_span_event> *>(ctx)->push_back(*static_cast<eacgm_span_event *>(data));
+		return 0;
+	};
+	struct ring_buffer *rb = ring_buffer__new(bpf_map__fd(engine.events_map()), cb, &out, nullptr);
+	EXPECT_NE(rb, nullptr);
+	if (rb) {
+		ring_buffer__consume(rb);
+		ring_buffer__free(rb);
+	}
+	return out;
+}
+
 // Runs each test with uprobe_multi links (true) and per-function links (false).
 class SpanFixture : public ::testing::TestWithParam<bool> {
 protected:
@@ -53,22 +70,7 @@ protected:
 		ASSERT_TRUE(r.ok()) << r.error().message;
 	}
 
-	std::vector<eacgm_span_event> collect()
-	{
-		std::vector<eacgm_span_event> out;
-		auto cb = [](void *ctx, void *data, size_t) {
-			static_cast<std::vector<eacgm_span_event> *>(ctx)->push_back(
-				*static_cast<eacgm_span_event *>(data));
-			return 0;
-		};
-		struct ring_buffer *rb = ring_buffer__new(bpf_map__fd(engine->events_map()), cb, &out, nullptr);
-		EXPECT_NE(rb, nullptr);
-		if (rb) {
-			ring_buffer__consume(rb);
-			ring_buffer__free(rb);
-		}
-		return out;
-	}
+	std::vector<eacgm_span_event> collect() { return collect_spans(*engine); }
 
 	static std::vector<eacgm_span_event> only(const std::vector<eacgm_span_event> &ev, uint32_t spec_id)
 	{
