@@ -748,6 +748,29 @@ static __always_inline __u64 exception_type(__u64 exc)
 	return v;
 }
 
+/* Names the type of a C++ exception thrown from a traced thread for the
+ * agent (EACGM_SPEC_EXCEPTION_TYPE), from its std::type_info: its second
+ * word is the mangled name's address. */
+static __always_inline void name_exception_type(struct task_struct *task, __u64 tinfo)
+{
+	if (!tinfo || !bpf_task_storage_get(&open_calls, task, 0, 0))
+		return;
+	__u64 name = 0;
+	if (bpf_probe_read_user(&name, sizeof(name), (void *)(tinfo + 8)) || !name)
+		return;
+	struct eacgm_span_event *e = bpf_ringbuf_reserve(&span_events, sizeof(*e), 0);
+	if (!e)
+		return;
+	__builtin_memset(e, 0, sizeof(*e));
+	e->start_ns = bpf_ktime_get_ns();
+	e->tgid = task->tgid;
+	e->tid = task->pid;
+	e->spec_id = EACGM_SPEC_EXCEPTION_TYPE;
+	e->ret = tinfo;
+	bpf_probe_read_user_str(e->args, sizeof(e->args) - 1, (void *)name);
+	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+}
+
 /* The guard's probes, entry only (a return probe there would hand the
  * unwinder a trampoline of its own): the cookie is the function's role. */
 static __always_inline int on_unwind(struct pt_regs *ctx)
@@ -767,6 +790,8 @@ static __always_inline int on_unwind(struct pt_regs *ctx)
 			bpf_probe_read_user(&stop, sizeof(stop), (void *)(exc + 16));
 		__u32 kind = stop ? EACGM_SPAN_LEFT_FORCED : EACGM_SPAN_LEFT_EXCEPTION;
 		__u64 tinfo = stop ? 0 : exception_type(exc);
+		if (role != EACGM_UNWIND_RESUME)
+			name_exception_type(task, tinfo);
 		/* A cleanup ran in the frame calling _Unwind_Resume: those below
 		 * it are behind the unwinding now. */
 		if (role == EACGM_UNWIND_RESUME)

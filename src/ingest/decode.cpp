@@ -2,8 +2,10 @@
 
 #include <array>
 #include <cstdio>
+#include <cstring>
 #include <optional>
 
+#include "probe/elf_symbols.h"
 #include "probe/symbolizer.h"
 #include "store/span_layout.h"
 
@@ -94,6 +96,18 @@ std::string left_text(uint16_t flags, const std::optional<std::string> &type_inf
 	if (type_info && type_info->starts_with(prefix) && type_info->find('+') == std::string::npos)
 		return "threw " + type_info->substr(prefix.size());
 	return "threw an exception";
+}
+
+void name_exception_type(const eacgm_span_event &e, Symbolizer &sym)
+{
+	// The program reads at most sizeof(args) - 2 bytes and a NUL: a name
+	// that long may be cut, and is left to the symbols of the process.
+	const char *raw = reinterpret_cast<const char *>(e.args);
+	const size_t n = strnlen(raw, sizeof(e.args));
+	if (n == 0 || n >= sizeof(e.args) - 2)
+		return;
+	if (auto type = demangle_type(std::string_view(raw, n)))
+		sym.name_object(e.tgid, e.ret, "typeinfo for " + *type);
 }
 
 DecodePlan decode_plan(const ProbeSpec &spec)

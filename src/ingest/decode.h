@@ -55,6 +55,11 @@ nlohmann::json render_arg(const ArgSpec &a, uint64_t v, uint64_t next, const Spe
 // "unwound by pthread_exit or pthread_cancel", "left by longjmp".
 std::string left_text(uint16_t flags, const std::optional<std::string> &type_info);
 
+// An EACGM_SPEC_EXCEPTION_TYPE record: its type's name given to sym for the
+// type_info's address (what decode_typed asks it of a span left by the
+// exception), as the symbol of that object would read.
+void name_exception_type(const eacgm_span_event &e, Symbolizer &sym);
+
 // A return's name where the spec's return type is an enum; "" otherwise.
 std::string ret_text(const ProbeSpec &spec, const SpecSet &specs, int64_t ret);
 

@@ -34,6 +34,10 @@ void Recorder::warn_once(const std::string &message)
 void Recorder::span(const eacgm_span_event &e)
 {
 	const auto &specs = probes_.specs();
+	if (e.spec_id == EACGM_SPEC_EXCEPTION_TYPE) {
+		pending_.push_back(e); // named in order: after this round's exec, before the spans it leaves
+		return;
+	}
 	if (e.spec_id >= specs.probes.size())
 		return;
 	if (processes_.excluded(e.tgid)) {
@@ -142,6 +146,10 @@ const Recorder::ProbeFacts &Recorder::facts(uint32_t spec_id)
 // calls), else as a Span through the joiners.
 void Recorder::decode(const eacgm_span_event &e)
 {
+	if (e.spec_id == EACGM_SPEC_EXCEPTION_TYPE) {
+		name_exception_type(e, processes_.symbolizer());
+		return;
+	}
 	const auto &specs = probes_.specs();
 	const ProbeSpec &spec = specs.probes[e.spec_id];
 	if (raw_dump_)

@@ -101,6 +101,22 @@ std::string demangle(std::string_view name)
 	return s;
 }
 
+std::optional<std::string> demangle_type(std::string_view mangled)
+{
+	if (mangled.starts_with('*'))
+		mangled.remove_prefix(1);
+	if (mangled.empty())
+		return std::nullopt;
+	const std::string s(mangled);
+	int status = 0;
+	char *out = abi::__cxa_demangle(s.c_str(), nullptr, nullptr, &status);
+	std::optional<std::string> type;
+	if (status == 0 && out)
+		type = out;
+	std::free(out);
+	return type;
+}
+
 bool may_demangle_to(std::string_view mangled, std::string_view prefix)
 {
 	// A demangled name that starts with "a::b::" is a nested name: mangled as

@@ -7,6 +7,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -17,6 +18,10 @@ namespace eacgm {
 
 // Returns the demangled C++ name, or `name` itself when it is not mangled.
 std::string demangle(std::string_view name);
+// A type's name from its mangling as std::type_info::name() gives it
+// ("N3c105ErrorE": a symbol's mangling without its _Z; a leading '*' marks a
+// type local to its file); nullopt where it does not demangle.
+std::optional<std::string> demangle_type(std::string_view mangled);
 
 // Whether a symbol named `mangled` could demangle to a name that starts with
 // `prefix`: false only when it certainly cannot (a C++ name outside the

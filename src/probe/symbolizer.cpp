@@ -86,6 +86,12 @@ std::optional<std::string> Symbolizer::find(uint32_t pid, uint64_t addr, bool ob
 	return name;
 }
 
+void Symbolizer::name_object(uint32_t pid, uint64_t addr, std::string name)
+{
+	std::lock_guard lock(mu_);
+	procs_[pid].objects[addr] = std::move(name);
+}
+
 void Symbolizer::snapshot(uint32_t pid)
 {
 	std::lock_guard lock(mu_);

@@ -30,6 +30,10 @@ public:
 	// The demangled name of the data object that starts exactly at addr
 	// ("typeinfo for c10::Error"), cached as resolve() is.
 	std::optional<std::string> resolve_object(uint32_t pid, uint64_t addr);
+	// What resolve_object(pid, addr) says from now on (until an exec), from
+	// a word of the process itself: an exception's type, named while the
+	// process lived (its maps may be gone when its spans are decoded).
+	void name_object(uint32_t pid, uint64_t addr, std::string name);
 
 	// Reads the maps now: call when a process is first seen, so that addresses
 	// of a short-lived process still resolve after it exits, and after an exec

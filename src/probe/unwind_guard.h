@@ -43,8 +43,8 @@ struct GuardSite {
 // for a file of another processor (a 32-bit libc in the loader cache). With
 // a decoder, each site is past the function's landing pad where that sees
 // the same calls (InsnDecoder::probe_offset): Debian's libgcc_s starts each
-// with endbr64, which the kernel single-steps (16 us a trap here, and a
-// throw makes a dozen of them), then a push, which it emulates.
+// with a landing pad, which the kernel single-steps (16 us a trap here, and
+// a throw makes a dozen of them), then a push, which it emulates.
 std::vector<GuardSite> guard_sites(const ElfFile &elf, InsnDecoder *decoder = nullptr);
 
 // Whether a library file is one a process's unwinder, C++ runtime or

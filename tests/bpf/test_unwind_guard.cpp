@@ -19,6 +19,7 @@
 #include "probe/proc_tracker.h"
 #include "probe/span_engine.h"
 #include "probe/unwind_guard.h"
+#include "span_fixture.h"
 
 namespace eacgm::test {
 
@@ -90,22 +91,12 @@ protected:
 		return status;
 	}
 
-	// Spans by probe name.
+	// Spans by probe name; the records naming an exception's type apart.
 	std::map<std::string, std::vector<eacgm_span_event>> spans()
 	{
-		std::vector<eacgm_span_event> out;
-		auto cb = [](void *ctx, void *data, size_t) {
-			static_cast<std::vector<eacgm_span_event> *>(ctx)->push_back(
-				*static_cast<eacgm_span_event *>(data));
-			return 0;
-		};
-		struct ring_buffer *rb = ring_buffer__new(bpf_map__fd(engine->events_map()), cb, &out, nullptr);
-		EXPECT_NE(rb, nullptr);
-		ring_buffer__consume(rb);
-		ring_buffer__free(rb);
 		std::map<std::string, std::vector<eacgm_span_event>> by;
-		for (auto &e : out)
-			by[kProbed[e.spec_id]].push_back(e);
+		for (auto &e : collect_spans(*engine))
+			by[e.spec_id == EACGM_SPEC_EXCEPTION_TYPE ? "type" : kProbed[e.spec_id]].push_back(e);
 		return by;
 	}
 
@@ -137,6 +128,15 @@ TEST_F(UnwindGuard, AThrowIsCaughtAndItsFramesEndAsSpansLeftByIt)
 	ASSERT_EQ(by["th_thrower"].size(), 4u);
 	uint64_t type = by["th_outer"][0].ret;
 	EXPECT_NE(type, 0u); // the exception's std::type_info: one type, in one child
+	// Named once a throw, before the spans it leaves: "St13runtime_error".
+	ASSERT_EQ(by["type"].size(), 4u);
+	for (size_t i = 0; i < 4; i++) {
+		const eacgm_span_event &e = by["type"][i], &outer = by["th_outer"][i];
+		EXPECT_EQ(e.ret, type);
+		EXPECT_STREQ(reinterpret_cast<const char *>(e.args), "St13runtime_error");
+		EXPECT_GT(e.start_ns, outer.start_ns);
+		EXPECT_LT(e.start_ns, outer.start_ns + outer.dur_ns);
+	}
 	for (const char *f : {"th_outer", "th_middle", "th_thrower"})
 		for (auto &e : by[f]) {
 			EXPECT_EQ(e.flags & EACGM_SPAN_LEFT, EACGM_SPAN_LEFT_EXCEPTION) << f;

@@ -93,8 +93,8 @@ class ThrowCalls(unittest.TestCase):
         return out, rc, rec
 
     def calls(self, rec):
-        """(function, how it ended: its ret_name) -> count."""
-        return collections.Counter((s["name"], s["ret_name"]) for s in rec.spans("layer = 'throwlib'"))
+        """(function, how it ended: its ret_name) -> count (a dict: assertEqual shows the difference)."""
+        return dict(collections.Counter((s["name"], s["ret_name"]) for s in rec.spans("layer = 'throwlib'")))
 
     def test_a_throw_through_three_frames_caught_by_the_caller(self):
         out, rc, rec = self.same("throw")
@@ -266,7 +266,7 @@ class TorchThrows(unittest.TestCase):
         # so that every call the script makes to raise is traced.
         out, err, rc, rec = outputs(self.tmp, "default", self.command, ["--torch-ops", "cat,index_select"])
         self.assertEqual((out, err, rc), self.untraced)
-        left = collections.Counter((s["name"], s["ret_name"]) for s in rec.spans("ret_name LIKE 'threw%'"))
+        left = dict(collections.Counter((s["name"], s["ret_name"]) for s in rec.spans("ret_name LIKE 'threw%'")))
         n = self.STEPS
         # Linear's failure is addmm's inside it: both left.
         self.assertEqual(left, {("aten::mm", "threw c10::Error"): n, ("aten::cat", "threw c10::Error"): n,
@@ -309,7 +309,7 @@ class GlooPeerDeath(unittest.TestCase):
         self.assertEqual(out_u, "rank 0 exit 1\nrank 1 exit -9\nrank 0 said: RuntimeError: "
                                 "[./gloo/transport/tcp/pair.cc:N] Read error [N.N.N.N]:N: Connection reset by peer\n")
         self.assertEqual((out_t, rc_t), (out_u, rc_u))
-        left = collections.Counter((s["name"], s["ret_name"]) for s in rec.spans("ret_name LIKE 'threw%'"))
+        left = dict(collections.Counter((s["name"], s["ret_name"]) for s in rec.spans("ret_name LIKE 'threw%'")))
         self.assertEqual(left, {("allreduce", "threw gloo::IoException"): 1,
                                 ("c10d::Work::wait", "threw gloo::IoException"): 1})
 

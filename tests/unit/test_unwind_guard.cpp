@@ -4,6 +4,7 @@
 // reads, and how the agent answers requests (a stand-in for the machine).
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <map>
 #include <set>
 #include <stdexcept>
@@ -15,6 +16,7 @@
 #include "probe/elf_symbols.h"
 #include "probe/guard_server.h"
 #include "probe/proc_maps.h"
+#include "probe/symbolizer.h"
 #include "probe/unwind_guard.h"
 
 namespace eacgm {
@@ -116,6 +118,31 @@ TEST(UnwindGuard, HowASpanLeftSays)
 	EXPECT_EQ(left_text(EACGM_SPAN_LEFT_EXCEPTION, std::string("vtable for Foo")), "threw an exception");
 	EXPECT_EQ(left_text(EACGM_SPAN_LEFT_FORCED, std::nullopt), "unwound by pthread_exit or pthread_cancel");
 	EXPECT_EQ(left_text(EACGM_SPAN_LEFT_LONGJMP, std::nullopt), "left by longjmp");
+}
+
+TEST(UnwindGuard, AnExceptionsTypeIsNamedFromItsManglingWhileItsProcessLives)
+{
+	EXPECT_EQ(demangle_type("N3c105ErrorE"), "c10::Error");
+	EXPECT_EQ(demangle_type("St13runtime_error"), "std::runtime_error");
+	EXPECT_EQ(demangle_type("*N12_GLOBAL__N_13FooE"), "(anonymous namespace)::Foo"); // local to its file
+	EXPECT_EQ(demangle_type(""), std::nullopt);
+	EXPECT_EQ(demangle_type("N3c10"), std::nullopt);
+	// The program's record (EACGM_SPEC_EXCEPTION_TYPE): what the spans the
+	// exception leaves are named by, though the process is gone (no maps).
+	Symbolizer sym("/nonexistent");
+	eacgm_span_event e{};
+	e.spec_id = EACGM_SPEC_EXCEPTION_TYPE;
+	e.tgid = 4242;
+	e.ret = 0x7f001000;
+	std::memcpy(e.args, "N3c1010IndexErrorE", 18);
+	name_exception_type(e, sym);
+	EXPECT_EQ(sym.resolve_object(4242, 0x7f001000), "typeinfo for c10::IndexError");
+	EXPECT_EQ(sym.resolve_object(4243, 0x7f001000), std::nullopt);
+	// A name that may have been cut (the record holds 62 bytes of it) is left to the process's symbols.
+	std::memset(e.args, 'A', sizeof(e.args) - 2);
+	e.ret = 0x7f002000;
+	name_exception_type(e, sym);
+	EXPECT_EQ(sym.resolve_object(4242, 0x7f002000), std::nullopt);
 }
 
 TEST(UnwindGuard, DecodeMakesALeftSpansReturnItsText)

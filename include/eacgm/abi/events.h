@@ -108,6 +108,14 @@ struct eacgm_span_event {
 #define EACGM_SPAN_LEFT_LONGJMP 16  /* a longjmp to a frame above it; ret 0 */
 #define EACGM_SPAN_LEFT (EACGM_SPAN_LEFT_EXCEPTION | EACGM_SPAN_LEFT_FORCED | EACGM_SPAN_LEFT_LONGJMP)
 
+/* A record of the span ring that is no span: it names the C++ exception
+ * type whose std::type_info is at `ret` in process `tgid` (the guard's
+ * program, at a throw from a traced thread), with the type's mangled name
+ * (type_info::name(), "N3c105ErrorE") in `args`, NUL-padded, cut at 63
+ * bytes. Read before the spans the exception leaves, and named from it
+ * even when the process is gone by the time its spans are decoded. */
+#define EACGM_SPEC_EXCEPTION_TYPE 0xffffffffu
+
 /* What a probe of the exception guard marks (its attach cookie): a point
  * where something is about to walk the stack or leave frames without their
  * return (span.bpf.c, probe/unwind_guard.cpp). */
