@@ -43,3 +43,19 @@ int BPF_PROG(py_fork, struct task_struct *parent, struct task_struct *child)
 		bpf_map_update_elem(&py_procs, &ctgid, p, BPF_ANY);
 	return 0;
 }
+
+/* An exec replaces the program: whatever interpreter the process ran (its
+ * own or its parent's, copied at the fork above) is gone, and the new image
+ * has other addresses, perhaps another Python or none. Dropped here, at
+ * once, so that no walk reads the new image by the old layout; the agent
+ * registers the new program's interpreter, if it has one, once it has read
+ * its maps. The thread that execs is the process's only thread now. */
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(py_exec, struct task_struct *p)
+{
+	__u32 tgid = BPF_CORE_READ(p, tgid);
+	__u32 tid = BPF_CORE_READ(p, pid);
+	bpf_map_delete_elem(&py_procs, &tgid);
+	bpf_map_delete_elem(&py_tstates, &tid);
+	return 0;
+}

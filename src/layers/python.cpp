@@ -182,6 +182,10 @@ Result<void> PythonTracer::load(unsigned sample_hz)
 	if (!fork_link)
 		return errno_error(errno, "cannot attach the Python fork tracepoint");
 	links_.add(fork_link);
+	struct bpf_link *exec_link = bpf_program__attach(skel_->progs.py_exec);
+	if (!exec_link)
+		return errno_error(errno, "cannot attach the Python exec tracepoint");
+	links_.add(exec_link);
 	if (!sample_hz)
 		return {};
 	sample_hz_ = lowest_hz_ = sample_hz;

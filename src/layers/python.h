@@ -65,8 +65,8 @@ public:
 	// A forked child runs its parent's interpreter (the kernel side copied
 	// its registration already).
 	void inherit(uint32_t child, uint32_t parent);
-	// A process that exited: its registration goes (a pid may come back
-	// as another program).
+	// A process that exited or exec'd: its registration goes (a pid may
+	// come back as another program, an exec maps another).
 	void forget(uint32_t pid);
 	const PyOffsets *offsets(int minor) const; // the built-in table's
 	// The sampler's period of a thread's CPU time now; 0 without sampling.

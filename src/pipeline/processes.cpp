@@ -51,6 +51,7 @@ Result<void> Processes::retire(Sink &out)
 		probes_.forget(pid);
 		if (python_)
 			python_->forget(pid);
+		images_gone_.push_back(pid);
 	}
 	return {};
 }
@@ -94,7 +95,8 @@ void Processes::set_exit(uint32_t pid, int exit_code, uint64_t end_ns)
 }
 
 // A process runs Python once it maps an interpreter: at start, or after the
-// dynamic linker loaded libpython. Registered once; an exec starts afresh.
+// dynamic linker loaded libpython. Registered once; an exec drops the
+// registration (handle_proc), and the new program's maps say afresh.
 void Processes::watch_python(uint32_t pid)
 {
 	if (!python_ || python_->processes().count(pid))
@@ -139,6 +141,13 @@ void Processes::handle_proc(const eacgm_proc_event &e)
 		break;
 	}
 	case EACGM_PROC_EXEC: {
+		// A new image: the interpreter the process ran (its own, or its
+		// parent's until now) is gone; the BPF side dropped it already
+		// (python.bpf.c). Before process(): a process first known now is
+		// watched as the program it runs now.
+		if (python_)
+			python_->forget(e.tgid);
+		images_gone_.push_back(e.tgid);
 		Process &p = process(e.tgid);
 		p.comm = record_comm(e);
 		p.cmdline = system_.cmdline(e.tgid);

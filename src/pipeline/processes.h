@@ -83,6 +83,9 @@ public:
 	const ProcessTable &table() const { return table_; }
 	// Symbols of the processes' maps (symbol arguments).
 	Symbolizer &symbolizer() { return symbolizer_; }
+	// The processes whose images went since the last take (an exec, or
+	// retired): what joiners read of their memory is stale.
+	std::vector<uint32_t> take_images_gone() { return std::exchange(images_gone_, {}); }
 	std::vector<std::string> take_warnings() { return std::exchange(warnings_, {}); }
 	std::vector<std::string> take_notes() { return std::exchange(notes_, {}); }
 
@@ -109,6 +112,7 @@ private:
 	ProcessTable table_;
 	std::vector<eacgm_proc_event> records_; // read in this round, handled after it
 	std::set<uint32_t> rescan_;             // exec'd or dlopen'd this round: maps to rescan
+	std::vector<uint32_t> images_gone_;     // exec'd or retired, for take_images_gone
 	std::vector<std::string> warnings_;
 	std::vector<std::string> notes_;
 	std::set<std::string> warned_;

@@ -79,20 +79,43 @@ void PythonJoiner::retire_stack_cache()
 	stack_cache_since_ns_ = now;
 }
 
+// The key of a cached stack starts with its process's pid.
+static uint32_t cached_pid(const std::string &key)
+{
+	uint32_t pid;
+	memcpy(&pid, key.data(), sizeof pid);
+	return pid;
+}
+
 void PythonJoiner::fold_cached_samples()
 {
-	for (auto &[key, rs] : stack_cache_) {
-		if (!rs.samples)
+	for (auto &[key, rs] : stack_cache_)
+		fold_cached(cached_pid(key), rs);
+}
+
+void PythonJoiner::fold_cached(uint32_t pid, ResolvedStack &rs)
+{
+	if (!rs.samples)
+		return;
+	// Known: a stack resolves only for a process watched as Python.
+	const Process *p = table_.find(pid);
+	std::string line = p ? p->comm : "";
+	for (auto f = (*rs.frames)->rbegin(); f != (*rs.frames)->rend(); ++f)
+		line += ";" + f->qualname + " (" + f->filename.substr(f->filename.rfind('/') + 1) + ":" +
+			std::to_string(f->first_line) + ")";
+	folded_[line] += std::exchange(rs.samples, 0);
+}
+
+void PythonJoiner::forget(uint32_t pid)
+{
+	resolver_.forget(pid);
+	for (auto it = stack_cache_.begin(); it != stack_cache_.end();) {
+		if (cached_pid(it->first) != pid) {
+			++it;
 			continue;
-		uint32_t pid;
-		memcpy(&pid, key.data(), sizeof pid); // the key starts with the pid
-		// Known: a stack resolves only for a process watched as Python.
-		const Process *p = table_.find(pid);
-		std::string line = p ? p->comm : "";
-		for (auto f = (*rs.frames)->rbegin(); f != (*rs.frames)->rend(); ++f)
-			line += ";" + f->qualname + " (" + f->filename.substr(f->filename.rfind('/') + 1) + ":" +
-				std::to_string(f->first_line) + ")";
-		folded_[line] += std::exchange(rs.samples, 0);
+		}
+		fold_cached(pid, it->second);
+		it = stack_cache_.erase(it);
 	}
 }
 

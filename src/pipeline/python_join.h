@@ -74,6 +74,11 @@ public:
 	// "outer;...;inner count" per line, frames as "qualname (file:def line)".
 	std::string folded_stacks();
 
+	// A process whose image is gone (it exec'd, or it is retired): what was
+	// read of its memory says nothing of its next program (nor of the
+	// next process given its pid).
+	void forget(uint32_t pid);
+
 	uint64_t samples_read() const { return samples_read_; }
 	// What was lost on the way, by reason (the recording's drops).
 	void drops(std::vector<Drop> &out) const;
@@ -98,6 +103,7 @@ private:
 	// Adds the cache's sample counts to folded_, a line of text per
 	// distinct stack rather than per sample.
 	void fold_cached_samples();
+	void fold_cached(uint32_t pid, ResolvedStack &rs);
 	void add_sample(uint32_t pid, uint32_t tid, PyStackSample smp);
 	// Hands each thread's samples older than kPyReorderNs (all: at the end)
 	// to its spans, and stores the spans that closed.

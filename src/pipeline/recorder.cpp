@@ -112,6 +112,8 @@ Result<int> Recorder::read_round()
 	records_read_ += static_cast<uint64_t>(*n);
 	handling_cpu_ns_ += clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu;
 	processes_.after_read();
+	for (uint32_t pid : processes_.take_images_gone())
+		python_join_.forget(pid);
 	cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID);
 	python_join_.name_call_stacks();
 	handling_cpu_ns_ += clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu;

@@ -286,6 +286,50 @@ class PythonProcesses(unittest.TestCase):
         for s in parent + children:
             check_sampled(self, s, calls[(s["pid"], s["name"])], (s, calls[(s["pid"], s["name"])]))
 
+    def test_an_exec_drops_the_parents_interpreter(self):
+        """Debian's 3.11 forks a child that execs pyenv's 3.12 (other
+        addresses, another frame layout) and one that execs /bin/sh: each
+        child's frames are its own program's, or none."""
+        E.require_root()
+        tmp = E.make_tempdir(self)
+        script = os.path.join(E.SOURCE_DIR, "tests", "testprogs", "py_exec.py")
+        log = os.path.join(tmp, "calls")
+        rec = E.record(tmp, [PYTHONS["debian-3.11"], script, "parent", log, PYTHONS["3.12"]], "--layers", "python")
+        self.assertEqual(rec.rc, 0, rec.stderr)
+        lines = read_calls(log)
+        kids = [c for c in lines if c["name"] == "children"]
+        self.assertEqual(len(kids), 1, lines)
+        parent, python, shell = kids[0]["pid"], kids[0]["python"], kids[0]["shell"]
+        calls = {(c["pid"], c["name"]): c for c in lines if c["name"] != "children"}
+        self.assertEqual(set(calls), {(parent, "parent_spin"), (python, "exec_child_spin")})
+        spans = [s for s in rec.spans() if s["layer"] == "python"]
+        by_pid = collections.defaultdict(list)
+        for s in spans:
+            by_pid[s["pid"]].append(s)
+        self.assertEqual(set(by_pid) - {parent, python, shell}, set(), spans)
+        # Each Python process: its timed function once, inside the call.
+        for pid, name in ((parent, "parent_spin"), (python, "exec_child_spin")):
+            mine = [s for s in by_pid[pid] if s["name"] == name]
+            self.assertEqual(len(mine), 1, by_pid[pid])
+            self.assertEqual(mine[0]["args"]["file"], script)
+            call = calls[(pid, name)]
+            self.assertLessEqual(call["outer0"], mine[0]["start_ns"])
+            self.assertLessEqual(mine[0]["start_ns"] + mine[0]["dur_ns"], call["outer1"])
+        # The 3.12 child's frames are 3.12's: this script's child part and
+        # that interpreter's own library, never the parent's functions.
+        for s in by_pid[python]:
+            self.assertNotIn(s["name"], ("parent_spin", "fork_exec"), s)
+            self.assertFalse(s["args"]["file"].startswith("/usr/lib/python3"), s)
+        # The shell has no Python frames: a span of its pid can only be the
+        # parent's code it ran between the fork and the exec.
+        for s in by_pid[shell]:
+            self.assertEqual(s["args"]["file"], script, s)
+            self.assertIn(s["name"], ("<module>", "main", "fork_exec"), s)
+        procs = {p["pid"]: p for p in rec.query("SELECT pid, ppid, comm FROM processes")}
+        self.assertEqual(procs[python]["ppid"], parent)
+        self.assertEqual(procs[shell]["ppid"], parent)
+        self.assertEqual(procs[shell]["comm"], "sh")
+
     def test_unknown_version_is_named_and_other_layers_go_on(self):
         E.require_root()
         tmp = E.make_tempdir(self)
