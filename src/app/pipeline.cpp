@@ -15,6 +15,7 @@
 #include "common/clock.h"
 #include "common/fs.h"
 #include "common/text.h"
+#include "common/threads.h"
 #include "detect/status.h"
 #include "layers/gpu.h"
 #include "layers/host.h"
@@ -183,8 +184,13 @@ Pipeline::Stop Pipeline::open_recorder(Sink &out)
 	if (!rings)
 		return fail(rings.error().message);
 	rings_.emplace(std::move(rings).value());
+	// The rings are read on a thread of their own from here on: the
+	// recorder's rounds (discovery, decoding, the sinks) take what it read.
+	reader_.emplace(*rings_, RingReader::Options{});
+	if (auto r = reader_->start(); !r)
+		return fail(r.error().message);
 	probes_.emplace(*attacher_, *engine_, *tracker_);
-	recorder_.emplace(*probes_, *system_, *rings_, chain_, python_.get());
+	recorder_.emplace(*probes_, *system_, *reader_, chain_, python_.get());
 	if (o_.hang_after_s > 0) {
 		// A collector (looks at the calls in flight) and a sink (sees
 		// each rank's progress): collectors_ owns it.
@@ -337,6 +343,8 @@ Pipeline::Stop Pipeline::finish(StoreWriter *store)
 {
 	for (auto &c : collectors_)
 		c->stop();
+	// The last records are read by the recorder's own drain.
+	reader_->stop();
 	if (auto r = collect(); !r)
 		return fail(r.error().message);
 	if (auto r = recorder_->finish(); !r)
@@ -348,13 +356,44 @@ Pipeline::Stop Pipeline::finish(StoreWriter *store)
 	}
 	// What a sampled span's "samples" count is worth: the longest period
 	// used (the budget may have lowered the rate), which bounds its error.
+	if (store && python_)
+		(void)store->set_meta("python_registrations", std::to_string(python_->registrations()));
 	if (store && python_ && python_->longest_sample_period_ns())
 		(void)store->set_meta("python_sample_period_ns", std::to_string(python_->longest_sample_period_ns()));
 	if (detector_)
 		detector_->flush(true); // refits would score nothing more
-	if (store)
+	if (store) {
 		write_guard_meta(*store);
+		write_reader_meta(*store);
+	}
 	return {};
+}
+
+// Counts in the store's meta, each under its key.
+static void set_counts(StoreWriter &store, std::initializer_list<std::pair<const char *, uint64_t>> counts)
+{
+	for (auto [key, n] : counts)
+		(void)store.set_meta(key, std::to_string(n));
+}
+
+// What the ring-draining thread did (pipeline/ring_reader.h), and how often
+// slow work ran on it: never, or the tests fail (common/threads.h).
+void Pipeline::write_reader_meta(StoreWriter &store) const
+{
+	const RingReader::Stats r = reader_->stats();
+	set_counts(store,
+		   {
+			   {"ring_reads", r.rounds},
+			   {"ring_read_records", r.records},
+			   {"ring_max_wake_to_read_ns", r.max_wake_to_read_ns},
+			   {"ring_max_queued_bytes", r.max_queued_bytes},
+			   {"ring_queue_full_waits", r.full_waits},
+			   {"ring_reader_short_slice", r.short_slice},
+			   {"slow_work_on_drain", slow_work_on_drain()},
+		   });
+	if (slow_work_on_drain())
+		std::cerr << "eacgm: warning: internal: slow work ran on the ring-draining thread ("
+			  << last_slow_work_on_drain() << "), which could have let a ring fill; please report it\n";
 }
 
 // What the exception guard did (probe/guard_server.h), for the summary:
@@ -364,19 +403,18 @@ void Pipeline::write_guard_meta(StoreWriter &store) const
 	(void)store.set_meta("guard", engine_->guarded() ? "on" : "off: " + engine_->unguarded_reason());
 	const GuardCounts g = engine_->guard_counts();
 	const auto c = engine_->counters();
-	const std::pair<const char *, uint64_t> counts[] = {
-		{"guard_requests", g.requests},
-		{"guard_restored", g.restored},
-		{"guard_rearmed", g.rearmed},
-		{"guard_failed", g.failed},
-		{"guard_moot", g.moot},
-		{"guard_held_ns", g.held_ns},
-		{"guard_max_held_ns", g.max_held_ns},
-		{"guard_unasked", c[EACGM_CNT_GUARD_UNASKED]},
-		{"calls_left", c[EACGM_CNT_LEFT]},
-	};
-	for (auto [key, n] : counts)
-		(void)store.set_meta(key, std::to_string(n));
+	set_counts(store,
+		   {
+			   {"guard_requests", g.requests},
+			   {"guard_restored", g.restored},
+			   {"guard_rearmed", g.rearmed},
+			   {"guard_failed", g.failed},
+			   {"guard_moot", g.moot},
+			   {"guard_held_ns", g.held_ns},
+			   {"guard_max_held_ns", g.max_held_ns},
+			   {"guard_unasked", c[EACGM_CNT_GUARD_UNASKED]},
+			   {"calls_left", c[EACGM_CNT_LEFT]},
+		   });
 }
 
 // A pattern probe over libtorch's operator entry points for the operators

@@ -20,6 +20,7 @@
 #include "detect/scoring.h"
 #include "ingest/hangs.h"
 #include "pipeline/recorder.h"
+#include "pipeline/ring_reader.h"
 #include "layers/collector.h"
 #include "layers/python.h"
 #include "pipeline/bpf_sources.h"
@@ -98,6 +99,8 @@ public:
 	void write_meta(StoreWriter &store);
 	// The exception guard's doings, in the store's meta (finish() writes them).
 	void write_guard_meta(StoreWriter &store) const;
+	// The ring-draining thread's doings, in the store's meta (finish() too).
+	void write_reader_meta(StoreWriter &store) const;
 	// What a recording says of itself from the start: the layers, eacgm's
 	// version, the host (eacgm merge labels its processes with it) and the
 	// clocks (the monotonic time at start, its offset to Unix time).
@@ -134,6 +137,7 @@ private:
 	// What the recorder reads and asks (pipeline/sources.h).
 	std::optional<LinuxSystem> system_;
 	std::optional<BpfRings> rings_;
+	std::optional<RingReader> reader_; // reads rings_; before the recorder, which reads it
 	std::optional<BpfProbes> probes_;
 	std::optional<Recorder> recorder_;
 	std::optional<OverheadKeeper> budget_;

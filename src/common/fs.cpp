@@ -1,4 +1,5 @@
 #include "common/fs.h"
+#include "common/threads.h"
 
 #include <cerrno>
 #include <cstdio>
@@ -30,6 +31,7 @@ std::vector<uint32_t> list_threads(uint32_t pid)
 
 std::optional<std::string> read_small_file(const std::string &path)
 {
+	slow_work("reading a file");
 	int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return std::nullopt;

@@ -17,11 +17,13 @@
 #include "probe/links.h"
 #include "probe/proc_maps.h"
 #include "python.skel.h"
+#include "common/threads.h"
 
 namespace eacgm {
 
 Result<std::optional<PythonRuntime>> find_python_runtime(uint32_t pid)
 {
+	slow_work("finding a process's Python runtime");
 	auto maps = read_maps(pid);
 	if (!maps)
 		return maps.error();
@@ -282,7 +284,8 @@ Result<std::optional<PythonRuntime>> PythonTracer::add_process(uint32_t pid)
 					  " bytes); its stacks are not recorded");
 	if (bpf_map__update_elem(skel_->maps.py_procs, &pid, sizeof(pid), &cfg, sizeof(cfg), BPF_ANY))
 		return errno_error(errno, "cannot register Python process " + std::to_string(pid));
-	procs_[pid] = r;
+	if (procs_.insert_or_assign(pid, r).second)
+		registrations_++;
 	return std::optional<PythonRuntime>(r);
 }
 

@@ -62,6 +62,9 @@ public:
 	// version) for a version without offsets.
 	Result<std::optional<PythonRuntime>> add_process(uint32_t pid);
 	const std::map<uint32_t, PythonRuntime> &processes() const { return procs_; }
+	// Processes registered so far (each image once: a forked child counts
+	// when it execs another program that runs Python).
+	uint64_t registrations() const { return registrations_; }
 	// A forked child runs its parent's interpreter (the kernel side copied
 	// its registration already).
 	void inherit(uint32_t child, uint32_t parent);
@@ -103,6 +106,7 @@ private:
 	std::vector<UniqueFd> perf_fds_;
 	std::map<std::string, PyOffsets> offsets_; // "3.11" -> offsets
 	std::map<uint32_t, PythonRuntime> procs_;
+	uint64_t registrations_ = 0;
 	std::set<std::string> warned_;
 	std::vector<std::string> warnings_;
 	unsigned sample_hz_ = 0, lowest_hz_ = 0;

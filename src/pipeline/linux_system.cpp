@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include "common/fs.h"
+#include "common/threads.h"
 
 namespace eacgm {
 
@@ -38,8 +39,16 @@ std::string LinuxSystem::thread_name(uint32_t pid, uint32_t tid)
 	return read_proc_text(proc_dir(pid) + "/task/" + std::to_string(tid) + "/comm");
 }
 
-std::vector<uint32_t> LinuxSystem::threads(uint32_t pid) { return list_threads(pid); }
+std::vector<uint32_t> LinuxSystem::threads(uint32_t pid)
+{
+	slow_work("listing a process's threads");
+	return list_threads(pid);
+}
 
-bool LinuxSystem::exists(uint32_t pid) { return access(proc_dir(pid).c_str(), F_OK) == 0; }
+bool LinuxSystem::exists(uint32_t pid)
+{
+	slow_work("looking a process up");
+	return access(proc_dir(pid).c_str(), F_OK) == 0;
+}
 
 } // namespace eacgm

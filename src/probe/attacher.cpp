@@ -16,6 +16,7 @@
 #include "probe/proc_maps.h"
 #include "probe/symbol_search.h"
 #include "probe/unwind_guard.h"
+#include "common/threads.h"
 
 namespace eacgm {
 
@@ -242,6 +243,7 @@ Result<std::vector<std::string>> Attacher::scan_process(uint32_t pid)
 
 Result<std::vector<std::string>> Attacher::scan_maps(uint32_t pid, const std::vector<Mapping> &maps)
 {
+	slow_work("placing probes on a process's libraries");
 	std::vector<std::string> fresh;
 	auto &judged = judged_[pid];
 	const std::vector<std::string> files = mapped_files(maps);

@@ -16,6 +16,7 @@
 #include <numeric>
 
 #include "common/fd.h"
+#include "common/threads.h"
 
 namespace eacgm {
 namespace {
@@ -267,6 +268,7 @@ void drop_duplicates(std::vector<ElfSymbol> &symbols, std::vector<uint8_t> &rank
 
 Result<ElfFile> ElfFile::open(const std::string &path, bool require_symbols)
 {
+	slow_work("opening an ELF file");
 	if (elf_version(EV_CURRENT) == EV_NONE)
 		return make_error(ErrorKind::Other, std::string("libelf cannot be initialised: ") + elf_errmsg(-1));
 	auto image = MappedFile::open(path);

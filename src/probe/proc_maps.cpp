@@ -1,4 +1,5 @@
 #include "probe/proc_maps.h"
+#include "common/threads.h"
 
 #include <sys/stat.h>
 
@@ -52,6 +53,7 @@ std::string why_denied(uint32_t pid, const std::string &dir)
 
 Result<std::vector<Mapping>> read_maps(uint32_t pid, const std::string &proc_root)
 {
+	slow_work("reading a process's maps");
 	const std::string dir = proc_root + "/" + std::to_string(pid);
 	std::ifstream in(dir + "/maps");
 	if (!in) {

@@ -121,12 +121,35 @@ int main(int argc, char **argv)
 		long i = 0;
 		long gate_after = getenv("GATE_AFTER") ? atol(getenv("GATE_AFTER")) : -1;
 		const char *gate = getenv("GATE_FILE");
+		/* RATE: calls a second at most, each at its own deadline (a busy
+		 * wait: usleep cannot wait microseconds); a call made late moves
+		 * the next deadlines on rather than catching up, so the rate
+		 * never exceeds RATE after the thread lost its CPU. STOP_FILE:
+		 * until it exists, looked for every 1024 calls. */
+		double rate = getenv("RATE") ? atof(getenv("RATE")) : 0, next = 0;
+		const char *stop_file = getenv("STOP_FILE");
+		if (stop_file) {
+			printf("calling\n");
+			fflush(stdout);
+		}
 		for (; i < n; i++) {
 			while (gate && i == gate_after && access(gate, F_OK) != 0)
 				usleep(10000);
+			while (rate > 0) {
+				clock_gettime(CLOCK_MONOTONIC, &now);
+				double at = (double)(now.tv_sec - t0.tv_sec) + (now.tv_nsec - t0.tv_nsec) / 1e9;
+				if (at >= next) {
+					next = (at > next + 1 / rate ? at : next) + 1 / rate;
+					break;
+				}
+			}
 			acc += noop(i);
 			if (pace_us)
 				usleep(pace_us);
+			if (stop_file && i % 1024 == 1023 && access(stop_file, F_OK) == 0) {
+				i++;
+				break;
+			}
 			if (stop_after_s > 0 && i % 1024 == 1023) {
 				clock_gettime(CLOCK_MONOTONIC, &now);
 				if ((double)(now.tv_sec - t0.tv_sec) + (now.tv_nsec - t0.tv_nsec) / 1e9 >=
@@ -136,7 +159,7 @@ int main(int argc, char **argv)
 				}
 			}
 		}
-		if (stop_after_s > 0)
+		if (stop_after_s > 0 || stop_file)
 			printf("calls %ld\n", i);
 	} else if (!strcmp(p, "nest"))
 		for (long i = 0; i < n; i++)
