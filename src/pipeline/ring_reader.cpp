@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "pipeline/ring_reader.h"
 
 #include <algorithm>
@@ -223,8 +224,12 @@ void RingReader::run()
 Result<int> RingReader::consume(Records &to)
 {
 	std::vector<Words> q;
-	uint64_t n = 0, v;
-	(void)!read(ready_.get(), &v, sizeof v); // taken now: what comes later signals again
+	uint64_t n = 0, v = 0;
+	// Taken now: what comes later signals again. Signalled, the thread has
+	// read since the last take, and that is this round (one more read here
+	// would make a round of everything up to now: the exec, the calls and
+	// the exit of a short process, which then exited before it was judged).
+	bool signalled = read(ready_.get(), &v, sizeof v) == sizeof v && v > 0;
 	if (!thread_.joinable()) {
 		// Stopped (or never started): the rings are read here.
 		Words buf;
@@ -233,7 +238,9 @@ Result<int> RingReader::consume(Records &to)
 			return r.error();
 		std::lock_guard<std::mutex> l(mu_);
 		publish(buf, records);
-	} else {
+	} else if (!signalled) {
+		// Woken by something else (a pidfd, a timeout): what the rings
+		// hold now is read first, the exit record a pidfd's wakeup expects.
 		std::unique_lock<std::mutex> l(mu_);
 		uint64_t want = ++asked_;
 		l.unlock();

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The ring-draining thread: reads a source's records as soon as its rings
 // wake it, into a bounded queue in memory, and hands them to the pipeline's
 // thread in the order they were read. Nothing else runs on it (a check
@@ -15,9 +16,10 @@
 // memory stays bounded and every loss is counted where it happens.
 //
 // It is itself a RecordSource: fd() is readable when records are queued,
-// and consume() has the thread read the rings once more before it hands
-// over everything queued (a process's exit record is written before its
-// pidfd wakes the pipeline, which expects to find it). The pipeline's
+// and consume() hands over everything queued; when the pipeline was woken by
+// something else (a pidfd, a timeout), it has the thread read the rings once
+// more first (a process's exit record is written before its pidfd wakes the
+// pipeline, which expects to find it). The pipeline's
 // thread never reads the rings itself while the thread runs, nor holds the
 // queue's lock longer than a swap: a thread descheduled while holding what
 // the reader needs would stall the reader with it (tried: the pipeline's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The ring-draining thread (pipeline/ring_reader.h) against a source of
 // fake records: everything read reaches consume() once, in order; consume()
 // has the thread read once more; a full queue leaves the rings unread and
@@ -126,9 +127,25 @@ TEST(RingReader, EveryRecordReachesConsumeOnceInOrder)
 			ASSERT_TRUE(reader.consume(taken));
 		}
 	}
+	wait_read(reader, want.size());
 	ASSERT_TRUE(reader.consume(taken));
 	EXPECT_EQ(taken.got, want);
-	EXPECT_LE(reader.stats().records, want.size()); // the rest read by consume's asks
+	EXPECT_EQ(reader.stats().records, want.size()); // every read is the thread's, asked or woken
+}
+
+TEST(RingReader, ARoundIsWhatTheThreadReadSinceTheLast)
+{
+	FakeSource src;
+	RingReader reader(src, {});
+	ASSERT_TRUE(reader.start());
+	src.add({'p', 1}); // an exec record: read at once
+	wait_read(reader, 1);
+	src.add({'s', 2}, false); // its calls and exit, later
+	Taken taken;
+	ASSERT_TRUE(reader.consume(taken)); // woken by the thread's read: that read only
+	EXPECT_EQ(taken.got, (std::vector<Rec>{{'p', 1}}));
+	ASSERT_TRUE(reader.consume(taken)); // not woken by it (a timeout): it reads first
+	EXPECT_EQ(taken.got, (std::vector<Rec>{{'p', 1}, {'s', 2}}));
 }
 
 TEST(RingReader, ConsumeHasTheThreadReadWhatIsThereNow)
@@ -137,7 +154,7 @@ TEST(RingReader, ConsumeHasTheThreadReadWhatIsThereNow)
 	RingReader reader(src, {});
 	ASSERT_TRUE(reader.start());
 	// Not woken: only consume's own ask reads them (a process's exit
-	// record the pidfd's wakeup expects).
+	// record the pidfd's wakeup expects: the pipeline was woken by it).
 	src.add({'p', 7}, false);
 	src.add({'s', 8}, false);
 	Taken taken;
