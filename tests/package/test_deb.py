@@ -1,12 +1,19 @@
+# SPDX-License-Identifier: Apache-2.0
 """The Debian package as an operator meets it: built by CPack from this build
 (what `make deb` makes), lintian-clean, installed with apt-get, used (doctor,
 a recording of a real torch program, the SQLite extension, the agent on its
 default configuration), then purged, whatever happened meanwhile, and no file
 of it left behind, /etc/eacgm and /var/lib/eacgm included.
 
+The install, use and purge run in a throwaway root: a copy-on-write view of
+this machine's own (an overlay over /, its writes on a tmpfs, in a mount and
+network namespace of its own, chroot'ed into), so the test neither depends on
+nor changes the host's state: an eacgm package installed here, or the
+/var/lib/eacgm a `sudo eacgm serve` leaves, are put aside in the view only,
+and the host's dpkg database and those paths are checked unchanged after.
+
 ctest sets BUILD_DIR, CPACK and SOURCE_DIR (tests/CMakeLists.txt). It needs
-root (apt-get) and refuses to run where an eacgm package is installed: the
-purge at its end would remove the operator's."""
+root (apt-get, mounts)."""
 import json
 import os
 import signal
@@ -50,30 +57,87 @@ def build_version():
     raise AssertionError("no CPACK_PACKAGE_VERSION in " + cache)
 
 
+# Set in the throwaway root (its tmpfs's path): the test's inner half runs there.
+INSIDE = os.environ.get("EACGM_DEB_THROWAWAY_ROOT")
+
+# Makes the throwaway root at $1 (an empty directory) and runs the rest of
+# the arguments chroot'ed into it: a tmpfs for the overlay's writes, the
+# overlay over / (one file system here; /proc, /sys and /dev bound in), an
+# empty /run (no init system to ask: the maintainer scripts leave the host's
+# services alone), the loopback up for the agent's listener.
+THROWAWAY_ROOT = r"""
+set -e
+t=$1; shift
+mount -t tmpfs eacgm-deb-root "$t"
+mkdir "$t/upper" "$t/work" "$t/root"
+mount -t overlay overlay -o "lowerdir=/,upperdir=$t/upper,workdir=$t/work" "$t/root"
+for d in proc sys dev; do mount --rbind "/$d" "$t/root/$d"; done
+mount -t tmpfs eacgm-deb-run "$t/root/run"
+ip link set lo up
+exec chroot "$t/root" "$@"
+"""
+
+
+def root_is_overlay():
+    """Whether / is an overlay (the throwaway root), from this process's mount table."""
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            if fields[4] == "/":
+                return fields[fields.index("-") + 1] == "overlay"
+    return False
+
+
+def host_state():
+    """What the test must leave as it found it."""
+    return package_status(), {d: os.path.lexists(d) for d in OWN_DIRS}
+
+
 class DebianPackage(unittest.TestCase):
     maxDiff = None
 
     def setUp(self):
         if os.geteuid() != 0:
             raise unittest.SkipTest("installing a package needs root (apt-get)")
-        status = package_status()
-        self.assertNotIn("installed", status.replace("not-installed", ""),
-                         "an eacgm package is installed here (%s); this test would purge it: "
-                         "remove it first (apt-get purge eacgm) or run the test elsewhere" % status)
-        for d in ("/etc/eacgm", "/var/lib/eacgm"):
-            self.assertFalse(os.path.exists(d), "%s exists though no eacgm package is installed: move it "
-                             "away first, the purge this test ends with would delete it" % d)
-        self.tmp = tempfile.mkdtemp(prefix="eacgm-deb-")
-        self.addCleanup(subprocess.run, ["rm", "-rf", self.tmp])
         self.version = build_version()
         arch = run(["dpkg", "--print-architecture"]).stdout.strip()
+        if INSIDE:
+            self.tmp = os.environ["EACGM_DEB_TMP"]
+        else:
+            self.tmp = tempfile.mkdtemp(prefix="eacgm-deb-")
+            self.addCleanup(subprocess.run, ["rm", "-rf", self.tmp])
         self.deb = os.path.join(self.tmp, "eacgm_%s_%s.deb" % (self.version, arch))
 
     def test_build_install_use_purge(self):
+        if INSIDE:
+            return self.install_use_purge()
+        before = host_state()
+        self.build_and_lint()
+        root = os.path.join(self.tmp, "root")
+        os.mkdir(root)
+        env = dict(os.environ, EACGM_DEB_THROWAWAY_ROOT=root, EACGM_DEB_TMP=self.tmp)
+        r = run(["unshare", "--mount", "--net", "--propagation", "private", "sh", "-c", THROWAWAY_ROOT, "sh", root,
+                 "/usr/bin/python3", os.path.abspath(__file__), "-v"], env=env, cwd="/", timeout=800)
+        print(r.stderr, end="")
+        self.assertEqual(r.returncode, 0, "in the throwaway root:\n" + r.stdout + r.stderr)
+        self.assertRegex(r.stderr, r"\nOK\n")
+        self.assertEqual(host_state(), before, "the host's dpkg status and eacgm paths changed")
+
+    def put_aside_the_hosts_eacgm(self):
+        """In the throwaway root only: a package installed on the host, or
+        the paths an earlier agent left, would be purged below."""
+        self.assertTrue(root_is_overlay(), "not in the throwaway root: refusing to put anything aside")
+        if "installed" in package_status().replace("not-installed", ""):
+            r = run(["dpkg", "--purge", "eacgm"], env=APT_ENV)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        for d in OWN_DIRS:
+            run(["rm", "-rf", d])
+
+    def install_use_purge(self):
+        self.put_aside_the_hosts_eacgm()
         old = {s: signal.signal(s, self._interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
         files = []
         try:
-            self.build_and_lint()
             r = run(["apt-get", "install", "-y", "--no-install-recommends", self.deb], env=APT_ENV)
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
             files = run(["dpkg-query", "-L", "eacgm"]).stdout.split()
