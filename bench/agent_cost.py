@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """The node agent's own cost: `eacgm serve` (every layer, its defaults, a
 store in a temporary directory) idle and while torchvision's ResNet-18
 trains on the CPU (bench/workloads/resnet18_train.py), ROUNDS alternating

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the columnar store's block codec (src/store/blocks.h) makes of real
 // recordings: bytes a span and spans a second, encoding and decoding, with
 // zstd at levels 1, 3 and 9 and zlib beside it on the same varints.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Where eacgm's cost goes, layer by layer, on the training workloads of
 bench/workloads: the same step recorded with a growing set of layers, each
 configuration a fresh process, in alternating rounds. Per configuration: the

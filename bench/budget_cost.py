@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """--overhead-budget holding a job's overhead at its setting. The job:
 tests/testprogs/budget_load, a thread calling a traced function (bl_work,
 about 10 us of work) as fast as it can, which counts its calls per second of

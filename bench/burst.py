@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Burst: one thread calling a traced function as fast as it can, every call
 to be recorded (--overhead-budget 0), for SECONDS. The workload is
 tests/testprogs' testlib_calls noop: tl_noop(i), traced with its argument, in

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """What shipping to ClickHouse costs the agent: eacgm record attached (-p,
 default layers) to a training workload that runs throughout, without and
 with --clickhouse (a clickhouse-server of this script's own on loopback), in

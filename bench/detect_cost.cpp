@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The detector's cost, in one run: EM fit time and scoring throughput of
 // eacgm's Gmm (Armadillo's EM, src/detect/gmm.cpp) against scikit-learn's
 // GaussianMixture on the same data from the same initial parameters for the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """scikit-learn's side of bench/detect_cost.cpp: fits GaussianMixture from the
 given initial parameters to convergence, and scores the events; prints
 {"fit_s", "score_s", "avg_log_likelihood", "n_iter"} as JSON.

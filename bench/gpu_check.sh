@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # What only a machine with an NVIDIA GPU can check: the gpu layer against the
 # real NVML (the `gpu` ctest label), and eacgm recording real CUDA work, a
 # compiled CUDA program and PyTorch training on the GPU, with what each

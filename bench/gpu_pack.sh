@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Packs what bench/gpu_check.sh runs into one tarball small enough to carry to
 # a lent GPU machine, whose image has CUDA and PyTorch but none of eacgm's
 # libraries: eacgm, its SQL module, gpu_tests and bench_span_cost with their

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The host layer's cost at a high scheduling-event rate, measured in one run:
 // two threads of a traced process ping-pong one byte over two pipes, both
 // pinned to CPU 0, so every round trip is two context switches and two

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """eacgm over a long recording: the GPT workload of bench/workloads trained
 under `eacgm record` (default layers) for SECONDS, eacgm's RSS and peak RSS
 (VmRSS, VmHWM) and its CPU (user and system, % of one core) read every 10 s.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Records per second through eacgm's user-space pipeline on one core: the
 // decode of a raw span record (name, arguments, return, bytes) and the
 // store (schema 4: a compressed block per batch of 4,096, as the recorder

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The user-space pipeline on the records of real recordings: records
 # ResNet-18 and GPT training (bench/workloads, 40 steps each, default layers)
 # with record --raw-dump, prints their bytes a span (the store as record

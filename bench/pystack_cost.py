@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """The Python stack read behind a torch call, on its own: a Python thread
 calls torch.relu on a 4-element tensor ROUNDS x 300,000 times at a Python
 stack depth of 1 and of 16 frames (its own recursion), recorded with `--layers

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Cost of eacgm's Python layer, measured alternately in one run (median of
 ROUNDS), as ratios:
   1. the 1 kHz stack sampler on a pure-Python workload (fixed work, its own

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Runs every benchmark in one go and writes bench/RESULTS.md: the machine at
 # the top, bench/RESULTS.notes.md (what the numbers mean, and where a target
 # is missed, why), then each benchmark's own output. `make bench` calls it.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """What a Python stack sample costs the thread it interrupts, measured
 against what eacgm's overhead budget estimates it to be.
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Soak: eacgm record held for a long time at a high event rate. Run by hand,
 not by `make test` or `make bench`, since it takes half an hour.
 

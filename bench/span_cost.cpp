@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Cost per call of a no-op library function under each way of probing it,
 // measured in one run so that the ratios compare like with like:
 //   untraced          the plain call

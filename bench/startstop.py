@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """eacgm's start and stop, median of ROUNDS:
   attach  `eacgm record -p PID` on a Python process that already runs and
           has imported torch (libtorch_cpu mapped: its symbols are read), from

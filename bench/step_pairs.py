@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """A training step with eacgm attached against the same process's steps
 without it, in alternating windows of one run.
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """What eacgm costs a real CPU training job, next to torch.profiler.
 
 For each workload in bench/workloads (ResNet-18 and a small GPT), runs four

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0 */
 /* The Python frame walker, shared by python.bpf.c (sampling) and
  * span.bpf.c (the Python stack behind a CUDA/NCCL/torch call).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0 */
 /* The set of processes being traced, shared by every eacgm BPF object.
  * proc.bpf.c owns and maintains it (follows forks, forgets exits); the other
  * objects declare the same map and the agent hands them proc's fd before load

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Writes dashboards/eacgm.json, the Grafana dashboard of eacgm serve's
 metrics, from the panel list below (one place for every PromQL expression:
 tests/e2e/test_serve.py runs each against a real Prometheus).

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The evaluation's baseline detectors, scikit-learn's (and XGBoost's)
 implementations, given the very feature table eacgm judged (`eacgm detect
 --features`): every numeric feature of a call, standardised per function

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Event-level scores: a detector's flags merged into alerts, judged against
 the faults' episodes (eval/labels.py), for eacgm and every baseline alike.
 

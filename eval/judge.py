@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Judging the recordings: `eacgm detect --features` on each, its calls
 labelled against the workload's own logs (eval/labels.py), every baseline's
 score beside eacgm's verdict, and per row (layer) every method cut at

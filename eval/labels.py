@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Ground truth for the evaluation: which traced calls a fault made, from the
 fault log the workload wrote (eval/workload.py), and the scores of a verdict
 against it.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """eval/RESULTS.md: every number computed here from the judged runs; the
 text around them says how, and the provenance line is the script's own."""
 import collections

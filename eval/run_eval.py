@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """make eval: eacgm's detection against faults injected into real training,
 beside scikit-learn's baselines given the same features at the same
 false-alarm rate, and fault-free control runs, written to eval/RESULTS.md.

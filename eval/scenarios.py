@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What `make eval` records: the faulted scenarios and the fault-free control
 runs, each a training job (eval/workload.py) under `eacgm record`, with the
 VM's steal time read around it.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The evaluation's training job: a small GPT-style transformer or
 torchvision's ResNet-18 trained on the CPU with Debian's PyTorch, alone or
 data-parallel over gloo (DistributedDataParallel), with faults injected at

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """eacgm's --help texts read as data: the subcommands (nested ones too) and
 their options. Shared by tests/docs_check.py (the docs agree with --help) and
 scripts/man.py (the manual page is made of them)."""

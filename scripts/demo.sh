@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # `make demo`: records a real CUDA program and a short PyTorch CPU training run
 # with eacgm, and shows what came out.
 set -euo pipefail
@@ -28,4 +29,6 @@ echo "== the recordings stay queryable: eacgm summary $out/torch.db (first lines
 "$build/eacgm" summary "$out/torch.db" | sed -n 1,6p # sed reads all of it: no SIGPIPE under pipefail
 echo
 echo "Open $out/cuda.trace.json or $out/torch.trace.json in https://ui.perfetto.dev to see the timelines;"
-echo "query the .db files with sqlite3 (tables: spans, metrics, events, anomalies, processes, threads, drops, meta)."
+echo "query the .db files with eacgm sql, e.g. $build/eacgm sql $out/torch.db \"SELECT name, count(*) FROM spans GROUP BY name\""
+echo "(tables: spans, metrics, events, anomalies, processes, threads, drops, meta; plain sqlite3 cannot read spans"
+echo "or metrics, which are kept in blocks: load $build/eacgm_sql.so into it first, docs/store.md)."

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Draws the README's two pictures from a recording made by `eacgm record`:
 
   timeline.png    one training step, rows per layer and rank: the Python

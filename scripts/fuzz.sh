@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Runs the fuzzers of tests/fuzz with libFuzzer: builds them with clang-14,
 # ASan and UBSan in build-fuzz (EACGM_FUZZ), then runs each for SECONDS
 # (default 600), two at a time at low priority, starting from its corpus in

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Regenerates a pinned bpf/arch/ARCH/vmlinux.h, the kernel types the BPF
 # programs are compiled against. The pinned copies keep builds reproducible;
 # CO-RE relocations make the programs load on other kernels of the same

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Writes eacgm's manual page, eacgm(1), from its --help texts with Debian's
 help2man: the top-level help, then a COMMANDS section with every subcommand's
 help (nested ones too), FILES and SEE ALSO. Made at build time, so the page

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # `make pictures`: records a real training run with eacgm and draws the
 # README's pictures from it (scripts/draw_readme.py) into docs/img/.
 # The run is make eval's data-parallel job without faults (eval/workload.py):

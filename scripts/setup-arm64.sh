@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Installs what `make ARCH=arm64` needs to cross-build eacgm for arm64 on a
 # Debian x86-64 machine and to run its unit tests under qemu-user.
 # Idempotent, like scripts/setup.sh: when everything is present it only

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Installs the Debian packages eacgm needs to build and test. Idempotent: when
 # everything is present it only checks, and apt is not touched.
 # docs/dependencies.md says why each package is here.

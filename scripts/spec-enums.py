@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Refreshes the "enums" (and NCCL's element "sizes") of the built-in specs from
 the CUDA toolkit's headers: cudaError_t, cudaMemcpyKind (driver_types.h),
 CUresult (cuda.h) into specs/cuda.json; ncclResult_t, ncclDataType_t,

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Runs the unit tests of an arm64 cross build (make ARCH=arm64) under
 # qemu-user on this x86-64 machine: `make ARCH=arm64 test-unit`.
 #   test-arm64.sh [BUILD]    BUILD: the build directory (build-arm64)

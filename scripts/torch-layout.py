@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Measures where this torch's TensorImpl keeps a tensor's dimension count and
 dtype, the "tensor_layouts" entry specs/torch.json needs for the version.
 It makes tensors of known shapes and dtypes, reads their TensorImpl (t._cdata)

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Every alert rule in dist/prometheus/eacgm-alerts.yml is tested (promtool's
 test file has a case where it fires and one where it must not), and every
 eacgm_* series a rule reads is one the agent exports (named in src/): a rule

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Processor-specific names stay in the per-architecture module: src/arch/
 (the instruction sets' rules, dynamic linker, CUDA directory), bpf/arch/
 (each processor's vmlinux.h and registers) and cmake/ (the names the tools

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """The docs and the command line agree: every option a subcommand's --help
 lists is in that subcommand's section of docs/commands.md ("## eacgm SUB"),
 every --flag that section shows is one of them, and every command line of the

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """No caller matches an error's text: what failed is the error's kind
 (common/result.h's ErrorKind), and the message is for the user, free to
 change. Fails (exit 1, one line per place) on code under src/ that searches

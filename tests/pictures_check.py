@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """ctest docs.pictures: scripts/draw_readme.py draws the README's two
 pictures from a real recording, and refuses one it cannot draw from with a
 message that says what to record.

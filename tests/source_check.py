@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What the source checks share (error_text_check.py, arch_names_check.py):
 the command line (one argument, the source tree) and the report (a line per
 problem and exit 1, or one line saying what was found clean)."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """arch_names_check.py finds a processor's name outside the per-architecture
 module, and leaves alone the module itself and neutral code."""
 import os

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """docs_check.py's parsing and its verdicts, on a made-up --help and
 commands.md (no binary needed).
 Usage: python3 -m unittest test_docs_check (from tests/), or run it."""

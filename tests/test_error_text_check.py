@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """error_text_check.py finds a caller that matches an error's text, and
 leaves alone code that only passes the message on."""
 import unittest

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* Measures, with offsetof on the real structs, the offsets a frame walker
  * needs (struct PyOffsets in src/layers/python_offsets.h) for the one Python
  * whose headers it is compiled against, and prints them as

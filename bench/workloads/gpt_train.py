@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A small GPT-style decoder trained on the CPU, as a transformer workload for
 measuring what tracing costs. Written in plain torch so that every operator of
 attention is visible (no fused scaled_dot_product_attention): token and learned

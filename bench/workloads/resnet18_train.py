@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """ResNet-18 trained on the CPU, as a realistic convolutional workload for
 measuring what tracing costs: torchvision's resnet18(num_classes=10), randomly
 initialised, fed one fixed batch of random images (seed 0), cross-entropy loss,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What the benchmark workloads share: their common arguments, the timed
 training loop and the one line the benchmarks parse. A workload supplies its
 model, optimizer, batch and loss; the clock covers whole steps (zero_grad,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // eacgm cluster: questions across every node that ships to one ClickHouse
 // (docs/clickhouse.md), answered by ClickHouse's SQL over the small rows
 // every agent ships whatever spans it ships: rounds, aggregates, events.

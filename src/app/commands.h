@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One function per subcommand; each returns the process exit code.
 #pragma once
 #include <cstdint>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // eacgm serve's configuration: a TOML file (/etc/eacgm/eacgm.toml by
 // default), every key optional, each documented with its default in
 // docs/agent.md ("Configuration"). An unknown key or a value of the wrong kind is

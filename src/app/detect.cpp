@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // eacgm detect: anomalies in a recording, with their root causes
 // (src/detect), printed and written back into the recording.
 #include <cmath>

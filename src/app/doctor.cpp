@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // eacgm doctor: can this machine trace, and what would be traced?
 #include <bpf/libbpf.h>
 #include <dirent.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // eacgm: traces ML workloads from the outside with eBPF.
 #include <CLI/CLI.hpp>
 #include <cstring>

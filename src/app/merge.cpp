@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // eacgm merge: recordings of several nodes (or ranks) made one.
 #include <CLI/CLI.hpp>
 #include <cstdio>

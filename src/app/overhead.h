@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The record loop's side of --overhead-budget: every interval it counts the
 // traced calls per probe, reads what the traced processes ran and what the
 // span programs cost, decides (probe/budget.h) and hands the decision to

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The pipeline both front ends run (`record` for one job, `serve` for the
 // node): probes (BPF objects, attacher, budget) -> ingest (decode, process
 // table, Python stacks) -> sinks (detector, store, metrics). A front end

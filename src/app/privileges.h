@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What eacgm keeps of root once its work no longer needs the rest. It runs
 // as root on production nodes next to jobs it must not harm: a bug in it,
 // or a hostile value read from a traced process, should find a process

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // eacgm probes list|generate: the functions of a library that a pattern finds,
 // and a spec that traces them.
 #include "app/probes.h"

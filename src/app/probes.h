@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // eacgm probes: find the functions of a library to trace and write a spec for
 // them. The pure parts, for tests; run_probes (commands.h) is the CLI.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // eacgm record: sets up the probes, runs or attaches to the target, streams
 // events into the store until every traced process has exited, then writes
 // the trace and prints the summary.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // eacgm serve: the node agent. The pipeline `record` runs, on every process
 // of the node that calls a traced library or runs a traced interpreter,
 // with the Prometheus registry as its sink (and the store when configured),

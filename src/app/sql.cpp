@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // eacgm sql: SQL on a recording, with `spans` readable whatever the file's
 // layout (the spans module registered), as a table on stdout.
 #include <sqlite3.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The processes a recording watches: a command eacgm starts, held at a gate
 // until the probes are in place, or a running process and its descendants.
 #pragma once

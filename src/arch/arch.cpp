@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The rules of each instruction set, by name (arch.h).
 #include "arch/arch.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What eacgm's user-space code needs to know about the processor: the one
 // place that names an instruction set (a ctest, arch.names, keeps every
 // other file of src/, bpf/ and include/ free of such names). The BPF side

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // arm64 (AArch64): how the kernel takes a uprobe (arch/arm64/kernel/probes/:
 // decode-insn.c sorts an instruction, simulate-insn.c does the ones it
 // simulates, uprobes.c refuses the rest), and, when eacgm is built for arm64,

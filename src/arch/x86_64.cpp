@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // x86-64: how the kernel takes a uprobe (arch/x86/kernel/uprobes.c), and,
 // when eacgm is built for x86-64, its dynamic linker, CUDA directory and the
 // function the trap is timed on.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The clock every event carries: CLOCK_MONOTONIC in ns, the clock of
 // bpf_ktime_get_ns(), so times read in user space compare with the kernel's.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One owner per file descriptor: closed when its owner goes, moved, never copied.
 #pragma once
 #include <unistd.h>

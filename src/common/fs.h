@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Small file helpers shared by every writer: outputs appear whole or not at all.
 #pragma once
 #include <functional>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The decoded event model shared by ingest, store, export and summary.
 // Times are CLOCK_MONOTONIC nanoseconds; Recording::wall_offset_ns converts
 // them to Unix time at the edges (trace metadata, summaries).

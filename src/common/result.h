@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Errors as values: every fallible step returns Result<T>, and the message is
 // written for the user (it names the problem and the fix).
 #pragma once

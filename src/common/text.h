@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Small string helpers shared across the tool.
 #pragma once
 #include <algorithm>

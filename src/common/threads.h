@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Which thread may do slow work. The ring-draining thread
 // (pipeline/ring_reader.h) only copies records out of the BPF rings: a
 // /proc read, a process's maps, an ELF file or a probe attached there could

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Human units with three significant digits, for every text eacgm prints:
 // the summary, detect's causes, warnings.
 #pragma once

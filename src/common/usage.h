@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // eacgm's own cost, as the kernel accounts it: what an operator must know
 // before leaving a tracer attached to a job (recorded in each recording's
 // meta, and measured by bench/train_cost.py).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the detector measures about each span, and the context it joins in
 // (GPU and host metrics, events) from the recording's other layers.
 //

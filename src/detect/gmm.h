@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Gaussian mixture models for the detector: EM by Armadillo (gmm_full /
 // gmm_diag), seeded by k-means++ with restarts, the number of components
 // chosen by BIC, and the per-event quantities scoring and root cause need.

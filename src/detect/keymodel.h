@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One key's model: which features it uses and how they are standardised,
 // the call-site counts behind the call_site feature, the mixture, and the
 // calibrated threshold.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The machine's own stalls, measured in the recording: whether a slowdown
 // is more than the machine does to any call.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `eacgm detect` on a finished recording.
 //
 // By default every call is judged, from the first: a recording is known

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Online detection: one model per key (layer/name), trained on a sliding
 // window of the key's recent events, refitted in the background, and every
 // new event scored on arrival against the model of the moment.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Why an event is anomalous: which of its features made it so, and what
 // else happened around it (host, network, GPU, Python).
 //

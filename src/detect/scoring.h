@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The online detector as the first sink of the pipeline: every traced call
 // is scored as it passes, against its function's model of the moment, and
 // what it flags rides on with the batch to the sinks after it (the store,

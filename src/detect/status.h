@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What online detection can judge yet, as measures of a layer "detect" that
 // the store, the metrics and the summary show like any other: a function's
 // first cold_start calls train its first model and are not scored, and an

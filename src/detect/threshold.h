@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The alarm threshold (the paper's delta), calibrated from the training
 // scores for a target false-alarm rate instead of a fixed density.
 #pragma once

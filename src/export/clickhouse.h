@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Shipping what eacgm records to ClickHouse, over its HTTP interface: the
 // store past one node. Rows are encoded in ClickHouse's RowBinary format on
 // the pipeline's thread (a few fixed fields and two short strings a span),

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "export/clickhouse_sink.h"
 
 #include <sys/random.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The ClickHouse sink: what the pipeline makes, as rows of the tables of
 // export/clickhouse.h, encoded on the pipeline's thread and handed to the
 // shipper about once a second.

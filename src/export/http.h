@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The agent's HTTP endpoints: /metrics (Prometheus text format) and
 // /healthz, served by GNU libmicrohttpd from one thread of its own that
 // multiplexes every connection with epoll. A client that sends half a

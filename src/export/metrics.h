@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Metrics for Prometheus: a registry of counter, gauge and histogram
 // families written in the text exposition format (version 0.0.4), and the
 // pipeline's sink that fills it from spans, anomalies and measures.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Chrome trace-event JSON, the format ui.perfetto.dev and chrome://tracing open.
 //
 // Timestamps: ts = start_ns / 1000.0 and dur = dur_ns / 1000.0, microseconds

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Perfetto's protobuf trace (pftrace.h), written field by field: the
 // format is the protobuf wire format of perfetto's trace.proto, whose field
 // numbers (read from google/perfetto's protos, docs/span-path-plan.md §7)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A recording's trace in Perfetto's own protobuf format (.pftrace), which
 // ui.perfetto.dev and trace_processor open: the same content as the JSON
 // trace (export/perfetto.h) at a fraction of its size, so that a long run's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "export/summary.h"
 
 #include <algorithm>
@@ -110,7 +111,8 @@ std::string format_metric(const std::string &name, double v)
 	return buf;
 }
 
-// Per layer: each metric's samples, mean, min and max, per key and process;
+// Per layer: each metric's samples, mean, min and max, per key and process
+// (rows that are zero throughout counted, not shown);
 // then the instant events by name.
 std::string metrics_section(const Recording &rec, size_t max_rows_per_layer)
 {
@@ -130,12 +132,15 @@ std::string metrics_section(const Recording &rec, size_t max_rows_per_layer)
 	}
 	std::string out;
 	std::string layer;
-	size_t shown = 0, hidden = 0;
+	size_t shown = 0, hidden = 0, zero = 0;
 	auto flush_hidden = [&] {
 		if (hidden)
 			out += "  ... " + std::to_string(hidden) +
 				" more metrics (eacgm export --perfetto shows all)\n";
-		hidden = 0;
+		if (zero)
+			out += "  (" + std::to_string(zero) + (zero == 1 ? " metric" : " metrics") +
+				" zero throughout, not shown)\n";
+		hidden = zero = 0;
 	};
 	for (const auto &[k, a] : acc) {
 		const auto &[l, name, key, pid] = k;
@@ -147,6 +152,12 @@ std::string metrics_section(const Recording &rec, size_t max_rows_per_layer)
 			std::snprintf(head, sizeof head, "\n%-44s %8s %11s %11s %11s\n", (layer + " metrics").c_str(),
 				      "samples", "mean", "min", "max");
 			out += head;
+		}
+		// An idle interface's counters, a GPU's throttle reasons on a
+		// quiet run: a row of zeros says nothing.
+		if (a.min == 0 && a.max == 0) {
+			zero++;
+			continue;
 		}
 		if (max_rows_per_layer && shown == max_rows_per_layer) {
 			hidden++;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The one-screen text summary printed after a recording and by `eacgm summary`.
 #pragma once
 #include <array>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Where a process runs, from its cgroup v2 path: the path itself, and the
 // container and Kubernetes pod it belongs to when the path says so
 // (Docker, containerd and CRI-O name a container's cgroup after its 64-hex

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One collective across ranks: the spans of the ranks of a process group
 // that took part in the same collective, matched by their sequence number.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Turns a raw span record into a typed span (the return at its type, the
 // bytes it moved) and that into a Span: the function's name, its arguments
 // by name as text.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Hangs, seen while they last (--hang-after): a call whose spec says it
 // waits on other processes (a collective, the caller's wait on one, a
 // communicator's set-up) that has been in flight longer than the limit. The

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Which job a traced process belongs to, and its rank there, as its
 // launcher told it: torchrun/torchelastic, Slurm, or a user's EACGM_JOB, read
 // from the environment the process started with (/proc/PID/environ). Rows

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A layer read from user space rather than from a ring buffer: NVML (gpu),
 // host counters aggregated in the kernel (host). The record loop calls
 // collect() when it wakes: at a collector's next_due_ns(), at a ring

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // NVML is loaded at run time: a machine without the NVIDIA driver has no
 // libnvidia-ml.so.1, and eacgm must still build and record the other layers
 // there. Its few types and functions are declared below from nvml.h's ABI.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The gpu layer: NVIDIA GPUs read through NVML, loaded with dlopen so that
 // eacgm builds and runs on machines without a driver. Per device (key
 // "gpu<index>"): utilisation, memory, temperature, power, clocks, throttle

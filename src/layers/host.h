@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The host layer: what the machine does to the traced job. Per traced
 // process and interval, from bpf/host.bpf.c: scheduling delay and who held
 // the CPU meanwhile, off-CPU time, switches, migrations, page faults, socket

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // NCCL: what a collective's arguments do not say by themselves. A
 // communicator is an opaque pointer; its rank and size are known only from
 // the call that created it. This remembers them per process and puts

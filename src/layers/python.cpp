@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "layers/python.h"
 
 #include "layers/python_resolver.h"
@@ -21,19 +22,25 @@
 
 namespace eacgm {
 
-Result<std::optional<PythonRuntime>> find_python_runtime(uint32_t pid)
+// A CPython interpreter's file by its name (python3.12, libpython3.12.so.1.0,
+// python3.13d): major and minor version in groups 1 and 2.
+static const std::regex &interpreter_name()
+{
+	static const std::regex name(R"((?:^|/)(?:lib)?python(\d)\.(\d+)[^/]*$)");
+	return name;
+}
+
+bool names_python_interpreter(const std::string &path) { return std::regex_search(path, interpreter_name()); }
+
+Result<std::optional<PythonRuntime>> find_python_runtime(uint32_t pid, const std::vector<Mapping> &maps)
 {
 	slow_work("finding a process's Python runtime");
-	auto maps = read_maps(pid);
-	if (!maps)
-		return maps.error();
-	static const std::regex name(R"((?:^|/)(?:lib)?python(\d)\.(\d+)[^/]*$)");
-	for (auto &file : mapped_files(maps.value())) {
+	for (auto &file : mapped_files(maps)) {
 		char real[PATH_MAX];
 		std::string path = host_path(pid, file);
 		std::string resolved = realpath(path.c_str(), real) ? real : path;
 		std::smatch m;
-		if (!std::regex_search(resolved, m, name))
+		if (!std::regex_search(resolved, m, interpreter_name()))
 			continue;
 		auto elf = ElfFile::open(path);
 		if (!elf)
@@ -43,7 +50,7 @@ Result<std::optional<PythonRuntime>> find_python_runtime(uint32_t pid)
 		if (!rt || !code_type)
 			continue; // the launcher of a shared libpython: the library has them
 		// The load bias from the file's first mapping (offset -> its address).
-		for (auto &mp : maps.value()) {
+		for (auto &mp : maps) {
 			if (mp.path != file)
 				continue;
 			auto vaddr = elf->offset_to_vaddr(mp.offset);
@@ -236,9 +243,9 @@ const PyOffsets *PythonTracer::offsets(int minor) const
 	return it == offsets_.end() ? nullptr : &it->second;
 }
 
-Result<std::optional<PythonRuntime>> PythonTracer::add_process(uint32_t pid)
+Result<std::optional<PythonRuntime>> PythonTracer::add_process(uint32_t pid, const std::vector<Mapping> &maps)
 {
-	auto rt = find_python_runtime(pid);
+	auto rt = find_python_runtime(pid, maps);
 	if (!rt || !rt->has_value())
 		return rt;
 	PythonRuntime r = **rt;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The Python layer's kernel side: the sampling profiler (bpf/python.bpf.c),
 // the table of traced Python processes with their runtime address and
 // CPython offsets, and the ring buffer of Python stacks, which the span
@@ -14,6 +15,7 @@
 #include "probe/links.h"
 #include "probe/skeleton.h"
 #include "common/result.h"
+#include "probe/proc_maps.h"
 #include "eacgm/abi/python.h"
 #include "layers/python_offsets.h"
 #include "probe/spec.h"
@@ -33,9 +35,15 @@ struct PythonRuntime {
 	PyOffsets offsets;         // its layout: the table's, checked against its own (3.13+)
 };
 
+// Whether a file is a CPython interpreter (python3.12, libpython3.12.so.1.0),
+// by its name: the one answer eacgm gives to that question (a process that
+// maps one is watched as Python; find_python_runtime reads the version from
+// the same name).
+bool names_python_interpreter(const std::string &path);
+
 // The interpreter a process runs, if any: a mapped libpython3.X or python3.X
 // executable that defines _PyRuntime.
-Result<std::optional<PythonRuntime>> find_python_runtime(uint32_t pid);
+Result<std::optional<PythonRuntime>> find_python_runtime(uint32_t pid, const std::vector<Mapping> &maps);
 
 // What the BPF walker gets for a process.
 eacgm_py_process py_process_config(const PythonRuntime &rt);
@@ -60,7 +68,7 @@ public:
 	// Registers a traced process if it runs a CPython with known offsets.
 	// Returns its runtime, nothing for a non-Python process; warns (once per
 	// version) for a version without offsets.
-	Result<std::optional<PythonRuntime>> add_process(uint32_t pid);
+	Result<std::optional<PythonRuntime>> add_process(uint32_t pid, const std::vector<Mapping> &maps);
 	const std::map<uint32_t, PythonRuntime> &processes() const { return procs_; }
 	// Processes registered so far (each image once: a forked child counts
 	// when it execs another program that runs Python).

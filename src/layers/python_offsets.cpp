@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "layers/python_offsets.h"
 
 #include "probe/spec.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Where CPython keeps what a frame walker needs, per minor version. The
 // layouts change with every release (3.11 moved frames out of objects, 3.12
 // and 3.13 moved them again), so they are data: specs/python.json holds a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Code objects to names, files and lines, read from the target process.
 // Formats follow CPython's Objects/lnotab_notes.txt (3.8-3.10) and
 // Objects/locations.md (3.11+); the algorithms mirror PyCode_Addr2Line.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Python frames, resolved in user space. The BPF frame walker emits per frame
 // a code object address and the frame's raw instruction field; this turns
 // them into qualified name, file and line by reading the target's memory.

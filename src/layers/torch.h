@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // PyTorch: shapes and dtypes of the tensors an operator receives. A tensor
 // argument is a `const at::Tensor&`, whose TensorImpl keeps the dimension
 // count, the sizes and the dtype at offsets that change between torch

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Recordings of several nodes (or of the ranks of one node, each recorded
 // apart) made one recording: one timeline, processes kept apart.
 //

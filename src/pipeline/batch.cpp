@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A typed span as a Span (span_at), for the edges that show it. Here rather
 // than in the header: rendering needs decode.
 #include "pipeline/span.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "pipeline/bpf_sources.h"
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <unistd.h>
 
 #include "common/text.h"
+#include "layers/python.h"
 #include "probe/first_insn.h"
 
 namespace eacgm {
@@ -101,7 +103,7 @@ Probes::Scan BpfProbes::scan(uint32_t pid, const std::vector<Mapping> &maps)
 	auto fresh = attacher_.scan_maps(pid, maps);
 	if (fresh)
 		for (auto &f : fresh.value())
-			out.interpreter |= f.find("python") != std::string::npos;
+			out.interpreter |= names_python_interpreter(f);
 	else
 		errors_.push_back(fresh.error().message);
 	std::map<std::string, size_t> per_library;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The sources of a live node (pipeline/sources.h): the BPF ring buffers the
 // span, process and Python programs write to, and the probes the attacher
 // places and the span engine runs.

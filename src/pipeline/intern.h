@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Strings kept once per recording and known by a small id. The typed span
 // path (pipeline/span.h) carries ids: a kernel's name, resolved once, is 4
 // bytes in each of its million launches, and only the edges that show it

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Work one call issues and another runs or waits for (spec key "issues",
 // IssueRule): torch's c10d::ProcessGroupGloo::allreduce, on the caller's
 // thread, only enqueues the collective that gloo's allreduce runs on a worker

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The System of a live node (pipeline/sources.h): /proc for what a process
 // is, pidfds in one epoll set for when it exits.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Calls in flight, for the hang watch: what the span engine's entry program
 // keeps per thread (start time, arguments, Python stack id) until the call
 // returns, read from user space and decoded like a finished call.
@@ -16,8 +17,8 @@ std::vector<Recorder::OpenSpan> Recorder::open_spans(uint64_t now_ns, bool waits
 		for (uint32_t tid : system_.threads(pid)) {
 			auto calls = probes_.open_calls(tid);
 			if (!calls) {
-				warn_once("calls in flight cannot be read, so hangs are not seen: " +
-					  calls.error().message);
+				warnings_.add("calls in flight cannot be read, so hangs are not seen: " +
+					      calls.error().message);
 				return out;
 			}
 			for (size_t d = 0; d < calls->size(); d++) {

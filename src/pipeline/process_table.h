@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The processes and threads of a recording, as the records and the System
 // (pipeline/sources.h) tell them: made known on first sight with what /proc
 // says, their exits watched (pidfds) and taken from the kernel's records,

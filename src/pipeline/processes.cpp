@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "pipeline/processes.h"
 
 #include <algorithm>
@@ -61,12 +62,6 @@ Result<void> Processes::retire(Sink &out)
 // an exit read before any call of its process for those calls.
 static constexpr uint64_t kForkWaitNs = 1'000'000'000;
 
-void Processes::warn_once(const std::string &message)
-{
-	if (warned_.insert(message).second)
-		warnings_.push_back(message);
-}
-
 Process &Processes::process(uint32_t pid, UniqueFd pidfd)
 {
 	bool created = false;
@@ -75,7 +70,7 @@ Process &Processes::process(uint32_t pid, UniqueFd pidfd)
 		symbolizer_.snapshot(pid);
 		watch_python(pid);
 		for (auto &w : table_.take_warnings())
-			warn_once(w);
+			warnings_.add(w);
 	}
 	return p;
 }
@@ -97,16 +92,19 @@ void Processes::set_exit(uint32_t pid, int exit_code, uint64_t end_ns)
 // A process runs Python once it maps an interpreter: at start, or after the
 // dynamic linker loaded libpython. Registered once; an exec drops the
 // registration (handle_proc), and the new program's maps say afresh.
-void Processes::watch_python(uint32_t pid)
+void Processes::watch_python(uint32_t pid, const std::vector<Mapping> *maps)
 {
 	if (!python_ || python_->processes().count(pid))
 		return;
-	auto r = python_->add_process(pid);
+	Result<std::vector<Mapping>> read = maps ? Result<std::vector<Mapping>>(*maps) : system_.maps(pid);
+	if (!read)
+		return; // gone
+	auto r = python_->add_process(pid, read.value());
 	// A process that is already gone has nothing left to say.
 	if (!r && system_.exists(pid))
-		warn_once(r.error().message);
+		warnings_.add(r.error().message);
 	for (auto &w : python_->take_warnings())
-		warn_once(w);
+		warnings_.add(w);
 }
 
 // The name a process record carries (not NUL-terminated when it fills it).
@@ -170,7 +168,7 @@ void Processes::handle_proc(const eacgm_proc_event &e)
 		break;
 	}
 	for (auto &w : probes_.take_warnings())
-		warn_once(w);
+		warnings_.add(w);
 }
 
 // After an exec or dlopen: probes for what the process maps now, the maps
@@ -186,12 +184,12 @@ void Processes::rescan_processes()
 		Probes::Scan scan = probes_.scan(pid, maps.value());
 		for (auto &n : scan.notes)
 			notes_.push_back(std::move(n));
-		symbolizer_.adopt(pid, std::move(maps).value());
 		if (scan.interpreter)
-			watch_python(pid);
+			watch_python(pid, &maps.value());
+		symbolizer_.adopt(pid, std::move(maps).value());
 	}
 	for (auto &w : probes_.take_warnings())
-		warn_once(w);
+		warnings_.add(w);
 }
 
 // serve: a record about a process the table does not hold. True when it
@@ -323,16 +321,10 @@ bool Processes::adopt(uint32_t pid)
 		}
 		// Its forks, execs, exit and scheduling are followed from now on.
 		if (auto r = probes_.track(pid); !r)
-			warn_once(r.error().message);
+			warnings_.add(r.error().message);
 	}
 	process(pid);
 	return true;
-}
-
-static bool is_interpreter(const std::string &path)
-{
-	std::string base = path.substr(path.rfind('/') + 1);
-	return base.rfind("python", 0) == 0 || base.rfind("libpython", 0) == 0;
 }
 
 // serve: a process that exec'd or loaded a library is adopted once it maps
@@ -348,7 +340,7 @@ void Processes::judge_candidates()
 		bool traced = false;
 		for (const Mapping &m : maps.value())
 			if (!m.path.empty() && m.path[0] == '/' &&
-			    (probes_.wanted(m.path) || (python_ && is_interpreter(m.path)))) {
+			    (probes_.wanted(m.path) || (python_ && names_python_interpreter(m.path)))) {
 				traced = true;
 				break;
 			}

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The processes of a recording: the table (process_table.h), what each
 // process record does to it (a fork inherits its parent's probes, symbols
 // and interpreter; an exec or dlopen has the maps scanned for probes; an
@@ -16,6 +17,7 @@
 #include "common/fd.h"
 #include "common/model.h"
 #include "common/result.h"
+#include "common/warnings.h"
 #include "pipeline/sink.h"
 #include "eacgm/abi/events.h"
 #include "layers/python.h"
@@ -86,14 +88,15 @@ public:
 	// The processes whose images went since the last take (an exec, or
 	// retired): what joiners read of their memory is stale.
 	std::vector<uint32_t> take_images_gone() { return std::exchange(images_gone_, {}); }
-	std::vector<std::string> take_warnings() { return std::exchange(warnings_, {}); }
+	std::vector<std::string> take_warnings() { return warnings_.take(); }
 	std::vector<std::string> take_notes() { return std::exchange(notes_, {}); }
 
 private:
 	// The table's, made known with its symbols' maps read and its
 	// interpreter watched.
 	Process &process(uint32_t pid, UniqueFd pidfd = {});
-	void watch_python(uint32_t pid);
+	// maps: the process's, read already (else read through the System).
+	void watch_python(uint32_t pid, const std::vector<Mapping> *maps = nullptr);
 	void handle_proc(const eacgm_proc_event &e);
 	void rescan_processes();
 	bool discover_proc(const eacgm_proc_event &e); // serve: true when handled
@@ -102,8 +105,6 @@ private:
 	void adopt_unseen();
 	bool adopt(uint32_t pid); // false: the filters exclude it
 	void judge_candidates();
-	// Said to the user once, however often it happens.
-	void warn_once(const std::string &message);
 
 	Probes &probes_;
 	System &system_;
@@ -113,9 +114,8 @@ private:
 	std::vector<eacgm_proc_event> records_; // read in this round, handled after it
 	std::set<uint32_t> rescan_;             // exec'd or dlopen'd this round: maps to rescan
 	std::vector<uint32_t> images_gone_;     // exec'd or retired, for take_images_gone
-	std::vector<std::string> warnings_;
+	OnceWarnings warnings_;
 	std::vector<std::string> notes_;
-	std::set<std::string> warned_;
 	bool discover_ = false;
 	Filter wanted_;
 	std::set<uint32_t> unseen_;     // pids of this round's calls not known yet

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The Python layer's joiner: names the stacks the span engine walked behind
 // calls and the sampler's stacks (resolving code objects through the
 // interpreter's memory, once per distinct walk), shows a call's stack with

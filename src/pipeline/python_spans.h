@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Python function spans from stack samples: a function appears from the
 // first sample that holds it to the last one that still does, nested as the
 // stacks say. The stacks recorded behind CUDA/NCCL/torch spans join the

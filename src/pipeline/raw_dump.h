@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The span records decode saw, kept to be replayed: `record --raw-dump F`
 // writes them, bench_pipeline_cost --replay F times decode and store on
 // them (the records of a real recording, not one record repeated).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "pipeline/recorder.h"
 
 #include <algorithm>
@@ -24,12 +25,6 @@ Recorder::Recorder(Probes &probes, System &system, RecordSource &source, Sink &o
 {}
 
 void Recorder::open() { issues_.emplace(probes_.specs().probes); }
-
-void Recorder::warn_once(const std::string &message)
-{
-	if (warned_.insert(message).second)
-		warnings_.push_back(message);
-}
 
 void Recorder::span(const eacgm_span_event &e)
 {
@@ -63,8 +58,8 @@ void Recorder::py(const eacgm_py_stack_event &e, uint32_t n) { python_join_.reco
 std::vector<std::string> Recorder::take_warnings()
 {
 	for (auto &w : processes_.take_warnings())
-		warn_once(w);
-	return std::exchange(warnings_, {});
+		warnings_.add(w);
+	return warnings_.take();
 }
 
 Result<int> Recorder::poll(int timeout_ms)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The ingest loop of the pipeline: reads the records of a source in rounds
 // (pipeline/sources.h), hands the process records to Processes and the
 // Python stacks to the PythonJoiner, decodes the calls (typed where no
@@ -18,6 +19,7 @@
 
 #include "common/model.h"
 #include "common/result.h"
+#include "common/warnings.h"
 #include "eacgm/abi/events.h"
 #include "ingest/decode.h"
 #include "layers/nccl.h"
@@ -136,8 +138,6 @@ public:
 private:
 	Span open_span(uint32_t pid, uint32_t tid, uint32_t depth, const eacgm_open_call &c, const ProbeSpec &spec,
 		       uint64_t now_ns);
-	// Said to the user once, however often it happens.
-	void warn_once(const std::string &message);
 	// Decodes what was read; writes to the store when enough has gathered
 	// (or force).
 	Result<void> flush(bool force = false);
@@ -170,8 +170,7 @@ private:
 	Result<int> read_round();
 	const ProbeFacts &facts(uint32_t spec_id);
 	void decode(const eacgm_span_event &e);
-	std::vector<std::string> warnings_;
-	std::set<std::string> warned_;
+	OnceWarnings warnings_;
 	// serve: calls of processes not judged yet, for a later round.
 	std::vector<eacgm_span_event> held_spans_;
 	uint64_t filtered_ = 0;

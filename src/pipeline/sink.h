@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Where the pipeline's output goes. The recorder (ingest) makes spans,
 // process and thread records and loss counts; the collectors make metrics
 // and events; each goes to every sink of a chain, in order: the online

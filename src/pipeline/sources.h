@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the pipeline reads and whom it asks. Records come from a source (the
 // BPF rings on a live node, bpf_sources.h); what a record cannot say about
 // its process (its name, command line, parent, cgroup, maps, whether it has

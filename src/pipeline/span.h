@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A span as decode makes it (decode_typed, ingest/decode.h): fixed, typed
 // fields, no string and no JSON. The first step of issue 37's span path:
 // today the recorder renders each one into a Span (common/model.h) at once;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What each call and each Python sample stands for while the overhead
 // budget (--overhead-budget, app/overhead.cpp) changes how much is seen: a
 // throttled probe's call seen in a burst stands for the calls its probe was

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Decides where the span engine's probes go: finds the library files a spec
 // names (installed ones, those a program links, those a process maps now or
 // loads later with dlopen), resolves the symbols and attaches once per file.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // --overhead-budget: keeps what the traced calls cost the threads making
 // them under a share of those threads' CPU. Every traced call pays a trap
 // into the kernel (about a microsecond here) and the span programs' run (a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Reads, on a thread of its own, the ELF files a recording is about to
 // probe, while the BPF objects load on the main thread: at start both take
 // a few hundred milliseconds (Debian's libtorch_cpu has 34,000 symbols to

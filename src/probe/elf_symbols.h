@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Symbols and address translation for one ELF file (executable or shared
 // library): what a uprobe needs (name -> file offset) and what a symbolizer
 // needs (address -> name). The file is mapped read-only and its symbols'

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "probe/first_insn.h"
 
 #include <capstone/capstone.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // How the kernel takes a uprobe at a function's first instruction, which
 // decides what every traced call costs: an instruction it emulates costs one
 // trap; one it copies out of line and single-steps costs a second, about 20x

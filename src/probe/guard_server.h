@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The agent's side of the exception guard (bpf/span.bpf.c says what the
 // guard is for and what its programs do): a thread that answers the
 // programs' requests. A request comes from a thread that has stopped its

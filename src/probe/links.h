@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Small helpers over libbpf objects shared by the skeleton owners.
 #pragma once
 #include <cstdint>

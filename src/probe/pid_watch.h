@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // When traced processes exit, from the kernel's own signal rather than from
 // /proc guesses: a pidfd (Linux 5.3+) becomes readable when its process
 // exits, whether or not its parent has reaped it yet (a zombie still has a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // /proc/PID/maps: which file backs each address range of a process. Used to
 // turn a runtime address into (file, offset) and to find the libraries a
 // process has loaded (e.g. the libcudart inside a Python venv).

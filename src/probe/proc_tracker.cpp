@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "probe/proc_tracker.h"
 
 #include <bpf/bpf.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Owner of bpf/proc.bpf.c: the set of traced processes (shared with every
 // other BPF object), its fork/exec/exit tracking and the dynamic-linker probe.
 #pragma once

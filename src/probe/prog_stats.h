@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What eacgm's own BPF programs cost the machine: run counts and run time
 // per program, as the kernel accounts them once BPF_STATS_RUN_TIME is on.
 // The programs are found through this process's descriptors, so every

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The span engine on a function of eacgm itself, in this process: what
 // `doctor` checks the machine with and `probes` measures the per-call cost
 // with, without depending on any other program.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One owner per BPF skeleton: the generated X__destroy runs when the owner
 // goes or opens another in its place, never by hand. Declared with the
 // skeleton's type only (its generated header is the .cpp's business), so the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Owner of the span engine's BPF object (bpf/span.bpf.c): the spec table,
 // the uprobe/uretprobe links and the span ring buffer.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Probe specs: which functions of which library to trace, and which of their
 // arguments to keep and how to print them. Adding a probe is data, not code:
 // the generic span program in bpf/span.bpf.c reads a compiled spec per call.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Finding functions in a library by pattern, and near misses for a pattern
 // that finds none.
 #pragma once

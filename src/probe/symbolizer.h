@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Address -> function name inside a traced process, e.g. the host stub address
 // passed to cudaLaunchKernel -> "void vector_add<float>(float*, ...)".
 // Events arrive after the fact, sometimes after the process has exited, so the

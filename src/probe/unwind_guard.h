@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The exception guard's side in user space (its programs are in
 // bpf/span.bpf.c, which says what they do): where it probes, whether this
 // machine lets it load, and which libraries must not get return probes

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // read_span_blocks (block_reader.h).
 #include "store/block_reader.h"
 #include "store/sqlite_error.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Spans of a schema 4 recording read straight from its blocks, for eacgm's
 // own readers (summary, detect, merge, the trace's collectives): each span's
 // args are built from its function's argument list and slots, every string

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The block codec (blocks.h): columns → varints → one zstd frame, and back.
 #include "store/blocks.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A block of rows kept column by column in one compressed blob: the unit in
 // which the columnar store (issue 37, docs/span-path-plan.md) keeps spans.
 // A row is a fixed number of 64-bit values; each column is turned into small

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `eacgm export --sqlite`: a recording as a plain SQLite file with a row
 // per span (schema version 3's layout, which this eacgm and older ones
 // read), for tools that cannot load the spans module.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The node agent's store bounds (StoreWriter::enforce): rows past the age
 // go, and when the file nears its size the oldest quarter of every table
 // goes, again until it is well under. Deleted pages are reused by later

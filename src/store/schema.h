@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The tables every recording layout shares (schema 4's, written by
 // store.cpp, and version 3's, which `export --sqlite` writes in flat.cpp):
 // one text, so that the two cannot drift apart. SQL, as string literals.

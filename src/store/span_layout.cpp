@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Span blocks' columns, and args taken apart and put back (span_layout.h).
 #include "store/span_layout.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // How the store (schema 4) keeps spans: in blocks (store/blocks.h), one per
 // batch the recorder writes, a column per field, and how a span's `args`
 // object is taken apart into integer slots and put back as the same text.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SQLite's failures as errors of their kind: a full disk is no space, a file
 // that is not a database is bad input, an open or I/O failure has the kind
 // of the system errno behind it. Not in the eacgm_sql extension (it links

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The eacgm_spans and eacgm_metrics virtual tables (sqlmod.h). A scan walks
 // the blocks in order (ids count up block after block), decodes each block
 // once and hands out its rows; names, strings, stacks and series are looked

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The `spans` virtual table (module eacgm_spans): spans kept in blocks
 // (store/span_layout.h) read as rows with version 3's columns, so any SQL
 // users wrote against `spans` keeps working. eacgm registers it on every

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The recording file: one self-contained SQLite database.
 //
 // StoreWriter streams a recording into `path.partial` and renames it onto

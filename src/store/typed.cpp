@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The store's typed rows: a TypedSpan (pipeline/span.h) kept exactly as the
 // Span render_span makes of it would be (store.cpp's span_row: the same
 // functions row, slots and strings), without making that Span. A Span's args

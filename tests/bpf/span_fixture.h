@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Loads the real span engine in this test process, attaches it to functions
 // of the test library (which this binary links) and collects what it emits.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The host layer against the real kernel: a forked child, traced from a
 // known point, does a known amount of work (sleeps, page faults, socket
 // bytes, a CPU fight); its counters read from the kernel's own accounting

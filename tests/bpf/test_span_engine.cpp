@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The span engine against real uprobes on the test library: pairing of
 // nested and recursive calls, stack arguments, out-pointers read at exit,
 // calls left by longjmp, the process filter, and exact loss accounting.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The exception guard against the real unwinder (bpf/span.bpf.c,
 // probe/guard_server.h): return probes on C++ functions that an exception,
 // pthread_exit or longjmp leaves, in a child process (the agent never stops

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Shared helpers for the end-to-end tests: run the eacgm CLI, read what it wrote.
 
 ctest sets EACGM (the binary), TESTPROGS (build/tests/testprogs) and SOURCE_DIR;

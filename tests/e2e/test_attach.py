@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Attaching to a running process (-p) and to a library it loads late (dlopen)."""
 import os
 import shutil

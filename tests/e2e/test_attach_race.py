@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`record -p` against a process that exits while eacgm starts: before, during and after the
 attach, reaped at once by its parent or left a zombie, and a process tree that forks and execs
 throughout. Whatever the moment, the recording must end within 2 s of the last exit and hold every

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """eacgm record --clickhouse: every span shipped to a real ClickHouse server
 (Debian's clickhouse-server, started here on loopback with a configuration
 written by the test), read back with ClickHouse's own SQL and compared with

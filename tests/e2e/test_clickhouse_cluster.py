@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Past one node, as it runs: ClickHouse as two shards (two clickhouse-server
 processes on loopback, each with remote_servers naming both, the agents'
 tables Distributed over them) and two nodes: each a network namespace (the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Records tests/testprogs/cuda_calls (libcudart, no GPU driver) and checks every
 call it makes, in the parent and in its forked child, field by field."""
 import collections

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """eacgm detect on recorded PyTorch CPU training runs in which one operator is
 slowed on known steps: SlowLinear's forward aten::mm on 22 of 600 steps
 (tests/testprogs/torch_slow.py), softmax over 100x its rows on 4 of 60

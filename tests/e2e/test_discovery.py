@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Discovery does not hold up the rings (issue 64): 200 short-lived Python
 processes start (each a new program to discover: /proc, its maps, its ELF
 file, its Python offsets) while a traced thread calls 100,000 times a second

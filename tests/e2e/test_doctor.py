@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """eacgm doctor on this machine: every required check passes, the span engine's
 live self-test runs, and the libraries and Pythons it reports are the real ones."""
 import unittest

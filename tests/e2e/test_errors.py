@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Bad input and interruptions: a non-zero exit, one line naming the problem,
 and no output files left behind."""
 import os

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The traced program runs exactly as it would untraced when a C++ exception,
 pthread_exit, pthread_cancel, longjmp or backtrace() passes through traced
 calls (the exception guard, bpf/span.bpf.c): each program runs untraced and

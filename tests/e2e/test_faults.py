@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Faults around a recording: a disk that fills, eacgm killed outright. What
 was committed before the fault is kept, readable and marked incomplete, and
 the traced job runs to its own end with its own result."""

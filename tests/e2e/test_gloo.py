@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A 2-rank data-parallel job over gloo (Debian's torch and libgloo), recorded
 with the gloo layer: each collective's span is its execution on gloo's worker
 thread, with the bytes, rank, world size and the per-group sequence number

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The gpu layer end to end: `eacgm record --layers cuda,gpu` with the NVML
 stand-in (tests/nvml) on the library path, scripted by a scenario; checks the
 SQLite tables and the Perfetto trace against the script. And without any

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A hang seen while it lasts (--hang-after): in a 2-rank gloo job, rank 1
 stalls before its all_reduce number 2 (seq 2) until the test opens a gate,
 which it does only once eacgm has printed the hang: rank 0's allreduce, its

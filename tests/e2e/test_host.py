@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The host layer end to end (`eacgm record --layers host`), read back from the
 recording's metrics table and held against what the traced program measured
 itself (tests/testprogs/host_load.py prints it), so that the checks hold

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """eacgm merge on three gloo ranks, each in a network namespace of its own
 (the test's: joined by veth links to a bridge in a fourth), each recorded by
 an eacgm of its own, as ranks on three nodes would be. Two of the recordings'

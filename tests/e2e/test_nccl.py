@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Records tests/testprogs/nccl_calls (the real libnccl, no GPU: a null
 communicator makes every collective fail at once) and checks each call."""
 import collections

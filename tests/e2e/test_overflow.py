@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A ring buffer too small for the event rate: every call is either recorded
 or counted as lost, never silently missing."""
 import os

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """--overhead-budget: a traced function hot enough to cost the job far more
 than the budget (budget_load: bl_work, about 10 us of work a call, against a
 trap of 0.6-1.5 us) is probed in bursts once the budget acts; a light function

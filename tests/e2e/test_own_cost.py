@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """eacgm says what it cost: each recording's meta holds its own CPU and peak
 memory while attached, and its BPF programs' runs and run time, counted by
 the kernel when asked (--bpf-stats). Checked exactly where the count is knowable: the test library's

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The traces `eacgm record` writes: the Perfetto/Chrome JSON (well-formed events,
 names for every process and thread, spans that nest on each thread, and the
 same spans as the recording's database), and the native .pftrace (NativeTrace)."""

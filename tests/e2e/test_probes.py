@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """eacgm probes list|generate on real libraries: the output lines, bad input,
 and a generated spec that `eacgm record --spec` traces with."""
 import json

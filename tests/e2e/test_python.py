@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The Python layer on every CPython this machine has (pyenv 3.8 to 3.13 and
 Debian's 3.11): sampled function spans with names, files, lines, nesting and
 durations, on two threads; and the Python stack behind torch operator spans.

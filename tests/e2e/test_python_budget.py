@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The overhead budget's second lever: the Python sampler's rate. With a
 budget eacgm cannot meet (0.01% of a core, acting from the start), each
 decision cuts the rate to a quarter, down to 100 Hz (or at once to the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Sampled Python numbers say what they are: a function the sampler saw is
 reported as samples and an estimated time with its error, never as a call
 count, and the estimate is right. The workload (tests/testprogs/py_stdlib.py:

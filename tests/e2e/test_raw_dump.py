@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """record --raw-dump (hidden; src/pipeline/raw_dump.h): every span record
 decode saw, and the probes they count in, for bench_pipeline_cost --replay.
 A torch training run's dump holds exactly the traced calls its recording

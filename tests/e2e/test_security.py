@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What eacgm keeps of root, who may read what it writes, and who may ask
 its endpoints anything (SECURITY.md names these tests)."""
 import json

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """eacgm serve, the node agent, scraped by a real Prometheus server (Debian's,
 started here on loopback): exact call counts of programs started after the
 agent, as Prometheus' HTTP API returns them; processes followed in and out

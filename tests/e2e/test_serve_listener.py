@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """eacgm serve's HTTP listener: ready only when the probes are (a program
 started the moment /healthz first says ok is counted exactly), and held by
 no client (half-sent requests, huge headers): a scrape is still answered at

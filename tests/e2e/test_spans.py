@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """User probe specs (--spec) on the test library: nesting, recursion, stack
 arguments, out-pointers read at return, longjmp, and many calls."""
 import os

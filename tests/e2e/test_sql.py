@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Spans kept in blocks (schema 4) read by SQL three ways, each checked
 against what the traced programs know, not against another of the three:
 `eacgm sql`, the sqlite3 shell with eacgm_sql.so loaded, and Python's

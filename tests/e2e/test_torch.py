@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Records a small CPU training run of Debian's PyTorch (libtorch_cpu's
 at::_ops::<op>::call entry points) and checks the operator spans exactly."""
 import collections

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """make eval's scoring rules (eval/labels.py, eval/events.py, eval/baselines.py,
 eval/report.py) on runs small enough to score by hand: every count asserted
 here is worked out in the comments beside it."""

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The columnar store's block codec (store/blocks.h): a block is read back
 // from a recording file, which a crash may have torn and anyone may have
 // written. The first byte picks what the rest is:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // eacgm serve's configuration file (app/config.h): TOML.
 #include <cstdint>
 #include <string>

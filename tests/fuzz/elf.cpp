@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ELF symbols (probe/elf_symbols.h): every library a traced process maps is
 // read, whoever built it, and its symbol names are looked up and demangled.
 #include <cstdint>

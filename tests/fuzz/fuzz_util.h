@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the fuzzers share: the readers under test take a path, not bytes.
 #pragma once
 #include <fcntl.h>

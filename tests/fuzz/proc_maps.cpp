@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // /proc/PID/maps (probe/proc_maps.h): the path column is whatever a traced
 // process named its files (spaces, newlines' neighbours, " (deleted)").
 #include <sys/stat.h>

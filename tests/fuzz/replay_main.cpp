@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The fuzzers without libFuzzer: runs LLVMFuzzerTestOneInput over every file
 // of the directories (or the files) given, so that the normal build's ctest
 // replays each corpus, and the crashes kept in it, on every `make test`.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A small recording with a row of every kind, written the way `eacgm record`
 // writes one: the store fuzzers' seeds (gen/store_seeds.cpp) and store_rows'
 // template.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Probe specs (probe/spec.h): the JSON of `eacgm record --spec FILE`, and
 // what a spec's probes are then compiled and matched with.
 #include <cstdint>

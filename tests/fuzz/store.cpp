@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Recordings (store/store.h) as files: `eacgm summary`, `export`, `detect`
 // and `merge` read whatever file they are given. SQLite rejects most
 // mutations of its pages; store_rows.cpp puts values into a valid file.

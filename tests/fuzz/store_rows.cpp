@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Recordings whose values, not pages, are the fuzzer's: a valid file (the
 // sample recording) with rows inserted, changed and deleted and its schema
 // altered as the input says, then read. SQLite keeps the file valid, so

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The gpu layer against the real NVML, for machines with an NVIDIA GPU and
 // driver (ctest label "gpu"; where libnvidia-ml.so.1 cannot be loaded every
 // test skips itself). Nothing here is scripted: the values must be physically

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A stand-in for NVML (libnvidia-ml.so.1) on machines without an NVIDIA
 // driver: the functions eacgm's gpu layer calls, with nvml.h's ABI, answering
 // from a scripted scenario so tests can assert exact values at known times.

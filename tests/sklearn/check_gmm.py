@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """eacgm's Gmm (Armadillo's gmm_full / gmm_diag EM, src/detect/gmm.cpp)
 against scikit-learn's GaussianMixture: same data, same number of components,
 same initial parameters (sklearn: weights_init / means_init / precisions_init;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fits a Gaussian mixture with eacgm's Gmm (Armadillo's EM) from given
 // initial parameters, for tests/sklearn/check_gmm.py to compare with
 // scikit-learn's GaussianMixture started from the same parameters.

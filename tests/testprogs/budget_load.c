@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* A hot traced function, for --overhead-budget.
  * Usage: budget_load SECONDS WORK_NS|iITERATIONS [spin]
  * Calls bl_work for SECONDS of wall time, each call about WORK_NS of CPU

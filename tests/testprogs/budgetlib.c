@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* The overhead budget's library (budget_load calls it): apart from the test
  * library, whose exact set of functions other tests list. Built like it, so
  * each function starts by saving the frame pointer (see CMakeLists.txt). */

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* The overhead budget's library, for budget_load. */
 #ifndef EACGM_BUDGETLIB_H
 #define EACGM_BUDGETLIB_H

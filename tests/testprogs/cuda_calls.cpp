@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Calls every traced CUDA runtime function a known number of times with known
 // arguments, in this process and in a forked child. Without a GPU driver each
 // call fails at once with cudaErrorInsufficientDriver (35), after entering

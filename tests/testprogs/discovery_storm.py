@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Many short-lived Python processes started while one thread calls a traced
 function at a steady rate: the ring-draining test's load.
 

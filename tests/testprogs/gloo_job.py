@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A data-parallel job over gloo with known collectives, for the gloo e2e
 test. WORLD ranks, forked from this process, meet through a FileStore. Each
 rank runs, in this order:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A 2-rank gloo job whose rank 1 dies (SIGKILL) while rank 0 waits in an
 all_reduce: rank 0 gets gloo's error as Python's RuntimeError and exits 1,
 as an elastic launcher expects to see it (tests/e2e/test_exceptions.py runs

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Loads for the host layer's end-to-end tests (tests/e2e/test_host.py).
 
   host_load.py spin SECONDS [PID...]     burn one CPU for SECONDS of wall time

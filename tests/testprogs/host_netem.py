@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A user-space stand-in for `tc qdisc ... netem delay D loss P`, for kernels
 built without sch_netem (this project's VM): packets sent to an iptables
 NFQUEUE are held for D ms, then accepted, or dropped with probability P.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Makes each traced NCCL call a known number of times with known counts and
 // datatypes. Without a GPU there is no communicator: the collectives get a
 // null one and fail at once; the probes still see every argument. The e2e

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Network namespaces for ranks that must talk over a real network: a bridge
 in a hub namespace and one namespace per rank linked to it by a veth pair,
 the rank's end named eth0 with SUBNET.(rank+1)/24. Used by the merge e2e

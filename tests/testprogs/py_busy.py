@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Known Python functions for the Python layer's tests: busy loops of known
 length, nested to a known depth, on two threads. Works on Python 3.8+.
 Each call is followed by a different busy function (pause), so that a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Python functions entered from C: a sort key callback, called three times
 back to back (20 ms each), and the same through map() (30 ms each). A
 sampler alone sees each trio as one call; the eval-loop entry probe sees

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A Python parent whose forked children exec other programs, for the Python
 layer's exec test: the first child execs another Python (the interpreter
 given, at other addresses than the parent's) running this script's child

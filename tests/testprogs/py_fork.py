@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A parent that forks workers (multiprocessing, fork start method) which run
 known busy functions; for the Python layer's process-following test.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # A traced library call from a thread that has a Python thread state but no
 # Python frames, between two calls from Python code (tests/e2e/test_python.py).
 # _thread.start_new_thread of a C function runs it with no frame on the new

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Frames for the Python resolver's test (tests/unit/test_python_resolver.cpp).
 # Usage: python3.X py_frames.py FRAME_INSTR_OFFSET
 # Enters a known chain of functions and, from the innermost, prints one JSON

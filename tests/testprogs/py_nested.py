@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Traced library calls nested in one another, with and without Python code
 # between them (tests/e2e/test_python.py): tl_outer calls tl_inner twice, all
 # three made from the same Python frame; tl_call calls back into Python, whose

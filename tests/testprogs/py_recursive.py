@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A recursive Python function whose time a sampler must count once per
 sample, however deep the function recurses: walk(DEPTH) spins 11 ms, calls
 walk(DEPTH - 1), spins 11 ms again, down to walk(1); a pass is one call of

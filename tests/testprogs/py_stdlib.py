@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A stdlib workload whose functions a sampler must time right: four passes
 (difflib, json, textwrap, re), each a few milliseconds of real library code,
 called in turn PASSES times (default 25) so that every call is a run of its

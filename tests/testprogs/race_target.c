@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* The target of the attach race test (tests/e2e/test_attach_race.py).
  * Usage: race_target reaped|zombie|tree DELAY_MS LOG
  * Forks a child that calls tl_noop(i) about once a millisecond and appends

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* A library for tests and benchmarks to probe: functions with known call
  * patterns (nesting, recursion, stack arguments, out-pointers, longjmp). */
 #include <setjmp.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* The test library's functions, for the programs, tests and benchmarks that call them. */
 #ifndef EACGM_TESTLIB_H
 #define EACGM_TESTLIB_H

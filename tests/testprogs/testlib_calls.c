@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* Calls the test library in known patterns. Usage: testlib_calls PATTERN N
  *   noop N      N calls of tl_noop(i)
  *   nest N      N calls of tl_outer (each with two tl_inner inside)

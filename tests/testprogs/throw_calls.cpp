@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Calls the exception test library (throwlib.cpp) in known patterns and
 // says what it saw on stdout, which must read the same traced and untraced
 // (tests/e2e/test_exceptions.py compares them byte for byte).

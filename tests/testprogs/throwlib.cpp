@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A C++ library for the exception guard's tests (tests/e2e/test_exceptions.py,
 // tests/bpf/test_unwind_guard.cpp) and bench_span_cost: functions that a
 // spec probes and that exceptions, forced unwinding, longjmp and backtraces

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* The exception test library's functions (throwlib.cpp): C names, C++
  * inside, so that exceptions pass through them. */
 #ifndef EACGM_THROWLIB_H

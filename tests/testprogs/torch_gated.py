@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """torch_train.py, run once a line arrives on stdin: the caller learns the
 interpreter has imported torch ("imported" on stdout) and lets it train when
 its tracer says it is ready. Usage: torch_gated.py LAYERS STEPS."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A small CPU training run in which one operator is slowed on known steps:
 the ground truth of the detector's end-to-end test (tests/e2e/test_detect.py).
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A short CPU training run in which one short operator, softmax or
 log_softmax, is many times slower on known steps: the cases `eacgm detect`
 must judge from a function's first calls (tests/e2e/test_detect.py,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Torch operators that fail, caught in Python, between ordinary training
 steps (tests/e2e/test_exceptions.py runs it untraced and under eacgm and
 compares what it prints byte for byte). Each of STEPS steps trains a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A small model trained on the CPU: LAYERS Linear layers of WIDTH (each
 followed by ReLU), batches of BATCH, MSE loss, plain SGD, STEPS steps.
 Usage: torch_train.py LAYERS STEPS [WIDTH [BATCH]] (default 32, 8).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Writes a Recording through a StoreWriter the way a recording does, for
 // the tests that read one back.
 #pragma once

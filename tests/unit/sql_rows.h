@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The rows of a query, each as its columns' text joined by '|' (NULL as
 // "NULL"); an error as "error: " and SQLite's message: what the store's
 // unit tests compare.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The processor's facts that src/arch gives: its dynamic linker, and where
 // glibc's pthread_self() lies from the thread pointer (what the BPF walker
 // derives CPython 3.8-3.10's thread key from).

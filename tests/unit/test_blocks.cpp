@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The block codec (src/store/blocks.h): every coding gives back exactly what
 // it was given, the codings shrink what they are meant to, and a blob that is
 // torn, altered or hostile is an error, never a crash or a wrong answer.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // --overhead-budget's decision (probe/budget.h): which probes go to bursts,
 // at which duty, and what a call seen in a burst stands for.
 #include <gtest/gtest.h>

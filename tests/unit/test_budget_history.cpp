@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What calls and samples stand for as the overhead budget moves
 // (pipeline/weights.h): the weight or period in force at a time, exactly at
 // the changes' edges, and the list bounded however long the agent runs.

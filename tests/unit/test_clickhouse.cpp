@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The ClickHouse sink's parts that need no server: the address's form, the
 // RowBinary bytes of known rows, and the shipper's accounting when no
 // server answers (every row pushed is either sent or counted as dropped).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Collectives across ranks (ingest/collectives.h): rounds matched by
 // sequence number with their exact skew and last rank, incomplete rounds,
 // the online bounds; and what the summary, the trace and the metrics make

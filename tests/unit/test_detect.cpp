@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The detector end to end on synthetic spans: features, per-key models,
 // online scoring with cold start and refits (inline and in the
 // background), root causes from context, and the surfaces (store, trace,

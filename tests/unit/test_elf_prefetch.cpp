@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ElfPrefetch: the libraries a process maps that the specs name are read on
 // a thread and handed over once, by real path; anything else is not.
 #include <gtest/gtest.h>

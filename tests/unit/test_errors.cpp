@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Errors carry their kind (common/result.h): from the errno that made them,
 // and from what the reader found (test_store.cpp's Load* cases).
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Which first instructions the kernel emulates for a uprobe on x86-64 (push
 // of a register, relative call/jump/jcc) and on arm64 (PC-relative branches,
 // adr/adrp), which it single-steps and which it refuses, decoded with

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The small file helpers every layer shares.
 #include <gtest/gtest.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The mixture model, its threshold and its attribution, on data drawn from
 // known mixtures with fixed seeds.
 #include <gtest/gtest.h>

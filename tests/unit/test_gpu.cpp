@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The gpu layer against the NVML stand-in (tests/nvml): a scripted scenario
 // with two devices, value steps, a process of this test and one of another,
 // an XID, a double-bit ECC error, an unsupported fan and a device that falls

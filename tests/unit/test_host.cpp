@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The host layer's procfs side against recorded files under a fake root:
 // PSI and /proc/net/dev parsing, deltas between samples, counter resets,
 // missing files, and the connection key format.

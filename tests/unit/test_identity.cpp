@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A process's job and rank from its launcher's environment: which variable
 // wins, and what counts as not given.
 #include <gtest/gtest.h>

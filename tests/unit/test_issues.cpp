@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The issue linker (pipeline/issues.h): the call that ran a piece of work
 // (gloo's collective on a worker thread) is given what the call that issued
 // it knew (torch's enqueue: tensor, reduce op, Python stack), whichever of

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // eacgm merge (merge/merge.h, app/merge.cpp): host labels, the residual
 // clock skew estimated from matched collectives, a merge of two recordings
 // whose pids collide and whose wall offset is wrong, and the command's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The Prometheus registry's text format and the metrics sink's arithmetic:
 // exact text for known input, counts and buckets of known spans, the bound
 // on functions per layer, a process's series gone with it.

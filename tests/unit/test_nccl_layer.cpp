@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Communicator rank and size, learnt from init calls, on later calls.
 #include <gtest/gtest.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The machine's stalls measured in a recording (detect/noise.h), and what
 // they make worth telling: a short function slowed more often than the
 // machine stalls calls that much is; one call stalled as others are is not.

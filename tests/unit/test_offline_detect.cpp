@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // eacgm detect on a whole recording (detect/offline.h): every call past its
 // function's warm-up is judged, by a model fitted robustly on all of the
 // function's calls, or on its layer's pooled calls when it has few; echoes

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The native Perfetto trace (export/pftrace.h), read back by a decoder of
 // this test's own (the protobuf wire format, and Perfetto's rules for
 // sequences): every span is one slice with its exact times, names and

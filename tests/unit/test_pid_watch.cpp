@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Process exits as the kernel reports them through pidfds: a child that
 // exits is reported once, whether its parent reaps it or leaves a zombie.
 #include <gtest/gtest.h>

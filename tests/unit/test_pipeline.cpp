@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The pipeline driven by fake sources (pipeline/sources.h): no BPF, no /proc.
 // A parent and a child it forks, execs and ends; their calls on another ring;
 // in serve, a process the filters exclude. Every order the two rings can

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // eacgm probes: matching, alias grouping, close matches and spec generation
 // against real libraries (the NCCL of the CUDA toolkit, the test library).
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The CPython offsets table (specs/python.json): known values, and equality
 // with what tools/pyoffsets.c measured from every installed interpreter's
 // headers at build time.
@@ -277,7 +278,9 @@ TEST(PythonDebugOffsets, ALive313AgreesWithTheTable)
 	close(fds[1]);
 	char c;
 	ASSERT_EQ(read(fds[0], &c, 1), 1); // running: its runtime is initialised
-	auto rt = find_python_runtime(pid);
+	auto maps = read_maps(pid);
+	ASSERT_TRUE(maps);
+	auto rt = find_python_runtime(pid, maps.value());
 	std::vector<uint8_t> image(kDebugOffsetsBytes);
 	bool found = rt.ok() && rt->has_value();
 	bool read_ok = found && read_process_memory(pid, (*rt)->runtime_addr, image.data(), image.size());

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Python frames resolved from real interpreters' memory: each installed
 // CPython 3.8-3.13 runs tests/testprogs/py_frames.py, which reports its
 // frames' code addresses and raw instruction fields; the resolver must name

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Python function spans from stack samples.
 #include <gtest/gtest.h>
 

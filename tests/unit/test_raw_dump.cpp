@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // record --raw-dump's file (pipeline/raw_dump.h): the records and the
 // probes come back as written, decode on them gives what it gave on the
 // originals, and a cut, damaged or foreign file is an error that says so.

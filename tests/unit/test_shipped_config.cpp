@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The configuration the package ships (dist/eacgm.toml, installed as
 // /etc/eacgm/eacgm.toml): every key commented out at its default. Read as
 // shipped, and with every key's line uncommented, it must give exactly the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Spans kept in blocks (schema 4: store/span_layout.h, store/sqlmod.h),
 // read back through the `spans` virtual table: every kind of args value
 // comes back as the very text a row per span held, constraints on id and

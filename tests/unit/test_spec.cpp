@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Probe spec parsing, lowering to the BPF layout, decoding of raw records.
 #include <gtest/gtest.h>
 

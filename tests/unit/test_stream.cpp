@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A recording's trace and summary made from its spans read one at a time
 // (RecordingReader::each_span, as `record` and `export` now do) are the same
 // bytes as from the whole recording in memory.

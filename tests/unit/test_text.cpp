@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // UTF-8 at the store's boundary: what a traced process names may be any bytes.
 #include <gtest/gtest.h>
 

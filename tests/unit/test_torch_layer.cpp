@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tensor arguments of torch operators: which slots, which version, how shown.
 #include <gtest/gtest.h>
 

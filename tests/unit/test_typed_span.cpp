@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The typed span (pipeline/span.h) and the interner its ids come from: the
 // first step of the span path without a JSON object per span. decode_typed
 // keeps everything a Span shows: rendering it gives the Span the recorder

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The store's typed rows (store/typed.cpp): a typed span is kept as its
 // Span would be. Two recordings of the same calls, one written as Spans
 // (render_span, then the args object taken apart key by key) and one as

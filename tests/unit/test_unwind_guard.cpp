@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The exception guard's user side without BPF: where it probes (the
 // functions of the unwinder, the C++ runtime and libc this process maps),
 // which files take part in C++ exceptions, how a span left by an exception

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0 */
 /* arm64: what the BPF programs read differently on each processor (the
  * x86-64 counterpart is bpf/arch/x86/arch.bpf.h; the build puts the target's
  * directory first on the include path, with its vmlinux.h). */

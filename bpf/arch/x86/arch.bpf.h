@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0 */
 /* x86-64: what the BPF programs read differently on each processor (the
  * arm64 counterpart is bpf/arch/arm64/arch.bpf.h; the build puts the
  * target's directory first on the include path, with its vmlinux.h). */

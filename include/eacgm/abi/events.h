@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: (GPL-2.0 OR Apache-2.0) */
 /* The span engine's records, shared by the BPF programs and the C++ agent
  * (host.h and python.h are the host layer's and the Python sampler's).
  * Plain C, fixed-size fields, no padding surprises: both sides compile it. */

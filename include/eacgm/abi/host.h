@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: (GPL-2.0 OR Apache-2.0) */
 /* What the host layer's BPF side (bpf/host.bpf.c) aggregates per interval
  * and the agent (src/layers/host.cpp) reads. Plain C, fixed-size fields. */
 #ifndef EACGM_ABI_HOST_H

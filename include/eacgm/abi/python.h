@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: (GPL-2.0 OR Apache-2.0) */
 /* What the BPF Python frame walker reads and emits; shared with the agent.
  * Plain C, fixed-size fields. */
 #ifndef EACGM_ABI_PYTHON_H

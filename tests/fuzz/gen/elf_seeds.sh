@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Writes the seeds of tests/fuzz/elf/: small ELF files of the kinds the
 # symbol reader meets (a shared library with versioned, weak, IFUNC, TLS and
 # C++ symbols and a SONAME; the same stripped; an object file; a static

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Writes the seeds of tests/fuzz/store/: small recordings of the shapes a
 // reader meets, in 512-byte pages so that each is a few KiB (the default
 // 4 KiB page makes every table, view and index a page of its own).
