@@ -75,7 +75,9 @@ public:
 	// storing; not waiting, nor looking for processes): the budget's cost
 	// of a record to eacgm.
 	uint64_t records_read() const { return records_read_; }
-	uint64_t handling_cpu_ns() const { return handling_cpu_ns_; }
+	// The ring reader's thread included: reading the rings is part of a
+	// record's cost wherever it runs (the budget weighs it).
+	uint64_t handling_cpu_ns() const { return handling_cpu_ns_ + source_.reading_cpu_ns(); }
 	uint64_t samples_read() const { return python_join_.samples_read(); } // of them, Python stack samples
 	// Spans read so far per spec id (the budget's hit counts).
 	const std::vector<uint64_t> &spans_per_spec() const { return spans_per_spec_; }

@@ -207,6 +207,7 @@ void RingReader::run()
 			stats_.rounds++;
 			stats_.records += records;
 			stats_.max_wake_to_read_ns = std::max(stats_.max_wake_to_read_ns, mono_ns() - woke);
+			stats_.cpu_ns = clock_ns(CLOCK_THREAD_CPUTIME_ID);
 			if (!n)
 				failed_ = n.error();
 		}
@@ -289,6 +290,8 @@ void RingReader::replay(const Words &q, Records &to)
 		i += 1 + words(bytes);
 	}
 }
+
+uint64_t RingReader::reading_cpu_ns() const { return stats().cpu_ns; }
 
 RingReader::Stats RingReader::stats() const
 {

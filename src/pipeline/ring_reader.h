@@ -67,6 +67,7 @@ public:
 		uint64_t max_queued_bytes = 0;    // the most bytes queued at once
 		uint64_t full_waits = 0;          // times the queue was full and the rings left unread
 		bool short_slice = false;         // the scheduler gave the thread its short slice
+		uint64_t cpu_ns = 0;              // the thread's CPU time, at its last read
 	};
 
 	// `inner` must outlive the reader; nothing else reads it.
@@ -82,6 +83,7 @@ public:
 
 	int fd() const override { return ready_.get(); }
 	Result<int> consume(Records &to) override;
+	uint64_t reading_cpu_ns() const override;
 	Stats stats() const;
 
 private:

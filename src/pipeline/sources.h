@@ -43,6 +43,9 @@ public:
 	virtual int fd() const = 0;
 	// Hands every record waiting now to `to`; how many.
 	virtual Result<int> consume(Records &to) = 0;
+	// CPU time spent reading records on a thread of the source's own (the
+	// ring reader's), which consume()'s caller does not see on its clock.
+	virtual uint64_t reading_cpu_ns() const { return 0; }
 };
 
 // What the operating system says about a process, and the watch on its exit.
