@@ -19,7 +19,9 @@
 //     the run: a fault in force for a while) or a sporadic slowdown (a few
 //     calls 4x slower than every mode, not recurring with the job's
 //     period), the calls 10x the function's median or more when they are
-//     too few together to be a mode, and the calls the first fit flagged,
+//     too few together to be a mode, the slowest calls when fewer than
+//     kMinComponentCalls are 2x slower than every other (few_apart in
+//     offline.cpp), and the calls the first fit flagged,
 //     each mode now holding that many at least, the threshold calibrated
 //     on the calls fitted (a few slowed calls among 60 would otherwise drag
 //     the extrapolated threshold below themselves).

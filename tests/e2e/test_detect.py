@@ -446,6 +446,7 @@ class ShortOperatorCase:
         self.assertEqual(flagged, sorted(a["time_ns"] for a in self.out["anomalies"]))
         fault = {a["time_ns"]: a["fault"] for a in self.out["anomalies"]}
         slowed = {c["start_ns"] for c in self.slowed().values()}
+        self.assertEqual(sum(1 for r in rows if int(r["start_ns"]) in slowed), len(self.SLOW))
         for r in rows:
             self.assertEqual(r["fault"], fault.get(int(r["start_ns"]), "") if r["flagged"] == "1" else "", r)
             self.assertEqual(r["score"] == "", r["warmup"] == "1", r)
