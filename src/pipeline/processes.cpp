@@ -67,8 +67,12 @@ Process &Processes::process(uint32_t pid, UniqueFd pidfd)
 	bool created = false;
 	Process &p = table_.get(pid, std::move(pidfd), &created);
 	if (created) {
-		symbolizer_.snapshot(pid);
-		watch_python(pid);
+		// Its maps, read once: they say whether it runs Python, and the
+		// symbolizer keeps them (a process gone already has none).
+		if (auto maps = system_.maps(pid)) {
+			watch_python(pid, maps.value());
+			symbolizer_.adopt(pid, std::move(maps).value());
+		}
 		for (auto &w : table_.take_warnings())
 			warnings_.add(w);
 	}
@@ -92,14 +96,11 @@ void Processes::set_exit(uint32_t pid, int exit_code, uint64_t end_ns)
 // A process runs Python once it maps an interpreter: at start, or after the
 // dynamic linker loaded libpython. Registered once; an exec drops the
 // registration (handle_proc), and the new program's maps say afresh.
-void Processes::watch_python(uint32_t pid, const std::vector<Mapping> *maps)
+void Processes::watch_python(uint32_t pid, const std::vector<Mapping> &maps)
 {
 	if (!python_ || python_->processes().count(pid))
 		return;
-	Result<std::vector<Mapping>> read = maps ? Result<std::vector<Mapping>>(*maps) : system_.maps(pid);
-	if (!read)
-		return; // gone
-	auto r = python_->add_process(pid, read.value());
+	auto r = python_->add_process(pid, maps);
 	// A process that is already gone has nothing left to say.
 	if (!r && system_.exists(pid))
 		warnings_.add(r.error().message);
@@ -185,7 +186,7 @@ void Processes::rescan_processes()
 		for (auto &n : scan.notes)
 			notes_.push_back(std::move(n));
 		if (scan.interpreter)
-			watch_python(pid, &maps.value());
+			watch_python(pid, maps.value());
 		symbolizer_.adopt(pid, std::move(maps).value());
 	}
 	for (auto &w : probes_.take_warnings())

@@ -95,8 +95,8 @@ private:
 	// The table's, made known with its symbols' maps read and its
 	// interpreter watched.
 	Process &process(uint32_t pid, UniqueFd pidfd = {});
-	// maps: the process's, read already (else read through the System).
-	void watch_python(uint32_t pid, const std::vector<Mapping> *maps = nullptr);
+	// maps: the process's, as the System read them.
+	void watch_python(uint32_t pid, const std::vector<Mapping> &maps);
 	void handle_proc(const eacgm_proc_event &e);
 	void rescan_processes();
 	bool discover_proc(const eacgm_proc_event &e); // serve: true when handled

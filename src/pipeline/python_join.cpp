@@ -77,6 +77,7 @@ void PythonJoiner::retire_stack_cache()
 		return;
 	fold_cached_samples();
 	stack_cache_.clear();
+	cached_stacks_.clear();
 	stack_cache_since_ns_ = now;
 }
 
@@ -110,6 +111,10 @@ void PythonJoiner::fold_cached(uint32_t pid, ResolvedStack &rs)
 void PythonJoiner::forget(uint32_t pid)
 {
 	resolver_.forget(pid);
+	auto cached = cached_stacks_.find(pid);
+	if (cached == cached_stacks_.end())
+		return;
+	cached_stacks_.erase(cached);
 	for (auto it = stack_cache_.begin(); it != stack_cache_.end();) {
 		if (cached_pid(it->first) != pid) {
 			++it;
@@ -133,6 +138,7 @@ PythonJoiner::ResolvedStack &PythonJoiner::resolved(uint32_t pid, const eacgm_py
 	auto it = stack_cache_.find(std::string_view(key));
 	if (it == stack_cache_.end()) {
 		it = stack_cache_.emplace(key, ResolvedStack{}).first;
+		cached_stacks_.insert(pid);
 		auto f = resolve_stack(pid, frames, n, partial);
 		if (f) {
 			// Only a call's stack is shown (a sample's makes function

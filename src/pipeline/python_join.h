@@ -13,6 +13,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -150,6 +151,10 @@ private:
 	std::unordered_map<std::string, ResolvedStack, ViewHash, std::equal_to<>> stack_cache_;
 	std::string stack_key_; // the key of the walk being looked up
 	uint64_t stack_cache_since_ns_ = 0;
+	// The pids with stacks in stack_cache_: forget() looks through the cache
+	// only for a process that has some (every exec and exit of the
+	// machine's processes is forgotten, nearly all of them never Python).
+	std::unordered_set<uint32_t> cached_stacks_;
 
 	std::map<std::pair<uint32_t, uint32_t>, std::vector<PyCall>> calls_;          // (pid, tid)
 	std::map<std::pair<uint32_t, uint32_t>, std::vector<PyStackSample>> samples_; // (pid, tid), !stream_
