@@ -3,6 +3,8 @@
 #pragma once
 #include <algorithm>
 #include <charconv>
+#include <cstdint>
+#include <cstdio>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -16,6 +18,16 @@ inline std::string join(const std::vector<std::string> &v, const char *sep = ","
 	for (auto &x : v)
 		s += (s.empty() ? "" : sep) + x;
 	return s;
+}
+
+// "0x7f00dead": an address or pointer, as args, symbols and errors write it
+// (the store keeps a pointer argument as its value only where its text is
+// exactly this: store/span_layout.h).
+inline std::string hex(uint64_t v)
+{
+	char buf[24];
+	std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
+	return buf;
 }
 
 // "1 probe", "3 probes".

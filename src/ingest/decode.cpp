@@ -6,15 +6,12 @@
 #include <cstring>
 #include <optional>
 
+#include "common/text.h"
 #include "probe/elf_symbols.h"
 #include "probe/symbolizer.h"
 #include "store/span_layout.h"
 
 namespace eacgm {
-
-// The store keeps a pointer argument as its value only where its text is
-// exactly hex_text's (store/span_layout.h): one definition of that text.
-std::string hex(uint64_t v) { return hex_text(v); }
 
 static std::string enum_name(const std::map<std::string, EnumTable> &enums, const std::string &name, int64_t v)
 {

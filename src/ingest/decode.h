@@ -73,7 +73,4 @@ Span render_span(const TypedSpan &t, const ProbeSpec &spec, const SpecSet &specs
 Span decode_span(const eacgm_span_event &e, const ProbeSpec &spec, const SpecSet &specs, Symbolizer *sym,
 		 Interner &names, TensorFormatter tensors = nullptr);
 
-// "0x7f00dead" for pointers.
-std::string hex(uint64_t v);
-
 } // namespace eacgm

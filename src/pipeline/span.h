@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // A span as decode makes it (decode_typed, ingest/decode.h): fixed, typed
-// fields, no string and no JSON. The first step of issue 37's span path:
-// today the recorder renders each one into a Span (common/model.h) at once;
-// the sinks are to take these instead, and text (names, hex, enums,
-// tensors) to be made only at the edges that show it (render_span).
+// fields, no string and no JSON. Every sink reads the calls no joiner
+// changed in this form (SpanBatch::typed, pipeline/sink.h); text (names,
+// hex, enums, tensors) is made only at the edges that show it
+// (render_span). A joiner's calls still reach the sinks as Spans
+// (common/model.h).
 #pragma once
 #include <array>
 #include <cstdint>

@@ -18,18 +18,12 @@
 
 #include "common/fd.h"
 #include "common/threads.h"
+#include "common/text.h"
 
 namespace eacgm {
 namespace {
 
 constexpr GElf_Versym kVersymHidden = 0x8000; // binutils' VERSYM_HIDDEN: a non-default "@VER"
-
-std::string hex(uint64_t v)
-{
-	char buf[24];
-	std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
-	return buf;
-}
 
 // Owns the Elf* while open() reads the image.
 struct ElfHandle {

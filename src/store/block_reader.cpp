@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // read_span_blocks (block_reader.h).
 #include "store/block_reader.h"
+#include "common/text.h"
 #include "store/sqlite_error.h"
 
 #include <sqlite3.h>
@@ -88,7 +89,7 @@ Result<json> args_of(const SpanFunction &f, const Columns &cols, size_t row, Dic
 		case 'i': args[a.key] = integer(static_cast<int64_t>(v)); break;
 		case 'u': args[a.key] = v; break;
 		case 'b': args[a.key] = v != 0; break;
-		case 'x': args[a.key] = hex_text(v); break;
+		case 'x': args[a.key] = hex(v); break;
 		case 'a': {
 			json arr = json::array();
 			for (size_t k = 0; k < a.n; k++)

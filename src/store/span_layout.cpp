@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Span blocks' columns, and args taken apart and put back (span_layout.h).
 #include "store/span_layout.h"
+#include "common/text.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -27,13 +28,6 @@ std::vector<ColumnCoding> metric_codings()
 	c[kMetTs] = {Coding::Delta};                  // an interval's samples share their time
 	c[kMetValue] = {Coding::DeltaBy, kMetSeries}; // a series' value often repeats
 	return c;
-}
-
-std::string hex_text(uint64_t v)
-{
-	char buf[24];
-	snprintf(buf, sizeof(buf), "0x%llx", static_cast<unsigned long long>(v));
-	return buf;
 }
 
 std::string args_schema_json(const std::vector<ArgDef> &args)
@@ -98,7 +92,7 @@ void render_args(const SpanFunction &f, const Columns &cols, size_t row, StringS
 		case 'b': out += v ? "true" : "false"; break;
 		case 'x':
 			out += '"';
-			out += hex_text(v);
+			out += hex(v);
 			out += '"';
 			break;
 		case 'a':
@@ -139,7 +133,7 @@ ArgDef classify_arg(const std::string &key, const nlohmann::json &v, std::vector
 		const std::string &t = v.get_ref<const std::string &>();
 		if (t.size() > 2 && t.size() <= 18 && t[0] == '0' && t[1] == 'x') {
 			uint64_t x = std::strtoull(t.c_str() + 2, nullptr, 16);
-			if (hex_text(x) == t) { // exactly as it will be written back
+			if (hex(x) == t) { // exactly as it will be written back
 				slots.push_back(x);
 				return {key, 'x', 1};
 			}

@@ -95,7 +95,5 @@ void render_args(const SpanFunction &f, const Columns &cols, size_t row, StringS
 // caller keeps its JSON text as a string (and appends that row's id).
 ArgDef classify_arg(const std::string &key, const nlohmann::json &v, std::vector<uint64_t> &slots);
 
-// "0x..." as pointers are written in args (and as decode writes them).
-std::string hex_text(uint64_t v);
 
 } // namespace eacgm

@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "store/block_reader.h"
+#include "common/text.h"
 #include "sql_rows.h"
 #include "store/sqlmod.h"
 #include "store/store.h"
@@ -224,7 +225,7 @@ TEST_F(SpanBlocks, ReadingTheBlocksGivesWhatTheRowsGive)
 	std::vector<Span> spans;
 	for (int i = 0; i < 40; i++) {
 		json args = {{"x", i - 20},
-			     {"p", hex_text(0x7f0000000000ull + 64 * i)},
+			     {"p", hex(0x7f0000000000ull + 64 * i)},
 			     {"shape", "float32[" + std::to_string(i % 3) + "]"},
 			     {"grid", {i, 1, 1}},
 			     {"w", 0.25 * i},

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "ingest/decode.h"
+#include "common/text.h"
 #include "pipeline/intern.h"
 #include "pipeline/span.h"
 #include "probe/spec.h"

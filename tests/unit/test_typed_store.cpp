@@ -14,6 +14,7 @@
 #include <random>
 
 #include "ingest/decode.h"
+#include "common/text.h"
 #include "layers/torch.h"
 #include "sql_rows.h"
 #include "store/sqlmod.h"
