@@ -16,7 +16,9 @@ then run elsewhere (its own network namespace), all meeting through the same
 FileStore path, which the first rank to start must not find stale (the caller
 removes it).
 Writes OUT as JSON: per rank, its pid, its collectives [op, index, start_ns,
-end_ns], the sleep it measured as "delay" and the wait at the gate as "stall"
+end_ns], for each the time its thread waited for a CPU between those
+clock reads ("waits", ns: schedstat's run delay, read around them), the
+sleep it measured as "delay" and the wait at the gate as "stall"
 (each [start_ns, end_ns], [0, 0] if none); with --rank, OUT.R with that
 rank's part.
 Usage: gloo_job.py OUT [--world N (2)] [--steps S (3)] [--delay-rank R --delay-ms MS]
@@ -31,17 +33,26 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 
-def timed(log, op, i, fn):
+def run_delay_ns():
+    """The time this thread has waited for a CPU while runnable, so far
+    (schedstat's second field)."""
+    with open("/proc/thread-self/schedstat") as f:
+        return int(f.read().split()[1])
+
+
+def timed(log, op, i, fn, waits):
+    w0 = run_delay_ns()
     t0 = time.monotonic_ns()
     fn()
     log.append([op, i, t0, time.monotonic_ns()])
+    waits.append(run_delay_ns() - w0)
 
 
 def rank_main(rank, a, store):
     torch.manual_seed(0)
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=a.world)
-    log, delay, stall = [], [0, 0], [0, 0]
+    log, waits, delay, stall = [], [], [0, 0], [0, 0]
     for i in range(4):
         t = torch.ones(1000, dtype=torch.float32) * (rank + 1)
         if rank == a.delay_rank and i == 2:
@@ -53,11 +64,11 @@ def rank_main(rank, a, store):
             while not os.path.exists(a.gate):
                 time.sleep(0.01)
             stall[1] = time.monotonic_ns()
-        timed(log, "all_reduce", i, lambda: dist.all_reduce(t))
+        timed(log, "all_reduce", i, lambda: dist.all_reduce(t), waits)
         assert t[0].item() == a.world * (a.world + 1) / 2, t[0].item()
     for i in range(3):
         t = torch.arange(256, dtype=torch.int64) * (1 if rank == 0 else 0)
-        timed(log, "broadcast", i, lambda: dist.broadcast(t, src=0))
+        timed(log, "broadcast", i, lambda: dist.broadcast(t, src=0), waits)
         assert t[255].item() == 255
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU()))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -68,7 +79,7 @@ def rank_main(rank, a, store):
         opt.step()
     dist.destroy_process_group()
     with open("%s.%d" % (a.out, rank), "w") as f:
-        json.dump({"collectives": log, "delay": delay, "stall": stall, "pid": os.getpid()}, f)
+        json.dump({"collectives": log, "waits": waits, "delay": delay, "stall": stall, "pid": os.getpid()}, f)
 
 
 def main():
