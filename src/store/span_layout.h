@@ -95,5 +95,4 @@ void render_args(const SpanFunction &f, const Columns &cols, size_t row, StringS
 // caller keeps its JSON text as a string (and appends that row's id).
 ArgDef classify_arg(const std::string &key, const nlohmann::json &v, std::vector<uint64_t> &slots);
 
-
 } // namespace eacgm
