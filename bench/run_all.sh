@@ -50,6 +50,7 @@ failed=()
 section "Per traced call, against the empty-probe floor and bpftrace" "$build/bench/bench_span_cost"
 section "User-space pipeline: records per second on one core" bash "$here/pipeline_cost.sh" "$build"
 section "Burst: one thread calling a traced function as fast as it can, 60 s" /usr/bin/python3 "$here/burst.py" "$build" 60
+section "Paced: one thread calling a traced function 160000 times a second, 60 s" /usr/bin/python3 "$here/paced.py" "$build" --seconds 60 --rounds 2
 section "Overhead budget on a job it would otherwise exceed" /usr/bin/python3 "$here/budget_cost.py" "$eacgm" "$build"
 section "Start and stop" /usr/bin/python3 "$here/startstop.py" "$eacgm"
 section "Training steps: untraced, eacgm, torch.profiler" /usr/bin/python3 "$here/train_cost.py" "$eacgm"

@@ -185,13 +185,13 @@ Pipeline::Stop Pipeline::open_recorder(Sink &out)
 	if (!rings)
 		return fail(rings.error().message);
 	rings_.emplace(std::move(rings).value());
-	// EACGM_RING_READER=1: the rings are read on a thread of their own
-	// from here on, the recorder's rounds (discovery, decoding, the sinks)
-	// taking what it read. Not yet the default (docs/internals.md): with
-	// it, test_overhead_budget's first decision sometimes did not come.
+	// The rings are read on a thread of their own from here on, the
+	// recorder's rounds (discovery, decoding, the sinks) taking what it
+	// read (docs/internals.md). EACGM_RING_READER=0: read between those
+	// rounds, as before (a control for measures and bisection).
 	RecordSource *source = &*rings_;
-	if (const char *on = getenv("EACGM_RING_READER"); on && std::string(on) == "1") {
-		reader_.emplace(*rings_, RingReader::Options{});
+	if (const char *off = getenv("EACGM_RING_READER"); !off || std::string(off) != "0") {
+		reader_.emplace(*rings_, RingReader::Options{.nice = o_.reader_nice});
 		if (auto r = reader_->start(); !r)
 			return fail(r.error().message);
 		source = &*reader_;
@@ -390,6 +390,8 @@ void Pipeline::write_reader_meta(StoreWriter &store) const
 {
 	(void)store.set_meta("ring_reader", reader_ ? "on" : "off");
 	const RingReader::Stats r = reader_ ? reader_->stats() : RingReader::Stats{};
+	if (reader_)
+		(void)store.set_meta("ring_reader_nice", std::to_string(r.nice));
 	set_counts(store,
 		   {
 			   {"ring_reads", r.rounds},

@@ -60,6 +60,9 @@ struct PipelineOptions {
 	// Every process that calls a traced library is traced (serve), rather
 	// than the trees the front end tracks (record).
 	bool trace_all = false;
+	// The ring-draining thread's niceness: the one eacgm started at, which
+	// it keeps when the rest yields to the job (--nice).
+	int reader_nice = 0;
 	// Every span record decode sees, kept for bench_pipeline_cost --replay
 	// (record --raw-dump; pipeline/raw_dump.h). Empty: none.
 	std::string raw_dump;
@@ -110,6 +113,12 @@ public:
 	ProcTracker &tracker() { return *tracker_; }
 	Attacher &attacher() { return *attacher_; }
 	Recorder &recorder() { return *recorder_; }
+	// The threads that keep eacgm's niceness when the rest yields to the
+	// job (lower_priority): the ring-draining thread, where it runs.
+	std::vector<pid_t> kept_priority() const
+	{
+		return reader_ ? std::vector<pid_t>{reader_->tid()} : std::vector<pid_t>{};
+	}
 	PythonTracer *python() { return python_.get(); }
 	const SpanEngine &engine() const { return *engine_; }
 	detect::OnlineDetector *detector() { return detector_ ? &*detector_ : nullptr; }

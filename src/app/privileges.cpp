@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "app/privileges.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <dirent.h>
@@ -89,7 +90,25 @@ Result<std::vector<std::string>> keep_tracing_privileges(std::vector<Capability>
 	return kept;
 }
 
-Result<void> lower_priority(int nice)
+Result<void> allow_niceness_back_to(int nice)
+{
+	struct rlimit now {};
+	if (getrlimit(RLIMIT_NICE, &now) != 0)
+		return errno_error(errno, "cannot read eacgm's RLIMIT_NICE");
+	const rlim_t want = static_cast<rlim_t>(20 - nice);
+	if (now.rlim_cur != RLIM_INFINITY && now.rlim_cur >= want)
+		return {};
+	struct rlimit r {
+		want, std::max(want, now.rlim_max == RLIM_INFINITY ? want : now.rlim_max)
+	};
+	if (setrlimit(RLIMIT_NICE, &r) != 0)
+		return errno_error(errno,
+				   "cannot let eacgm's ring-draining thread keep niceness " + std::to_string(nice) +
+					   " (RLIMIT_NICE)");
+	return {};
+}
+
+Result<void> lower_priority(int nice, const std::vector<pid_t> &keep)
 {
 	if (nice < 0 || nice > 19)
 		return make_error(ErrorKind::BadInput, "the niceness must be 0 to 19, not " + std::to_string(nice));
@@ -101,6 +120,8 @@ Result<void> lower_priority(int nice)
 		if (e->d_name[0] == '.')
 			continue;
 		id_t tid = static_cast<id_t>(std::strtoul(e->d_name, nullptr, 10));
+		if (std::find(keep.begin(), keep.end(), static_cast<pid_t>(tid)) != keep.end())
+			continue;
 		errno = 0;
 		int now = getpriority(PRIO_PROCESS, tid); // -1 is a valid niceness: errno tells
 		if (errno == ESRCH || (errno == 0 && now >= nice))

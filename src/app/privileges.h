@@ -6,6 +6,7 @@
 // reconfigure the network.
 #pragma once
 #include <linux/capability.h> // the capabilities' numbers
+#include <sys/types.h>
 #include <string>
 #include <vector>
 
@@ -56,7 +57,16 @@ Result<std::vector<std::string>> keep_tracing_privileges(std::vector<Capability>
 // before this keeps its own (it may not lower it back without
 // CAP_SYS_NICE); but a thread may not change one that holds capabilities
 // it lacks (the kernel's cap_safe_nice): call it before the capabilities
-// are dropped, or once every thread holds the same.
-Result<void> lower_priority(int nice);
+// are dropped, or once every thread holds the same. The threads in `keep`
+// keep their niceness (the ring-draining thread: pipeline/ring_reader.h).
+Result<void> lower_priority(int nice, const std::vector<pid_t> &keep = {});
+
+// Lets a thread of eacgm's set its niceness back to `nice` (the one it
+// started at) after lower_priority, with no CAP_SYS_NICE: RLIMIT_NICE at
+// 20 - nice. serve yields before any thread starts, and its ring-draining
+// thread, started later, takes its niceness back so (pipeline/ring_reader.h).
+// Raising the limit needs CAP_SYS_RESOURCE: before the capabilities are
+// dropped.
+Result<void> allow_niceness_back_to(int nice);
 
 } // namespace eacgm

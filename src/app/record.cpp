@@ -134,6 +134,7 @@ private:
 PipelineOptions RecordSession::pipeline_options(const RecordArgs &a)
 {
 	PipelineOptions o;
+	o.reader_nice = getpriority(PRIO_PROCESS, 0); // before yield_to_the_job lowers it
 	o.layers = a.layers;
 	o.specs = a.specs;
 	o.torch_ops = a.torch_ops;
@@ -359,7 +360,7 @@ RecordSession::Stop RecordSession::attach_tree()
 // not lower its niceness again without CAP_SYS_NICE, which eacgm dropped).
 RecordSession::Stop RecordSession::yield_to_the_job()
 {
-	if (auto r = lower_priority(a_.nice); !r)
+	if (auto r = lower_priority(a_.nice, pipeline_.kept_priority()); !r)
 		return fail(r.error().message);
 	return {};
 }

@@ -11,6 +11,7 @@
 #include <iostream>
 #include <regex>
 #include <sys/stat.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -40,7 +41,8 @@ std::atomic<bool> g_stop{false}, g_reload{false};
 void on_stop(int) { g_stop = true; }
 void on_hup(int) { g_reload = true; }
 
-PipelineOptions pipeline_options(const ServeConfig &c)
+// reader_nice: the niceness the agent started at (yield_to_the_jobs).
+PipelineOptions pipeline_options(const ServeConfig &c, int reader_nice)
 {
 	PipelineOptions o;
 	o.layers = c.layers;
@@ -55,6 +57,7 @@ PipelineOptions pipeline_options(const ServeConfig &c)
 	o.hang_after_s = c.hang_after_s;
 	o.bpf_stats = c.bpf_stats;
 	o.trace_all = true;
+	o.reader_nice = reader_nice;
 	return o;
 }
 
@@ -145,6 +148,7 @@ private:
 	std::shared_ptr<ProcessFilter> filter_;
 	std::chrono::steady_clock::time_point last_health_;
 	std::vector<std::string> capabilities_; // what the agent kept of root
+	int started_nice_ = 0;                  // its niceness before it yielded to the jobs
 	std::string token_;                     // from token_file; "": no token asked
 };
 
@@ -191,7 +195,7 @@ ServeSession::Stop ServeSession::drop_privileges()
 
 ServeSession::Stop ServeSession::open_pipeline()
 {
-	pipeline_.emplace(pipeline_options(config_));
+	pipeline_.emplace(pipeline_options(config_, started_nice_));
 	if (auto stop = pipeline_->check())
 		return stop;
 	if (auto stop = pipeline_->build_specs())
@@ -459,6 +463,13 @@ int ServeSession::finish()
 // capabilities it does not (the kernel's cap_safe_nice).
 ServeSession::Stop ServeSession::yield_to_the_jobs()
 {
+	// The ring-draining thread, started later, takes the niceness the
+	// agent started at back (pipeline/ring_reader.h). Without
+	// CAP_SYS_RESOURCE (the unit grants it) the limit stays, and the thread
+	// runs at the configured niceness as the others do: a loss of latency,
+	// not of function, and not worth a warning at every start.
+	started_nice_ = getpriority(PRIO_PROCESS, 0);
+	(void)allow_niceness_back_to(started_nice_);
 	if (auto r = lower_priority(config_.nice); !r)
 		return fail(r.error().message);
 	return {};

@@ -30,6 +30,7 @@
 #include <memory>
 #include <cstdint>
 #include <mutex>
+#include <sys/types.h>
 #include <thread>
 #include <vector>
 
@@ -58,6 +59,7 @@ class RingReader : public RecordSource {
 public:
 	struct Options {
 		size_t max_queued_bytes = 64u << 20; // about 3 s of 160,000 calls a second
+		int nice = 0;                        // the thread's niceness (its own, where it may not set this one)
 	};
 	// What the thread did, for the recording's meta and the tests.
 	struct Stats {
@@ -68,6 +70,7 @@ public:
 		uint64_t full_waits = 0;          // times the queue was full and the rings left unread
 		bool short_slice = false;         // the scheduler gave the thread its short slice
 		uint64_t cpu_ns = 0;              // the thread's CPU time, at its last read
+		int nice = 0;                     // the thread's niceness, at its last read
 	};
 
 	// `inner` must outlive the reader; nothing else reads it.
@@ -77,7 +80,8 @@ public:
 	~RingReader() override;
 
 	// The thread starts reading; stop() ends it (and the destructor), after
-	// which consume() still reads the rings itself.
+	// which consume() still reads the rings itself. Returns once the thread
+	// runs (tid() is known).
 	Result<void> start();
 	void stop();
 
@@ -85,6 +89,11 @@ public:
 	Result<int> consume(Records &to) override;
 	uint64_t reading_cpu_ns() const override;
 	Stats stats() const;
+	// The thread's id, once start() has returned (0 before). It keeps the
+	// niceness eacgm started at when the rest of eacgm yields to the job
+	// (lower_priority's `keep`): the thread only copies what the rings hold,
+	// and waiting behind the job's threads for a CPU is what fills them.
+	pid_t tid() const;
 
 private:
 	class Appender;
@@ -108,6 +117,7 @@ private:
 	uint64_t asked_ = 0, answered_ = 0; // reads consume() asked for, and the last one made
 	Stats stats_;
 	bool stopping_ = false;
+	pid_t tid_ = 0;       // set by the thread as it starts
 	Result<void> failed_; // a read on the thread failed: said at the next consume
 };
 

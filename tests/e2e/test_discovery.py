@@ -5,7 +5,7 @@ file, its Python offsets) while a traced thread calls 100,000 times a second
 into a span ring cut to 256 KiB, about 20 ms of its records. The rings are
 read on a thread of their own (pipeline/ring_reader.h), and no slow step ever
 runs on that thread (common/threads.h counts one that does, in the meta);
-every child is discovered, and every call recorded or counted."""
+every child is discovered, and every call recorded."""
 import json
 import os
 import unittest
@@ -30,8 +30,7 @@ class DiscoveryStorm(unittest.TestCase):
         spec = E.write_json(os.path.join(tmp, "spec.json"), lib)
         stop = os.path.join(tmp, "stop")
         cls.rec = E.record(tmp, [PYTHON, STORM, E.TESTLIB_CALLS, PYTHON, str(CHILDREN), str(RATE), stop],
-                           "--layers", "python", "--spec", spec, "--ring-buffer-kb", "256", "--no-detect",
-                           env={"EACGM_RING_READER": "1"})  # not yet the default (docs/internals.md)
+                           "--layers", "python", "--spec", spec, "--ring-buffer-kb", "256", "--no-detect")
         lines = [l for l in cls.rec.stdout.splitlines() if l.startswith("{")]
         cls.storm = json.loads(lines[-1]) if lines else None
         cls.meta = {r["key"]: r["value"] for r in cls.rec.query("SELECT key, value FROM meta")}
@@ -41,20 +40,21 @@ class DiscoveryStorm(unittest.TestCase):
         self.assertIsNotNone(self.storm, self.rec.stdout)
         self.assertEqual(len(self.storm["children"]), CHILDREN)
 
-    def test_every_call_is_recorded_or_counted(self):
-        """Every call is in the recording or counted lost to a full ring,
-        nothing else. Not yet: none lost. On this 2-CPU VM (one CPU the
-        caller's, the other shared by eight starting Python processes and
-        eacgm) the thread that reads the rings still waits for a CPU now and
-        then longer than the ring lasts (about 20 ms): 0 to 1,922 records a
-        run lost, against 3,793 to 7,822 on 0580e50 (docs/internals.md)."""
+    def test_every_call_is_recorded(self):
+        """Every call is in the recording: none lost, to a full ring or
+        otherwise. The thread that reads the rings keeps the niceness eacgm
+        started at (the test's, 0) while the rest of eacgm yields to the job
+        (--nice, 10 by default): at 10 it waited for a CPU behind eight
+        starting Python processes longer than the ring lasts, 0 to 2,399
+        records a run lost (3,793 to 7,822 on 0580e50, which read the rings
+        between its rounds of discovery; docs/internals.md)."""
         n = self.rec.query("SELECT count(*) AS n FROM spans WHERE name = 'tl_noop'")[0]["n"]
         drops = E.drops(self.rec.db)
-        self.assertEqual(n + drops["ring_buffer_full"], self.storm["calls"], drops)
-        self.assertEqual({r: c for r, c in drops.items() if r != "ring_buffer_full"},
-                         {r: 0 for r in E.DROP_REASONS if r != "ring_buffer_full"})
+        self.assertEqual(drops, {r: 0 for r in E.DROP_REASONS})
+        self.assertEqual(n, self.storm["calls"])
         self.assertEqual(self.meta["ring_reader"], "on")
         self.assertEqual(self.meta["ring_reader_short_slice"], "1")
+        self.assertEqual(self.meta["ring_reader_nice"], str(os.getpriority(os.PRIO_PROCESS, 0)))
         print("\ndiscovery storm: %d calls, %d lost to a full ring, %d children; the rings read %s times, "
               "the longest from a wakeup to its read %.2f ms, at most %s bytes queued" %
               (self.storm["calls"], drops["ring_buffer_full"], CHILDREN, self.meta["ring_reads"],
