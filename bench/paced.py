@@ -27,14 +27,7 @@ import subprocess
 import sys
 import tempfile
 
-SPEC = ('{"layer": "testlib", "library": "libeacgm_testlib*.so", "probes": '
-        '[{"function": "tl_noop", "args": [{"name": "x", "slot": 0, "type": "i64"}]}]}')
-
-
-def machine():
-    with open("/proc/cpuinfo") as f:
-        model = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
-    return "%s, %d CPUs, Linux %s" % (model, os.cpu_count(), os.uname().release)
+from burst import SPEC, machine  # the traced function's spec, the machine line (same directory)
 
 
 def run(build, env, a, tmp, name):
