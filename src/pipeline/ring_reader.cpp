@@ -9,6 +9,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 #include <sched.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <cstdio>
@@ -187,6 +188,9 @@ static bool short_slice(int want_nice)
 void RingReader::run()
 {
 	mark_draining_thread();
+	// Named for top -H, ps -L and the tests: the one thread of eacgm's that
+	// keeps the niceness it started at (short_slice).
+	(void)prctl(PR_SET_NAME, "eacgm-rings");
 	{
 		bool ok = short_slice(o_.nice);
 		std::lock_guard<std::mutex> l(mu_);

@@ -86,18 +86,18 @@ Result<json> args_of(const SpanFunction &f, const Columns &cols, size_t row, Dic
 	for (const ArgDef &a : f.args) {
 		const uint64_t v = at(slot);
 		switch (a.kind) {
-		case 'i': args[a.key] = integer(static_cast<int64_t>(v)); break;
-		case 'u': args[a.key] = v; break;
-		case 'b': args[a.key] = v != 0; break;
-		case 'x': args[a.key] = hex(v); break;
-		case 'a': {
+		case ArgKind::Int: args[a.key] = integer(static_cast<int64_t>(v)); break;
+		case ArgKind::Uint: args[a.key] = v; break;
+		case ArgKind::Bool: args[a.key] = v != 0; break;
+		case ArgKind::Ptr: args[a.key] = hex(v); break;
+		case ArgKind::Ints: {
 			json arr = json::array();
 			for (size_t k = 0; k < a.n; k++)
 				arr.push_back(integer(static_cast<int64_t>(at(slot + k))));
 			args[a.key] = std::move(arr);
 			break;
 		}
-		default: {
+		case ArgKind::Text: {
 			const json *j = d.value(v);
 			if (!j)
 				return make_error(ErrorKind::BadInput,

@@ -30,12 +30,25 @@ std::vector<ColumnCoding> metric_codings()
 	return c;
 }
 
+std::optional<ArgKind> arg_kind(char letter)
+{
+	switch (letter) {
+	case char(ArgKind::Int): return ArgKind::Int;
+	case char(ArgKind::Uint): return ArgKind::Uint;
+	case char(ArgKind::Bool): return ArgKind::Bool;
+	case char(ArgKind::Ptr): return ArgKind::Ptr;
+	case char(ArgKind::Text): return ArgKind::Text;
+	case char(ArgKind::Ints): return ArgKind::Ints;
+	}
+	return std::nullopt;
+}
+
 std::string args_schema_json(const std::vector<ArgDef> &args)
 {
 	nlohmann::json a = nlohmann::json::array();
 	for (const ArgDef &d : args)
-		a.push_back(d.kind == 'a' ? nlohmann::json{d.key, std::string(1, d.kind), d.n}
-					  : nlohmann::json{d.key, std::string(1, d.kind)});
+		a.push_back(d.kind == ArgKind::Ints ? nlohmann::json{d.key, std::string(1, char(d.kind)), d.n}
+						    : nlohmann::json{d.key, std::string(1, char(d.kind))});
 	return a.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
@@ -53,13 +66,14 @@ Result<SpanFunction> parse_function(std::string layer, std::string name, std::st
 		if (!d.is_array() || d.size() < 2 || !d[0].is_string() || !d[1].is_string() ||
 		    d[1].get_ref<const std::string &>().size() != 1)
 			return bad();
-		ArgDef def{d[0].get<std::string>(), d[1].get<std::string>()[0], 1};
-		if (def.kind == 'a') {
+		auto kind = arg_kind(d[1].get<std::string>()[0]);
+		if (!kind)
+			return bad();
+		ArgDef def{d[0].get<std::string>(), *kind, 1};
+		if (def.kind == ArgKind::Ints) {
 			if (d.size() != 3 || !d[2].is_number_unsigned() || d[2].get<uint64_t>() > kMaxSlots)
 				return bad();
 			def.n = static_cast<uint8_t>(d[2].get<uint64_t>());
-		} else if (std::string_view("iubxs").find(def.kind) == std::string_view::npos) {
-			return bad();
 		}
 		f.slots += def.n;
 		f.key_texts += nlohmann::json(def.key).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
@@ -87,15 +101,17 @@ void render_args(const SpanFunction &f, const Columns &cols, size_t row, StringS
 		const ArgDef &d = f.args[i];
 		const uint64_t v = slot_value(slot);
 		switch (d.kind) {
-		case 'i': out.append(num, snprintf(num, sizeof num, "%lld", static_cast<long long>(v))); break;
-		case 'u': out.append(num, snprintf(num, sizeof num, "%llu", static_cast<unsigned long long>(v))); break;
-		case 'b': out += v ? "true" : "false"; break;
-		case 'x':
+		case ArgKind::Int: out.append(num, snprintf(num, sizeof num, "%lld", static_cast<long long>(v))); break;
+		case ArgKind::Uint:
+			out.append(num, snprintf(num, sizeof num, "%llu", static_cast<unsigned long long>(v)));
+			break;
+		case ArgKind::Bool: out += v ? "true" : "false"; break;
+		case ArgKind::Ptr:
 			out += '"';
 			out += hex(v);
 			out += '"';
 			break;
-		case 'a':
+		case ArgKind::Ints:
 			out += '[';
 			for (size_t k = 0; k < d.n; k++) {
 				if (k)
@@ -106,8 +122,7 @@ void render_args(const SpanFunction &f, const Columns &cols, size_t row, StringS
 			}
 			out += ']';
 			break;
-		default: // 's'
-			out += strings.text(v);
+		case ArgKind::Text: out += strings.text(v);
 		}
 		slot += d.n;
 	}
@@ -118,16 +133,16 @@ ArgDef classify_arg(const std::string &key, const nlohmann::json &v, std::vector
 {
 	if (v.is_number_integer() && !v.is_number_unsigned()) {
 		slots.push_back(static_cast<uint64_t>(v.get<int64_t>()));
-		return {key, 'i', 1};
+		return {key, ArgKind::Int, 1};
 	}
 	if (v.is_number_unsigned()) {
 		const uint64_t u = v.get<uint64_t>();
 		slots.push_back(u);
-		return {key, u > uint64_t(INT64_MAX) ? 'u' : 'i', 1};
+		return {key, u > uint64_t(INT64_MAX) ? ArgKind::Uint : ArgKind::Int, 1};
 	}
 	if (v.is_boolean()) {
 		slots.push_back(v.get<bool>());
-		return {key, 'b', 1};
+		return {key, ArgKind::Bool, 1};
 	}
 	if (v.is_string()) {
 		const std::string &t = v.get_ref<const std::string &>();
@@ -135,7 +150,7 @@ ArgDef classify_arg(const std::string &key, const nlohmann::json &v, std::vector
 			uint64_t x = std::strtoull(t.c_str() + 2, nullptr, 16);
 			if (hex(x) == t) { // exactly as it will be written back
 				slots.push_back(x);
-				return {key, 'x', 1};
+				return {key, ArgKind::Ptr, 1};
 			}
 		}
 	}
@@ -145,9 +160,9 @@ ArgDef classify_arg(const std::string &key, const nlohmann::json &v, std::vector
 	    })) {
 		for (const auto &e : v)
 			slots.push_back(static_cast<uint64_t>(e.get<int64_t>()));
-		return {key, 'a', static_cast<uint8_t>(v.size())};
+		return {key, ArgKind::Ints, static_cast<uint8_t>(v.size())};
 	}
-	return {key, 's', 1};
+	return {key, ArgKind::Text, 1};
 }
 
 } // namespace eacgm

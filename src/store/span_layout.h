@@ -15,6 +15,7 @@
 // here may use more than the standard library, nlohmann's JSON and blocks.h.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -57,13 +58,26 @@ enum MetricColumn : uint8_t {
 };
 std::vector<ColumnCoding> metric_codings();
 
+// How an argument's value is kept. Each kind's value is the letter a
+// function's argument list in the store names it by (args_schema_json):
+// recordings written before keep reading.
+enum class ArgKind : char {
+	Int = 'i',  // an int64
+	Uint = 'u', // a uint64 past int64's range
+	Bool = 'b',
+	Ptr = 'x',  // a pointer written "0x..." (hex, lower case)
+	Text = 's', // any other value: its JSON text in `strings`
+	Ints = 'a', // an array of `n` int64s
+};
+
+// The kind a stored argument list's letter names; nullopt: none.
+std::optional<ArgKind> arg_kind(char letter);
+
 // One argument of a function: its key, how its value is kept, in how many
-// slots. Kinds: 'i' an int64, 'u' a uint64 past int64's range, 'b' a bool,
-// 'x' a pointer written "0x..." (hex, lower case), 's' any other value (its
-// JSON text in `strings`), 'a' an array of `n` int64s.
+// slots.
 struct ArgDef {
 	std::string key; // as it is in the args object
-	char kind = 's';
+	ArgKind kind = ArgKind::Text;
 	uint8_t n = 1; // slots it takes
 };
 
@@ -91,7 +105,7 @@ public:
 // out: "{}" for none, else {"key":value,...} as nlohmann's dump() wrote it.
 void render_args(const SpanFunction &f, const Columns &cols, size_t row, StringSource &strings, std::string &out);
 
-// How one args value is kept: its kind, and its slots appended. 's': the
+// How one args value is kept: its kind, and its slots appended. Text: the
 // caller keeps its JSON text as a string (and appends that row's id).
 ArgDef classify_arg(const std::string &key, const nlohmann::json &v, std::vector<uint64_t> &slots);
 

@@ -488,7 +488,7 @@ int64_t StoreWriter::function_id(const Span &s, std::vector<uint64_t> &slots, st
 	if (s.args.is_object())
 		for (const auto &[k, v] : s.args.items()) {
 			ArgDef d = classify_arg(k, v, slots);
-			if (d.kind == 's') {
+			if (d.kind == ArgKind::Text) {
 				int64_t id = value_string(v);
 				if (!id)
 					return 0;
@@ -516,7 +516,7 @@ int64_t StoreWriter::function_row(const std::string &layer, const std::string &n
 	static thread_local std::string key;
 	key.assign(layer).append(1, '\0').append(name);
 	for (const ArgDef &d : defs)
-		key.append(1, '\0').append(d.key).append(1, '\1').append(1, d.kind).append(1, char(d.n));
+		key.append(1, '\0').append(d.key).append(1, '\1').append(1, char(d.kind)).append(1, char(d.n));
 	if (int64_t id = functions_.find(key))
 		return id;
 	auto st = statement("INSERT INTO functions(layer, name, args) VALUES(?,?,?)");
@@ -1225,7 +1225,8 @@ Result<void> RecordingReader::each_span_with_int_args(const std::vector<std::str
 			[&](const SpanFunction &f) {
 				return std::all_of(keys.begin(), keys.end(), [&](const std::string &k) {
 					return std::any_of(f.args.begin(), f.args.end(), [&](const ArgDef &a) {
-						return a.key == k && (a.kind == 'i' || a.kind == 'u');
+						return a.key == k &&
+							(a.kind == ArgKind::Int || a.kind == ArgKind::Uint);
 					});
 				});
 			},

@@ -5,7 +5,7 @@
 // are a JSON object walked key by key per span; a typed span's shape is its
 // probe's, worked out once: its arguments in key order, each kept by its
 // type. What varies with the value is looked up once per value: whether a
-// u64 passes int64's range ('u' or 'i'), and the kind and text of an enum, a
+// u64 passes int64's range (Uint or Int), and the kind and text of an enum, a
 // tensor or a symbol (render_arg's JSON, taken apart by classify_arg, the
 // very function span_row uses). The unit test test_typed_store holds both
 // paths to the same rows over every argument type.
@@ -33,16 +33,16 @@ static_assert((EACGM_MAX_ARGS + 2) * 7 <= sizeof(Signature) * 8, "a shape's sign
 
 // A kept value's kind and width, 7 bits of a shape's signature; 0: a key
 // the span does not have (runq_ns where the thread never waited).
-Signature code_of(char kind, uint8_t n)
+Signature code_of(ArgKind kind, uint8_t n)
 {
 	Signature k = 0;
 	switch (kind) {
-	case 'i': k = 1; break;
-	case 'u': k = 2; break;
-	case 'b': k = 3; break;
-	case 'x': k = 4; break;
-	case 's': k = 5; break;
-	case 'a': k = 6; break;
+	case ArgKind::Int: k = 1; break;
+	case ArgKind::Uint: k = 2; break;
+	case ArgKind::Bool: k = 3; break;
+	case ArgKind::Ptr: k = 4; break;
+	case ArgKind::Text: k = 5; break;
+	case ArgKind::Ints: k = 6; break;
 	}
 	return k | Signature(n) << 3;
 }
@@ -76,7 +76,7 @@ struct ValueHash {
 	}
 };
 struct Kept {
-	char kind = 's';
+	ArgKind kind = ArgKind::Text;
 	uint8_t n = 1;
 	std::array<uint64_t, 8> slots{}; // a string's: its strings.id
 	uint64_t block = 0;              // the last block that referred to it
@@ -94,7 +94,7 @@ struct Row {
 	uint64_t slots[kMaxSlots];
 	size_t n = 0;
 	struct Key {
-		char kind;
+		ArgKind kind;
 		uint8_t n;
 	} keys[EACGM_MAX_ARGS + 2];
 	size_t k = 0;
@@ -102,13 +102,13 @@ struct Row {
 	Kept *strings[EACGM_MAX_ARGS + 2];
 	size_t n_strings = 0;
 
-	void put(char kind, uint64_t v) { slots[n++] = v, keys[k] = {kind, 1}; }
+	void put(ArgKind kind, uint64_t v) { slots[n++] = v, keys[k] = {kind, 1}; }
 	void put(Kept &kept)
 	{
 		std::memcpy(slots + n, kept.slots.data(), sizeof kept.slots); // a fixed copy: no call
 		n += kept.n;
 		keys[k] = {kept.kind, kept.n};
-		if (kept.kind == 's')
+		if (kept.kind == ArgKind::Text)
 			strings[n_strings++] = &kept;
 	}
 	// The key done: its code in the signature.
@@ -304,7 +304,7 @@ Kept *StoreWriter::TypedCache::value(StoreWriter &w, const TypedSpans &ts, uint3
 	const nlohmann::json j = render_arg(a, v, next, *ts.specs, *ts.names, ts.tensors);
 	ArgDef d = classify_arg(e.key, j, got);
 	Kept kept{d.kind, d.n, {}};
-	if (d.kind == 's') {
+	if (d.kind == ArgKind::Text) {
 		int64_t id = w.value_string(j);
 		if (!id)
 			return nullptr;
@@ -335,10 +335,10 @@ Result<void> StoreWriter::TypedCache::fill(StoreWriter &w, const TypedSpans &ts,
 					   Row &r)
 {
 	for (const Entry &e : p.entries) {
-		r.keys[r.k] = {0, 0};
-		if (e.arg == kRunqEntry) { // where the thread waited
+		r.keys[r.k] = {ArgKind::Text, 0}; // n 0: a key the span does not have
+		if (e.arg == kRunqEntry) {        // where the thread waited
 			if (t.runq_ns)
-				r.put(t.runq_ns > uint64_t(INT64_MAX) ? 'u' : 'i', t.runq_ns);
+				r.put(t.runq_ns > uint64_t(INT64_MAX) ? ArgKind::Uint : ArgKind::Int, t.runq_ns);
 		} else if (e.arg == kWeightEntry) { // where it stands for others
 			if (t.weight != 1.0) {
 				Kept *kv = weight(w, t.weight);
@@ -351,14 +351,14 @@ Result<void> StoreWriter::TypedCache::fill(StoreWriter &w, const TypedSpans &ts,
 			const uint64_t next = e.slot + 1 < EACGM_MAX_ARGS ? t.args[e.slot + 1] : 0;
 			switch (e.type) {
 			case ArgType::U64:
-			case ArgType::Bytes: r.put(v > uint64_t(INT64_MAX) ? 'u' : 'i', v); break;
-			case ArgType::I64: r.put('i', v); break;
-			case ArgType::U32: r.put('i', uint32_t(v)); break;
-			case ArgType::I32: r.put('i', uint64_t(int64_t(int32_t(v)))); break;
-			case ArgType::Ptr: r.put('x', v); break;
+			case ArgType::Bytes: r.put(v > uint64_t(INT64_MAX) ? ArgKind::Uint : ArgKind::Int, v); break;
+			case ArgType::I64: r.put(ArgKind::Int, v); break;
+			case ArgType::U32: r.put(ArgKind::Int, uint32_t(v)); break;
+			case ArgType::I32: r.put(ArgKind::Int, uint64_t(int64_t(int32_t(v)))); break;
+			case ArgType::Ptr: r.put(ArgKind::Ptr, v); break;
 			case ArgType::Dim3:
 				r.slots[r.n++] = uint32_t(v), r.slots[r.n++] = v >> 32, r.slots[r.n++] = uint32_t(next);
-				r.keys[r.k] = {'a', 3};
+				r.keys[r.k] = {ArgKind::Ints, 3};
 				break;
 			case ArgType::Enum:
 			case ArgType::Tensor:

@@ -36,6 +36,16 @@ def threads(pid):
     return [int(t) for t in os.listdir("/proc/%d/task" % pid)]
 
 
+def comm_of(pid, tid):
+    with open("/proc/%d/task/%d/comm" % (pid, tid)) as f:
+        return f.read().strip()
+
+
+# The ring-draining thread (pipeline/ring_reader.h), which keeps the
+# niceness eacgm started at while its other threads yield to the job.
+RINGS = "eacgm-rings"
+
+
 def nice_of(pid, tid):
     """A thread's niceness (proc(5): the 19th field of stat, after the comm's closing parenthesis)."""
     with open("/proc/%d/task/%d/stat" % (pid, tid)) as f:
@@ -47,7 +57,8 @@ class RecordKeepsWhatTracingNeeds(unittest.TestCase):
     what record does for its user (outputs anywhere, signals passed on), the
     command it launched keeps every capability it was given, and what eacgm
     wrote is its owner's alone. And eacgm's threads run at niceness 10 (the
-    default --nice), below the job, whose command keeps its own."""
+    default --nice), below the job, whose command keeps its own, but the one
+    that reads the rings, which keeps the niceness eacgm started at."""
 
     @classmethod
     def setUpClass(cls):
@@ -58,7 +69,7 @@ class RecordKeepsWhatTracingNeeds(unittest.TestCase):
                                  'grep ^Cap /proc/$$/status; echo "Nice: $(nice)"; '
                                  'while [ ! -e %s ]; do sleep 0.01; done' % gate)
         cls.agent = {t: caps_of(cls.rec.pid, t) for t in threads(cls.rec.pid)}
-        cls.agent_nice = {t: nice_of(cls.rec.pid, t) for t in cls.agent}
+        cls.agent_nice = {t: (comm_of(cls.rec.pid, t), nice_of(cls.rec.pid, t)) for t in cls.agent}
         open(gate, "w").close()
         cls.done = cls.rec.wait()
         out = cls.done.stdout.splitlines()
@@ -78,8 +89,10 @@ class RecordKeepsWhatTracingNeeds(unittest.TestCase):
         self.assertEqual((self.command["CapEff"], self.command["CapBnd"]), (ours["CapEff"], ours["CapBnd"]))
 
     def test_eacgm_runs_below_the_command(self):
-        self.assertEqual(set(self.agent_nice.values()), {10}, self.agent_nice)
-        self.assertEqual(self.command_nice, [os.getpriority(os.PRIO_PROCESS, 0)])
+        ours = os.getpriority(os.PRIO_PROCESS, 0)
+        self.assertEqual([n for c, n in self.agent_nice.values() if c == RINGS], [ours], self.agent_nice)
+        self.assertEqual({n for c, n in self.agent_nice.values() if c != RINGS}, {10}, self.agent_nice)
+        self.assertEqual(self.command_nice, [ours])
 
     def test_the_recording_says_what_it_kept(self):
         kept = E.meta(self.done.db)["agent_capabilities"].split(",")
@@ -216,9 +229,18 @@ class ServeWithToken(unittest.TestCase):
             self.assertEqual((c["CapEff"], c["CapPrm"], c["CapBnd"], c["CapAmb"]), (want, want, want, 0), tid)
 
     def test_agent_runs_at_the_niceness_configured(self):
-        tids = threads(self.agent.proc.pid)
+        pid = self.agent.proc.pid
+        tids = threads(pid)
         self.assertGreater(len(tids), 1)  # the listener's thread at least
-        self.assertEqual({t: nice_of(self.agent.proc.pid, t) for t in tids}, {t: 13 for t in tids})
+        others = [t for t in tids if comm_of(pid, t) != RINGS]
+        self.assertEqual({t: nice_of(pid, t) for t in others}, {t: 13 for t in others})
+        # The rings' thread takes back the niceness the agent started at
+        # where it could raise RLIMIT_NICE (CAP_SYS_RESOURCE), else runs at 13.
+        with open("/proc/%d/limits" % pid) as f:
+            limit = int(next(l for l in f if l.startswith("Max nice priority")).split()[3])
+        ours = os.getpriority(os.PRIO_PROCESS, 0)
+        rings = [nice_of(pid, t) for t in tids if comm_of(pid, t) == RINGS]
+        self.assertEqual(rings, [ours if limit >= 20 - ours else 13])
 
     def test_store_is_owner_only(self):
         self.assertEqual(stat.S_IMODE(os.stat(self.store).st_mode), 0o600)
