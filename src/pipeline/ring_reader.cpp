@@ -112,6 +112,7 @@ void RingReader::stop()
 		return;
 	{
 		std::lock_guard<std::mutex> l(mu_);
+		stats_.nice = getpriority(PRIO_PROCESS, static_cast<id_t>(tid_)); // while it lives
 		stopping_ = true;
 	}
 	cv_.notify_all();
@@ -229,7 +230,6 @@ void RingReader::run()
 		uint64_t records = 0;
 		auto n = read_into(buf, records);
 		const uint64_t cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID);
-		const int nice = getpriority(PRIO_PROCESS, 0);
 		{
 			std::lock_guard<std::mutex> l(mu_);
 			publish(buf, records);
@@ -238,7 +238,6 @@ void RingReader::run()
 			stats_.records += records;
 			stats_.max_wake_to_read_ns = std::max(stats_.max_wake_to_read_ns, mono_ns() - woke);
 			stats_.cpu_ns = cpu;
-			stats_.nice = nice;
 			if (!n)
 				failed_ = n.error();
 		}
@@ -327,7 +326,10 @@ uint64_t RingReader::reading_cpu_ns() const { return stats().cpu_ns; }
 RingReader::Stats RingReader::stats() const
 {
 	std::lock_guard<std::mutex> l(mu_);
-	return stats_;
+	Stats s = stats_;
+	if (!stopping_ && tid_) // asked of the kernel, not read by the thread at every round
+		s.nice = getpriority(PRIO_PROCESS, static_cast<id_t>(tid_));
+	return s;
 }
 
 } // namespace eacgm

@@ -70,7 +70,7 @@ public:
 		uint64_t full_waits = 0;          // times the queue was full and the rings left unread
 		bool short_slice = false;         // the scheduler gave the thread its short slice
 		uint64_t cpu_ns = 0;              // the thread's CPU time, at its last read
-		int nice = 0;                     // the thread's niceness, at its last read
+		int nice = 0;                     // the thread's niceness (at stop(), once stopped)
 	};
 
 	// `inner` must outlive the reader; nothing else reads it.
