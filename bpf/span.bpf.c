@@ -281,7 +281,7 @@ static __always_inline int on_entry(struct pt_regs *ctx)
 	 * Before the arguments: after their loop, the verifier went through
 	 * the walk's paths once per path of the loop, past its million
 	 * instructions. */
-	if (capture_py_stacks && spec->layer != EACGM_LAYER_PYTHON)
+	if (capture_py_stacks && !(spec->flags & EACGM_PROBE_NO_PY_STACK))
 		py_stack_of_call(task, tc, d, c);
 	struct tensor_read tensor = {};
 	for (int i = 0; i < EACGM_MAX_ARGS; i++) {

@@ -142,10 +142,4 @@ struct ProbesArgs {
 };
 int run_probes(const ProbesArgs &args);
 
-// The layers, in the order the CLI lists them, and those of them that are
-// specs of functions (specs/<layer>.json): the others read frames (python)
-// or are collected from user space (gpu, host).
-extern const std::vector<std::string> kAllLayers;
-extern const std::vector<std::string> kSpecLayers;
-
 } // namespace eacgm

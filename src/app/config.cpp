@@ -114,11 +114,8 @@ Result<void> read_table(const toml::table &t, const std::string &prefix, const s
 
 Result<void> check_values(const ServeConfig &c, const std::string &path)
 {
-	for (auto &l : c.layers)
-		if (std::find(kAllLayers.begin(), kAllLayers.end(), l) == kAllLayers.end())
-			return make_error(ErrorKind::BadInput,
-					  path + ": layers: unknown layer '" + l + "'; choose from " +
-						  join(kAllLayers));
+	if (auto r = check_layers(c.layers); !r)
+		return with_context(r.error(), path + ": layers: ");
 	if (auto r = parse_listen(c.listen); !r)
 		return with_context(r.error(), path + ": listen: ");
 	if (!c.clickhouse.url.empty())

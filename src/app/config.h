@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "app/commands.h"
+#include "common/layers.h"
 #include "common/result.h"
 
 namespace eacgm {
@@ -19,7 +20,7 @@ struct ServeConfig {
 	// A file holding the bearer token every request must carry
 	// (Authorization: Bearer TOKEN); "": none. Owner-only, read at start.
 	std::string token_file;
-	std::vector<std::string> layers = kAllLayers;
+	std::vector<std::string> layers = layer_names();
 	std::vector<std::string> specs; // extra spec files
 	// The agent's SQLite store (spans, measures, anomalies), written in
 	// place and bounded; "": none. A previous one is moved to STORE.1.

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "app/commands.h"
+#include "common/layers.h"
 #include "app/target.h"
 #include "pipeline/recorder.h"
 #include "probe/attacher.h"
@@ -126,7 +127,7 @@ int run_doctor()
 	bool spec_ok = spec && realpath(spec->substr(0, spec->rfind('/')).c_str(), spec_dir);
 	c.line(spec_ok, "built-in specs", spec_ok ? std::string(spec_dir) : where);
 	auto installed = installed_libraries();
-	for (auto &layer : kSpecLayers) { // python, gpu and host: see below
+	for (auto &layer : layer_names(Source::spec)) { // python, gpu and host: see below
 		auto specs = load_builtin_spec(layer);
 		if (!specs) {
 			c.line(false, layer + " spec", specs.error().message);

@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "app/commands.h"
+#include "common/layers.h"
 #include "common/text.h"
 
 using namespace eacgm;
@@ -54,7 +55,7 @@ struct Commands {
 void add_record_outputs(CLI::App *record, RecordArgs &rec)
 {
 	record->add_option("--layers", rec.layers,
-			   "Layers to trace, comma separated, from " + join(kAllLayers) +
+			   "Layers to trace, comma separated, from " + join(layer_names()) +
 				   ". Default: all of them; one that cannot work here (gpu without an "
 				   "NVIDIA driver) says why and the others go on")
 		->delimiter(',');

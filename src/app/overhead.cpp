@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "common/layers.h"
 #include "common/clock.h"
 #include "common/text.h"
 #include "probe/pid_watch.h"
@@ -36,9 +37,10 @@ OverheadKeeper::OverheadKeeper(double budget_pct, double warmup_s, SpanEngine &e
 	  asked_hz_(python ? python->sample_hz() : 0)
 {
 	// The Python layer's entry probes make Python function spans exactly;
-	// a scaled estimate of them would mean nothing there: they stay.
+	// a scaled estimate of them would mean nothing there: they stay
+	// (common/layers.h, Throttle).
 	for (uint32_t id = 0; id < specs.probes.size(); id++)
-		if (specs.probes[id].layer != "python")
+		if (may_throttle(specs.probes[id].layer))
 			eligible_.insert(id);
 }
 

@@ -15,6 +15,7 @@
 #include "app/target.h"
 #include "common/clock.h"
 #include "common/fs.h"
+#include "common/layers.h"
 #include "common/text.h"
 #include "common/threads.h"
 #include "detect/status.h"
@@ -25,23 +26,19 @@
 
 namespace eacgm {
 
-const std::vector<std::string> kAllLayers = {"cuda", "nccl", "gloo", "torch", "python", "gpu", "host"};
-const std::vector<std::string> kSpecLayers = {"cuda", "nccl", "gloo", "torch"};
-
-bool Pipeline::has(const std::string &layer) const
+bool Pipeline::has(std::string_view layer) const
 {
 	return std::find(layers_.begin(), layers_.end(), layer) != layers_.end();
 }
 
 Pipeline::Stop Pipeline::check()
 {
-	layers_ = o_.layers.empty() ? kAllLayers : o_.layers;
-	for (auto &l : layers_)
-		if (std::find(kAllLayers.begin(), kAllLayers.end(), l) == kAllLayers.end())
-			return fail("unknown layer '" + l + "'; choose from " + join(kAllLayers), 2);
-	if (!o_.torch_ops.empty() && !has("torch"))
+	layers_ = o_.layers.empty() ? layer_names() : o_.layers;
+	if (auto r = check_layers(layers_); !r)
+		return fail(r.error().message, 2);
+	if (!o_.torch_ops.empty() && !has(layer::torch))
 		return fail("--torch-ops needs the torch layer; add torch to --layers", 2);
-	if (o_.flamegraph && !has("python"))
+	if (o_.flamegraph && !has(layer::python))
 		return fail("--flamegraph needs the python layer; add python to --layers", 2);
 	if (auto r = check_bpf_privileges(); !r)
 		return fail(r.error().message);
@@ -50,14 +47,10 @@ Pipeline::Stop Pipeline::check()
 
 Pipeline::Stop Pipeline::build_specs()
 {
-	for (auto &l : kSpecLayers) {
-		if (!has(l))
-			continue;
-		auto s = load_builtin_spec(l);
-		if (!s)
-			return fail(s.error().message);
+	if (auto s = load_layer_specs(layers_); s)
 		specs_.merge(std::move(s.value()));
-	}
+	else
+		return fail(s.error().message);
 	if (!o_.torch_ops.empty()) {
 		auto extra = torch_ops_spec(o_.torch_ops);
 		if (!extra)
@@ -81,7 +74,7 @@ Pipeline::Stop Pipeline::open_probes(ElfPrefetch *prefetch, const std::function<
 	tracker_ = std::move(tracker.value());
 	if (auto stop = abandon())
 		return stop;
-	if (has("host")) {
+	if (has(layer::host)) {
 		HostOptions ho;
 		ho.interval_ms = o_.host_interval_ms;
 		ho.bpf_stats = o_.bpf_stats;
@@ -111,7 +104,7 @@ Pipeline::Stop Pipeline::load_engine(const std::function<Stop()> &abandon)
 	eo.ring_buffer_bytes = o_.ring_buffer_kb * 1024u;
 	eo.trace_all = o_.trace_all;
 	std::future<Result<void>> python_loading;
-	if (has("python")) {
+	if (has(layer::python)) {
 		auto p = PythonTracer::prepare(tracker_->traced_map_fd());
 		if (!p)
 			return fail(p.error().message);
@@ -136,22 +129,36 @@ Pipeline::Stop Pipeline::load_engine(const std::function<Stop()> &abandon)
 	return abandon();
 }
 
+// The collectors of the layers chosen whose data is read from user space.
 void Pipeline::open_collectors()
 {
-	if (has("gpu")) {
-		GpuOptions go;
-		go.hz = o_.gpu_hz;
-		if (auto c = open_gpu_collector(go))
-			collectors_.push_back(std::move(c.value()));
-		else
-			std::cerr << "eacgm: " << c.error().message << "\n";
+	for (const Layer &l : kLayers) {
+		if (!has(l.name))
+			continue;
+		switch (l.source) {
+		case Source::spec:
+		case Source::python: break; // probes, with the span engine (open_probes)
+		case Source::gpu: open_gpu(); break;
+		case Source::host:
+			if (!host_loading_.valid())
+				break; // its programs are loaded in open_probes, beside the engine's
+			if (auto c = host_loading_.get())
+				collectors_.push_back(std::move(c.value()));
+			else
+				std::cerr << "eacgm: host layer unavailable: " << c.error().message << "\n";
+			break;
+		}
 	}
-	if (host_loading_.valid()) {
-		if (auto c = host_loading_.get())
-			collectors_.push_back(std::move(c.value()));
-		else
-			std::cerr << "eacgm: host layer unavailable: " << c.error().message << "\n";
-	}
+}
+
+void Pipeline::open_gpu()
+{
+	GpuOptions go;
+	go.hz = o_.gpu_hz;
+	if (auto c = open_gpu_collector(go))
+		collectors_.push_back(std::move(c.value()));
+	else
+		std::cerr << "eacgm: " << c.error().message << "\n";
 }
 
 Pipeline::Stop Pipeline::open_recorder(Sink &out)
@@ -435,7 +442,7 @@ Result<SpecSet> torch_ops_spec(const std::vector<std::string> &ops)
 	nlohmann::json probe = {{"function", "aten::$1"},
 				{"match", "^at::_ops::(" + join(ops, "|") + ")::call\\("},
 				{"tensor_args", 2}};
-	nlohmann::json doc = {{"layer", "torch"}, {"library", "libtorch_cpu.so*"}, {"probes", {probe}}};
+	nlohmann::json doc = {{"layer", layer::torch}, {"library", "libtorch_cpu.so*"}, {"probes", {probe}}};
 	auto s = parse_spec(doc.dump(), "--torch-ops", true);
 	if (!s)
 		return make_error(ErrorKind::BadInput,

@@ -79,7 +79,7 @@ public:
 	// The layers and the flags that need one; then the probe specs.
 	Stop check();
 	Stop build_specs();
-	bool has(const std::string &layer) const;
+	bool has(std::string_view layer) const;
 	const SpecSet &specs() const { return specs_; } // until open_probes()
 	const std::vector<std::string> &layers() const { return layers_; }
 	// Loads the BPF objects (prefetch: ELF files being read ahead, not
@@ -126,6 +126,7 @@ public:
 	double attached_s() const;
 
 private:
+	void open_gpu();
 	Stop load_engine(const std::function<Stop()> &abandon);
 	Result<void> collect();
 

@@ -270,8 +270,7 @@ RecordSession::Stop RecordSession::finish_clickhouse()
 {
 	if (!shipper_)
 		return {};
-	clickhouse_->flush();
-	auto c = shipper_->finish(10);
+	auto c = shipper_->finish(10); // the sink's last rows were handed over at its finish()
 	std::cerr << "clickhouse: " << c.describe(a_.clickhouse) << "\n";
 	if (!c.dropped["spans"])
 		return {};
@@ -463,8 +462,6 @@ RecordSession::Stop RecordSession::record_until_done()
 		bool soon = launched_ && !command_exited_ && !rec.live(launched_->pid());
 		if (auto stop = pipeline_.step(pipeline_.poll_timeout_ms(soon)))
 			return stop;
-		if (clickhouse_)
-			clickhouse_->tick();
 		if (auto stop = take_command_exit())
 			return stop;
 		if (rec.live_processes() == 0 && (!launched_ || command_exited_))

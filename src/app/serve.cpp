@@ -262,8 +262,7 @@ void ServeSession::finish_clickhouse()
 {
 	if (!shipper_)
 		return;
-	clickhouse_->flush();
-	auto c = shipper_->finish(10);
+	auto c = shipper_->finish(10); // the sink's last rows were handed over at its finish()
 	std::cerr << "eacgm: clickhouse: " << c.describe(config_.clickhouse.url) << "\n";
 }
 
@@ -410,7 +409,6 @@ void ServeSession::publish_health()
 		registry_.set("eacgm_agent_store_rows_expired_total", {}, double(store_sink_->rows_expired()));
 	}
 	if (shipper_) {
-		clickhouse_->tick();
 		auto c = shipper_->counts();
 		for (auto &[table, n] : c.sent)
 			registry_.set("eacgm_clickhouse_rows_sent_total", {{"table", table}}, double(n));

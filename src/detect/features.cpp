@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "common/layers.h"
+
 namespace eacgm::detect {
 
 const std::array<FeatureInfo, kFeatureCount> kFeatures = {{
@@ -51,16 +53,16 @@ std::string key_of(const Span &s)
 }
 
 const std::array<SeriesName, kSeriesCount> kSeriesNames = {{
-	{"gpu", "util_gpu_pct"},
-	{"gpu", "mem_used_bytes"},
-	{"gpu", "power_w"},
-	{"gpu", "temp_c"},
-	{"gpu", "clock_sm_mhz"},
-	{"gpu", "throttle_reasons_mask"},
-	{"host", "sched_delay_ns"},
-	{"host", "tcp_retransmits"},
-	{"host", "interference_ns"},
-	{"host", "psi_memory_some_stall_us"},
+	{layer::gpu, "util_gpu_pct"},
+	{layer::gpu, "mem_used_bytes"},
+	{layer::gpu, "power_w"},
+	{layer::gpu, "temp_c"},
+	{layer::gpu, "clock_sm_mhz"},
+	{layer::gpu, "throttle_reasons_mask"},
+	{layer::host, "sched_delay_ns"},
+	{layer::host, "tcp_retransmits"},
+	{layer::host, "interference_ns"},
+	{layer::host, "psi_memory_some_stall_us"},
 }};
 
 std::optional<SeriesId> series_of(std::string_view layer, std::string_view name)

@@ -40,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "common/layers.h"
 #include "detect/features.h"
 
 namespace eacgm::detect {
@@ -98,7 +99,7 @@ private:
 // machine's stalls of a microsecond: without them nothing did, and 22 of a
 // Python control run's 48 false alarms were AdamW's generator taking 1.6 us
 // for its 0.55 (or coming 12 us late for its 0.9).
-inline bool measures_machine(const std::string &layer, bool exact) { return layer != "python" || exact; }
+inline bool measures_machine(const std::string &layer, bool exact) { return !may_be_estimated(layer) || exact; }
 
 // The Poisson upper tail P(X >= k) for mean lambda.
 double poisson_tail(size_t k, double lambda);

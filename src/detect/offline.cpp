@@ -8,6 +8,7 @@
 #include <set>
 #include <tuple>
 
+#include "common/layers.h"
 #include "common/units.h"
 #include "detect/rootcause.h"
 #include "ingest/collectives.h"
@@ -83,7 +84,7 @@ bool gap_unknown(const Span &s, const std::vector<std::pair<uint64_t, uint64_t>>
 {
 	if (s.args.contains(kWeightArg))
 		return true;
-	if (s.layer != "python" || s.args.contains(kExactArg))
+	if (!may_be_estimated(s.layer) || s.args.contains(kExactArg))
 		return false;
 	auto after = std::upper_bound(throttled.begin(), throttled.end(), std::pair{s.start_ns, UINT64_MAX});
 	return after != throttled.begin() && std::prev(after)->second > s.start_ns;

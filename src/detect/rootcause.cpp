@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 
+#include "common/layers.h"
 #include "common/units.h"
 
 namespace eacgm::detect {
@@ -73,8 +74,6 @@ double explaining(double explained_ns, const Excess &e)
 {
 	return e.ns > 0 && explained_ns >= 0.5 * e.ns ? 2 + std::min(1.0, explained_ns / e.ns) : 0;
 }
-
-bool collective_layer(const std::string &layer) { return layer == "gloo" || layer == "nccl"; }
 
 } // namespace
 
@@ -245,7 +244,7 @@ bool reportable(const KeyModel &m, const Scored &s, const Worth &worth, const st
 static const char *fault_of(Feature feature, const std::string &layer)
 {
 	switch (feature) {
-	case kLogDuration: return layer == "python" ? "python_slow" : "operator_slow";
+	case kLogDuration: return layer == layer::python ? "python_slow" : "operator_slow";
 	case kLogGap: return "stall";
 	case kLogBytes:
 	case kLogBandwidth: return "data_size";
@@ -380,7 +379,7 @@ void explain(Anomaly &a, const Span &span, const Observation &o, const KeyModel 
 		// A collective whose connections retransmitted waited for its link:
 		// that is the most specific thing known about it.
 		double strength = 0.5 + 0.5 * share_of(attr, kHostRetransmits);
-		if (total > 0 && collective_layer(span.layer) && excess.ns > 0)
+		if (total > 0 && is_collective(span.layer) && excess.ns > 0)
 			strength = 3;
 		if (total > 0)
 			causes.push_back({{"kind", "network"},
@@ -446,7 +445,7 @@ void explain(Anomaly &a, const Span &span, const Observation &o, const KeyModel 
 	{
 		json reasons = json::array();
 		for (const Event *e : ctx.events_between(t0, t1))
-			if (e->layer == "gpu" && e->name == "clock_throttle")
+			if (e->layer == layer::gpu && e->name == "clock_throttle")
 				reasons.push_back({{"key", e->key}, {"args", e->args}, {"ts_ns", e->ts_ns}});
 		double mask = 0;
 		for (const auto &x : ctx.covering(SeriesId::GpuThrottleMask, 0, t0, t1))

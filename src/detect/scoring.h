@@ -39,6 +39,13 @@ public:
 			d_.observe(e);
 		return {};
 	}
+	// The detector learns from calls and measures alone; its refits end
+	// with the pipeline (Pipeline::finish), not with the sinks.
+	Result<void> process(const Process &) override { return {}; }
+	Result<void> thread(const Thread &) override { return {}; }
+	Result<void> drops(const std::vector<Drop> &) override { return {}; }
+	Result<void> tick(uint64_t) override { return {}; }
+	Result<void> finish() override { return {}; }
 	OnlineDetector &detector() { return d_; }
 
 private:

@@ -254,7 +254,7 @@ Result<void> ClickHouseSink::measures(const std::vector<Metric> &metrics, const 
 		add_metric(m);
 	for (const Event &e : events)
 		add_event(e);
-	tick();
+	ship_due(mono_ns());
 	return {};
 }
 
@@ -293,7 +293,7 @@ Result<void> ClickHouseSink::write(SpanBatch &b)
 		pending += p.rows.size();
 	if (pending >= kFlushAtBytes)
 		ship(mono_ns(), false);
-	tick();
+	ship_due(mono_ns());
 	return {};
 }
 
@@ -341,14 +341,23 @@ void ClickHouseSink::let_go_front()
 	held_.pop_front();
 }
 
-void ClickHouseSink::tick()
+void ClickHouseSink::ship_due(uint64_t now_ns)
 {
-	uint64_t now = mono_ns();
-	if (now - last_flush_ns_ >= kFlushEveryNs)
-		ship(now, false);
+	if (now_ns - last_flush_ns_ >= kFlushEveryNs)
+		ship(now_ns, false);
 }
 
-void ClickHouseSink::flush() { ship(mono_ns(), true); }
+Result<void> ClickHouseSink::tick(uint64_t now_ns)
+{
+	ship_due(now_ns);
+	return {};
+}
+
+Result<void> ClickHouseSink::finish()
+{
+	ship(mono_ns(), true);
+	return {};
+}
 
 void ClickHouseSink::ship(uint64_t now_ns, bool end)
 {

@@ -49,12 +49,16 @@ public:
 	// Each process's job and rank, from its launcher's environment; a
 	// `processes` row each time it is told (its start, its exit).
 	Result<void> process(const Process &p) override;
+	// A thread is a row of no table here; the losses are the agent's
+	// metrics and the recording's.
+	Result<void> thread(const Thread &) override { return {}; }
+	Result<void> drops(const std::vector<Drop> &) override { return {}; }
+	// About once a second, batch or not: rows a second old go (an idle
+	// node's last rows must not wait for its next span).
+	Result<void> tick(uint64_t now_ns) override;
 	// Everything gathered goes to the shipper now (at the end): the spans
 	// held for `around` only where an anomaly or a hang asked for them.
-	void flush();
-	// Called about once a second, batch or not: rows a second old go (an
-	// idle node's last rows must not wait for its next span).
-	void tick();
+	Result<void> finish() override;
 	// Spans::around: span rows held and let go, no anomaly or hang near them.
 	uint64_t spans_let_go() const { return let_go_; }
 
@@ -105,6 +109,7 @@ private:
 	void ship_aggregates(uint64_t now_ns);
 	void ship_spans(uint64_t now_ns, bool end);
 	void ship(uint64_t now_ns, bool end); // every table's rows made so far to the shipper
+	void ship_due(uint64_t now_ns);       // ship() when the last was kFlushEveryNs ago
 	void asked_around(uint64_t at_ns);    // an anomaly or a hang at this time: its spans go
 	void let_go_front();                  // the oldest held second, never asked for
 	Pending &rows_of(ClickHouseTable t) { return pending_[size_t(t)]; }

@@ -37,9 +37,16 @@ public:
 	// Where the calls in flight are read from (set once it exists).
 	void attach(Recorder &r) { recorder_ = &r; }
 
-	// Sink: every finished call (the ranks' progress).
+	// Sink: every finished call (the ranks' progress). It looks at the
+	// calls in flight as a collector (below), at its own interval, not at
+	// the sinks' tick.
 	Result<void> write(SpanBatch &b) override;
 	Result<void> process(const Process &p) override;
+	Result<void> measures(const std::vector<Metric> &, const std::vector<Event> &) override { return {}; }
+	Result<void> thread(const Thread &) override { return {}; }
+	Result<void> drops(const std::vector<Drop> &) override { return {}; }
+	Result<void> tick(uint64_t) override { return {}; }
+	Result<void> finish() override { return {}; }
 
 	// Collector: looks at the calls in flight when due.
 	const char *layer() const override { return "hang"; }

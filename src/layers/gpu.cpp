@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/layers.h"
 #include "common/clock.h"
 
 namespace eacgm {
@@ -307,7 +308,7 @@ class GpuCollector final : public Collector {
 public:
 	GpuCollector(Nvml nvml, double hz) : nvml_(std::move(nvml)), hz_(hz) {}
 	~GpuCollector() override { stop(); }
-	const char *layer() const override { return "gpu"; }
+	const char *layer() const override { return layer::gpu; }
 	Result<void> open_devices();
 	void start();
 	void collect(uint64_t now_ns, const std::set<uint32_t> &traced, std::vector<Metric> &metrics,
@@ -389,8 +390,8 @@ Result<void> GpuCollector::open_devices()
 		for (int f = 0; f < kFieldCount; f++)
 			d.unsupported[f] = functions[f] == nullptr;
 		// The device's identity, once, for the trace and the store.
-		b.events.push_back(
-			Event{ts, "gpu", "device", d.key, 0, 0, {{"index", i}, {"name", d.name}, {"uuid", d.uuid}}});
+		b.events.push_back(Event{
+			ts, layer::gpu, "device", d.key, 0, 0, {{"index", i}, {"name", d.name}, {"uuid", d.uuid}}});
 		keys_[d.handle] = d.key;
 		devices_.push_back(std::move(d));
 	}
@@ -443,7 +444,7 @@ bool GpuCollector::check(Device &d, Field f, nvmlReturn_t rc, uint64_t ts, Batch
 		if (!d.lost) {
 			d.lost = true;
 			b.events.push_back(Event{ts,
-						 "gpu",
+						 layer::gpu,
 						 "device_lost",
 						 d.key,
 						 0,
@@ -481,7 +482,7 @@ void GpuCollector::sample(Device &d, Batch &b)
 	nvmlDevice_t h = d.handle;
 	const uint64_t ts = mono_ns(); // one time for all of this device's reads
 	auto put = [&](const char *name, double v, uint32_t pid = 0) {
-		b.metrics.push_back(Metric{ts, "gpu", name, d.key, pid, v});
+		b.metrics.push_back(Metric{ts, layer::gpu, name, d.key, pid, v});
 	};
 	// Calls NVML for a field still worth asking; true when it answered.
 	auto read = [&](Field f, auto call) { return !d.lost && !d.unsupported.test(f) && check(d, f, call(), ts, b); };
@@ -512,8 +513,8 @@ void GpuCollector::sample(Device &d, Batch &b)
 		put("throttle_reasons_mask", double(mask));
 		// An event when the set changes, and at the start unless it is empty.
 		if (d.throttle_known ? mask != d.throttle : mask != 0)
-			b.events.push_back(
-				Event{ts, "gpu", "clock_throttle", d.key, 0, 0, {{"reasons", throttle_names(mask)}}});
+			b.events.push_back(Event{
+				ts, layer::gpu, "clock_throttle", d.key, 0, 0, {{"reasons", throttle_names(mask)}}});
 		d.throttle_known = true;
 		d.throttle = mask;
 	}
@@ -606,9 +607,9 @@ void GpuCollector::sample(Device &d, Batch &b)
 					continue;
 				uint64_t at = uint64_t(int64_t(s.timeStamp) * 1000 + realtime_to_mono);
 				b.metrics.push_back(
-					Metric{at, "gpu", "proc_util_sm_pct", d.key, s.pid, double(s.smUtil)});
+					Metric{at, layer::gpu, "proc_util_sm_pct", d.key, s.pid, double(s.smUtil)});
 				b.metrics.push_back(
-					Metric{at, "gpu", "proc_util_mem_pct", d.key, s.pid, double(s.memUtil)});
+					Metric{at, layer::gpu, "proc_util_mem_pct", d.key, s.pid, double(s.memUtil)});
 			}
 			for (unsigned i = 0; i < k && i < d.util_samples.size(); i++)
 				d.util_seen_us = std::max(d.util_seen_us, d.util_samples[i].timeStamp);
@@ -672,9 +673,10 @@ void GpuCollector::watch_loop()
 		std::string key = it == keys_.end() ? "" : it->second;
 		Batch b;
 		if (e.eventType & nvmlEventTypeXidCriticalError)
-			b.events.push_back(Event{ts, "gpu", "xid", key, 0, 0, {{"xid", e.eventData}}});
+			b.events.push_back(Event{ts, layer::gpu, "xid", key, 0, 0, {{"xid", e.eventData}}});
 		if (e.eventType & nvmlEventTypeDoubleBitEccError)
-			b.events.push_back(Event{ts, "gpu", "ecc_double_bit", key, 0, 0, nlohmann::json::object()});
+			b.events.push_back(
+				Event{ts, layer::gpu, "ecc_double_bit", key, 0, 0, nlohmann::json::object()});
 		hand_over(b);
 	}
 }

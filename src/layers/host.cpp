@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/layers.h"
 #include "common/fs.h"
 #include "common/text.h"
 #include "host.skel.h"
@@ -33,7 +34,7 @@ uint64_t clock_ns(clockid_t c)
 
 Metric host_metric(uint64_t ts, const char *name, uint32_t pid, std::string key, double value)
 {
-	return Metric{ts, "host", name, std::move(key), pid, value};
+	return Metric{ts, layer::host, name, std::move(key), pid, value};
 }
 
 } // namespace
@@ -187,7 +188,7 @@ class HostCollector final : public Collector {
 public:
 	explicit HostCollector(const HostOptions &o) : o_(o), sys_(o.root) {}
 	Result<void> open(int traced_map_fd);
-	const char *layer() const override { return "host"; }
+	const char *layer() const override { return layer::host; }
 	void collect(uint64_t now_ns, const std::set<uint32_t> &traced, std::vector<Metric> &metrics,
 		     std::vector<Event> &events) override;
 	void stop() override { stopping_ = true; }

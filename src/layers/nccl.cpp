@@ -3,11 +3,13 @@
 
 #include <set>
 
+#include "common/layers.h"
+
 namespace eacgm {
 
 void NcclCommunicators::observe(Span &s)
 {
-	if (s.layer != "nccl" || !s.args.contains("comm") || !s.args["comm"].is_string())
+	if (s.layer != layer::nccl || !s.args.contains("comm") || !s.args["comm"].is_string())
 		return;
 	auto key = std::make_pair(s.pid, s.args["comm"].get<std::string>());
 	bool ok = s.ret_name == "ncclSuccess";

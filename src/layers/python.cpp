@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "layers/python.h"
 
+#include "common/layers.h"
 #include "layers/python_resolver.h"
 
 #include <algorithm>
@@ -115,7 +116,7 @@ SpecSet PythonTracer::eval_entry_probes(bool all_versions) const
 		// 3.8: (frame, throwflag); 3.9+: (tstate, frame, throwflag).
 		uint8_t slot = minor == 8 ? 0 : 1;
 		ProbeSpec p;
-		p.layer = "python";
+		p.layer = layer::python;
 		p.function = kEvalEntryFunction;
 		p.symbols = {kEvalEntryFunction};
 		p.origin = "python layer";

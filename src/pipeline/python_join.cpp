@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/layers.h"
+
 namespace eacgm {
 
 // Samples come out of order by up to the length of a traced call (a torch
@@ -62,10 +64,10 @@ Result<void> PythonJoiner::flush(Sink &out, const BudgetHistory &budget, bool fo
 
 void PythonJoiner::drops(std::vector<Drop> &out) const
 {
-	out.push_back({"python", "unresolved_stack", unresolved_});
-	out.push_back({"python", "unresolved_entry", entries_lost_});
-	out.push_back({"python", "contradicted_call", calls_contradicted_});
-	out.push_back({"python", "late_sample", late_});
+	out.push_back({layer::python, "unresolved_stack", unresolved_});
+	out.push_back({layer::python, "unresolved_entry", entries_lost_});
+	out.push_back({layer::python, "contradicted_call", calls_contradicted_});
+	out.push_back({layer::python, "late_sample", late_});
 }
 
 // The cache holds while the resolver trusts what it resolved: past that a

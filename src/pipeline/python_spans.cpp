@@ -6,6 +6,8 @@
 #include <map>
 #include <tuple>
 
+#include "common/layers.h"
+
 namespace eacgm {
 
 namespace {
@@ -86,7 +88,7 @@ Span function_span(uint32_t pid, uint32_t tid, const PyFrame &f, uint64_t start,
 	Span s;
 	s.pid = pid;
 	s.tid = tid;
-	s.layer = "python";
+	s.layer = layer::python;
 	s.name = f.qualname;
 	s.start_ns = start;
 	s.dur_ns = end - start;

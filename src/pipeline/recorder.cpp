@@ -8,6 +8,7 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include "common/layers.h"
 #include "common/clock.h"
 #include "common/fs.h"
 #include "common/text.h"
@@ -90,6 +91,12 @@ Result<int> Recorder::poll(int timeout_ms)
 		if (auto r = out_.drops(drops()); !r)
 			return r.error();
 	}
+	// The sinks' tick, about once a second whatever came.
+	if (uint64_t now = system_.now_ns(); now - last_tick_ns_ >= kTickNs) {
+		last_tick_ns_ = now;
+		if (auto r = out_.tick(now); !r)
+			return r.error();
+	}
 	return *n;
 }
 
@@ -132,9 +139,8 @@ const Recorder::ProbeFacts &Recorder::facts(uint32_t spec_id)
 	const auto &specs = probes_.specs();
 	for (size_t i = probe_facts_.size(); i < specs.probes.size(); i++) {
 		const ProbeSpec &p = specs.probes[i];
-		probe_facts_.push_back(
-			{decode_plan(p),
-			 p.layer != "nccl" && p.layer != "python" && !(issues_ && issues_->involves(p))});
+		const Joiner j = joiner_of(p.layer);
+		probe_facts_.push_back({decode_plan(p), j, j == Joiner::none && !(issues_ && issues_->involves(p))});
 	}
 	return probe_facts_[spec_id];
 }
@@ -163,11 +169,16 @@ void Recorder::decode(const eacgm_span_event &e)
 	}
 	decoded_.push_back(render_span(t, spec, specs, names_, tensors_));
 	Span &s = decoded_.back();
-	nccl_.observe(s);
-	if (python_ && s.layer == "python" && s.name == kEvalEntryFunction) {
-		python_join_.eval_entry(s, e);
-		decoded_.pop_back(); // it lives on as a Python function span
-		return;
+	switch (f.joiner) {
+	case Joiner::none: break; // held for the issue linker alone
+	case Joiner::nccl_communicators: nccl_.observe(s); break;
+	case Joiner::python_functions:
+		if (python_ && s.name == kEvalEntryFunction) {
+			python_join_.eval_entry(s, e);
+			decoded_.pop_back(); // it lives on as a Python function span
+			return;
+		}
+		break;
 	}
 	s.py_stack = python_join_.take_stack(e);
 	// Held by the linker until the call that issued its work is read.
@@ -226,7 +237,9 @@ Result<void> Recorder::finish()
 	if (raw_dump_)
 		if (auto r = raw_dump_->close(probes_.specs()); !r)
 			return r;
-	return out_.drops(drops());
+	if (auto r = out_.drops(drops()); !r)
+		return r;
+	return out_.finish(); // the last call a sink gets
 }
 
 std::vector<Drop> Recorder::drops() const
@@ -241,8 +254,8 @@ std::vector<Drop> Recorder::drops() const
 	};
 	if (python_) {
 		auto p = python_->counters();
-		drops.push_back({"python", "ring_buffer_full", p[EACGM_PY_CNT_RINGBUF_FULL]});
-		drops.push_back({"python", "unreadable_stack", p[EACGM_PY_CNT_READ_FAILED]});
+		drops.push_back({layer::python, "ring_buffer_full", p[EACGM_PY_CNT_RINGBUF_FULL]});
+		drops.push_back({layer::python, "unreadable_stack", p[EACGM_PY_CNT_READ_FAILED]});
 		python_join_.drops(drops);
 	}
 	return drops;

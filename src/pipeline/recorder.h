@@ -163,7 +163,8 @@ private:
 	// typed (no joiner changes or holds them).
 	struct ProbeFacts {
 		DecodePlan plan;
-		bool typed = false;
+		Joiner joiner = Joiner::none; // its layer's (common/layers.h)
+		bool typed = false;           // no joiner changes or holds its calls
 	};
 	std::vector<ProbeFacts> probe_facts_; // by spec id
 	std::chrono::steady_clock::time_point last_store_ = std::chrono::steady_clock::now();
@@ -177,6 +178,8 @@ private:
 	std::vector<eacgm_span_event> held_spans_;
 	uint64_t filtered_ = 0;
 	std::chrono::steady_clock::time_point last_drops_;
+	static constexpr uint64_t kTickNs = 1'000'000'000; // how often the sinks' tick comes
+	uint64_t last_tick_ns_ = 0;
 	uint64_t spans_seen_ = 0;
 	uint64_t records_read_ = 0, handling_cpu_ns_ = 0;
 	std::vector<uint64_t> spans_per_spec_;

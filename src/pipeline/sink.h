@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Where the pipeline's output goes. The recorder (ingest) makes spans,
+// Where the pipeline's output goes. The recorder makes spans,
 // process and thread records and loss counts; the collectors make metrics
 // and events; each goes to every sink of a chain, in order: the online
 // detector first (it adds the anomalies it finds to the batch), then the
@@ -30,18 +30,32 @@ struct SpanBatch {
 	TypedSpans typed;
 };
 
+// A sink (the store, the metrics, ClickHouse, the detector, the hang
+// watch), driven the same way by `record` and `serve`: the recorder
+// (pipeline/recorder.h) makes every call below but the measures, which the
+// collectors' loop gives (app/pipeline.cpp). Each is pure: a sink says what
+// it does with each one, if only `return {};`, so a call added here is a
+// compile error in every sink until it says.
 class Sink {
 public:
 	virtual ~Sink() = default;
-	// A sink earlier in the chain may add to the batch (anomalies).
+	// A batch of calls, as read. A sink earlier in the chain may add to it
+	// (anomalies).
 	virtual Result<void> write(SpanBatch &batch) = 0;
 	// Host and GPU samples and instants: context for the spans near them.
-	virtual Result<void> measures(const std::vector<Metric> &, const std::vector<Event> &) { return {}; }
+	virtual Result<void> measures(const std::vector<Metric> &, const std::vector<Event> &) = 0;
 	// A process or thread as known now; again when it has changed (exited).
-	virtual Result<void> process(const Process &) { return {}; }
-	virtual Result<void> thread(const Thread &) { return {}; }
-	// Records lost or not recorded so far, all of them (replaces the last).
-	virtual Result<void> drops(const std::vector<Drop> &) { return {}; }
+	virtual Result<void> process(const Process &) = 0;
+	virtual Result<void> thread(const Thread &) = 0;
+	// Records lost or not recorded so far, all of them (replaces the last):
+	// serve's once a second, record's at the end.
+	virtual Result<void> drops(const std::vector<Drop> &) = 0;
+	// About once a second (CLOCK_MONOTONIC), whether anything came or not:
+	// what a sink does by time (rows that waited long enough shipped).
+	virtual Result<void> tick(uint64_t now_ns) = 0;
+	// Once, after everything else: all that was read has been written, and
+	// what the sink still holds goes now.
+	virtual Result<void> finish() = 0;
 };
 
 // Sinks called in order; the first error stops the call there.
@@ -69,6 +83,14 @@ public:
 	Result<void> drops(const std::vector<Drop> &d) override
 	{
 		return each([&](Sink &s) { return s.drops(d); });
+	}
+	Result<void> tick(uint64_t now_ns) override
+	{
+		return each([&](Sink &s) { return s.tick(now_ns); });
+	}
+	Result<void> finish() override
+	{
+		return each([&](Sink &s) { return s.finish(); });
 	}
 
 private:

@@ -28,7 +28,7 @@ Attacher::Attacher(SpanEngine &engine, ProcTracker &tracker, SpecSet specs)
 Result<void> Attacher::load_specs()
 {
 	for (uint32_t id = 0; id < specs_.probes.size(); id++) {
-		auto c = compile_probe(specs_.probes[id], layer_id(specs_.probes[id].layer));
+		auto c = compile_probe(specs_.probes[id]);
 		if (!c)
 			return c.error();
 		if (auto r = engine_.set_spec(id, c.value()); !r)
@@ -160,7 +160,7 @@ Result<void> Attacher::expand_pattern(size_t pattern, const ElfFile &elf,
 		auto it = expanded_.find(key);
 		if (it == expanded_.end()) {
 			uint32_t id = specs_.probes.size();
-			auto c = compile_probe(p, layer_id(p.layer));
+			auto c = compile_probe(p);
 			if (!c)
 				return c.error();
 			if (auto r = engine_.set_spec(id, c.value()); !r)

@@ -637,7 +637,7 @@ static Result<ProbeSpec> parse_probe(const json &pj, const std::string &layer, c
 		return r.error();
 	if (auto r = place_result_pointer(where, p); !r)
 		return r.error();
-	if (auto compiled = compile_probe(p, 0); !compiled)
+	if (auto compiled = compile_probe(p); !compiled)
 		return compiled.error();
 	return p;
 }
@@ -735,20 +735,25 @@ Result<SpecSet> load_builtin_spec(const std::string &layer)
 	return load_spec_file(path.value(), false);
 }
 
-uint32_t layer_id(const std::string &layer)
+Result<SpecSet> load_layer_specs(const std::vector<std::string> &chosen, LayerTable table,
+				 const std::function<Result<SpecSet>(const std::string &)> &load)
 {
-	static const std::map<std::string, uint32_t> ids = {
-		{"cuda", EACGM_LAYER_CUDA},     {"nccl", EACGM_LAYER_NCCL}, {"torch", EACGM_LAYER_TORCH},
-		{"python", EACGM_LAYER_PYTHON}, {"gpu", EACGM_LAYER_GPU},   {"host", EACGM_LAYER_HOST},
-	};
-	auto it = ids.find(layer);
-	return it == ids.end() ? static_cast<uint32_t>(EACGM_LAYER_USER) : it->second;
+	SpecSet all;
+	for (const Layer &l : table) {
+		if (l.source != Source::spec || std::find(chosen.begin(), chosen.end(), l.name) == chosen.end())
+			continue;
+		auto s = load(std::string(l.name));
+		if (!s)
+			return s.error();
+		all.merge(std::move(s.value()));
+	}
+	return all;
 }
 
-Result<eacgm_probe_spec> compile_probe(const ProbeSpec &p, uint32_t layer_id)
+Result<eacgm_probe_spec> compile_probe(const ProbeSpec &p)
 {
 	eacgm_probe_spec s{};
-	s.layer = layer_id;
+	s.flags = takes_python_stack(p.layer) ? 0 : EACGM_PROBE_NO_PY_STACK;
 	uint32_t n = 0;
 	for (auto &a : p.args) {
 		for (int k = 0; k < arg_width(a); k++) {

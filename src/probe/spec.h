@@ -4,12 +4,14 @@
 // the generic span program in bpf/span.bpf.c reads a compiled spec per call.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "common/layers.h"
 #include "common/result.h"
 #include "eacgm/abi/events.h"
 
@@ -124,6 +126,12 @@ Result<std::string> find_builtin_file(const std::string &name);
 // The built-in spec file for a layer ("cuda" -> specs/cuda.json).
 Result<SpecSet> load_builtin_spec(const std::string &layer);
 
+// The built-in specs of the layers in `chosen` that the table says are made
+// of probes (Source::spec), merged in the table's order; `load` reads one
+// layer's (a test's may read its own files).
+Result<SpecSet> load_layer_specs(const std::vector<std::string> &chosen, LayerTable table = kLayers,
+				 const std::function<Result<SpecSet>(const std::string &)> &load = load_builtin_spec);
+
 // Whether a spec's return type is an enum's name (its values have names),
 // not one of the plain types: void, i32, i64, u64, ptr.
 bool returns_enum(const std::string &returns);
@@ -131,13 +139,10 @@ bool returns_enum(const std::string &returns);
 // enum), 0 (void).
 int return_width(const std::string &returns);
 
-// The BPF side's number for a layer (enum eacgm_layer); a layer it does not
-// know is EACGM_LAYER_USER.
-uint32_t layer_id(const std::string &layer);
-
-// Lowers one probe to what the BPF side reads: a dim3 becomes two slots.
-// Fails when it needs more than EACGM_MAX_ARGS slots.
-Result<eacgm_probe_spec> compile_probe(const ProbeSpec &p, uint32_t layer_id);
+// Lowers one probe to what the BPF side reads: a dim3 becomes two slots,
+// its layer the flags the BPF side acts on (EACGM_PROBE_*, from the layer
+// table). Fails when it needs more than EACGM_MAX_ARGS slots.
+Result<eacgm_probe_spec> compile_probe(const ProbeSpec &p);
 
 // The number of BPF argument slots an argument occupies.
 int arg_width(const ArgSpec &a);

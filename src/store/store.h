@@ -267,6 +267,10 @@ public:
 	Result<void> process(const Process &p) override { return w_.upsert_process(p); }
 	Result<void> thread(const Thread &t) override { return w_.upsert_thread(t); }
 	Result<void> drops(const std::vector<Drop> &d) override { return w_.set_drops(d); }
+	// The bounds are kept by the data's own time (write), and the file is
+	// finished by its owner, after the meta (StoreWriter::finish).
+	Result<void> tick(uint64_t) override { return {}; }
+	Result<void> finish() override { return {}; }
 
 	uint64_t rows_expired() const { return expired_; }
 

@@ -193,14 +193,19 @@ private:
 };
 
 // What reached the sink: spans as (pid, tid, function, start, duration), the
-// last word on each process, the threads.
+// last word on each process, the threads, the ticks' times, how often it was
+// finished and whether anything came after.
 struct Collected : Sink {
 	using SpanKey = std::tuple<uint32_t, uint32_t, std::string, uint64_t, uint64_t>;
 	std::vector<SpanKey> spans;
 	std::map<uint32_t, Process> processes;
 	std::set<std::tuple<uint32_t, uint32_t, std::string>> threads;
+	std::vector<uint64_t> ticks;
+	int finished = 0, after_finish = 0;
+	void came() { after_finish += finished > 0; }
 	Result<void> write(SpanBatch &b) override
 	{
+		came();
 		for (const Span &s : b.spans)
 			spans.emplace_back(s.pid, s.tid, s.name, s.start_ns, s.dur_ns);
 		for (size_t i = 0; i < b.typed.size(); i++) {
@@ -211,12 +216,36 @@ struct Collected : Sink {
 	}
 	Result<void> process(const Process &p) override
 	{
+		came();
 		processes[p.pid] = p;
 		return {};
 	}
 	Result<void> thread(const Thread &t) override
 	{
+		came();
 		threads.insert({t.pid, t.tid, t.name});
+		return {};
+	}
+	Result<void> measures(const std::vector<Metric> &, const std::vector<Event> &) override
+	{
+		came();
+		return {};
+	}
+	Result<void> drops(const std::vector<Drop> &) override
+	{
+		came();
+		return {};
+	}
+	Result<void> tick(uint64_t now_ns) override
+	{
+		came();
+		ticks.push_back(now_ns);
+		return {};
+	}
+	Result<void> finish() override
+	{
+		came();
+		finished++;
 		return {};
 	}
 };
@@ -331,6 +360,8 @@ protected:
 		}
 		auto f = rec.finish();
 		EXPECT_TRUE(f) << f.error().message;
+		EXPECT_EQ(out.sink.finished, 1);
+		EXPECT_EQ(out.sink.after_finish, 0);
 		out.filtered = rec.filtered_spans();
 		std::sort(out.sink.spans.begin(), out.sink.spans.end());
 		return out;
@@ -392,6 +423,31 @@ protected:
 	size_t malloc_ = 0, free_ = 0;
 	uint64_t t0_ = 1'000'000'000'000; // 1000 s after boot, as CLOCK_MONOTONIC goes
 };
+
+// The sinks' tick comes once a second of the system's time, whether records
+// came or not, and their finish once, after everything else.
+TEST_F(Pipeline, SinksAreTickedOnceASecondAndFinishedOnceLast)
+{
+	FakeSystem sys = world(false);
+	FakeProbes probes(specs_);
+	FakeSource source(std::vector<std::vector<Rec>>(7), sys); // nothing read, 7 times
+	Collected sink;
+	Recorder rec(probes, sys, source, sink);
+	rec.open();
+	rec.add_root(kParent, 1, t0_);
+	for (uint64_t i = 0; i < 7; i++) { // a poll every 400 ms: 0 to 2.4 s
+		sys.now = t0_ + i * 400'000'000;
+		auto n = rec.poll(0);
+		ASSERT_TRUE(n) << n.error().message;
+	}
+	EXPECT_EQ(sink.ticks, (std::vector<uint64_t>{t0_, t0_ + 1'200'000'000, t0_ + 2'400'000'000}));
+	EXPECT_EQ(sink.finished, 0);
+	auto f = rec.finish();
+	ASSERT_TRUE(f) << f.error().message;
+	EXPECT_EQ(sink.finished, 1);
+	EXPECT_EQ(sink.after_finish, 0);
+	EXPECT_EQ(sink.processes.count(kParent), 1u); // the table's last word came before it
+}
 
 TEST_F(Pipeline, RecordGivesTheSameSpansProcessesAndThreadsInEveryOrder)
 {

@@ -60,9 +60,9 @@ TEST(Spec, Dim3TakesTwoSlotsWhenLowered)
 {
 	auto s = parse_spec(kSpec, "my.json", true);
 	ASSERT_TRUE(s.ok());
-	auto c = compile_probe(s->probes[0], 3);
+	auto c = compile_probe(s->probes[0]);
 	ASSERT_TRUE(c.ok());
-	EXPECT_EQ(c->layer, 3u);
+	EXPECT_EQ(c->flags, 0u); // a layer of its own: its calls take the Python stack
 	ASSERT_EQ(c->nargs, 5u);
 	uint8_t slots[] = {0, 1, 2, 6, 7};
 	for (int i = 0; i < 5; i++) {
@@ -88,7 +88,7 @@ TEST(Spec, AResultPointersFunctionHasItsArgumentsPlacedForTheProcessor)
 	EXPECT_EQ(args[0].slot, words);
 	EXPECT_EQ(args[1].slot, words + 1);
 	EXPECT_EQ(args[2].slot, EACGM_SLOT_RESULT);
-	auto c = compile_probe(s->probes[0], 1);
+	auto c = compile_probe(s->probes[0]);
 	ASSERT_TRUE(c.ok()) << c.error().message;
 	EXPECT_EQ(c->args[2].slot, EACGM_SLOT_RESULT);
 	EXPECT_EQ(c->args[2].source, EACGM_ARG_DEREF_EXIT);
@@ -213,7 +213,7 @@ TEST(Spec, BuiltinCudaSpecLoadsAndCoversTheRuntime)
 	std::set<std::string> names;
 	for (auto &p : s->probes) {
 		names.insert(p.function);
-		EXPECT_TRUE(compile_probe(p, 0).ok()) << p.function;
+		EXPECT_TRUE(compile_probe(p).ok()) << p.function;
 	}
 	for (const char *f :
 	     {"cudaMalloc", "cudaFree", "cudaMallocHost", "cudaFreeHost", "cudaMemcpy", "cudaMemcpyAsync", "cudaMemset",
@@ -372,7 +372,7 @@ TEST(Spec, TwoLevelOffsetsAndAnIntegerElementSize)
 	EXPECT_EQ(p.args[0].offset2, 8);
 	EXPECT_EQ(p.args[1].source, EACGM_ARG_DEREF_ENTRY);
 	EXPECT_EQ(p.args[1].offset, 80);
-	auto c = compile_probe(p, EACGM_LAYER_USER);
+	auto c = compile_probe(p);
 	ASSERT_TRUE(c.ok());
 	EXPECT_EQ(c->args[0].source, EACGM_ARG_DEREF2_ENTRY);
 	EXPECT_EQ(c->args[0].offset, 0);

@@ -159,7 +159,7 @@ TEST(TorchLayer, GlooCollectivesReadTheOffsetsOfTheFilesVersion)
 	EXPECT_EQ(p.args[3].offset, 172);  // collectiveCounter_
 	EXPECT_EQ(p.args[4].name, "work"); // the returned intrusive_ptr's Work, read at exit
 	EXPECT_EQ(p.args[4].source, EACGM_ARG_DEREF_EXIT);
-	auto c = compile_probe(p, layer_id("torch"));
+	auto c = compile_probe(p);
 	ASSERT_TRUE(c.ok()) << c.error().message;
 	EXPECT_EQ(c->nargs, 6u);
 	EXPECT_EQ(c->args[0].source, EACGM_ARG_TENSORS_A);

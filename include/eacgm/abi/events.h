@@ -61,21 +61,16 @@ struct eacgm_arg_spec {
 /* What the BPF side needs to know of a probe spec; the rest (names, types,
  * how to print) stays in user space. Indexed by the attach cookie. */
 struct eacgm_probe_spec {
-	__u32 layer; /* enum eacgm_layer */
+	__u32 flags; /* EACGM_PROBE_* */
 	__u32 nargs;
 	struct eacgm_arg_spec args[EACGM_MAX_ARGS];
 };
 
-enum eacgm_layer {
-	EACGM_LAYER_CUDA = 0,
-	EACGM_LAYER_NCCL = 1,
-	EACGM_LAYER_TORCH = 2,
-	EACGM_LAYER_PYTHON = 3,
-	EACGM_LAYER_GPU = 4,
-	EACGM_LAYER_HOST = 5,
-	EACGM_LAYER_USER = 6, /* --spec files that name no known layer */
-	EACGM_LAYER_COUNT = 7,
-};
+/* eacgm_probe_spec.flags. What the BPF side must know of a probe's layer,
+ * and no more (the layers are user space's: src/common/layers.h). */
+/* Its calls take no Python stack at entry: the Python tracer's probe on the
+ * eval loop, whose entry is itself a Python function call. */
+#define EACGM_PROBE_NO_PY_STACK 1
 
 /* One finished call, emitted at its return. */
 struct eacgm_span_event {
