@@ -11,8 +11,8 @@
 #include <unistd.h>
 
 #include "app/commands.h"
-#include "common/layers.h"
 #include "app/target.h"
+#include "common/layers.h"
 #include "pipeline/recorder.h"
 #include "probe/attacher.h"
 #include "probe/unwind_guard.h"

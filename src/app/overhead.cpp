@@ -5,8 +5,8 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "common/layers.h"
 #include "common/clock.h"
+#include "common/layers.h"
 #include "common/text.h"
 #include "probe/pid_watch.h"
 

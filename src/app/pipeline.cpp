@@ -141,7 +141,7 @@ void Pipeline::open_collectors()
 		case Source::gpu: open_gpu(); break;
 		case Source::host:
 			if (!host_loading_.valid())
-				break; // its programs are loaded in open_probes, beside the engine's
+				break; // open_probes loaded none, or it was taken already
 			if (auto c = host_loading_.get())
 				collectors_.push_back(std::move(c.value()));
 			else

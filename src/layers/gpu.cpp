@@ -25,8 +25,8 @@
 #include <thread>
 #include <vector>
 
-#include "common/layers.h"
 #include "common/clock.h"
+#include "common/layers.h"
 
 namespace eacgm {
 namespace {

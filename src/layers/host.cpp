@@ -13,8 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/layers.h"
 #include "common/fs.h"
+#include "common/layers.h"
 #include "common/text.h"
 #include "host.skel.h"
 #include "common/fd.h"

@@ -8,9 +8,9 @@
 #include <poll.h>
 #include <unistd.h>
 
-#include "common/layers.h"
 #include "common/clock.h"
 #include "common/fs.h"
+#include "common/layers.h"
 #include "common/text.h"
 #include "eacgm/abi/events.h"
 #include "ingest/cgroup.h"
@@ -84,16 +84,13 @@ Result<int> Recorder::poll(int timeout_ms)
 	if (auto r = processes_.retire(out_); !r)
 		return r.error();
 	processes_.sweep();
-	// serve: the loss counts as they stand, once a second (record's are
-	// written once, at the end).
-	if (processes_.discovering() && std::chrono::steady_clock::now() - last_drops_ > std::chrono::seconds(1)) {
-		last_drops_ = std::chrono::steady_clock::now();
-		if (auto r = out_.drops(drops()); !r)
-			return r.error();
-	}
-	// The sinks' tick, about once a second whatever came.
+	// Once a second, whatever came: serve's loss counts as they stand
+	// (record's are written once, at the end), then the sinks' tick.
 	if (uint64_t now = system_.now_ns(); now - last_tick_ns_ >= kTickNs) {
 		last_tick_ns_ = now;
+		if (processes_.discovering())
+			if (auto r = out_.drops(drops()); !r)
+				return r.error();
 		if (auto r = out_.tick(now); !r)
 			return r.error();
 	}

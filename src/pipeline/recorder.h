@@ -177,7 +177,6 @@ private:
 	// serve: calls of processes not judged yet, for a later round.
 	std::vector<eacgm_span_event> held_spans_;
 	uint64_t filtered_ = 0;
-	std::chrono::steady_clock::time_point last_drops_;
 	static constexpr uint64_t kTickNs = 1'000'000'000; // how often the sinks' tick comes
 	uint64_t last_tick_ns_ = 0;
 	uint64_t spans_seen_ = 0;
