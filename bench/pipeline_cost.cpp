@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "eacgm/abi/events.h"
-#include "ingest/decode.h"
+#include "pipeline/decode.h"
 #include "layers/torch.h"
 #include "pipeline/raw_dump.h"
 #include "probe/spec.h"

@@ -34,4 +34,4 @@ qemu-aarch64 -L "$sysroot" "$build/tests/unit_tests" --gtest_brief=1 ${filter:+-
 # The rest of the unit label but unit_tests' own (run above): the corpora
 # and the source checks. Not sklearn.gmm_agreement, whose python script runs
 # gmm_fit itself, without the emulator.
-ctest --test-dir "$build" --output-on-failure --no-tests=error -L unit -R '^(fuzz|arch|errors|layers)\.'
+ctest --test-dir "$build" --output-on-failure --no-tests=error -L unit -R '^(fuzz|arch|errors|layers|folders)\.'

@@ -19,7 +19,7 @@
 #include "common/fs.h"
 #include "common/text.h"
 #include "export/clickhouse.h"
-#include "export/clickhouse_sink.h"
+#include "sinks/clickhouse.h"
 #include "export/http.h"
 
 namespace eacgm {

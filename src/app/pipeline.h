@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The pipeline both front ends run (`record` for one job, `serve` for the
-// node): probes (BPF objects, attacher, budget) -> ingest (decode, process
-// table, Python stacks) -> sinks (detector, store, metrics). A front end
+// node): probes (BPF objects, attacher, budget) -> pipeline (decode, process
+// table, joiners) -> sinks (detector, store, metrics). A front end
 // picks the layers and options, opens it in steps (it may abandon between
 // them), adds its targets through tracker() and recorder(), then calls
 // step() until it is done and finish() once.
@@ -18,8 +18,8 @@
 #include "pipeline/sink.h"
 #include "common/usage.h"
 #include "detect/online.h"
-#include "detect/scoring.h"
-#include "ingest/hangs.h"
+#include "sinks/scoring.h"
+#include "sinks/hangs.h"
 #include "pipeline/recorder.h"
 #include "pipeline/ring_reader.h"
 #include "layers/collector.h"
@@ -49,7 +49,7 @@ struct PipelineOptions {
 	double overhead_budget_pct = 2;
 	double budget_after_s = 10;
 	// A call of a "waits" spec in flight this long is reported as a hang
-	// (ingest/hangs.h); 0: not watched.
+	// (sinks/hangs.h); 0: not watched.
 	double hang_after_s = 0;
 	bool flamegraph = false;
 	// The kernel's run-time accounting of BPF programs (meta bpf_runs:*,
@@ -88,7 +88,7 @@ public:
 	Stop open_probes(ElfPrefetch *prefetch, const std::function<Stop()> &abandon);
 	// Layers read from user space; one that cannot work here says why once.
 	void open_collectors();
-	// The ingest loop, writing to the detector (when on) and then `out`.
+	// The recorder (pipeline/recorder.h), writing to the detector (when on) and then `out`.
 	Stop open_recorder(Sink &out);
 	// Says what runs how; the budget and the BPF run counters start here.
 	void begin();

@@ -21,7 +21,7 @@
 #include "app/commands.h"
 #include "app/pipeline.h"
 #include "export/clickhouse.h"
-#include "export/clickhouse_sink.h"
+#include "sinks/clickhouse.h"
 #include "export/pftrace.h"
 #include "app/privileges.h"
 #include "app/target.h"
@@ -29,6 +29,7 @@
 #include "common/fs.h"
 #include "common/text.h"
 #include "probe/pid_watch.h"
+#include "sinks/store.h"
 #include "store/store.h"
 
 namespace eacgm {

@@ -26,10 +26,12 @@
 #include "common/text.h"
 #include "common/usage.h"
 #include "export/clickhouse.h"
-#include "export/clickhouse_sink.h"
+#include "sinks/clickhouse.h"
 #include "export/http.h"
 #include "export/metrics.h"
 #include "pipeline/recorder.h"
+#include "sinks/metrics.h"
+#include "sinks/store.h"
 #include "store/store.h"
 
 namespace eacgm {

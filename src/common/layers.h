@@ -32,7 +32,7 @@ enum class Source {
 };
 
 // Its calls are collectives: one call per rank of a group for each round,
-// matched across ranks (ingest/collectives.h), and time spent in one may
+// matched across ranks (pipeline/collectives.h), and time spent in one may
 // be a wait for a late peer (detect/rootcause.cpp).
 enum class Collective : bool { no, yes };
 

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "common/model.h"
 
+#include <algorithm>
+#include <cctype>
 #include <tuple>
 
 namespace eacgm {
@@ -39,6 +41,17 @@ uint64_t runq_of(const Span &s)
 {
 	auto it = s.args.find(kRunqArg);
 	return it != s.args.end() && it->is_number_unsigned() ? it->get<uint64_t>() : 0;
+}
+
+bool is_error_span(const Span &s) { return is_error_name(s.ret_name); }
+
+bool is_error_name(const std::string &r)
+{
+	static const std::string ok = "success";
+	if (r.size() < ok.size())
+		return !r.empty();
+	return !std::equal(ok.begin(), ok.end(), r.end() - static_cast<long>(ok.size()),
+			   [](char a, char b) { return a == std::tolower(static_cast<unsigned char>(b)); });
 }
 
 double weight_of(const Span &s)

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The decoded event model shared by ingest, store, export and summary.
+// The decoded event model shared by every folder: the pipeline, the store, the sinks and the readers.
 // Times are CLOCK_MONOTONIC nanoseconds; Recording::wall_offset_ns converts
 // them to Unix time at the edges (trace metadata, summaries).
 #pragma once
@@ -89,6 +89,12 @@ uint64_t runq_of(const Span &s);
 // The calls a span stands for: its kWeightArg (the overhead budget sampled
 // its probe), 1 where it has none.
 double weight_of(const Span &s);
+// A span failed when its decoded return names something other than success:
+// ret_name is non-empty and does not end in "success", case-insensitively
+// (cudaSuccess, ncclSuccess, CUDA_SUCCESS). Spans without a decoded return
+// (ret_name empty) count as successes whatever their raw ret.
+bool is_error_span(const Span &s);
+bool is_error_name(const std::string &ret_name); // the same, of a decoded return
 
 // The order a trace nests spans in (SpanOrder::by_thread): by thread, then
 // start; a parent before a child that starts at the same time, hence longer
@@ -104,11 +110,11 @@ struct Process {
 	uint64_t start_ns = 0;
 	uint64_t end_ns = 0; // 0 while running or unknown
 	int exit_code = -1;  // -1 unknown
-	// Where it runs (ingest/cgroup.h); labels of the agent's metrics, not
+	// Where it runs (pipeline/cgroup.h); labels of the agent's metrics, not
 	// (yet) columns of the store.
 	std::string cgroup, container_id, pod_uid;
 	// Its job and rank as its launcher's environment gave them
-	// (ingest/identity.h): "" and -1 where it gave none.
+	// (pipeline/identity.h): "" and -1 where it gave none.
 	std::string job;
 	int rank = -1;
 };

@@ -11,7 +11,7 @@
 #include "common/layers.h"
 #include "common/units.h"
 #include "detect/rootcause.h"
-#include "ingest/collectives.h"
+#include "pipeline/collectives.h"
 
 namespace eacgm::detect {
 

@@ -15,7 +15,7 @@
 
 #include "common/model.h"
 #include "common/result.h"
-#include "ingest/collectives.h"
+#include "pipeline/collectives.h"
 
 namespace eacgm {
 
@@ -24,7 +24,7 @@ namespace eacgm {
 // per span, per thread in (start asc, dur desc) order so parents precede
 // the children they contain.
 //
-// Collectives across ranks (ingest/collectives.h): the spans of one round
+// Collectives across ranks (pipeline/collectives.h): the spans of one round
 // carry args arrival_skew_ms (the latest start less the earliest, in ms)
 // and last_rank (the rank that arrived last; ranks_seen too when not every
 // rank was seen), and are linked in the order they arrived by a flow

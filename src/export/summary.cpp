@@ -301,17 +301,6 @@ std::string errors_line(const std::vector<Span> &spans)
 	return errors_line(tally.error_names());
 }
 
-bool is_error_span(const Span &s) { return is_error_name(s.ret_name); }
-
-bool is_error_name(const std::string &r)
-{
-	static const std::string ok = "success";
-	if (r.size() < ok.size())
-		return !r.empty();
-	return !std::equal(ok.begin(), ok.end(), r.end() - static_cast<long>(ok.size()),
-			   [](char a, char b) { return a == std::tolower(static_cast<unsigned char>(b)); });
-}
-
 // The sampler's period, which a sampled span's count of samples is worth
 // where the span does not say (sampled_ns) what its samples stood for; the
 // longest the recording used, which bounds the estimate's error; 0 when

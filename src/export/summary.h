@@ -11,7 +11,7 @@
 
 #include "common/model.h"
 #include "common/units.h"
-#include "ingest/collectives.h"
+#include "pipeline/collectives.h"
 
 namespace eacgm {
 
@@ -19,7 +19,7 @@ struct FunctionStats {
 	std::string layer;
 	std::string name;
 	uint64_t calls = 0;
-	uint64_t errors = 0; // see is_error_span()
+	uint64_t errors = 0; // see is_error_span (common/model.h)
 	uint64_t total_ns = 0;
 	uint64_t p50_ns = 0; // nearest-rank percentiles of dur_ns
 	uint64_t p99_ns = 0;
@@ -44,16 +44,11 @@ struct FunctionStats {
 	uint64_t seen = 0;
 };
 
-// A span failed when its decoded return names something other than success:
-// ret_name is non-empty and does not end in "success", case-insensitively
-// (cudaSuccess, ncclSuccess, CUDA_SUCCESS). Spans without a decoded return
-// (ret_name empty) count as successes whatever their raw ret.
-// "\nerrors: NAME xCOUNT, ..." for the most frequent error names; "" without errors.
+// "\nerrors: NAME xCOUNT, ..." for the most frequent error names (each
+// is_error_span, common/model.h); "" without errors.
 std::string errors_line(const std::vector<Span> &spans);
-bool is_error_span(const Span &s);
-bool is_error_name(const std::string &ret_name); // the same, of a decoded return
 
-// Stragglers: the rounds of collectives across ranks (ingest/collectives.h)
+// Stragglers: the rounds of collectives across ranks (pipeline/collectives.h)
 // with the largest arrival skew, and per rank how often it arrived last.
 // Only complete rounds (every rank seen) have a last rank and a skew that
 // is more than a lower bound; the others are counted.

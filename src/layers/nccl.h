@@ -6,7 +6,7 @@
 // collective enqueued on it a sequence number `seq`, from 0 per communicator
 // in the order this rank enqueued them: every rank of a communicator
 // enqueues its collectives in the same order (NCCL requires it), so one seq
-// is one collective on every rank, as gloo's tag is (ingest/collectives.h
+// is one collective on every rank, as gloo's tag is (pipeline/collectives.h
 // matches them across ranks). Sends and receives differ per rank and are not
 // numbered; neither is a call that failed (nothing was enqueued).
 #pragma once

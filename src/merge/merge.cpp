@@ -8,7 +8,7 @@
 #include <set>
 
 #include "common/text.h"
-#include "ingest/collectives.h"
+#include "pipeline/collectives.h"
 #include "store/store.h"
 
 namespace eacgm {

@@ -8,7 +8,7 @@
 // as the machines' wall clocks agree (NTP: a millisecond or worse), and a
 // recording whose offset was read while its clock was being stepped is
 // off by the step. What is left, the residual, is estimated from the
-// collectives both recordings saw (ingest/collectives.h): a collective
+// collectives both recordings saw (pipeline/collectives.h): a collective
 // ends at nearly the same time on every rank, as the last rank to arrive
 // releases them all, so the median over the rounds both saw of the
 // difference of their ends is the residual (the median: a collective with

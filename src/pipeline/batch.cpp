@@ -2,7 +2,7 @@
 // A typed span as a Span (span_at), for the edges that show it. Here rather
 // than in the header: rendering needs decode.
 #include "pipeline/span.h"
-#include "ingest/decode.h"
+#include "pipeline/decode.h"
 
 namespace eacgm {
 

@@ -50,9 +50,6 @@ public:
 	// now_ns or more, or all of them when `final` (all that was read is
 	// being written); forgets issues older than kForgetNs.
 	void release(std::vector<Span> &out, uint64_t now_ns, bool final);
-	// Issued calls not (yet) joined to a running one.
-	size_t pending() const { return issued_.size(); }
-	size_t held() const { return held_.size(); }
 
 	static constexpr uint64_t kHoldNs = 500'000'000;
 	// An issued call whose work was not seen in this long is forgotten

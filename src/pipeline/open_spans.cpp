@@ -4,7 +4,7 @@
 // returns, read from user space and decoded like a finished call.
 #include <algorithm>
 
-#include "ingest/decode.h"
+#include "pipeline/decode.h"
 #include "pipeline/recorder.h"
 
 namespace eacgm {

@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "ingest/identity.h"
+#include "pipeline/identity.h"
 
 namespace eacgm {
 

@@ -13,8 +13,8 @@
 #include "common/layers.h"
 #include "common/text.h"
 #include "eacgm/abi/events.h"
-#include "ingest/cgroup.h"
-#include "ingest/decode.h"
+#include "pipeline/cgroup.h"
+#include "pipeline/decode.h"
 
 namespace eacgm {
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The ingest loop of the pipeline: reads the records of a source in rounds
+// The pipeline's loop: reads the records of a source in rounds
 // (pipeline/sources.h), hands the process records to Processes and the
 // Python stacks to the PythonJoiner, decodes the calls (typed where no
 // joiner needs them), joins the rest (NCCL communicators, issued work,
@@ -21,7 +21,7 @@
 #include "common/result.h"
 #include "common/warnings.h"
 #include "eacgm/abi/events.h"
-#include "ingest/decode.h"
+#include "pipeline/decode.h"
 #include "layers/nccl.h"
 #include "layers/python.h"
 #include "pipeline/issues.h"

@@ -18,7 +18,7 @@
 #include "common/result.h"
 #include "eacgm/abi/events.h"
 #include "eacgm/abi/python.h"
-#include "ingest/cgroup.h"
+#include "pipeline/cgroup.h"
 #include "probe/pid_watch.h"
 #include "probe/proc_maps.h"
 #include "probe/spec.h"
@@ -60,7 +60,7 @@ public:
 	virtual std::optional<uint32_t> parent(uint32_t pid) = 0;
 	virtual CgroupInfo cgroup(uint32_t pid) = 0;
 	// The environment it started with: NUL-separated NAME=VALUE entries
-	// (/proc/PID/environ), for its launcher's job and rank (ingest/identity.h).
+	// (/proc/PID/environ), for its launcher's job and rank (pipeline/identity.h).
 	virtual std::string environment(uint32_t pid) = 0;
 	virtual Result<std::vector<Mapping>> maps(uint32_t pid) = 0;
 	virtual std::vector<uint32_t> threads(uint32_t pid) = 0;

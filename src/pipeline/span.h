@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// A span as decode makes it (decode_typed, ingest/decode.h): fixed, typed
+// A span as decode makes it (decode_typed, pipeline/decode.h): fixed, typed
 // fields, no string and no JSON. Every sink reads the calls no joiner
 // changed in this form (SpanBatch::typed, pipeline/sink.h); text (names,
 // hex, enums, tensors) is made only at the edges that show it

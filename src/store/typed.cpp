@@ -18,7 +18,7 @@
 
 #include <sqlite3.h>
 
-#include "ingest/decode.h"
+#include "pipeline/decode.h"
 #include "probe/spec.h"
 #include "store/store.h"
 

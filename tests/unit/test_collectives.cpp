@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Collectives across ranks (ingest/collectives.h): rounds matched by
+// Collectives across ranks (pipeline/collectives.h): rounds matched by
 // sequence number with their exact skew and last rank, incomplete rounds,
 // the online bounds; and what the summary, the trace and the metrics make
 // of them.
@@ -16,9 +16,10 @@
 #include "export/metrics.h"
 #include "export/perfetto.h"
 #include "export/summary.h"
-#include "ingest/collectives.h"
+#include "pipeline/collectives.h"
 #include "pipeline/intern.h"
 #include "recording_writer.h"
+#include "sinks/metrics.h"
 #include "store/store.h"
 
 using namespace eacgm;

@@ -17,7 +17,7 @@
 #include "detect/rootcause.h"
 #include "export/perfetto.h"
 #include "export/summary.h"
-#include "ingest/decode.h"
+#include "pipeline/decode.h"
 
 using namespace eacgm;
 using namespace eacgm::detect;

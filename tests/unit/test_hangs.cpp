@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-// The hang watch's judgement over calls in flight (ingest/hangs.h): which
+// The hang watch's judgement over calls in flight (sinks/hangs.h): which
 // are hangs, the ranks missing from a hung collective, the Python stack of
 // the wait behind it, and each hang told once and once more when it ends.
 #include <gtest/gtest.h>
 
 #include <tuple>
 
-#include "ingest/hangs.h"
+#include "sinks/hangs.h"
 #include "pipeline/intern.h"
 
 namespace eacgm {

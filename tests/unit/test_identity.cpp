@@ -3,7 +3,7 @@
 // wins, and what counts as not given.
 #include <gtest/gtest.h>
 
-#include "ingest/identity.h"
+#include "pipeline/identity.h"
 
 using namespace eacgm;
 

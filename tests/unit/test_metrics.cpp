@@ -11,8 +11,9 @@
 #include "app/config.h"
 #include "export/http.h"
 #include "export/metrics.h"
-#include "ingest/cgroup.h"
+#include "pipeline/cgroup.h"
 #include "pipeline/intern.h"
+#include "sinks/metrics.h"
 
 using namespace eacgm;
 

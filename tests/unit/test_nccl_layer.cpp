@@ -2,7 +2,7 @@
 // Communicator rank and size, learnt from init calls, on later calls.
 #include <gtest/gtest.h>
 
-#include "ingest/collectives.h"
+#include "pipeline/collectives.h"
 #include "layers/nccl.h"
 
 namespace eacgm {

@@ -9,7 +9,7 @@
 #include <fstream>
 #include <random>
 
-#include "ingest/decode.h"
+#include "pipeline/decode.h"
 #include "layers/torch.h"
 #include "pipeline/raw_dump.h"
 

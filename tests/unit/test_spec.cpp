@@ -6,7 +6,7 @@
 #include <regex>
 
 #include "arch/arch.h"
-#include "ingest/decode.h"
+#include "pipeline/decode.h"
 #include "probe/spec.h"
 
 namespace eacgm {

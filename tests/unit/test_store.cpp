@@ -7,6 +7,7 @@
 #include <sqlite3.h>
 #include <tuple>
 
+#include "sinks/store.h"
 #include "store/sqlite_error.h"
 #include "store/sqlmod.h"
 #include "store/store.h"

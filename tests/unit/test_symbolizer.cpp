@@ -7,7 +7,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "ingest/decode.h"
+#include "pipeline/decode.h"
 #include "probe/elf_symbols.h"
 #include "probe/spec.h"
 #include "probe/symbolizer.h"

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "arch/arch.h"
-#include "ingest/decode.h"
+#include "pipeline/decode.h"
 #include "probe/spec.h"
 #include "layers/torch.h"
 

@@ -8,7 +8,7 @@
 #include <cstring>
 #include <random>
 
-#include "ingest/decode.h"
+#include "pipeline/decode.h"
 #include "common/text.h"
 #include "pipeline/intern.h"
 #include "pipeline/span.h"

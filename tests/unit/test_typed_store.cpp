@@ -13,7 +13,7 @@
 #include <filesystem>
 #include <random>
 
-#include "ingest/decode.h"
+#include "pipeline/decode.h"
 #include "common/text.h"
 #include "layers/torch.h"
 #include "sql_rows.h"

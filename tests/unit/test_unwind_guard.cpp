@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "arch/arch.h"
-#include "ingest/decode.h"
+#include "pipeline/decode.h"
 #include "probe/elf_symbols.h"
 #include "probe/guard_server.h"
 #include "probe/proc_maps.h"

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "ingest/identity.h"
+#include "pipeline/identity.h"
 
 #include <charconv>
 #include <map>

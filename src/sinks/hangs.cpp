@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "ingest/hangs.h"
+#include "sinks/hangs.h"
 
 #include <algorithm>
 #include <cstdio>
 
 #include "common/text.h"
-#include "ingest/collectives.h"
+#include "pipeline/collectives.h"
 
 namespace eacgm {
 

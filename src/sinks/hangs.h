@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "pipeline/sink.h"
-#include "ingest/collectives.h"
+#include "pipeline/collectives.h"
 #include "pipeline/recorder.h"
 #include "layers/collector.h"
 

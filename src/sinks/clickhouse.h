@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "export/clickhouse.h"
-#include "ingest/collectives.h"
+#include "pipeline/collectives.h"
 #include "pipeline/sink.h"
 
 namespace eacgm {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "ingest/collectives.h"
+#include "pipeline/collectives.h"
 
 #include <algorithm>
 #include <tuple>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "ingest/cgroup.h"
+#include "pipeline/cgroup.h"
 
 #include <cctype>
 #include <fstream>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "ingest/decode.h"
+#include "pipeline/decode.h"
 
 #include <array>
 #include <cstdio>
@@ -9,7 +9,6 @@
 #include "common/text.h"
 #include "probe/elf_symbols.h"
 #include "probe/symbolizer.h"
-#include "store/span_layout.h"
 
 namespace eacgm {
 

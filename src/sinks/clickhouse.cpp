@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "export/clickhouse_sink.h"
+#include "sinks/clickhouse.h"
 
 #include <sys/random.h>
 
