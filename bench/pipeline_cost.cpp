@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Records per second through eacgm's user-space pipeline on one core: the
 // decode of a raw span record (name, arguments, return, bytes) and the
-// store (schema 4: a compressed block per batch of 4,096, as the recorder
+// store (schema 4: a compressed block per batch of 4,096, as the record loop
 // writes them, docs/store.md), by the two paths a record can take: decoded
 // to a Span (its arguments as text in a JSON object, which the store takes
 // apart again) or kept typed (pipeline/span.h; the store looks each probe's
@@ -134,7 +134,7 @@ struct Pass {
 };
 
 // The Python stack of each record: the recording made beside the dump holds
-// them (the recorder resolves them from the Python ring, which a dump does
+// them (the record loop resolves them from the Python ring, which a dump does
 // not keep), its spans of traced calls in the order decode saw them.
 static Result<std::vector<PyStack>> stacks_of(const RawDump &d, const std::string &db)
 {
@@ -168,7 +168,7 @@ static Result<Pass> replay_pass(const RawDump &d, const std::vector<PyStack> &d_
 	Pass p;
 	std::vector<Span> batch;
 	TypedSpans typed{&d.specs, &names, format_tensor, {}, {}};
-	std::vector<DecodePlan> plans; // as the recorder keeps them, one per probe
+	std::vector<DecodePlan> plans; // as the record loop keeps them, one per probe
 	for (const ProbeSpec &spec : d.specs.probes)
 		plans.push_back(decode_plan(spec));
 	const size_t kBatch = 4096;
@@ -198,7 +198,7 @@ static Result<Pass> replay_pass(const RawDump &d, const std::vector<PyStack> &d_
 			p.decode_s += secs(t0, t1);
 		}
 	// The last batches' commit is the store's work (a pass is shorter than
-	// the recorder's commit interval: its one commit, WAL and checkpoint,
+	// the record loop's commit interval: its one commit, WAL and checkpoint,
 	// comes here); what finish does past it is the recording's.
 	auto t0 = clk::now();
 	if (auto c = store->commit(); !c)
@@ -226,7 +226,7 @@ static int replay(const std::vector<std::string> &dumps, int rounds)
 {
 	printf("replayed recordings (record --raw-dump), one core, batches of 4,096, %d alternating rounds,\n"
 	       "medians (range); each round replays the dump to at least 5,000,000 records on the typed path\n"
-	       "(at the target's rate, a second: the recorder commits once a second, so its commits and\n"
+	       "(at the target's rate, a second: the record loop commits once a second, so its commits and\n"
 	       "checkpoints weigh as they would) and 1,000,000 on the Span path:\n",
 	       rounds);
 	for (const std::string &path : dumps) {

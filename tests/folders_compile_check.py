@@ -15,7 +15,7 @@ import sys
 import tempfile
 
 FOLDER = "pipeline"
-ALONG = ["pipeline/recorder.h", "layers/python.h", "probe/spec.h", "common/model.h", "eacgm/abi/events.h"]
+ALONG = ["pipeline/record_loop.h", "layers/python.h", "probe/spec.h", "common/model.h", "eacgm/abi/events.h"]
 AGAINST = ["store/store.h", "sinks/metrics.h", "detect/online.h", "app/pipeline.h"]
 
 

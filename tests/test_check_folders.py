@@ -37,10 +37,10 @@ class Tree(unittest.TestCase):
         self.assertEqual(self.problems(), [])
 
     def test_an_include_against_the_flow_is_found_where_it_is(self):
-        self.write("src/pipeline/recorder.h", '// the recorder\n#include <vector>\n\n#include "store/store.h"\n')
+        self.write("src/pipeline/record_loop.h", '// the record loop\n#include <vector>\n\n#include "store/store.h"\n')
         p = self.problems()
         self.assertEqual(len(p), 1, p)
-        self.assertTrue(p[0].startswith('src/pipeline/recorder.h:4: #include "store/store.h": pipeline may use '
+        self.assertTrue(p[0].startswith('src/pipeline/record_loop.h:4: #include "store/store.h": pipeline may use '
                                         'common, probe'), p[0])
         self.assertIn("against the data flow", p[0])
 

@@ -13,7 +13,7 @@
 #include "app/commands.h"
 #include "app/target.h"
 #include "common/layers.h"
-#include "pipeline/recorder.h"
+#include "pipeline/record_loop.h"
 #include "probe/attacher.h"
 #include "probe/unwind_guard.h"
 #include "layers/python_offsets.h"

@@ -94,7 +94,7 @@ void OverheadKeeper::measure_programs(bool update)
 	last_prog_ = now;
 }
 
-void OverheadKeeper::tick(Recorder &rec, std::vector<std::string> &notes, std::vector<Event> &events)
+void OverheadKeeper::tick(RecordLoop &rec, std::vector<std::string> &notes, std::vector<Event> &events)
 {
 	uint64_t now = mono_ns();
 	if (cycler_) {
@@ -112,7 +112,7 @@ void OverheadKeeper::tick(Recorder &rec, std::vector<std::string> &notes, std::v
 // The interval since the last call: calls per spec, what a call cost, the
 // calling threads' CPU. Nothing on the first call (the counts start there
 // and the trap is timed meanwhile) or when the trap cannot be timed.
-std::optional<BudgetSample> OverheadKeeper::take_sample(Recorder &rec, uint64_t now, std::vector<std::string> &notes)
+std::optional<BudgetSample> OverheadKeeper::take_sample(RecordLoop &rec, uint64_t now, std::vector<std::string> &notes)
 {
 	const auto &hits = rec.spans_per_spec();
 	BudgetSample s;
@@ -174,7 +174,7 @@ std::optional<BudgetSample> OverheadKeeper::take_sample(Recorder &rec, uint64_t 
 // processes, the collectors) and the other threads (the detector's refits)
 // are left out: spread over the calls, they would make each dearer the
 // fewer there are, and throttle more and more.
-double OverheadKeeper::agent_ns_per_call(const Recorder &rec, const std::map<uint32_t, uint64_t> &hits)
+double OverheadKeeper::agent_ns_per_call(const RecordLoop &rec, const std::map<uint32_t, uint64_t> &hits)
 {
 	uint64_t cpu = rec.handling_cpu_ns(), records = rec.records_read(), samples = rec.samples_read();
 	double d_records = static_cast<double>(records - last_records_);
@@ -190,7 +190,7 @@ double OverheadKeeper::agent_ns_per_call(const Recorder &rec, const std::map<uin
 	return ns;
 }
 
-void OverheadKeeper::decide(Recorder &rec, uint64_t now, std::vector<std::string> &notes, std::vector<Event> &events)
+void OverheadKeeper::decide(RecordLoop &rec, uint64_t now, std::vector<std::string> &notes, std::vector<Event> &events)
 {
 	// eacgm's whole CPU over the interval (none the first time: the count
 	// starts there): the sampler's rate follows it, and what the calls did
@@ -245,7 +245,7 @@ void OverheadKeeper::decide(Recorder &rec, uint64_t now, std::vector<std::string
 }
 
 // The sampler's rate from eacgm's whole CPU over the interval (pct, of a core).
-void OverheadKeeper::steer_sampler(Recorder &rec, uint64_t now, double pct, std::vector<std::string> &notes,
+void OverheadKeeper::steer_sampler(RecordLoop &rec, uint64_t now, double pct, std::vector<std::string> &notes,
 				   std::vector<Event> &events)
 {
 	agent_pct_ = pct;
@@ -350,7 +350,7 @@ Event OverheadKeeper::detach_event(uint64_t from_ns, uint64_t to_ns)
 
 // What each call of a throttled probe stands for: the inverse of the
 // coverage measured so far at this duty, or of the duty before a period ends.
-void OverheadKeeper::set_weights(Recorder &rec, const BudgetDecision &d, uint64_t from_ns)
+void OverheadKeeper::set_weights(RecordLoop &rec, const BudgetDecision &d, uint64_t from_ns)
 {
 	if (d.throttled.empty()) {
 		rec.budget_history().set_weights(from_ns, {});

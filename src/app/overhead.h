@@ -2,7 +2,7 @@
 // The record loop's side of --overhead-budget: every interval it counts the
 // traced calls per probe, reads what the traced processes ran and what the
 // span programs cost, decides (probe/budget.h) and hands the decision to
-// the duty cycler and the weights to the recorder.
+// the duty cycler and the weights to the record loop.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "common/fs.h"
-#include "pipeline/recorder.h"
+#include "pipeline/record_loop.h"
 #include "layers/python.h"
 #include "probe/budget.h"
 #include "probe/pid_watch.h"
@@ -34,23 +34,23 @@ public:
 	// Once per loop round; decides when an interval is due. Messages for
 	// the user go to `notes`; each change of what is throttled, as an event
 	// (layer "eacgm", name "overhead_budget"), to `events`.
-	void tick(Recorder &rec, std::vector<std::string> &notes, std::vector<Event> &events);
+	void tick(RecordLoop &rec, std::vector<std::string> &notes, std::vector<Event> &events);
 	// What the budget did, in the recording's meta.
 	void write_meta(StoreWriter &store) const;
 	// A probe hit's trap as timed after the warm-up (ns); < 0 until then.
 	double trap_ns() const { return trap_ns_; }
 
 private:
-	void decide(Recorder &rec, uint64_t now, std::vector<std::string> &notes, std::vector<Event> &events);
+	void decide(RecordLoop &rec, uint64_t now, std::vector<std::string> &notes, std::vector<Event> &events);
 	double calling_cpu_ns(const std::map<uint32_t, uint32_t> &threads, double interval_ns);
 	void measure_programs(bool update);
-	double agent_ns_per_call(const Recorder &rec, const std::map<uint32_t, uint64_t> &hits);
-	std::optional<BudgetSample> take_sample(Recorder &rec, uint64_t now, std::vector<std::string> &notes);
+	double agent_ns_per_call(const RecordLoop &rec, const std::map<uint32_t, uint64_t> &hits);
+	std::optional<BudgetSample> take_sample(RecordLoop &rec, uint64_t now, std::vector<std::string> &notes);
 	Event change_event(const BudgetDecision &d, double hit_ns, uint64_t now) const;
 	static Event detach_event(uint64_t from_ns, uint64_t to_ns);
 	std::string describe(const BudgetDecision &d) const;
-	void set_weights(Recorder &rec, const BudgetDecision &d, uint64_t from_ns);
-	void steer_sampler(Recorder &rec, uint64_t now, double pct, std::vector<std::string> &notes,
+	void set_weights(RecordLoop &rec, const BudgetDecision &d, uint64_t from_ns);
+	void steer_sampler(RecordLoop &rec, uint64_t now, double pct, std::vector<std::string> &notes,
 			   std::vector<Event> &events);
 	// What a sample cost the thread it interrupted over the last interval:
 	// the sampler program's own time (EACGM_PY_CNT_SAMPLE_NS) and the

@@ -161,7 +161,7 @@ void Pipeline::open_gpu()
 		std::cerr << "eacgm: " << c.error().message << "\n";
 }
 
-Pipeline::Stop Pipeline::open_recorder(Sink &out)
+Pipeline::Stop Pipeline::open_loop(Sink &out)
 {
 	// Online detection: a model per function, trained on its first calls,
 	// refitted in the background; it scores each batch before the sinks
@@ -193,7 +193,7 @@ Pipeline::Stop Pipeline::open_recorder(Sink &out)
 		return fail(rings.error().message);
 	rings_.emplace(std::move(rings).value());
 	// The rings are read on a thread of their own from here on, the
-	// recorder's rounds (discovery, decoding, the sinks) taking what it
+	// record loop's rounds (discovery, decoding, the sinks) taking what it
 	// read (docs/internals.md). EACGM_RING_READER=0: read between those
 	// rounds, as before (a control for measures and bisection).
 	RecordSource *source = &*rings_;
@@ -204,29 +204,29 @@ Pipeline::Stop Pipeline::open_recorder(Sink &out)
 		source = &*reader_;
 	}
 	probes_.emplace(*attacher_, *engine_, *tracker_);
-	recorder_.emplace(*probes_, *system_, *source, chain_, python_.get());
+	loop_.emplace(*probes_, *system_, *source, chain_, python_.get());
 	if (o_.hang_after_s > 0) {
 		// A collector (looks at the calls in flight) and a sink (sees
 		// each rank's progress): collectors_ owns it.
 		auto watch = std::make_unique<HangWatch>(uint64_t(o_.hang_after_s * 1e9));
-		watch->attach(*recorder_);
+		watch->attach(*loop_);
 		chain_.add(watch.get());
 		collectors_.push_back(std::move(watch));
 	}
-	recorder_->set_tensor_formatter(format_tensor);
+	loop_->set_tensor_formatter(format_tensor);
 	if (!o_.raw_dump.empty()) {
 		auto dump = RawDumpWriter::create(o_.raw_dump);
 		if (!dump)
 			return fail(dump.error().message);
-		recorder_->set_raw_dump(std::move(*dump));
+		loop_->set_raw_dump(std::move(*dump));
 	}
 	if (o_.flamegraph)
-		recorder_->keep_folded_stacks();
+		loop_->keep_folded_stacks();
 	if (python_ && python_->sample_period_ns())
-		recorder_->budget_history().set_sample_period(0, python_->sample_period_ns());
+		loop_->budget_history().set_sample_period(0, python_->sample_period_ns());
 	if (o_.python_entries != "off")
-		recorder_->keep_python_samples(); // measured calls reshape the sampled spans
-	recorder_->open();
+		loop_->keep_python_samples(); // measured calls reshape the sampled spans
+	loop_->open();
 	return {};
 }
 
@@ -264,7 +264,7 @@ void Pipeline::begin()
 Result<void> Pipeline::collect()
 {
 	uint64_t now = mono_ns();
-	std::set<uint32_t> traced = recorder_->pids();
+	std::set<uint32_t> traced = loop_->pids();
 	for (auto &c : collectors_) {
 		c->collect(now, traced, metrics_, events_);
 		for (auto &w : c->take_warnings())
@@ -294,14 +294,14 @@ int Pipeline::poll_timeout_ms(bool soon) const
 
 Pipeline::Stop Pipeline::step(int timeout_ms)
 {
-	auto n = recorder_->poll(timeout_ms);
+	auto n = loop_->poll(timeout_ms);
 	if (!n)
 		return fail(n.error().message);
-	for (auto &w : recorder_->take_warnings())
+	for (auto &w : loop_->take_warnings())
 		std::cerr << "eacgm: warning: " << w << "\n";
-	std::vector<std::string> notes = recorder_->take_notes();
+	std::vector<std::string> notes = loop_->take_notes();
 	if (budget_)
-		budget_->tick(*recorder_, notes, events_);
+		budget_->tick(*loop_, notes, events_);
 	for (auto &m : notes)
 		std::cerr << "eacgm: " << m << "\n";
 	if (auto r = collect(); !r)
@@ -357,12 +357,12 @@ Pipeline::Stop Pipeline::finish(StoreWriter *store)
 {
 	for (auto &c : collectors_)
 		c->stop();
-	// The last records are read by the recorder's own drain.
+	// The last records are read by the record loop's own drain.
 	if (reader_)
 		reader_->stop();
 	if (auto r = collect(); !r)
 		return fail(r.error().message);
-	if (auto r = recorder_->finish(); !r)
+	if (auto r = loop_->finish(); !r)
 		return fail(r.error().message);
 	if (budget_) {
 		if (store)

@@ -3,7 +3,7 @@
 // node): probes (BPF objects, attacher, budget) -> pipeline (decode, process
 // table, joiners) -> sinks (detector, store, metrics). A front end
 // picks the layers and options, opens it in steps (it may abandon between
-// them), adds its targets through tracker() and recorder(), then calls
+// them), adds its targets through tracker() and loop(), then calls
 // step() until it is done and finish() once.
 #pragma once
 #include <chrono>
@@ -20,7 +20,7 @@
 #include "detect/online.h"
 #include "sinks/scoring.h"
 #include "sinks/hangs.h"
-#include "pipeline/recorder.h"
+#include "pipeline/record_loop.h"
 #include "pipeline/ring_reader.h"
 #include "layers/collector.h"
 #include "layers/python.h"
@@ -88,8 +88,8 @@ public:
 	Stop open_probes(ElfPrefetch *prefetch, const std::function<Stop()> &abandon);
 	// Layers read from user space; one that cannot work here says why once.
 	void open_collectors();
-	// The recorder (pipeline/recorder.h), writing to the detector (when on) and then `out`.
-	Stop open_recorder(Sink &out);
+	// The record loop (pipeline/record_loop.h), writing to the detector (when on) and then `out`.
+	Stop open_loop(Sink &out);
 	// Says what runs how; the budget and the BPF run counters start here.
 	void begin();
 	// One round: waits up to poll_timeout_ms() for records, handles them,
@@ -112,7 +112,7 @@ public:
 
 	ProcTracker &tracker() { return *tracker_; }
 	Attacher &attacher() { return *attacher_; }
-	Recorder &recorder() { return *recorder_; }
+	RecordLoop &loop() { return *loop_; }
 	// The threads that keep eacgm's niceness when the rest yields to the
 	// job (lower_priority): the ring-draining thread, where it runs.
 	std::vector<pid_t> kept_priority() const
@@ -145,12 +145,12 @@ private:
 	std::optional<detect::OnlineDetector> detector_;
 	std::optional<detect::ScoringSink> scoring_;
 	SinkChain chain_;
-	// What the recorder reads and asks (pipeline/sources.h).
+	// What the record loop reads and asks (pipeline/sources.h).
 	std::optional<LinuxSystem> system_;
 	std::optional<BpfRings> rings_;
-	std::optional<RingReader> reader_; // reads rings_; before the recorder, which reads it
+	std::optional<RingReader> reader_; // reads rings_; before the record loop, which reads it
 	std::optional<BpfProbes> probes_;
-	std::optional<Recorder> recorder_;
+	std::optional<RecordLoop> loop_;
 	std::optional<OverheadKeeper> budget_;
 	std::chrono::steady_clock::time_point start_;
 	SelfUsage usage_at_start_; // eacgm's own CPU when the recording began

@@ -102,7 +102,7 @@ private:
 	Stop finish_clickhouse();
 	Stop open_probes();
 	Stop check_target_alive();
-	Stop open_recorder();
+	Stop open_loop();
 	Stop launch_command();
 	Stop attach_tree();
 	Stop yield_to_the_job();
@@ -275,7 +275,7 @@ RecordSession::Stop RecordSession::finish_clickhouse()
 	std::cerr << "clickhouse: " << c.describe(a_.clickhouse) << "\n";
 	if (!c.dropped["spans"])
 		return {};
-	auto drops = pipeline_.recorder().drops();
+	auto drops = pipeline_.loop().drops();
 	drops.push_back({"clickhouse", "not shipped", c.dropped["spans"]}); // the recording's own records
 	if (auto r = store_->set_drops(drops); !r)
 		return fail(r.error().message);
@@ -302,7 +302,7 @@ RecordSession::Stop RecordSession::open_probes()
 	return {};
 }
 
-RecordSession::Stop RecordSession::open_recorder() { return pipeline_.open_recorder(sinks_); }
+RecordSession::Stop RecordSession::open_loop() { return pipeline_.open_loop(sinks_); }
 
 // The command waits at a gate until every probe is in place: nothing it
 // does, and no process it starts, is missed.
@@ -310,7 +310,7 @@ RecordSession::Stop RecordSession::launch_command()
 {
 	if (auto r = pipeline_.tracker().track(launched_->pid()); !r)
 		return fail(r.error().message);
-	pipeline_.recorder().add_root(launched_->pid(), getpid(), mono_ns());
+	pipeline_.loop().add_root(launched_->pid(), getpid(), mono_ns());
 	if (auto r = pipeline_.attacher().attach_installed(linked_libraries(exe_)); !r)
 		return fail(r.error().message, 2); // the gate closes: the command never runs
 	return {};
@@ -344,7 +344,7 @@ RecordSession::Stop RecordSession::attach_tree()
 			}
 			if (auto r = pipeline_.tracker().track(p); !r)
 				return fail(r.error().message);
-			pipeline_.recorder().add_root(p, 0, mono_ns(), std::move(fd));
+			pipeline_.loop().add_root(p, 0, mono_ns(), std::move(fd));
 			// A process that exits while it is scanned has nothing left to probe.
 			auto r = pipeline_.attacher().scan_process(p);
 			if (!r && p == (uint32_t)a_.pid && process_exists(p) && !zombie_exit_status(p))
@@ -388,10 +388,10 @@ RecordSession::Stop RecordSession::announce_ready()
 {
 	uint64_t now = mono_ns();
 	// What happened while attaching (exits included) before counting.
-	if (auto n = pipeline_.recorder().poll(0); !n)
+	if (auto n = pipeline_.loop().poll(0); !n)
 		return fail(n.error().message);
 	size_t probes = pipeline_.attacher().attached().size();
-	size_t processes = pipeline_.recorder().live_processes();
+	size_t processes = pipeline_.loop().live_processes();
 	// The file first: whoever reads the line may look for the file next.
 	if (!a_.ready_file.empty()) {
 		nlohmann::json ready = {{"pid", getpid()},
@@ -440,7 +440,7 @@ RecordSession::Stop RecordSession::take_command_exit()
 		return stop;
 	exit_code_ = status;
 	command_exited_ = true;
-	Recorder &rec = pipeline_.recorder();
+	RecordLoop &rec = pipeline_.loop();
 	rec.set_exit(launched_->pid(), status, mono_ns());
 	if (size_t left = rec.live_processes())
 		std::cerr << "eacgm: the command exited (" << status << "); recording its "
@@ -456,7 +456,7 @@ RecordSession::Stop RecordSession::record_until_done()
 	bool tty = isatty(2);
 	auto last_status = clock::now();
 	std::optional<clock::time_point> interrupted_at;
-	Recorder &rec = pipeline_.recorder();
+	RecordLoop &rec = pipeline_.loop();
 	for (;;) {
 		// The kernel reports an exit (tracepoint, pidfd) a moment before the
 		// process can be reaped, and nothing wakes eacgm then: look again soon.
@@ -516,7 +516,7 @@ int RecordSession::finish()
 	if (!summary)
 		return fail(summary.error().message);
 	if (!a_.flamegraph.empty())
-		if (auto r = write_file_atomic(a_.flamegraph, pipeline_.recorder().folded_stacks()); !r)
+		if (auto r = write_file_atomic(a_.flamegraph, pipeline_.loop().folded_stacks()); !r)
 			return fail(r.error().message);
 	std::cerr << *summary;
 	std::cerr << "recording: " << db_ << "\ntrace:     " << trace_ << " (open in ui.perfetto.dev)\n";
@@ -534,8 +534,8 @@ int RecordSession::run()
 			return *stop;
 	auto start = a_.command.empty() ? &RecordSession::attach_tree : &RecordSession::launch_command;
 	for (auto step :
-	     {&RecordSession::check_target_alive, &RecordSession::open_recorder, start,
-	      &RecordSession::yield_to_the_job, &RecordSession::handle_signals, &RecordSession::announce_ready})
+	     {&RecordSession::check_target_alive, &RecordSession::open_loop, start, &RecordSession::yield_to_the_job,
+	      &RecordSession::handle_signals, &RecordSession::announce_ready})
 		if (auto stop = (this->*step)())
 			return *stop;
 	begin();

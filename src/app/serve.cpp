@@ -29,7 +29,7 @@
 #include "sinks/clickhouse.h"
 #include "export/http.h"
 #include "export/metrics.h"
-#include "pipeline/recorder.h"
+#include "pipeline/record_loop.h"
 #include "sinks/metrics.h"
 #include "sinks/store.h"
 #include "store/store.h"
@@ -230,10 +230,10 @@ ServeSession::Stop ServeSession::open_outputs()
 		sinks_.add(&*store_sink_);
 	}
 	open_clickhouse();
-	if (auto stop = pipeline_->open_recorder(sinks_))
+	if (auto stop = pipeline_->open_loop(sinks_))
 		return stop;
 	filter_ = std::make_shared<ProcessFilter>(config_.filter);
-	pipeline_->recorder().discover([this](uint32_t pid) { return (*filter_)(pid); });
+	pipeline_->loop().discover([this](uint32_t pid) { return (*filter_)(pid); });
 	return {};
 }
 
@@ -279,7 +279,7 @@ void ServeSession::find_running_processes()
 		char *end;
 		unsigned long pid = strtoul(e->d_name, &end, 10);
 		if (*end == 0 && pid && pid != self)
-			pipeline_->recorder().consider(uint32_t(pid));
+			pipeline_->loop().consider(uint32_t(pid));
 	}
 	closedir(d);
 }
@@ -303,7 +303,7 @@ ServeSession::Stop ServeSession::start_serving()
 	std::string host = config_.listen.substr(0, config_.listen.rfind(':'));
 	std::string url = "http://" + host + ":" + std::to_string(server_->port()) + "/metrics";
 	size_t probes = pipeline_->attacher().attached().size();
-	size_t processes = pipeline_->recorder().live_processes();
+	size_t processes = pipeline_->loop().live_processes();
 	// From here /healthz says ok: the endpoints, the ready file and the
 	// line below all say "ready" only once the probes are live.
 	server_->ready();
@@ -373,7 +373,7 @@ void ServeSession::publish_health()
 		registry_.declare("eacgm_clickhouse_partitions_dropped_total", MetricsRegistry::counter,
 				  "Day partitions dropped past [clickhouse] keep_days (servers without TTL).");
 	}
-	Recorder &rec = pipeline_->recorder();
+	RecordLoop &rec = pipeline_->loop();
 	SelfUsage u = self_usage();
 	registry_.set("eacgm_agent_records_read_total", {}, double(rec.records_read()));
 	registry_.set("eacgm_agent_spans_filtered_total", {}, double(rec.filtered_spans()));

@@ -3,7 +3,7 @@
 #include <sys/ptrace.h>
 #include <sys/resource.h>
 
-#include "pipeline/recorder.h"
+#include "pipeline/record_loop.h"
 
 #include <cerrno>
 #include <cstring>

@@ -37,7 +37,7 @@ enum class Source {
 enum class Collective : bool { no, yes };
 
 // The pass its calls go through on their way to the sinks (pipeline/
-// recorder.cpp); none: they stay typed, as decode made them.
+// record_loop.cpp); none: they stay typed, as decode made them.
 enum class Joiner {
 	none,
 	nccl_communicators, // rank, nranks and seq from the communicator's init (layers/nccl.h)

@@ -16,7 +16,7 @@
 namespace eacgm {
 
 // A Python stack, innermost first: "Model.forward (model.py:42)". Immutable
-// and shared: the recorder names each distinct stack once, and every call
+// and shared: the record loop names each distinct stack once, and every call
 // made under it holds the same frames and their JSON text (the store's
 // column), so neither is copied nor rebuilt per call. On GPT's optimizer
 // steps that copying and dumping was a fifth of eacgm's own CPU.

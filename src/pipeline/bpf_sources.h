@@ -15,7 +15,7 @@ namespace eacgm {
 
 // One libbpf ring_buffer over the three maps: a consume reads each ring to
 // its end, in the order they were added (spans, processes, Python). A
-// child's calls can thus be read before the fork that made it; the Recorder
+// child's calls can thus be read before the fork that made it; the RecordLoop
 // decodes a round's calls only after handling its process records.
 //
 // fd() is readable when a ring's program woke its reader (the span ring at a

@@ -39,7 +39,7 @@ DecodePlan decode_plan(const ProbeSpec &spec);
 // and kept there once.
 TypedSpan decode_typed(const eacgm_span_event &e, const ProbeSpec &spec, const SpecSet &specs, Symbolizer *sym,
 		       Interner &names);
-// The same, with the probe's plan made beforehand (the recorder keeps one
+// The same, with the probe's plan made beforehand (the record loop keeps one
 // per probe).
 TypedSpan decode_typed(const eacgm_span_event &e, const ProbeSpec &spec, const DecodePlan &plan, const SpecSet &specs,
 		       Symbolizer *sym, Interner &names);
@@ -69,7 +69,7 @@ std::string ret_text(const ProbeSpec &spec, const SpecSet &specs, int64_t ret);
 Span render_span(const TypedSpan &t, const ProbeSpec &spec, const SpecSet &specs, const Interner &names,
 		 TensorFormatter tensors = nullptr);
 
-// Both: what the recorder stores today.
+// Both: what the record loop stores today.
 Span decode_span(const eacgm_span_event &e, const ProbeSpec &spec, const SpecSet &specs, Symbolizer *sym,
 		 Interner &names, TensorFormatter tensors = nullptr);
 

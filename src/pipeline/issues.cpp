@@ -37,7 +37,7 @@ std::string IssueLinker::key(const Span &s, const std::string &layer, const std:
 	// A span that keeps none of a rule's arguments (an enqueue's, for its
 	// own layer's rule) is not that rule's: nothing is built for it. The
 	// probes that keep none of any rule's arguments do not come here at all
-	// (involves(): the recorder keeps them typed).
+	// (involves(): the record loop keeps them typed).
 	for (auto &name : by)
 		if (!s.args.contains(name))
 			return "";

@@ -5,11 +5,11 @@
 #include <algorithm>
 
 #include "pipeline/decode.h"
-#include "pipeline/recorder.h"
+#include "pipeline/record_loop.h"
 
 namespace eacgm {
 
-std::vector<Recorder::OpenSpan> Recorder::open_spans(uint64_t now_ns, bool waits_only)
+std::vector<RecordLoop::OpenSpan> RecordLoop::open_spans(uint64_t now_ns, bool waits_only)
 {
 	const auto &specs = probes_.specs();
 	std::vector<OpenSpan> out;
@@ -35,8 +35,8 @@ std::vector<Recorder::OpenSpan> Recorder::open_spans(uint64_t now_ns, bool waits
 	return out;
 }
 
-Span Recorder::open_span(uint32_t pid, uint32_t tid, uint32_t depth, const eacgm_open_call &c, const ProbeSpec &spec,
-			 uint64_t now_ns)
+Span RecordLoop::open_span(uint32_t pid, uint32_t tid, uint32_t depth, const eacgm_open_call &c, const ProbeSpec &spec,
+			   uint64_t now_ns)
 {
 	eacgm_span_event e{};
 	e.start_ns = c.start_ns;

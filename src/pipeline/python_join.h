@@ -3,7 +3,7 @@
 // calls and the sampler's stacks (resolving code objects through the
 // interpreter's memory, once per distinct walk), shows a call's stack with
 // it, and makes function spans from each thread's samples, the calls' stacks
-// and the eval loop's measured calls (pipeline/python_spans.h). The Recorder
+// and the eval loop's measured calls (pipeline/python_spans.h). The RecordLoop
 // hands it the records and asks it at each call and flush.
 #pragma once
 #include <chrono>

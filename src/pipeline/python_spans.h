@@ -23,7 +23,7 @@ struct PyFrame {
 
 // An immutable stack, innermost first, shared by every sample that saw it:
 // a training loop makes the same few hundred stacks millions of times, and a
-// copy per sample was most of the recorder's memory.
+// copy per sample was most of the record loop's memory.
 class SharedFrames {
 public:
 	SharedFrames() : p_(empty()) {}

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Where the pipeline's output goes. The recorder makes spans,
+// Where the pipeline's output goes. The record loop makes spans,
 // process and thread records and loss counts; the collectors make metrics
 // and events; each goes to every sink of a chain, in order: the online
 // detector first (it adds the anomalies it finds to the batch), then the
@@ -31,8 +31,8 @@ struct SpanBatch {
 };
 
 // A sink (the store, the metrics, ClickHouse, the detector, the hang
-// watch), driven the same way by `record` and `serve`: the recorder
-// (pipeline/recorder.h) makes every call below but the measures, which the
+// watch), driven the same way by `record` and `serve`: the record loop
+// (pipeline/record_loop.h) makes every call below but the measures, which the
 // collectors' loop gives (app/pipeline.cpp). Each is pure: a sink says what
 // it does with each one, if only `return {};`, so a call added here is a
 // compile error in every sink until it says.

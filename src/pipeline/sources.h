@@ -4,7 +4,7 @@
 // its process (its name, command line, parent, cgroup, maps, whether it has
 // exited) comes from the System (/proc and pidfds, linux_system.h); placing
 // probes on what a process maps, and the counts of what the probes lost, from
-// the Probes (the attacher and the span engine, bpf_sources.h). The Recorder
+// the Probes (the attacher and the span engine, bpf_sources.h). The RecordLoop
 // sees only these interfaces, so a test drives it with no BPF and no /proc
 // (tests/unit/test_pipeline.cpp).
 #pragma once

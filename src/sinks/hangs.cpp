@@ -39,13 +39,13 @@ uint64_t HangWatch::interval_ns() const { return std::clamp<uint64_t>(after_ns_ 
 
 void HangWatch::collect(uint64_t now_ns, const std::set<uint32_t> &, std::vector<Metric> &, std::vector<Event> &events)
 {
-	if (!recorder_ || now_ns < due_ns_)
+	if (!loop_ || now_ns < due_ns_)
 		return;
 	due_ns_ = now_ns + interval_ns();
-	check(now_ns, recorder_->open_spans(now_ns, true), events);
+	check(now_ns, loop_->open_spans(now_ns, true), events);
 }
 
-void HangWatch::check(uint64_t now_ns, const std::vector<Recorder::OpenSpan> &open, std::vector<Event> &events)
+void HangWatch::check(uint64_t now_ns, const std::vector<RecordLoop::OpenSpan> &open, std::vector<Event> &events)
 {
 	// Who is inside which collective now, and the Python stack of each
 	// process's outermost wait (the line that issued what it waits for:
@@ -164,7 +164,7 @@ void HangWatch::report(uint64_t now_ns, const Span &s, const std::optional<Colle
 	reported_[{s.pid, s.tid, s.start_ns}] = s;
 }
 
-void HangWatch::report_over(uint64_t now_ns, const std::vector<Recorder::OpenSpan> &open, std::vector<Event> &events)
+void HangWatch::report_over(uint64_t now_ns, const std::vector<RecordLoop::OpenSpan> &open, std::vector<Event> &events)
 {
 	std::set<CallKey> still;
 	for (const auto &o : open)

@@ -26,7 +26,7 @@
 
 #include "pipeline/sink.h"
 #include "pipeline/collectives.h"
-#include "pipeline/recorder.h"
+#include "pipeline/record_loop.h"
 #include "layers/collector.h"
 
 namespace eacgm {
@@ -35,7 +35,7 @@ class HangWatch : public Sink, public Collector {
 public:
 	explicit HangWatch(uint64_t after_ns) : after_ns_(after_ns) {}
 	// Where the calls in flight are read from (set once it exists).
-	void attach(Recorder &r) { recorder_ = &r; }
+	void attach(RecordLoop &r) { loop_ = &r; }
 
 	// Sink: every finished call (the ranks' progress). It looks at the
 	// calls in flight as a collector (below), at its own interval, not at
@@ -60,7 +60,7 @@ public:
 
 	// One look at the calls in flight at now_ns (the work of collect(),
 	// apart for tests): appends the events and the user's lines.
-	void check(uint64_t now_ns, const std::vector<Recorder::OpenSpan> &open, std::vector<Event> &events);
+	void check(uint64_t now_ns, const std::vector<RecordLoop::OpenSpan> &open, std::vector<Event> &events);
 	// How often collect() looks: a quarter of the limit, within 0.1 to 1 s,
 	// so a hang is told at most a second or so past the limit.
 	uint64_t interval_ns() const;
@@ -77,13 +77,13 @@ private:
 	// recording), and those the recording has not seen at all.
 	std::pair<std::vector<int64_t>, std::vector<int64_t>> ranks_behind(const Group &group, int64_t rank,
 									   int64_t seq, const Progress &entered) const;
-	void report_over(uint64_t now_ns, const std::vector<Recorder::OpenSpan> &open, std::vector<Event> &events);
+	void report_over(uint64_t now_ns, const std::vector<RecordLoop::OpenSpan> &open, std::vector<Event> &events);
 	// A finished collective: its rank's progress.
 	void completed(const CollectiveSpan &c);
 
 	uint64_t after_ns_;
 	uint64_t due_ns_ = 0;
-	Recorder *recorder_ = nullptr;
+	RecordLoop *loop_ = nullptr;
 	Progress completed_;
 	TypedCollectives typed_;
 	// A process's rank in its group, from its collectives: for its waits,

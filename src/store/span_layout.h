@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // How the store (schema 4) keeps spans: in blocks (store/blocks.h), one per
-// batch the recorder writes, a column per field, and how a span's `args`
+// batch the record loop writes, a column per field, and how a span's `args`
 // object is taken apart into integer slots and put back as the same text.
 //
 // A span's args are described by its *function*: a row of the `functions`

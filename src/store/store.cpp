@@ -144,7 +144,7 @@ void remove_db_files(const std::string &file)
 bool is_reserved_meta(const std::string &key) { return key == "schema_version" || key == "wall_offset_ns"; }
 
 constexpr const char *kSchema = "BEGIN;\n" EACGM_SCHEMA_HEAD R"(
--- Spans, in blocks (src/store/span_layout.h): a block per batch the recorder
+-- Spans, in blocks (src/store/span_layout.h): a block per batch the record loop
 -- wrote, a compressed column per field. Ids, times and the stacks and
 -- strings each block refers to are kept beside it, so that a query by id
 -- or time reads only the blocks it needs and retention can drop whole ones.

@@ -237,7 +237,7 @@ TEST_P(SpanEngineTest, TheProgramsTimeOneCallInSixteen)
 	EXPECT_LT(c[EACGM_CNT_ENTRY_NS] + c[EACGM_CNT_EXIT_NS], around);
 }
 
-// The recorder's wait (BpfRings::fd) is readable when a ring's program woke
+// The record loop's wait (BpfRings::fd) is readable when a ring's program woke
 // its reader, not whenever a ring holds a record: after a wake-up has been
 // read, records the program handed over without waking anyone leave it
 // quiet, however many. (libbpf's own, level-triggered epoll stayed readable
@@ -274,7 +274,7 @@ TEST_P(SpanEngineTest, TheRecorderWakesOnlyWhenARingsProgramWakesIt)
 	for (size_t i = 0; i < 10; i++)
 		tl_noop(i);
 	EXPECT_FALSE(readable()) << "readable for records no program woke the reader for";
-	ASSERT_TRUE(rings->consume(got).ok()); // read all the same (the recorder's timer)
+	ASSERT_TRUE(rings->consume(got).ok()); // read all the same (the record loop's timer)
 	EXPECT_EQ(got.spans, quarter + 10);
 }
 

@@ -12,7 +12,7 @@
 namespace eacgm::test {
 
 // Processes and threads are upserted twice (a first row, then the one that
-// must win), the spans go in the batches given (a recorder's arrive out of
+// must win), the spans go in the batches given (a record loop's arrive out of
 // order), empty batches and replaced drops included.
 inline void write_recording(const Recording &rec, const std::string &path,
 			    const std::vector<std::vector<Span>> &batches)

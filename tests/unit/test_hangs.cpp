@@ -51,9 +51,9 @@ TEST(HangWatch, NamesTheHungCollectiveItsMissingRanksAndThePythonLineThatWaits)
 	Span wait = wait_span(100, 2 * kSec, 8 * kSec);
 	wait.py_stack = PyStack{"main (train.py:42)", "<module> (train.py:50)"};
 	// Rank 0 in seq 2 for 8 s; rank 1 in seq 2 for 4 s (not yet a hang).
-	std::vector<Recorder::OpenSpan> open = {{collective(100, 102, 0, 2, 2 * kSec, 8 * kSec), true},
-						{wait, true},
-						{collective(200, 202, 1, 2, 6 * kSec, 4 * kSec), true}};
+	std::vector<RecordLoop::OpenSpan> open = {{collective(100, 102, 0, 2, 2 * kSec, 8 * kSec), true},
+						  {wait, true},
+						  {collective(200, 202, 1, 2, 6 * kSec, 4 * kSec), true}};
 	std::vector<Event> ev;
 	w.check(10 * kSec, open, ev);
 	ASSERT_EQ(ev.size(), 1u); // the wait is told by its collective's report
@@ -117,7 +117,7 @@ TEST(HangWatch, CompletedCollectivesMayComeTyped)
 	}
 	HangWatch w(5 * kSec);
 	ASSERT_TRUE(w.write(b));
-	std::vector<Recorder::OpenSpan> open = {{collective(100, 102, 0, 2, 2 * kSec, 8 * kSec), true}};
+	std::vector<RecordLoop::OpenSpan> open = {{collective(100, 102, 0, 2, 2 * kSec, 8 * kSec), true}};
 	std::vector<Event> ev;
 	w.check(10 * kSec, open, ev);
 	ASSERT_EQ(ev.size(), 1u);

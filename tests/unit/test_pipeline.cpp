@@ -14,7 +14,7 @@
 #include <tuple>
 
 #include "common/clock.h"
-#include "pipeline/recorder.h"
+#include "pipeline/record_loop.h"
 #include "pipeline/process_table.h"
 #include "pipeline/python_join.h"
 #include "pipeline/sources.h"
@@ -348,7 +348,7 @@ protected:
 					sys.procs.at(r.p.tgid).status = r.p.exit_code >> 8;
 		FakeProbes probes(specs_);
 		FakeSource source(std::move(rounds), sys);
-		Recorder rec(probes, sys, source, out.sink);
+		RecordLoop rec(probes, sys, source, out.sink);
 		rec.open();
 		if (serve)
 			rec.discover([&](uint32_t pid) { return sys.comm(pid) != "excluded"; });
@@ -432,7 +432,7 @@ TEST_F(Pipeline, SinksAreTickedOnceASecondAndFinishedOnceLast)
 	FakeProbes probes(specs_);
 	FakeSource source(std::vector<std::vector<Rec>>(7), sys); // nothing read, 7 times
 	Collected sink;
-	Recorder rec(probes, sys, source, sink);
+	RecordLoop rec(probes, sys, source, sink);
 	rec.open();
 	rec.add_root(kParent, 1, t0_);
 	for (uint64_t i = 0; i < 7; i++) { // a poll every 400 ms: 0 to 2.4 s

@@ -239,7 +239,7 @@ TEST(PythonSpans, SpansMadeAsSamplesComeAreTheBatchsSpans)
 		SCOPED_TRACE("seed " + std::to_string(seed));
 		auto samples = random_samples(seed, 300);
 		auto expected = by_batch(samples);
-		// Handed over in pieces of every size, as the recorder takes them.
+		// Handed over in pieces of every size, as the record loop takes them.
 		SampledSpans builder(1, 1);
 		std::vector<Span> got;
 		for (size_t i = 0; i < samples.size(); i++) {

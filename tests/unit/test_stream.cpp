@@ -86,7 +86,7 @@ Recording varied()
 	return r;
 }
 
-// Batches as the recorder writes them, each in the order it was read,
+// Batches as the record loop writes them, each in the order it was read,
 // the later batches first here.
 void store(const Recording &rec, const std::string &path)
 {

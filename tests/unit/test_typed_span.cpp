@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The typed span (pipeline/span.h) and the interner its ids come from: the
 // first step of the span path without a JSON object per span. decode_typed
-// keeps everything a Span shows: rendering it gives the Span the recorder
+// keeps everything a Span shows: rendering it gives the Span the record loop
 // stores, for every probe of the built-in specs.
 #include <gtest/gtest.h>
 

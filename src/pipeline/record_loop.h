@@ -35,12 +35,12 @@
 
 namespace eacgm {
 
-class Recorder : public Records {
+class RecordLoop : public Records {
 public:
 	// python may be null (no python layer).
-	Recorder(Probes &probes, System &system, RecordSource &source, Sink &out, PythonTracer *python = nullptr);
-	Recorder(const Recorder &) = delete;
-	Recorder &operator=(const Recorder &) = delete;
+	RecordLoop(Probes &probes, System &system, RecordSource &source, Sink &out, PythonTracer *python = nullptr);
+	RecordLoop(const RecordLoop &) = delete;
+	RecordLoop &operator=(const RecordLoop &) = delete;
 
 	void open();
 	// A process traced from the start (launched or attached with -p). Its

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "pipeline/recorder.h"
+#include "pipeline/record_loop.h"
 
 #include <algorithm>
 #include <chrono>
@@ -20,14 +20,14 @@ namespace eacgm {
 
 static constexpr size_t kBatch = 4096;
 
-Recorder::Recorder(Probes &probes, System &system, RecordSource &source, Sink &out, PythonTracer *python)
+RecordLoop::RecordLoop(Probes &probes, System &system, RecordSource &source, Sink &out, PythonTracer *python)
 	: probes_(probes), system_(system), source_(source), out_(out), processes_(probes, system, python),
 	  python_(python), python_join_(python, processes_.table(), system)
 {}
 
-void Recorder::open() { issues_.emplace(probes_.specs().probes); }
+void RecordLoop::open() { issues_.emplace(probes_.specs().probes); }
 
-void Recorder::span(const eacgm_span_event &e)
+void RecordLoop::span(const eacgm_span_event &e)
 {
 	const auto &specs = probes_.specs();
 	if (e.spec_id == EACGM_SPEC_EXCEPTION_TYPE) {
@@ -54,16 +54,16 @@ void Recorder::span(const eacgm_span_event &e)
 	}
 }
 
-void Recorder::py(const eacgm_py_stack_event &e, uint32_t n) { python_join_.record(e, n); }
+void RecordLoop::py(const eacgm_py_stack_event &e, uint32_t n) { python_join_.record(e, n); }
 
-std::vector<std::string> Recorder::take_warnings()
+std::vector<std::string> RecordLoop::take_warnings()
 {
 	for (auto &w : processes_.take_warnings())
 		warnings_.add(w);
 	return warnings_.take();
 }
 
-Result<int> Recorder::poll(int timeout_ms)
+Result<int> RecordLoop::poll(int timeout_ms)
 {
 	// The BPF side wakes us only when a buffer fills up (a wakeup per record
 	// would cost more than the probe), so read whatever is there after each
@@ -102,7 +102,7 @@ Result<int> Recorder::poll(int timeout_ms)
 // stacks behind its calls named, before any span of it is decoded (flush).
 // The records' reading and the stacks' naming count as the budget's cost of
 // a record; the process handling does not (nor looking for processes).
-Result<int> Recorder::read_round()
+Result<int> RecordLoop::read_round()
 {
 	uint64_t cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID);
 	auto n = source_.consume(*this);
@@ -119,7 +119,7 @@ Result<int> Recorder::read_round()
 	return n;
 }
 
-Result<void> Recorder::drain()
+Result<void> RecordLoop::drain()
 {
 	if (auto n = read_round(); !n)
 		return n.error();
@@ -131,7 +131,7 @@ Result<void> Recorder::drain()
 // changes or holds them (the NCCL layer's communicators, the issue linker,
 // the Python layer's entries), so that their Spans are made only where a
 // sink reads Spans, and the store keeps them without one.
-const Recorder::ProbeFacts &Recorder::facts(uint32_t spec_id)
+const RecordLoop::ProbeFacts &RecordLoop::facts(uint32_t spec_id)
 {
 	const auto &specs = probes_.specs();
 	for (size_t i = probe_facts_.size(); i < specs.probes.size(); i++) {
@@ -144,7 +144,7 @@ const Recorder::ProbeFacts &Recorder::facts(uint32_t spec_id)
 
 // One span record: typed to the batch where no joiner needs it (most
 // calls), else as a Span through the joiners.
-void Recorder::decode(const eacgm_span_event &e)
+void RecordLoop::decode(const eacgm_span_event &e)
 {
 	if (e.spec_id == EACGM_SPEC_EXCEPTION_TYPE) {
 		name_exception_type(e, processes_.symbolizer());
@@ -183,7 +183,7 @@ void Recorder::decode(const eacgm_span_event &e)
 		decoded_.pop_back();
 }
 
-Result<void> Recorder::flush(bool force)
+Result<void> RecordLoop::flush(bool force)
 {
 	const bool serve = processes_.discovering();
 	const uint64_t now_ns = serve && !pending_.empty() ? system_.now_ns() : 0;
@@ -222,7 +222,7 @@ Result<void> Recorder::flush(bool force)
 	return python_join_.flush(out_, budget_, force);
 }
 
-Result<void> Recorder::finish()
+Result<void> RecordLoop::finish()
 {
 	if (auto r = drain(); !r)
 		return r;
@@ -239,7 +239,7 @@ Result<void> Recorder::finish()
 	return out_.finish(); // the last call a sink gets
 }
 
-std::vector<Drop> Recorder::drops() const
+std::vector<Drop> RecordLoop::drops() const
 {
 	auto c = probes_.counters();
 	std::vector<Drop> drops = {
