@@ -29,8 +29,8 @@
 #include <vector>
 
 #include "eacgm/abi/events.h"
-#include "pipeline/decode.h"
 #include "layers/torch.h"
+#include "pipeline/decode.h"
 #include "pipeline/raw_dump.h"
 #include "probe/spec.h"
 #include "store/store.h"

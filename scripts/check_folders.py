@@ -39,8 +39,8 @@ def cycle(folders):
     def visit(f, path):
         state[f] = "open"
         for u in folders.get(f, []):
-            if state.get(u) == "open":
-                return path[path.index(u):] + [u] if u in path else path + [u]
+            if state.get(u) == "open":  # on the path being walked: the cycle closes at it
+                return path[path.index(u):] + [u]
             if u not in state:
                 found = visit(u, path + [u])
                 if found:

@@ -19,8 +19,8 @@
 #include "common/fs.h"
 #include "common/text.h"
 #include "export/clickhouse.h"
-#include "sinks/clickhouse.h"
 #include "export/http.h"
+#include "sinks/clickhouse.h"
 
 namespace eacgm {
 

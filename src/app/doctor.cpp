@@ -13,13 +13,13 @@
 #include "app/commands.h"
 #include "app/target.h"
 #include "common/layers.h"
+#include "layers/python_offsets.h"
 #include "pipeline/record_loop.h"
 #include "probe/attacher.h"
-#include "probe/unwind_guard.h"
-#include "layers/python_offsets.h"
 #include "probe/elf_symbols.h"
 #include "probe/self_probe.h"
 #include "probe/symbol_search.h"
+#include "probe/unwind_guard.h"
 
 // A function in eacgm itself for the self-test: probed, called, recorded.
 extern "C" __attribute__((noinline, used)) long eacgm_doctor_probe_target(long x)

@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "common/fs.h"
-#include "pipeline/record_loop.h"
 #include "layers/python.h"
+#include "pipeline/record_loop.h"
 #include "probe/budget.h"
 #include "probe/pid_watch.h"
 #include "probe/spec.h"

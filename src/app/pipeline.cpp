@@ -11,8 +11,8 @@
 #include <nlohmann/json.hpp>
 
 #include "app/commands.h"
-#include "arch/arch.h"
 #include "app/target.h"
+#include "arch/arch.h"
 #include "common/clock.h"
 #include "common/fs.h"
 #include "common/layers.h"

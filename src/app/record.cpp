@@ -20,15 +20,15 @@
 
 #include "app/commands.h"
 #include "app/pipeline.h"
-#include "export/clickhouse.h"
-#include "sinks/clickhouse.h"
-#include "export/pftrace.h"
 #include "app/privileges.h"
 #include "app/target.h"
 #include "common/clock.h"
 #include "common/fs.h"
 #include "common/text.h"
+#include "export/clickhouse.h"
+#include "export/pftrace.h"
 #include "probe/pid_watch.h"
+#include "sinks/clickhouse.h"
 #include "sinks/store.h"
 #include "store/store.h"
 

@@ -6,7 +6,6 @@
 #include <cmath>
 #include <cstdio>
 #include <string_view>
-#include <tuple>
 
 namespace eacgm {
 

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // A typed span as a Span (span_at), for the edges that show it. Here rather
 // than in the header: rendering needs decode.
-#include "pipeline/span.h"
 #include "pipeline/decode.h"
+#include "pipeline/span.h"
 
 namespace eacgm {
 

@@ -19,13 +19,13 @@
 
 #include "common/model.h"
 #include "common/result.h"
-#include "pipeline/sink.h"
 #include "eacgm/abi/events.h"
 #include "eacgm/abi/python.h"
-#include "pipeline/python_spans.h"
 #include "layers/python.h"
 #include "layers/python_resolver.h"
 #include "pipeline/process_table.h"
+#include "pipeline/python_spans.h"
+#include "pipeline/sink.h"
 #include "pipeline/sources.h"
 #include "pipeline/weights.h"
 

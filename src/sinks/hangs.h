@@ -24,10 +24,10 @@
 #include <tuple>
 #include <vector>
 
-#include "pipeline/sink.h"
+#include "layers/collector.h"
 #include "pipeline/collectives.h"
 #include "pipeline/record_loop.h"
-#include "layers/collector.h"
+#include "pipeline/sink.h"
 
 namespace eacgm {
 

@@ -2,7 +2,8 @@
 #include "sinks/metrics.h"
 
 #include <algorithm>
-#include <cmath>
+#include <map>
+#include <tuple>
 
 #include "pipeline/decode.h"
 

@@ -7,8 +7,8 @@
 #include <cstdint>
 
 #include "common/clock.h"
-#include "pipeline/sink.h"
 #include "detect/online.h"
+#include "pipeline/sink.h"
 
 namespace eacgm::detect {
 

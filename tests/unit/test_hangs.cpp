@@ -6,8 +6,8 @@
 
 #include <tuple>
 
-#include "sinks/hangs.h"
 #include "pipeline/intern.h"
+#include "sinks/hangs.h"
 
 namespace eacgm {
 namespace {

@@ -2,8 +2,8 @@
 // Communicator rank and size, learnt from init calls, on later calls.
 #include <gtest/gtest.h>
 
-#include "pipeline/collectives.h"
 #include "layers/nccl.h"
+#include "pipeline/collectives.h"
 
 namespace eacgm {
 namespace {

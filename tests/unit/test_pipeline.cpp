@@ -14,9 +14,9 @@
 #include <tuple>
 
 #include "common/clock.h"
-#include "pipeline/record_loop.h"
 #include "pipeline/process_table.h"
 #include "pipeline/python_join.h"
+#include "pipeline/record_loop.h"
 #include "pipeline/sources.h"
 
 namespace eacgm {

@@ -9,8 +9,8 @@
 #include <fstream>
 #include <random>
 
-#include "pipeline/decode.h"
 #include "layers/torch.h"
+#include "pipeline/decode.h"
 #include "pipeline/raw_dump.h"
 
 using namespace eacgm;

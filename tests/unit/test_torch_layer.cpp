@@ -3,9 +3,9 @@
 #include <gtest/gtest.h>
 
 #include "arch/arch.h"
+#include "layers/torch.h"
 #include "pipeline/decode.h"
 #include "probe/spec.h"
-#include "layers/torch.h"
 
 namespace eacgm {
 namespace {

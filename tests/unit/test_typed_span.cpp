@@ -8,8 +8,8 @@
 #include <cstring>
 #include <random>
 
-#include "pipeline/decode.h"
 #include "common/text.h"
+#include "pipeline/decode.h"
 #include "pipeline/intern.h"
 #include "pipeline/span.h"
 #include "probe/spec.h"

@@ -13,9 +13,9 @@
 #include <filesystem>
 #include <random>
 
-#include "pipeline/decode.h"
 #include "common/text.h"
 #include "layers/torch.h"
+#include "pipeline/decode.h"
 #include "sql_rows.h"
 #include "store/sqlmod.h"
 #include "store/store.h"
